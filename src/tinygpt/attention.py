@@ -1,0 +1,369 @@
+"""Attention, written from the formula.
+
+    Attention(Q, K, V) = softmax(Q K^T * scale + mask) V,    scale = 1 / sqrt(d_k) by default
+
+Read top to bottom:
+
+1. ``causal_mask`` / ``visibility_mask``: which key j each query i may see (True = may attend).
+2. ``masked_softmax``: softmax over the visible keys only; a row with no visible key is all zeros.
+3. ``attention_from_scores``: weights = masked_softmax(scores), out = weights @ V.
+4. ``scaled_dot_product_attention``: scores = Q K^T * scale, then step 3.
+5. ``AdditiveScore``: the other classic score, a(q, k) = w_v^T tanh(W_q q + W_k k).
+6. ``nadaraya_watson``: attention pooling as kernel regression (the textbook's first example).
+7. ``CausalSelfAttention``: multi-head self-attention with a "math" path (the functions above,
+   can return the weights) and an "sdpa" path (torch's fused kernel with the same scale and mask).
+
+Masked scores are filled with -inf, never a finite constant that growing logits could outgrow.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+SCALES = ("sqrt_dk", "none", "inv_dk")
+BACKENDS = ("sdpa", "math")
+
+
+# ----------------------------------------------------------------------------- masks
+
+
+def causal_mask(t_q: int, t_k: int, device: torch.device | None = None) -> Tensor:
+    """(T_q, T_k) bool, True where query i may see key j: j <= i + (T_k - T_q).
+
+    Bottom-right aligned: the T_q queries are the *last* T_q positions of the T_k keys,
+    which is what a KV cache needs (T_q < T_k). For T_q == T_k it is the usual lower triangle.
+    """
+    offset = t_k - t_q
+    i = torch.arange(t_q, device=device)[:, None]  # (T_q, 1)
+    j = torch.arange(t_k, device=device)[None, :]  # (1, T_k)
+    return j <= i + offset
+
+
+def visibility_mask(
+    t_q: int,
+    t_k: int,
+    *,
+    causal: bool,
+    padding_mask: Tensor | None,
+    extra_dims: int,
+    device: torch.device | None = None,
+) -> Tensor | None:
+    """The combined bool mask (True = query may attend key), or None when everything is visible.
+
+    ``padding_mask`` is (B, T_k) with True = real token; the queries are its last T_q positions.
+    The result broadcasts against scores (B, *[1] * extra_dims, T_q, T_k); without padding it is
+    (T_q, T_k).
+    """
+    mask = causal_mask(t_q, t_k, device) if causal else None
+    if padding_mask is None:
+        return mask
+    pad = padding_mask.to(device=device, dtype=torch.bool)
+    lead = (pad.shape[0],) + (1,) * extra_dims
+    keys = pad.view(*lead, 1, t_k)  # (B, 1.., 1, T_k): padded keys are invisible
+    queries = pad[:, t_k - t_q :].reshape(*lead, t_q, 1)  # (B, 1.., T_q, 1): padded queries see nothing
+    pad_mask = keys & queries  # (B, 1.., T_q, T_k)
+    return pad_mask if mask is None else pad_mask & mask
+
+
+def lengths_to_mask(valid_lens: Tensor, t_k: int) -> Tensor:
+    """Valid lengths (B,) or (B, T_q) -> bool mask (B, 1, T_k) or (B, T_q, T_k): key j visible if j < len."""
+    if valid_lens.dim() not in (1, 2):
+        raise ValueError(
+            f"valid_lens must have shape (B,) or (B, T_q), got {tuple(valid_lens.shape)}."
+        )
+    j = torch.arange(t_k, device=valid_lens.device)
+    if valid_lens.dim() == 1:
+        return j[None, None, :] < valid_lens[:, None, None]  # (B, 1, T_k)
+    return j[None, None, :] < valid_lens[:, :, None]  # (B, T_q, T_k)
+
+
+# ----------------------------------------------------------------------------- softmax
+
+
+def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """Softmax over the last dim, restricted to ``mask``.
+
+    ``mask`` is either bool (broadcastable to ``scores``, True = keep) or integer valid lengths
+    of shape (B,) or (B, T_q) for scores (B, T_q, T_k), as the textbook's ``valid_lens``.
+    Masked entries get weight exactly 0; a row with no kept entry is all zeros (not NaN),
+    in the forward and the backward pass.
+    """
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    if mask.dtype != torch.bool:
+        if scores.dim() != 3:
+            raise ValueError(
+                f"valid lengths need scores of shape (B, T_q, T_k), got {tuple(scores.shape)}."
+            )
+        mask = lengths_to_mask(mask, scores.shape[-1])
+    try:
+        mask = torch.broadcast_to(mask, scores.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to scores {tuple(scores.shape)}."
+        ) from None
+    row_has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    # An all -inf row would give 0/0 = NaN; give it finite scores, its weights are zeroed below.
+    scores = scores.masked_fill(~row_has_key, 0.0)
+    return torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
+
+
+# ----------------------------------------------------------------------------- attention
+
+
+def attention_from_scores(
+    scores: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = True,
+    padding_mask: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """weights = masked_softmax(scores + mask), out = weights @ v. Returns (out, weights).
+
+    scores: (..., T_q, T_k), v: (..., T_k, D_v) -> out (..., T_q, D_v), weights (..., T_q, T_k).
+    """
+    t_q, t_k = scores.shape[-2:]
+    if v.shape[-2] != t_k:
+        raise ValueError(f"v has {v.shape[-2]} positions but the scores have {t_k} keys.")
+    _check_padding_mask(padding_mask, scores, t_k)
+    mask = visibility_mask(
+        t_q,
+        t_k,
+        causal=causal,
+        padding_mask=padding_mask,
+        extra_dims=scores.dim() - 3,
+        device=scores.device,
+    )
+    weights = masked_softmax(scores, mask)  # (..., T_q, T_k)
+    return weights @ v, weights  # (..., T_q, D_v)
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = True,
+    padding_mask: Tensor | None = None,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """softmax(q k^T * scale + mask) v, exactly as written. Returns (out, weights).
+
+    q: (..., T_q, D), k: (..., T_k, D), v: (..., T_k, D_v).
+    scale: None means 1/sqrt(D); any number is used as given (1.0 = unscaled).
+    causal: query i sees key j only if j <= i + (T_k - T_q).
+    padding_mask: bool (B, T_k), True = real token; padded keys get weight 0, padded queries
+    get weights 0 and output 0.
+    """
+    if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
+        raise ValueError(
+            "q, k and v must have the same rank, at least 2 (..., T, D); "
+            f"got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}."
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must share the feature size D, got {q.shape[-1]} and {k.shape[-1]}."
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same number of positions, got {k.shape[-2]} and {v.shape[-2]}."
+        )
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T_q, D) @ (..., D, T_k) -> (..., T_q, T_k)
+    return attention_from_scores(scores, v, causal=causal, padding_mask=padding_mask)
+
+
+def _check_padding_mask(padding_mask: Tensor | None, scores: Tensor, t_k: int) -> None:
+    if padding_mask is None:
+        return
+    if padding_mask.dtype != torch.bool:
+        raise ValueError(f"padding_mask must be bool (True = real token), got {padding_mask.dtype}.")
+    if scores.dim() < 3 or padding_mask.shape != (scores.shape[0], t_k):
+        raise ValueError(
+            f"padding_mask must have shape (B, T_k) = ({scores.shape[0]}, {t_k}) "
+            f"for scores {tuple(scores.shape)}, got {tuple(padding_mask.shape)}."
+        )
+
+
+# ----------------------------------------------------------------------------- other scores
+
+
+class AdditiveScore(nn.Module):
+    """Additive attention score a(q, k) = w_v^T tanh(W_q q + W_k k).
+
+    Queries and keys may have different sizes. ``forward(q, k)`` gives scores (..., T_q, T_k),
+    ``attend(q, k, v)`` runs the whole attention with these scores.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, hidden: int):
+        super().__init__()
+        self.W_q = nn.Linear(query_dim, hidden, bias=False)
+        self.W_k = nn.Linear(key_dim, hidden, bias=False)
+        self.w_v = nn.Linear(hidden, 1, bias=False)
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        if q.dim() != k.dim() or q.dim() < 2:
+            raise ValueError(
+                f"q and k must have the same rank, at least 2, got {tuple(q.shape)} and {tuple(k.shape)}."
+            )
+        q = self.W_q(q).unsqueeze(-2)  # (..., T_q, 1, h)
+        k = self.W_k(k).unsqueeze(-3)  # (..., 1, T_k, h)
+        return self.w_v(torch.tanh(q + k)).squeeze(-1)  # (..., T_q, T_k, 1) -> (..., T_q, T_k)
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool = False,
+        padding_mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        return attention_from_scores(self(q, k), v, causal=causal, padding_mask=padding_mask)
+
+
+def nadaraya_watson(
+    queries: Tensor, keys: Tensor, values: Tensor, w: Tensor | float | None = None
+) -> tuple[Tensor, Tensor]:
+    """Attention pooling as kernel regression: f(x) = sum_i softmax_i(-((x - x_i) w)^2 / 2) y_i.
+
+    queries (n_q,), keys (n_k,), values (n_k,) or (n_k, d). ``w`` (the kernel's inverse width)
+    defaults to 1; pass a tensor with requires_grad (or an nn.Parameter) to learn it.
+    Returns (predictions (n_q,) or (n_q, d), weights (n_q, n_k)).
+    """
+    if queries.dim() != 1 or keys.dim() != 1 or values.dim() not in (1, 2):
+        raise ValueError(
+            "nadaraya_watson expects queries (n_q,), keys (n_k,), values (n_k,) or (n_k, d); got "
+            f"{tuple(queries.shape)}, {tuple(keys.shape)}, {tuple(values.shape)}."
+        )
+    if keys.shape[0] != values.shape[0]:
+        raise ValueError(f"{keys.shape[0]} keys but {values.shape[0]} values.")
+    if w is None:
+        w = 1.0
+    diff = (queries[:, None] - keys[None, :]) * w  # (n_q, n_k)
+    weights = torch.softmax(-(diff**2) / 2, dim=-1)  # (n_q, n_k)
+    return weights @ values, weights
+
+
+# ----------------------------------------------------------------------------- multi-head
+
+
+def resolve_scale(scale: str | float, head_dim: int) -> float:
+    """'sqrt_dk' -> 1/sqrt(d_k), 'none' -> 1.0, 'inv_dk' -> 1/d_k, a number -> itself."""
+    if isinstance(scale, Real) and not isinstance(scale, bool):
+        return float(scale)
+    if scale == "sqrt_dk":
+        return 1.0 / math.sqrt(head_dim)
+    if scale == "none":
+        return 1.0
+    if scale == "inv_dk":
+        return 1.0 / head_dim
+    if isinstance(scale, str):
+        try:
+            return float(scale)
+        except ValueError:
+            pass
+    raise ValueError(
+        f"attention scale {scale!r} is not one of 'sqrt_dk', 'none', 'inv_dk' or a number."
+    )
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head self-attention: one fused qkv projection, H heads of size D = C / H, output projection.
+
+    backend="math" computes softmax(q k^T * scale + mask) v with the functions above;
+    backend="sdpa" calls torch's fused F.scaled_dot_product_attention with the same scale and mask.
+    ``return_weights=True`` always takes the math path and also returns the weights (B, H, T, T).
+    """
+
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        *,
+        causal: bool = True,
+        scale: str | float = "sqrt_dk",
+        backend: str = "sdpa",
+        dropout: float = 0.0,
+        bias: bool = True,
+    ):
+        super().__init__()
+        if n_head < 1 or n_embd % n_head != 0:
+            raise ValueError(
+                f"n_embd={n_embd} must be divisible by n_head={n_head} (a positive head count)."
+            )
+        if backend not in BACKENDS:
+            raise ValueError(f"attention backend {backend!r} is not one of {BACKENDS}.")
+        self.n_embd, self.n_head, self.head_dim = n_embd, n_head, n_embd // n_head
+        self.causal = bool(causal)
+        self.scale_name = scale
+        self.scale = resolve_scale(scale, self.head_dim)
+        self.backend = backend
+        self.dropout = dropout
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)  # x -> q, k, v in one matmul
+        self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+
+    def forward(
+        self, x: Tensor, padding_mask: Tensor | None = None, return_weights: bool = False
+    ):
+        if x.dim() != 3 or x.shape[-1] != self.n_embd:
+            raise ValueError(f"expected input (B, T, {self.n_embd}), got {tuple(x.shape)}.")
+        B, T, C = x.shape
+        if padding_mask is not None and (
+            padding_mask.dtype != torch.bool or padding_mask.shape != (B, T)
+        ):
+            raise ValueError(
+                f"padding_mask must be bool of shape (B, T) = ({B}, {T}), "
+                f"got {padding_mask.dtype} {tuple(padding_mask.shape)}."
+            )
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # 3 x (B, T, C)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+
+        weights = None
+        if return_weights or self.backend == "math":
+            y, weights = scaled_dot_product_attention(
+                q, k, v, causal=self.causal, padding_mask=padding_mask, scale=self.scale
+            )  # y (B, H, T, D), weights (B, H, T, T)
+            if self.training and self.dropout > 0:
+                y = self.attn_dropout(weights) @ v  # (B, H, T, D)
+        else:
+            y = self._sdpa(q, k, v, padding_mask)  # (B, H, T, D)
+
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, D) -> (B, T, C)
+        y = self.resid_dropout(self.c_proj(y))
+        return (y, weights) if return_weights else y
+
+    def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, padding_mask: Tensor | None) -> Tensor:
+        """The fused kernel, with the same explicit scale and the same mask as the math path."""
+        dropout_p = self.dropout if self.training else 0.0  # SDPA applies dropout even in eval
+        T_q, T_k = q.shape[-2], k.shape[-2]
+        if padding_mask is None and (not self.causal or T_q == T_k):
+            return F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout_p, is_causal=self.causal, scale=self.scale
+            )
+        mask = visibility_mask(
+            T_q, T_k, causal=self.causal, padding_mask=padding_mask, extra_dims=1, device=q.device
+        )  # (B, 1, T_q, T_k) or (T_q, T_k); True = may attend, as SDPA reads it
+        # SDPA returns NaN for a row with no visible key; open such rows and zero them after.
+        row_has_key = mask.any(dim=-1, keepdim=True)  # (.., T_q, 1)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask | ~row_has_key, dropout_p=dropout_p, scale=self.scale
+        )  # (B, H, T_q, D)
+        return y.masked_fill(~row_has_key, 0.0)
+
+    def extra_repr(self) -> str:
+        return (
+            f"n_head={self.n_head}, head_dim={self.head_dim}, causal={self.causal}, "
+            f"scale={self.scale_name!r} ({self.scale:.4g}), backend={self.backend!r}"
+        )

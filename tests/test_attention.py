@@ -1,0 +1,361 @@
+"""The attention math, checked against hand-computed examples, a reference loop and the fused kernel."""
+
+import math
+
+import pytest
+import torch
+
+from tinygpt.attention import (
+    AdditiveScore,
+    CausalSelfAttention,
+    causal_mask,
+    masked_softmax,
+    nadaraya_watson,
+    resolve_scale,
+    scaled_dot_product_attention,
+)
+
+# ----------------------------------------------------------------------------- worked examples
+
+
+def test_three_token_example():
+    q = torch.tensor([[1.0, 1.0]])  # (T_q=1, D=2)
+    k = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    v = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    out, w = scaled_dot_product_attention(q, k, v, causal=False)
+    # scores (1, 2, 1) / sqrt(2) -> softmax
+    assert w[0].tolist() == pytest.approx([0.2483, 0.5035, 0.2483], abs=1e-3)
+    assert w[0].tolist() == pytest.approx([0.25, 0.50, 0.25], abs=0.01)
+    assert out[0].tolist() == pytest.approx([0.4965, 1.2552], abs=1e-3)
+    # a single query is the last position: bottom-right causal sees every key
+    out_c, w_c = scaled_dot_product_attention(q, k, v, causal=True)
+    torch.testing.assert_close(w_c, w)
+
+
+def test_softmax_example():
+    w = masked_softmax(torch.tensor([-0.281, -0.031, -0.281]), None)
+    assert w.tolist() == pytest.approx([0.305, 0.391, 0.305], abs=1e-3)
+
+
+def test_scale_none_is_unscaled():
+    q = torch.tensor([[1.0, 1.0]])
+    k = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    v = torch.eye(2)
+    _, w = scaled_dot_product_attention(q, k, v, causal=False, scale=1.0)
+    e = math.exp(1.0)
+    assert w[0].tolist() == pytest.approx([e / (e + e * e), e * e / (e + e * e)], abs=1e-6)
+
+
+@pytest.mark.parametrize("w, expected", [(0.5, 1.477), (1.0, 1.940), (2.0, 2.912)])
+def test_nadaraya_watson_predictions(w, expected):
+    x = torch.tensor([1.0, 2.0, 4.0])
+    y = torch.tensor([0.0, 3.0, 1.0])
+    pred, weights = nadaraya_watson(torch.tensor([2.5]), x, y, w=w)
+    assert pred.item() == pytest.approx(expected, abs=1e-3)
+    assert weights.sum().item() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_nadaraya_watson_gradient_matches_hand_derivation():
+    w = torch.nn.Parameter(torch.tensor(0.5, dtype=torch.float64))
+    x = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)
+    y = torch.tensor([0.0, 3.0, 1.0], dtype=torch.float64)
+    q = torch.tensor([2.5], dtype=torch.float64)
+    pred, a = nadaraya_watson(q, x, y, w=w)
+    loss = (pred[0] - 3.0) ** 2 / 2
+    loss.backward()
+    assert loss.item() == pytest.approx(1.159, abs=1e-3)
+    # hand derivation: s_i = -(q - x_i)^2 w^2 / 2, ds_i/dw = -(q - x_i)^2 w,
+    # dyhat/dw = sum_i a_i (ds_i/dw - sum_j a_j ds_j/dw) y_i, dL/dw = (yhat - 3) dyhat/dw
+    a = a[0].detach()
+    ds = -((2.5 - x) ** 2) * 0.5
+    dyhat = (a * (ds - (a * ds).sum()) * y).sum()
+    hand = (pred[0].item() - 3.0) * dyhat.item()
+    assert hand == pytest.approx(-0.906, abs=1e-3)
+    assert w.grad.item() == pytest.approx(hand, abs=1e-9)
+
+
+# ----------------------------------------------------------------------------- reference loop
+
+
+def reference_attention(q, k, v, causal, padding_mask, scale):
+    """Plain loops over batch, head, query and key: the formula one number at a time."""
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
+    out = torch.zeros(B, H, Tq, v.shape[-1], dtype=q.dtype)
+    weights = torch.zeros(B, H, Tq, Tk, dtype=q.dtype)
+    for b in range(B):
+        for h in range(H):
+            for i in range(Tq):
+                qi_pos = i + Tk - Tq
+                if padding_mask is not None and not padding_mask[b, qi_pos]:
+                    continue
+                visible = [
+                    j
+                    for j in range(Tk)
+                    if (not causal or j <= qi_pos)
+                    and (padding_mask is None or padding_mask[b, j])
+                ]
+                if not visible:
+                    continue
+                s = torch.stack([(q[b, h, i] * k[b, h, j]).sum() * scale for j in visible])
+                a = torch.exp(s - s.max())
+                a = a / a.sum()
+                for n, j in enumerate(visible):
+                    weights[b, h, i, j] = a[n]
+                    out[b, h, i] += a[n] * v[b, h, j]
+    return out, weights
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("tq", [5, 2])
+def test_matches_reference_loop_float64(causal, padded, tq):
+    g = torch.Generator().manual_seed(0)
+    B, H, Tk, D = 2, 2, 5, 3
+    q = torch.randn(B, H, tq, D, generator=g, dtype=torch.float64)
+    k = torch.randn(B, H, Tk, D, generator=g, dtype=torch.float64)
+    v = torch.randn(B, H, Tk, 4, generator=g, dtype=torch.float64)
+    pad = None
+    if padded:
+        pad = torch.tensor([[True, True, True, False, False], [False, True, True, True, True]])
+    out, w = scaled_dot_product_attention(q, k, v, causal=causal, padding_mask=pad, scale=0.7)
+    ref_out, ref_w = reference_attention(q, k, v, causal, pad, 0.7)
+    torch.testing.assert_close(w, ref_w, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-12)
+
+
+def test_causal_mask_is_bottom_right_aligned():
+    assert causal_mask(2, 4).tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert causal_mask(3, 3).tolist() == [
+        [True, False, False],
+        [True, True, False],
+        [True, True, True],
+    ]
+
+
+# ----------------------------------------------------------------------------- masks and rows
+
+
+def test_rows_sum_to_one_and_future_is_exactly_zero():
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(3, 2, 6, 4, generator=g) for _ in range(3))
+    pad = torch.ones(3, 6, dtype=torch.bool)
+    pad[0, 4:] = False  # right padding
+    pad[1, :2] = False  # left padding
+    _, w = scaled_dot_product_attention(q, k, v, padding_mask=pad)
+    sums = w.sum(-1)  # (B, H, T)
+    expected = pad[:, None, :].expand_as(sums).float()
+    torch.testing.assert_close(sums, expected)
+    future = ~causal_mask(6, 6)
+    assert (w[..., future] == 0).all()
+    assert (w[0, :, :, 4:] == 0).all()  # padded keys get exactly zero weight
+
+
+def test_padded_queries_output_zero_no_nan_forward_and_backward():
+    q, k, v = (torch.randn(2, 1, 4, 3, requires_grad=True) for _ in range(3))
+    pad = torch.tensor([[False, False, True, True], [True, True, True, False]])
+    out, w = scaled_dot_product_attention(q, k, v, padding_mask=pad)
+    assert torch.isfinite(out).all() and torch.isfinite(w).all()
+    assert (out[0, :, :2] == 0).all() and (out[1, :, 3] == 0).all()
+    out.sum().backward()
+    for t in (q, k, v):
+        assert torch.isfinite(t.grad).all()
+
+
+def test_all_masked_rows_are_zero_not_nan():
+    scores = torch.randn(2, 3, requires_grad=True)
+    mask = torch.tensor([[False, False, False], [True, False, True]])
+    w = masked_softmax(scores, mask)
+    assert w[0].tolist() == [0.0, 0.0, 0.0]
+    assert w[1, 1].item() == 0.0 and w[1].sum().item() == pytest.approx(1.0)
+    (w * torch.randn(2, 3)).sum().backward()
+    assert torch.isfinite(scores.grad).all()
+    assert scores.grad[0].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_masked_fill_is_not_a_finite_constant():
+    # a finite fill like -1e4 is overpowered by logits this large; -inf is not
+    scores = torch.tensor([[2e4, 1e5]])
+    w = masked_softmax(scores, torch.tensor([[True, False]]))
+    assert w.tolist() == [[1.0, 0.0]]
+
+
+def test_valid_lengths_like_the_textbook():
+    scores = torch.zeros(2, 2, 4)
+    w = masked_softmax(scores, torch.tensor([2, 3]))
+    assert w[0, 0].tolist() == pytest.approx([0.5, 0.5, 0, 0])
+    assert w[1, 1].tolist() == pytest.approx([1 / 3, 1 / 3, 1 / 3, 0])
+    w2 = masked_softmax(scores, torch.tensor([[1, 3], [2, 4]]))
+    assert w2[0, 0].tolist() == pytest.approx([1, 0, 0, 0])
+    assert w2[1, 1].tolist() == pytest.approx([0.25] * 4)
+    # zero valid keys: zeros, not NaN
+    assert masked_softmax(scores, torch.tensor([0, 4]))[0].abs().sum().item() == 0.0
+
+
+# ----------------------------------------------------------------------------- future-token perturbation
+
+
+@pytest.mark.parametrize("backend", ["math", "sdpa"])
+def test_future_tokens_do_not_change_the_past(backend):
+    torch.manual_seed(0)
+    attn = CausalSelfAttention(16, 4, backend=backend).eval()
+    open_attn = CausalSelfAttention(16, 4, causal=False, backend=backend).eval()
+    open_attn.load_state_dict(attn.state_dict())
+    x = torch.randn(2, 8, 16)
+    for t in range(7):
+        x2 = x.clone()
+        x2[:, t + 1 :] = torch.randn(2, 7 - t, 16)
+        y, y2 = attn(x), attn(x2)
+        assert torch.equal(y[:, : t + 1], y2[:, : t + 1]), f"position <= {t} saw the future"
+        assert not torch.allclose(y[:, t + 1 :], y2[:, t + 1 :])
+        # control: without the mask the past changes
+        assert not torch.allclose(open_attn(x)[:, : t + 1], open_attn(x2)[:, : t + 1])
+
+
+def test_future_keys_values_do_not_change_the_past_function():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=g) for _ in range(3))
+    out, _ = scaled_dot_product_attention(q, k, v)
+    for t in range(5):
+        k2, v2 = k.clone(), v.clone()
+        k2[..., t + 1 :, :] += 5.0
+        v2[..., t + 1 :, :] -= 3.0
+        out2, _ = scaled_dot_product_attention(q, k2, v2)
+        assert torch.equal(out[..., : t + 1, :], out2[..., : t + 1, :])
+        out3, _ = scaled_dot_product_attention(q, k2, v2, causal=False)
+        assert not torch.allclose(out3[..., : t + 1, :], out[..., : t + 1, :])
+
+
+# ----------------------------------------------------------------------------- math vs sdpa
+
+
+@pytest.mark.parametrize("scale", ["sqrt_dk", "none", "inv_dk", 0.3])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("shape", [(2, 7, 32, 4), (3, 5, 24, 2), (1, 1, 8, 8)])
+def test_math_and_sdpa_agree(scale, causal, padded, shape):
+    B, T, C, H = shape
+    torch.manual_seed(hash((str(scale), causal, padded, shape)) % 1000)
+    math_attn = CausalSelfAttention(C, H, causal=causal, scale=scale, backend="math").eval()
+    sdpa_attn = CausalSelfAttention(C, H, causal=causal, scale=scale, backend="sdpa").eval()
+    sdpa_attn.load_state_dict(math_attn.state_dict())
+    x = torch.randn(B, T, C)
+    pad = None
+    if padded:
+        pad = torch.rand(B, T) > 0.3
+        pad[:, 0] = False  # left padding: a real first query then has no visible key under causal
+    y_math, y_sdpa = math_attn(x, pad), sdpa_attn(x, pad)
+    assert torch.isfinite(y_sdpa).all()
+    torch.testing.assert_close(y_math, y_sdpa, rtol=1e-5, atol=1e-5)
+
+
+def test_sdpa_gets_the_explicit_scale_not_its_default():
+    torch.manual_seed(0)
+    a = CausalSelfAttention(16, 2, scale="none", backend="sdpa").eval()
+    b = CausalSelfAttention(16, 2, scale="sqrt_dk", backend="sdpa").eval()
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(1, 5, 16) * 3
+    assert not torch.allclose(a(x), b(x), atol=1e-4)
+    y_math = CausalSelfAttention(16, 2, scale="none", backend="math").eval()
+    y_math.load_state_dict(a.state_dict())
+    torch.testing.assert_close(a(x), y_math(x), rtol=1e-5, atol=1e-5)
+
+
+def test_sdpa_dropout_off_in_eval():
+    torch.manual_seed(0)
+    attn = CausalSelfAttention(16, 2, dropout=0.5, backend="sdpa").eval()
+    x = torch.randn(2, 6, 16)
+    assert torch.equal(attn(x), attn(x))
+    attn.train()
+    assert not torch.equal(attn(x), attn(x))
+
+
+def test_return_weights_uses_math_path_with_heads_layout():
+    attn = CausalSelfAttention(12, 3, backend="sdpa").eval()
+    x = torch.randn(2, 5, 12)
+    y, w = attn(x, return_weights=True)
+    assert y.shape == (2, 5, 12) and w.shape == (2, 3, 5, 5)  # (B, H, T, T), never (B, T, H, H)
+    torch.testing.assert_close(y, attn(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 3, 5))
+
+
+# ----------------------------------------------------------------------------- gradients
+
+
+def test_gradcheck_math_path():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (
+        torch.randn(1, 2, 4, 3, generator=g, dtype=torch.float64, requires_grad=True)
+        for _ in range(3)
+    )
+    pad = torch.tensor([[True, True, True, False]])
+
+    def f(q, k, v):
+        return scaled_dot_product_attention(q, k, v, padding_mask=pad)[0]
+
+    assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+def test_gradients_reach_every_projection():
+    attn = CausalSelfAttention(8, 2, backend="math")
+    attn(torch.randn(2, 4, 8)).pow(2).sum().backward()
+    for name, p in attn.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+# ----------------------------------------------------------------------------- additive score
+
+
+def test_additive_score_with_different_query_and_key_sizes():
+    torch.manual_seed(0)
+    score = AdditiveScore(query_dim=5, key_dim=3, hidden=7)
+    q, k, v = torch.randn(2, 4, 5), torch.randn(2, 6, 3), torch.randn(2, 6, 2)
+    s = score(q, k)
+    assert s.shape == (2, 4, 6)
+    # by hand for one pair
+    hand = score.w_v.weight[0] @ torch.tanh(score.W_q.weight @ q[1, 2] + score.W_k.weight @ k[1, 5])
+    assert s[1, 2, 5].item() == pytest.approx(hand.item(), abs=1e-6)
+    out, w = score.attend(q, k, v, padding_mask=torch.tensor([[True] * 6, [True] * 4 + [False] * 2]))
+    assert out.shape == (2, 4, 2)
+    assert (w[1, :, 4:] == 0).all()
+    out.sum().backward()
+    assert score.W_q.weight.grad.abs().sum() > 0
+
+
+# ----------------------------------------------------------------------------- bad arguments
+
+
+def test_bad_arguments_raise_clear_errors():
+    x3 = torch.randn(2, 4, 8)
+    with pytest.raises(ValueError, match="same rank"):
+        scaled_dot_product_attention(x3, torch.randn(4, 8), x3)
+    with pytest.raises(ValueError, match="feature size D"):
+        scaled_dot_product_attention(x3, torch.randn(2, 4, 6), x3)
+    with pytest.raises(ValueError, match="same number of positions"):
+        scaled_dot_product_attention(x3, x3, torch.randn(2, 5, 8))
+    with pytest.raises(ValueError, match=r"padding_mask must have shape \(B, T_k\)"):
+        scaled_dot_product_attention(x3, x3, x3, padding_mask=torch.ones(2, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="must be bool"):
+        scaled_dot_product_attention(x3, x3, x3, padding_mask=torch.ones(2, 4))
+    with pytest.raises(ValueError, match="'sqrt_k'"):
+        CausalSelfAttention(8, 2, scale="sqrt_k")
+    with pytest.raises(ValueError, match="n_embd=10 must be divisible by n_head=3"):
+        CausalSelfAttention(10, 3)
+    with pytest.raises(ValueError, match="backend 'flash'"):
+        CausalSelfAttention(8, 2, backend="flash")
+    with pytest.raises(ValueError, match=r"expected input \(B, T, 8\)"):
+        CausalSelfAttention(8, 2)(torch.randn(2, 4, 6))
+    with pytest.raises(ValueError, match="padding_mask must be bool of shape"):
+        CausalSelfAttention(8, 2)(x3, padding_mask=torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        masked_softmax(torch.randn(2, 3), torch.ones(4, dtype=torch.bool))
+
+
+def test_resolve_scale_values():
+    assert resolve_scale("sqrt_dk", 16) == 0.25
+    assert resolve_scale("none", 16) == 1.0
+    assert resolve_scale("inv_dk", 16) == 1 / 16
+    assert resolve_scale(0.5, 16) == 0.5
+    assert resolve_scale("0.5", 16) == 0.5
+    with pytest.raises(ValueError):
+        resolve_scale(True, 16)
