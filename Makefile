@@ -1,0 +1,36 @@
+# make train: set up .venv and run `python train.py` (the CPU demo on the embedded corpus)
+# make test:  set up .venv and run the test suite (slow end-to-end runs included)
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+TORCH   ?= 2.13.0
+STAMP   := $(VENV)/.installed
+ARGS    ?=
+
+.PHONY: setup train test test-fast sample clean
+
+setup: $(STAMP)
+
+# torch first, pinned: an open range would fetch a multi-GB CUDA build; the package's own
+# requirement is a range that this version satisfies, so pip installs nothing more for it.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install "torch==$(TORCH)"
+	$(BIN)/python -m pip install -e ".[test]"
+	touch $(STAMP)
+
+train: setup
+	$(BIN)/python train.py $(ARGS)
+
+test: setup
+	WANDB_MODE=offline $(BIN)/python -m pytest -q $(ARGS)
+
+test-fast: setup
+	WANDB_MODE=offline $(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+
+sample: setup
+	$(BIN)/python scripts/sample.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) outputs multirun wandb data/cache .pytest_cache

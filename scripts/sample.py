@@ -1,0 +1,8 @@
+"""Generate text from a trained checkpoint. See `python scripts/sample.py --help`."""
+
+import sys
+
+from tinygpt.sample import main
+
+if __name__ == "__main__":
+    sys.exit(main())

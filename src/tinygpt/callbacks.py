@@ -1,0 +1,179 @@
+"""Callbacks: attention maps, text samples, divergence guard (Lightning's own do the rest)."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import WandbLogger
+from rich.console import Console
+from rich.panel import Panel
+
+console = Console()
+
+
+def windows_in(batch) -> int:
+    """Samples in a batch, for Lightning's ThroughputMonitor."""
+    return batch[0].shape[0]
+
+
+def tokens_in(batch) -> int:
+    """Tokens in a batch, for Lightning's ThroughputMonitor (items_per_sec = tokens/s)."""
+    return batch[0].numel()
+
+
+class StepTimer(L.Callback):
+    """Wall time spent in training steps and tokens trained, for tokens/s in summary.json.
+
+    The pipeline puts it first among the callbacks, so the other callbacks' work
+    (attention maps, samples, checkpoints) is not counted as training time.
+    """
+
+    def __init__(self):
+        self.seconds, self.tokens, self._t0 = 0.0, 0, None
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.seconds += time.perf_counter() - self._t0
+        self.tokens += batch[0].numel() * trainer.world_size
+
+    @property
+    def tokens_per_sec(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds else None
+
+
+def _wandb_loggers(trainer: L.Trainer) -> list[WandbLogger]:
+    return [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+
+
+def _run_dir(trainer: L.Trainer) -> Path:
+    return Path(trainer.default_root_dir)
+
+
+def probe_tokens(dm, text: str, block_size: int) -> tuple[torch.Tensor, list[str]]:
+    """The probe as (1, T) ids and a label per token (validation ids when there is no tokenizer)."""
+    if dm.tokenizer is None:
+        ids = [int(i) for i in dm.val_ids[:block_size]]
+        return torch.tensor([ids]), [str(i) for i in ids]
+    ids = dm.encode(text)[:block_size]
+    labels = [dm.decode([i]) for i in ids]
+    return torch.tensor([ids]), [repr(s)[1:-1] if s.strip() != s or not s else s for s in labels]
+
+
+def plot_attention(weights: torch.Tensor, labels: list[str], title: str, path: Path) -> Path:
+    """One layer's heads side by side: weights (H, T, T) -> a PNG heatmap grid."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n_head, T, _ = weights.shape
+    fig, axes = plt.subplots(1, n_head, figsize=(3.2 * n_head + 0.8, 3.6), squeeze=False)
+    show_labels = T <= 40
+    for h, ax in enumerate(axes[0]):
+        im = ax.imshow(weights[h].float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
+        ax.set_title(f"head {h}", fontsize=9)
+        if show_labels:
+            ax.set_xticks(range(T), labels, fontsize=5, rotation=90)
+            ax.set_yticks(range(T), labels if h == 0 else [""] * T, fontsize=5)
+        else:
+            ax.set_xticks([])
+            ax.set_yticks([])
+        ax.set_xlabel("key", fontsize=8)
+    axes[0][0].set_ylabel("query", fontsize=8)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
+    fig.suptitle(title, fontsize=10)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+class AttentionMaps(L.Callback):
+    """Every ``every_n_steps`` and at the end, run a fixed probe through the math path and save
+    one heatmap grid per layer under ``<run dir>/attention/``, logged to W&B as images."""
+
+    def __init__(self, every_n_steps: int = 500, probe: str = "ROMEO:\nBut soft, what light through yonder window breaks?"):
+        self.every_n_steps, self.probe = every_n_steps, probe
+        self.saved: list[Path] = []
+        self._last_step = -1
+
+    def _log_maps(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        step = trainer.global_step
+        if step == self._last_step or not trainer.is_global_zero:
+            return
+        self._last_step = step
+        model = module.model
+        idx, labels = probe_tokens(trainer.datamodule, self.probe, model.config.block_size)
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            _, _, maps = model(idx.to(module.device), return_weights=True)  # n_layer x (1, H, T, T)
+        model.train(was_training)
+        paths = []
+        for layer, w in enumerate(maps):
+            path = _run_dir(trainer) / "attention" / f"step{step:06d}_layer{layer}.png"
+            title = f"layer {layer}, step {step} (rows: queries, columns: keys)"
+            paths.append(plot_attention(w[0], labels, title, path))
+        self.saved.extend(paths)
+        for lg in _wandb_loggers(trainer):
+            lg.log_image(key="attention", images=[str(p) for p in paths],
+                         caption=[f"layer {i}" for i in range(len(paths))], step=step)
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
+            self._log_maps(trainer, module)
+
+    def on_train_end(self, trainer, module):
+        self._log_maps(trainer, module)
+
+
+class TextSamples(L.Callback):
+    """After every validation, sample text from a prompt: printed, and added to a W&B table."""
+
+    def __init__(self, prompt: str = "\n", max_new_tokens: int = 200, temperature: float = 0.8, top_k: int | None = 40, seed: int = 0):
+        self.prompt, self.max_new_tokens = prompt, max_new_tokens
+        self.temperature, self.top_k, self.seed = temperature, top_k, seed
+        self.rows: list[list] = []
+
+    def on_validation_end(self, trainer, module):
+        if trainer.sanity_checking or not trainer.is_global_zero or self.max_new_tokens <= 0:
+            return
+        dm = trainer.datamodule
+        ids = dm.encode(self.prompt) if dm.tokenizer is not None else [int(dm.val_ids[0])]
+        idx = torch.tensor([ids or [0]], device=module.device)
+        gen = torch.Generator(device=module.device).manual_seed(self.seed)
+        was_training = module.model.training
+        module.model.eval()
+        out = module.model.generate(idx, self.max_new_tokens, self.temperature, self.top_k, generator=gen)
+        module.model.train(was_training)
+        text = dm.decode(out[0].tolist())
+        step = trainer.global_step
+        console.print(Panel(text, title=f"sample at step {step}", expand=False))
+        self.rows.append([step, text])
+        for lg in _wandb_loggers(trainer):
+            lg.log_text(key="samples", columns=["step", "text"], data=self.rows, step=step)
+
+
+class DivergenceGuard(L.Callback):
+    """Stop cleanly when the training loss is non-finite or exceeds ``factor`` x ln(vocab)."""
+
+    def __init__(self, factor: float = 3.0, every_n_steps: int = 1):
+        self.factor, self.every_n_steps = factor, every_n_steps
+        self.diverged, self.reason = False, None
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step % self.every_n_steps:
+            return
+        loss = outputs["loss"].detach()
+        limit = self.factor * math.log(module.config.vocab_size)
+        if not torch.isfinite(loss) or loss.item() > limit:
+            self.diverged = True
+            self.reason = f"training loss {loss.item():.4g} at step {trainer.global_step} (limit {limit:.3g})"
+            console.print(f"[bold red]diverged:[/] {self.reason}; stopping.")
+            trainer.should_stop = True

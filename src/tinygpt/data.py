@@ -1,0 +1,245 @@
+"""Corpus -> tokenizer -> cached token ids -> random training windows and fixed validation windows.
+
+Token ids are cached once per (corpus content, tokenizer) under ``cache_dir`` as .npy files
+(uint16 when the vocab fits) and memory-mapped, so a second run starts at once.
+Training batches are a pure function of (seed, step, rank): batch s is drawn from
+``np.random.default_rng([seed, s, rank])``. A run is reproducible, and a resumed run continues
+with exactly the batches it would have seen, because the sampler's position is the global step
+stored in every checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+from tinygpt import corpus
+from tinygpt.tokenizer import TOKENIZERS, load_tokenizer, train_tokenizer
+
+SOURCES = ("shakespeare", "text_file", "hf_hub", "random_tokens")
+CACHE_VERSION = 1
+
+
+def split_text(text: str, train_fraction: float) -> tuple[str, str]:
+    """Contiguous split, as nanoGPT: the first ``train_fraction`` of the characters train."""
+    n = int(len(text) * train_fraction)
+    return text[:n], text[n:]
+
+
+def chunk_lines(text: str, size: int = 1 << 16) -> list[str]:
+    """Cut text into ~size-character pieces at line ends (so BPE never merges across a cut)."""
+    chunks, start = [], 0
+    while start < len(text):
+        end = text.find("\n", min(start + size, len(text))) + 1 or len(text)
+        chunks.append(text[start:end])
+        start = end
+    return chunks
+
+
+def tokenize_to_array(tok, text: str, dtype) -> np.ndarray:
+    """Token ids of ``text`` via a batched `datasets` map over line chunks."""
+    from datasets import Dataset
+
+    ds = Dataset.from_dict({"text": chunk_lines(text)})
+    ds = ds.map(
+        lambda b: {"ids": [e.ids for e in tok.encode_batch(b["text"], add_special_tokens=False)]},
+        batched=True,
+        remove_columns=["text"],
+        desc="tokenizing",
+    )
+    ids = ds.with_format("numpy")["ids"]
+    return np.concatenate(list(ids)).astype(dtype) if len(ids) else np.zeros(0, dtype)
+
+
+class RandomWindows(IterableDataset):
+    """Endless (x, y) batches of random windows; batch for step s comes from rng([seed, s, rank])."""
+
+    def __init__(self, ids: np.ndarray, block_size: int, batch_size: int, seed: int, overfit: bool = False):
+        self.ids, self.block_size, self.batch_size, self.seed = ids, block_size, batch_size, seed
+        self.overfit = overfit  # debug: every step gets step 0's batch
+        self.start_step, self.rank, self.length = 0, 0, None
+        self.offsets = np.arange(block_size + 1)
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rng = np.random.default_rng([self.seed, 0 if self.overfit else step, self.rank])
+        starts = rng.integers(0, len(self.ids) - self.block_size - 1, size=self.batch_size, endpoint=True)
+        w = torch.from_numpy(self.ids[starts[:, None] + self.offsets].astype(np.int64))  # (B, T+1)
+        return w[:, :-1], w[:, 1:]  # x (B, T), y (B, T)
+
+    def __len__(self) -> int:  # steps left, so progress bars know the total
+        if self.length is None:
+            raise TypeError("RandomWindows is endless unless a length is set")
+        return self.length
+
+    def __iter__(self):
+        step = self.start_step
+        while self.length is None or step < self.start_step + self.length:
+            yield self.batch(step)
+            step += 1
+
+
+def fixed_windows(ids: np.ndarray, block_size: int, max_windows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Evenly spaced, non-overlapping windows over the whole split (all of them if they fit)."""
+    n_all = (len(ids) - 1) // block_size
+    n = min(n_all, max_windows)
+    starts = np.linspace(0, len(ids) - block_size - 1, n).astype(np.int64)
+    w = torch.from_numpy(ids[starts[:, None] + np.arange(block_size + 1)].astype(np.int64))  # (N, T+1)
+    return w[:, :-1], w[:, 1:]
+
+
+class TextDataModule(L.LightningDataModule):
+    """Builds (or reuses) the cache in ``prepare_data``, memory-maps it in ``setup``."""
+
+    def __init__(
+        self,
+        source: str = "shakespeare",
+        path: str | list[str] | None = None,
+        name: str | None = None,
+        config: str | None = None,
+        split: str = "train",
+        text_column: str = "text",
+        tokenizer: str = "char",
+        vocab_size: int = 512,
+        n_tokens: int = 1_000_000,
+        train_fraction: float = 0.9,
+        block_size: int = 64,
+        batch_size: int = 12,
+        val_batch_size: int = 64,
+        val_windows: int = 1024,
+        cache_dir: str = "data/cache",
+        seed: int = 1337,
+        overfit: bool = False,
+    ):
+        super().__init__()
+        if source not in SOURCES:
+            raise ValueError(f"data.source={source!r} is not one of {', '.join(SOURCES)}.")
+        if source != "random_tokens" and tokenizer not in TOKENIZERS:
+            raise ValueError(f"data.tokenizer={tokenizer!r} is not one of {', '.join(TOKENIZERS)}.")
+        if source == "text_file":
+            paths = [path] if isinstance(path, str) else list(path or [])
+            if not paths:
+                raise ValueError("data=text_file needs data.path=<file> (one or more UTF-8 text files).")
+            missing = [p for p in paths if not Path(p).expanduser().is_file()]
+            if missing:
+                raise ValueError(f"data.path={missing[0]!r} is not a file.")
+            path = paths
+        if source == "hf_hub" and not name:
+            raise ValueError("data=hf_hub needs data.name=<hub id or local dataset directory>.")
+        if not 0.0 < train_fraction < 1.0:
+            raise ValueError(f"data.train_fraction={train_fraction!r} must be between 0 and 1.")
+        for key, value in (("batch_size", batch_size), ("block_size", block_size), ("val_windows", val_windows)):
+            if value < 1:
+                raise ValueError(f"data.{key}={value!r} must be a positive integer.")
+        self.source, self.path, self.name, self.config = source, path, name, config
+        self.split, self.text_column = split, text_column
+        self.tokenizer_kind, self.tokenizer_vocab, self.n_tokens = tokenizer, vocab_size, n_tokens
+        self.train_fraction, self.block_size = train_fraction, block_size
+        self.batch_size, self.val_batch_size, self.val_windows = batch_size, val_batch_size, val_windows
+        self.cache_root, self.seed, self.overfit = Path(cache_dir).expanduser(), seed, overfit
+        self.tokenizer = None
+        self.train_ids = self.val_ids = None
+        self.cache_path: Path | None = None
+
+    # ------------------------------------------------------------------ cache
+
+    def _read_text(self) -> str:
+        if self.source == "shakespeare":
+            return corpus.shakespeare_text_file(self.cache_root).read_text(encoding="utf-8")
+        if self.source == "text_file":
+            return corpus.read_text_files(self.path, self.cache_root)
+        return corpus.read_hf_dataset(
+            self.name, config=self.config, split=self.split, text_column=self.text_column,
+            cache_dir=self.cache_root,
+        )
+
+    def _cache_dir_for(self, text: str | None) -> Path:
+        if self.source == "random_tokens":
+            key = f"random_tokens-v{self.tokenizer_vocab}-n{self.n_tokens}-s{self.seed}"
+        else:
+            h = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+            tok = self.tokenizer_kind + (f"{self.tokenizer_vocab}" if self.tokenizer_kind == "bpe" else "")
+            key = f"{self.source}-{h}-{tok}-f{self.train_fraction}"
+        return self.cache_root / f"{key}-c{CACHE_VERSION}"
+
+    def prepare_data(self) -> None:
+        """Read the corpus, train the tokenizer on the train split, tokenize, cache. Idempotent."""
+        if self.cache_path is not None and (self.cache_path / "meta.json").exists():
+            return
+        text = None if self.source == "random_tokens" else self._read_text()
+        out = self._cache_dir_for(text)
+        if not (out / "meta.json").exists():
+            out.mkdir(parents=True, exist_ok=True)
+            if self.source == "random_tokens":
+                vocab = self.tokenizer_vocab
+                rng = np.random.default_rng(self.seed)
+                ids = rng.integers(0, vocab, size=self.n_tokens).astype(np.uint16 if vocab <= 65536 else np.int32)
+                n = int(len(ids) * self.train_fraction)
+                train, val = ids[:n], ids[n:]
+            else:
+                if not text.strip():
+                    raise ValueError(f"the corpus for data.source={self.source!r} is empty.")
+                train_text, val_text = split_text(text, self.train_fraction)
+                tok = train_tokenizer(self.tokenizer_kind, chunk_lines(train_text), self.tokenizer_vocab)
+                vocab = tok.get_vocab_size()
+                dtype = np.uint16 if vocab <= 65536 else np.int32
+                train, val = tokenize_to_array(tok, train_text, dtype), tokenize_to_array(tok, val_text, dtype)
+                tok.save(str(out / "tokenizer.json"))
+            np.save(out / "train.npy", train)
+            np.save(out / "val.npy", val)
+            meta = {"source": self.source, "tokenizer": None if text is None else self.tokenizer_kind,
+                    "vocab_size": int(vocab), "train_tokens": int(len(train)), "val_tokens": int(len(val))}
+            (out / "meta.json").write_text(json.dumps(meta, indent=2))  # written last: marks the cache complete
+        self.cache_path = out
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_ids is not None:
+            return
+        self.prepare_data()  # every process finds (or builds) the same cache path
+        meta = json.loads((self.cache_path / "meta.json").read_text())
+        self.vocab_size = meta["vocab_size"]
+        self.train_ids = np.load(self.cache_path / "train.npy", mmap_mode="r")
+        self.val_ids = np.load(self.cache_path / "val.npy", mmap_mode="r")
+        tok_file = self.cache_path / "tokenizer.json"
+        self.tokenizer = load_tokenizer(tok_file) if tok_file.exists() else None
+        for split, ids in (("train", self.train_ids), ("validation", self.val_ids)):
+            if len(ids) < self.block_size + 2:
+                raise ValueError(
+                    f"the {split} split has {len(ids)} tokens, fewer than data.block_size + 2 = "
+                    f"{self.block_size + 2}; use a larger corpus or a smaller block_size."
+                )
+        self.val_x, self.val_y = fixed_windows(self.val_ids, self.block_size, self.val_windows)
+
+    @property
+    def tokenizer_path(self) -> Path | None:
+        p = self.cache_path / "tokenizer.json" if self.cache_path else None
+        return p if p is not None and p.exists() else None
+
+    # ------------------------------------------------------------------ loaders
+
+    def train_dataloader(self) -> DataLoader:
+        ds = RandomWindows(self.train_ids, self.block_size, self.batch_size, self.seed, self.overfit)
+        if self.trainer is not None:  # resume: continue the batch sequence at the restored step
+            ds.start_step, ds.rank = self.trainer.global_step, self.trainer.global_rank
+            if self.trainer.max_steps and self.trainer.max_steps > 0:
+                ds.length = max(1, self.trainer.max_steps - ds.start_step)
+        return DataLoader(ds, batch_size=None, num_workers=0)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(TensorDataset(self.val_x, self.val_y), batch_size=self.val_batch_size, shuffle=False)
+
+    def encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:
+            raise ValueError("this data source has no tokenizer (random_tokens); pass token ids instead.")
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids) -> str:
+        if self.tokenizer is None:
+            return " ".join(str(int(i)) for i in ids)
+        return self.tokenizer.decode(list(int(i) for i in ids), skip_special_tokens=False)
+

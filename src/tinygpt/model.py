@@ -1,0 +1,180 @@
+"""The GPT: token + position embeddings, n_layer pre-LN blocks, final LN, head tied to the embedding."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tinygpt.attention import BACKENDS, CausalSelfAttention, resolve_scale
+
+
+@dataclass
+class AttnConfig:
+    causal: bool = True
+    scale: str | float = "sqrt_dk"  # sqrt_dk | none | inv_dk | a number
+    backend: str = "sdpa"  # sdpa (fused) | math (the explicit formula)
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 65
+    block_size: int = 64
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0
+    bias: bool = False
+    attn: AttnConfig = field(default_factory=AttnConfig)
+    head_dim: int = field(init=False)
+
+    def __post_init__(self):
+        if isinstance(self.attn, dict):
+            self.attn = AttnConfig(**self.attn)
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"model.{name}={value!r} must be a positive integer.")
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"model.n_embd={self.n_embd} must be divisible by model.n_head={self.n_head}."
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model.dropout={self.dropout!r} must be in [0, 1).")
+        if self.attn.backend not in BACKENDS:
+            raise ValueError(
+                f"model.attn.backend={self.attn.backend!r} is not one of {', '.join(BACKENDS)}."
+            )
+        self.head_dim = self.n_embd // self.n_head
+        resolve_scale(self.attn.scale, self.head_dim)  # raises on an unknown scale
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("head_dim")
+        return d
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    """x + attn(LN(x)), then x + mlp(LN(x))."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.attn = CausalSelfAttention(
+            cfg.n_embd,
+            cfg.n_head,
+            causal=cfg.attn.causal,
+            scale=cfg.attn.scale,
+            backend=cfg.attn.backend,
+            dropout=cfg.dropout,
+            bias=cfg.bias,
+        )
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: Tensor, return_weights: bool = False):
+        if return_weights:
+            a, weights = self.attn(self.ln_1(x), return_weights=True)
+            x = x + a
+            return x + self.mlp(self.ln_2(x)), weights
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.config = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # weight tying
+        self.apply(self._init_weights)
+        # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        n = sum(p.numel() for p in self.parameters())  # tied weights are counted once
+        return n - self.wpe.weight.numel() if non_embedding else n
+
+    def forward(
+        self, idx: Tensor, targets: Tensor | None = None, return_weights: bool = False
+    ):
+        """idx (B, T) -> logits (B, T, V); with targets (B, T) also the mean cross-entropy.
+
+        ``return_weights=True`` adds a list of per-layer attention weights (B, H, T, T).
+        """
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(
+                f"sequence length {T} exceeds model.block_size={self.config.block_size}."
+            )
+        pos = torch.arange(T, device=idx.device)  # (T,)
+        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
+        maps = []
+        for block in self.blocks:
+            if return_weights:
+                x, w = block(x, return_weights=True)
+                maps.append(w)
+            else:
+                x = block(x)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))  # (B*T, V)
+        if return_weights:
+            return logits, loss, maps
+        return logits, loss
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Sample max_new_tokens after idx (B, T), feeding the last block_size tokens each step."""
+        if temperature <= 0:
+            raise ValueError(f"temperature={temperature} must be > 0.")
+        for _ in range(max_new_tokens):
+            context = idx[:, -self.config.block_size :]  # (B, <=block_size)
+            logits, _ = self(context)
+            logits = logits[:, -1, :] / temperature  # (B, V)
+            if top_k is not None:
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]  # (B, 1)
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            probs = torch.softmax(logits, dim=-1)
+            nxt = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+            idx = torch.cat((idx, nxt), dim=1)  # (B, T + 1)
+        return idx

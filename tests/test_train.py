@@ -1,0 +1,163 @@
+"""End-to-end: `python train.py` on the tiny model, as a user runs it."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from conftest import ROOT, run_train
+
+SUMMARY_KEYS = {"train_loss", "val_loss", "steps", "tokens_per_sec", "config", "diverged"}
+
+
+def tiny_args(out: Path, corpus_file: Path, cache_dir: Path, *extra: str) -> list[str]:
+    return [
+        "model=tiny",
+        "data=text_file",
+        f"data.path={corpus_file}",
+        f"data.cache_dir={cache_dir}",
+        f"hydra.run.dir={out}",
+        *extra,
+    ]
+
+
+# ----------------------------------------------------------------------------- config (fast)
+
+
+def compose_train(overrides=()):
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose("train", overrides=list(overrides), return_hydra_config=True)
+
+
+def test_default_config_is_nanogpts_cpu_recipe():
+    cfg = compose_train()
+    m = cfg.model
+    assert (m.n_layer, m.n_head, m.n_embd, m.block_size, m.dropout) == (4, 4, 128, 64, 0.0)
+    assert (m.attn.causal, m.attn.scale, m.attn.backend) == (True, "sqrt_dk", "sdpa")
+    assert cfg.data.source == "shakespeare" and cfg.data.batch_size == 12 and cfg.data.tokenizer == "char"
+    assert cfg.data.block_size == 64
+    assert cfg.trainer.max_steps == 2000 and cfg.trainer.gradient_clip_val == 1.0
+    o = cfg.optim
+    assert (o.lr, o.min_lr, o.warmup_steps, o.decay_steps, list(o.betas), o.weight_decay) == (
+        1e-3, 1e-4, 100, 2000, [0.9, 0.99], 0.1)
+    assert list(cfg.logger) == ["wandb"]
+
+
+def test_overrides_compose():
+    cfg = compose_train(["model=tiny", "model.attn.causal=false", "model.attn.scale=0.5", "trainer.max_steps=7"])
+    assert cfg.model.attn.causal is False and cfg.model.attn.scale == 0.5
+    assert cfg.optim.decay_steps == 7 and cfg.data.block_size == 16
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_train_end_to_end_with_offline_wandb(tmp_path, corpus_file, cache_dir):
+    out = tmp_path / "run"
+    home = tmp_path / "home"  # no ~/.netrc and no API key: the run must go offline by itself
+    home.mkdir()
+    env = {"HOME": str(home), "WANDB_API_KEY": None, "WANDB_MODE": None}
+    proc = run_train(tiny_args(out, corpus_file, cache_dir), env=env)
+    console = proc.stdout + proc.stderr
+    assert "wandb sync" in console
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert SUMMARY_KEYS <= summary.keys()
+    assert summary["steps"] == 20 and summary["diverged"] is False
+    assert 0 < summary["val_loss"] < 10 and 0 < summary["train_loss"] < 10
+    assert summary["tokens_per_sec"] > 0
+    assert summary["config"]["model"]["n_layer"] == 2
+
+    assert (out / "config.yaml").exists()
+    ckpt = out / "checkpoints" / "last.ckpt"
+    assert ckpt.exists() and list((out / "checkpoints").glob("best-*.ckpt"))
+    saved = torch.load(ckpt, map_location="cpu", weights_only=False)
+    assert "tokenizer" in saved and saved["global_step"] == 20
+
+    pngs = sorted((out / "attention").glob("*.png"))
+    assert [p.name for p in pngs] == [
+        "step000010_layer0.png", "step000010_layer1.png", "step000020_layer0.png", "step000020_layer1.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+    runs = list((out / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    images = list((runs[0] / "files" / "media" / "images").rglob("*.png"))
+    assert len(images) >= 4  # the attention maps, inside the W&B run
+    tables = list((runs[0] / "files" / "media" / "table").rglob("*.json"))
+    assert tables, "text samples table missing from the W&B run"
+
+    # sampling from the produced checkpoint
+    s = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "sample.py"), "--ckpt", str(ckpt), "--prompt", "To be",
+         "--max-new-tokens", "30"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert s.returncode == 0, s.stderr
+    assert s.stdout.startswith("To be") and len(s.stdout.strip()) >= 30
+
+
+@pytest.mark.slow
+def test_sweep_gives_separate_runs_in_one_group(tmp_path, corpus_file, cache_dir):
+    sweep = tmp_path / "sweep"
+    args = [
+        "-m", "model=tiny", "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
+        f"hydra.sweep.dir={sweep}", "trainer.max_steps=6", "trainer.val_check_interval=3",
+        "model.attn.causal=true,false",
+    ]
+    run_train(args)
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())
+    assert [j.name for j in jobs] == ["0", "1"]
+    causal = []
+    for job in jobs:
+        summary = json.loads((job / "summary.json").read_text())
+        causal.append(summary["config"]["model"]["attn"]["causal"])
+        runs = list((job / "wandb").glob("offline-run-*"))
+        assert len(runs) == 1, f"{job} should hold exactly its own W&B run"
+    assert causal == [True, False]
+    infos = [json.loads((j / "summary.json").read_text())["wandb"] for j in jobs]
+    assert len({i["id"] for i in infos}) == 2  # two runs...
+    group = "sweep-" + "-".join(sweep.parts[-2:])
+    assert [i["group"] for i in infos] == [group, group]  # ...in one group
+    assert "model.attn.causal=True" in infos[0]["name"] and "model.attn.causal=False" in infos[1]["name"]
+    assert "cache_dir" not in infos[0]["name"]
+    for info in infos:  # the group really is in each run's W&B record
+        record = next(Path(info["dir"]).glob("run-*.wandb")).read_bytes()
+        assert group.encode() in record
+
+
+@pytest.mark.slow
+def test_default_corpus_csv_logger_and_no_logger(tmp_path, cache_dir):
+    out = tmp_path / "csv"
+    run_train(["model=tiny", "logger=csv", "trainer.max_steps=4", "trainer.val_check_interval=2",
+               f"data.cache_dir={cache_dir}", f"hydra.run.dir={out}"])
+    assert json.loads((out / "summary.json").read_text())["config"]["data"]["source"] == "shakespeare"
+    assert list((out / "csv").rglob("metrics.csv"))
+    out2 = tmp_path / "none"
+    run_train(["model=tiny", "logger=none", "trainer.max_steps=4", "trainer.val_check_interval=2",
+               f"data.cache_dir={cache_dir}", f"hydra.run.dir={out2}"])
+    assert json.loads((out2 / "summary.json").read_text())["steps"] == 4
+    assert not (out2 / "wandb").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.n_head=3", "model.n_embd=16 must be divisible by model.n_head=3"),
+        ("model.attn.scale=sqrt", "attention scale 'sqrt'"),
+        ("data.path=/no/such/file.txt", "data.path='/no/such/file.txt' is not a file"),
+        ("trainer.max_steps=0", "trainer.max_steps=0 must be a positive integer"),
+    ],
+)
+def test_bad_config_fails_before_any_work(tmp_path, corpus_file, cache_dir, override, message):
+    out = tmp_path / "bad"
+    proc = run_train(tiny_args(out, corpus_file, cache_dir, override), check=False)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert not (out / "checkpoints").exists() and not (out / "summary.json").exists()
