@@ -101,6 +101,13 @@ def test_train_end_to_end_with_offline_wandb(tmp_path, corpus_file, cache_dir):
     assert s.returncode == 0, s.stderr
     assert s.stdout.startswith("To be") and len(s.stdout.strip()) >= 30
 
+    # resuming continues from step 20 to the new max_steps
+    out2 = tmp_path / "resumed"
+    run_train(tiny_args(out2, corpus_file, cache_dir, f"ckpt_path={ckpt}", "trainer.max_steps=30", "logger=none"))
+    resumed = json.loads((out2 / "summary.json").read_text())
+    assert resumed["steps"] == 30
+    assert torch.load(out2 / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 30
+
 
 @pytest.mark.slow
 def test_sweep_gives_separate_runs_in_one_group(tmp_path, corpus_file, cache_dir):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.loggers import WandbLogger
 from rich.console import Console
 from rich.panel import Panel
@@ -23,6 +24,13 @@ def windows_in(batch) -> int:
 def tokens_in(batch) -> int:
     """Tokens in a batch, for Lightning's ThroughputMonitor (items_per_sec = tokens/s)."""
     return batch[0].numel()
+
+
+class StepProgressBar(RichProgressBar):
+    """Lightning's rich bar, labelled by steps: training here is step-based, one endless 'epoch'."""
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        return f"{'train':{len(self.validation_description)}}"
 
 
 class StepTimer(L.Callback):
@@ -61,8 +69,12 @@ def probe_tokens(dm, text: str, block_size: int) -> tuple[torch.Tensor, list[str
         ids = [int(i) for i in dm.val_ids[:block_size]]
         return torch.tensor([ids]), [str(i) for i in ids]
     ids = dm.encode(text)[:block_size]
-    labels = [dm.decode([i]) for i in ids]
-    return torch.tensor([ids]), [repr(s)[1:-1] if s.strip() != s or not s else s for s in labels]
+    return torch.tensor([ids]), [token_label(dm.decode([i])) for i in ids]
+
+
+def token_label(piece: str) -> str:
+    """A visible axis label: spaces as '␣', newlines as '\\n'."""
+    return piece.replace(" ", "␣").replace("\n", "\\n").replace("\t", "\\t") or "∅"
 
 
 def plot_attention(weights: torch.Tensor, labels: list[str], title: str, path: Path) -> Path:
@@ -73,20 +85,25 @@ def plot_attention(weights: torch.Tensor, labels: list[str], title: str, path: P
     import matplotlib.pyplot as plt
 
     n_head, T, _ = weights.shape
-    fig, axes = plt.subplots(1, n_head, figsize=(3.2 * n_head + 0.8, 3.6), squeeze=False)
-    show_labels = T <= 40
-    for h, ax in enumerate(axes[0]):
+    show_labels = T <= 64
+    side = max(3.2, 0.11 * T) if show_labels else 3.2  # inches per head: room for a label per token
+    ncols = min(n_head, 4 if side < 5 else 2)
+    nrows = math.ceil(n_head / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(side * ncols + 1.0, side * nrows + 0.6), squeeze=False)
+    for ax in axes.flat[n_head:]:
+        ax.axis("off")
+    for h, ax in enumerate(axes.flat[:n_head]):
         im = ax.imshow(weights[h].float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
         ax.set_title(f"head {h}", fontsize=9)
         if show_labels:
-            ax.set_xticks(range(T), labels, fontsize=5, rotation=90)
-            ax.set_yticks(range(T), labels if h == 0 else [""] * T, fontsize=5)
+            ax.set_xticks(range(T), labels, fontsize=6, rotation=90)
+            ax.set_yticks(range(T), labels, fontsize=6)
         else:
             ax.set_xticks([])
             ax.set_yticks([])
         ax.set_xlabel("key", fontsize=8)
-    axes[0][0].set_ylabel("query", fontsize=8)
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
+        ax.set_ylabel("query", fontsize=8)
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8)
     fig.suptitle(title, fontsize=10)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
