@@ -191,3 +191,15 @@ def test_embedded_shakespeare_is_there_offline(cache_dir):
     speeches = text.strip().split("\n\n")  # "SPEAKER:\nline\nline" blocks
     assert len(speeches) > 25_000
     assert all(s.split("\n", 1)[0].endswith(":") and "\n" in s for s in speeches)
+
+
+def test_concurrent_builders_share_one_complete_cache(corpus_file, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    dms = [make_dm(corpus_file, tmp_path) for _ in range(3)]
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda dm: dm.setup(), dms))
+    assert len({dm.cache_path for dm in dms}) == 1
+    assert all(np.array_equal(dm.train_ids, dms[0].train_ids) for dm in dms)
+    leftovers = [p.name for p in dms[0].cache_path.parent.iterdir() if ".tmp-" in p.name]
+    assert leftovers == []

@@ -168,3 +168,17 @@ def test_bad_config_fails_before_any_work(tmp_path, corpus_file, cache_dir, over
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr
     assert not (out / "checkpoints").exists() and not (out / "summary.json").exists()
+
+
+def test_debug_configs_compose():
+    fast = compose_train(["debug=fast"])
+    assert fast.trainer.max_steps == 10 and not fast.get("logger")
+    overfit = compose_train(["debug=overfit"])
+    assert overfit.data.overfit is True and overfit.trainer.max_steps == 300
+
+
+def test_small_gpu_recipe_composes():
+    cfg = compose_train(["model=small"])
+    assert (cfg.model.n_layer, cfg.model.n_embd, cfg.model.block_size) == (6, 384, 256)
+    assert cfg.trainer.accelerator == "gpu" and cfg.trainer.precision == "bf16-mixed"
+    assert cfg.data.batch_size == 64 and cfg.trainer.max_steps == 5000

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import lightning as L
@@ -48,7 +50,7 @@ def tokenize_to_array(tok, text: str, dtype) -> np.ndarray:
 
     ds = Dataset.from_dict({"text": chunk_lines(text)})
     ds = ds.map(
-        lambda b: {"ids": [e.ids for e in tok.encode_batch(b["text"], add_special_tokens=False)]},
+        lambda b: {"ids": [np.asarray(e.ids, dtype) for e in tok.encode_batch(b["text"], add_special_tokens=False)]},
         batched=True,
         remove_columns=["text"],
         desc="tokenizing",
@@ -149,10 +151,9 @@ class TextDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ cache
 
     def _read_text(self) -> str:
-        if self.source == "shakespeare":
-            return corpus.shakespeare_text_file(self.cache_root).read_text(encoding="utf-8")
-        if self.source == "text_file":
-            return corpus.read_text_files(self.path, self.cache_root)
+        if self.source in ("shakespeare", "text_file"):
+            paths = [corpus.shakespeare_text_file(self.cache_root)] if self.source == "shakespeare" else self.path
+            return corpus.read_text_files(paths, self.cache_root)
         return corpus.read_hf_dataset(
             self.name, config=self.config, split=self.split, text_column=self.text_column,
             cache_dir=self.cache_root,
@@ -168,34 +169,50 @@ class TextDataModule(L.LightningDataModule):
         return self.cache_root / f"{key}-c{CACHE_VERSION}"
 
     def prepare_data(self) -> None:
-        """Read the corpus, train the tokenizer on the train split, tokenize, cache. Idempotent."""
+        """Read the corpus, train the tokenizer on the train split, tokenize, cache. Idempotent.
+
+        The cache is built in a private temporary dir and renamed into place, so processes that
+        build the same cache at once (sweep jobs, DDP ranks) never see a half-written one.
+        """
         if self.cache_path is not None and (self.cache_path / "meta.json").exists():
             return
         text = None if self.source == "random_tokens" else self._read_text()
         out = self._cache_dir_for(text)
         if not (out / "meta.json").exists():
-            out.mkdir(parents=True, exist_ok=True)
-            if self.source == "random_tokens":
-                vocab = self.tokenizer_vocab
-                rng = np.random.default_rng(self.seed)
-                ids = rng.integers(0, vocab, size=self.n_tokens).astype(np.uint16 if vocab <= 65536 else np.int32)
-                n = int(len(ids) * self.train_fraction)
-                train, val = ids[:n], ids[n:]
-            else:
-                if not text.strip():
-                    raise ValueError(f"the corpus for data.source={self.source!r} is empty.")
-                train_text, val_text = split_text(text, self.train_fraction)
-                tok = train_tokenizer(self.tokenizer_kind, chunk_lines(train_text), self.tokenizer_vocab)
-                vocab = tok.get_vocab_size()
-                dtype = np.uint16 if vocab <= 65536 else np.int32
-                train, val = tokenize_to_array(tok, train_text, dtype), tokenize_to_array(tok, val_text, dtype)
-                tok.save(str(out / "tokenizer.json"))
-            np.save(out / "train.npy", train)
-            np.save(out / "val.npy", val)
-            meta = {"source": self.source, "tokenizer": None if text is None else self.tokenizer_kind,
-                    "vocab_size": int(vocab), "train_tokens": int(len(train)), "val_tokens": int(len(val))}
-            (out / "meta.json").write_text(json.dumps(meta, indent=2))  # written last: marks the cache complete
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+            try:
+                self._build_cache(text, tmp)
+                try:
+                    tmp.rename(out)
+                except OSError:  # another process finished first; its cache is the same
+                    if not (out / "meta.json").exists():
+                        raise
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
         self.cache_path = out
+
+    def _build_cache(self, text: str | None, out: Path) -> None:
+        if self.source == "random_tokens":
+            vocab = self.tokenizer_vocab
+            rng = np.random.default_rng(self.seed)
+            ids = rng.integers(0, vocab, size=self.n_tokens).astype(np.uint16 if vocab <= 65536 else np.int32)
+            n = int(len(ids) * self.train_fraction)
+            train, val = ids[:n], ids[n:]
+        else:
+            if not text.strip():
+                raise ValueError(f"the corpus for data.source={self.source!r} is empty.")
+            train_text, val_text = split_text(text, self.train_fraction)
+            tok = train_tokenizer(self.tokenizer_kind, chunk_lines(train_text), self.tokenizer_vocab)
+            vocab = tok.get_vocab_size()
+            dtype = np.uint16 if vocab <= 65536 else np.int32
+            train, val = tokenize_to_array(tok, train_text, dtype), tokenize_to_array(tok, val_text, dtype)
+            tok.save(str(out / "tokenizer.json"))
+        np.save(out / "train.npy", train)
+        np.save(out / "val.npy", val)
+        meta = {"source": self.source, "tokenizer": None if text is None else self.tokenizer_kind,
+                "vocab_size": int(vocab), "train_tokens": int(len(train)), "val_tokens": int(len(val))}
+        (out / "meta.json").write_text(json.dumps(meta, indent=2))
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_ids is not None:
