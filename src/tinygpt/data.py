@@ -59,6 +59,12 @@ def tokenize_to_array(tok, text: str, dtype) -> np.ndarray:
     return np.concatenate(list(ids)).astype(dtype) if len(ids) else np.zeros(0, dtype)
 
 
+def windows_at(ids: np.ndarray, starts: np.ndarray, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Windows of block_size + 1 tokens starting at ``starts`` -> inputs and next-token targets."""
+    w = torch.from_numpy(ids[starts[:, None] + np.arange(block_size + 1)].astype(np.int64))  # (N, T+1)
+    return w[:, :-1], w[:, 1:]  # x (N, T), y (N, T)
+
+
 class RandomWindows(IterableDataset):
     """Endless (x, y) batches of random windows; batch for step s comes from rng([seed, s, rank])."""
 
@@ -66,13 +72,11 @@ class RandomWindows(IterableDataset):
         self.ids, self.block_size, self.batch_size, self.seed = ids, block_size, batch_size, seed
         self.overfit = overfit  # debug: every step gets step 0's batch
         self.start_step, self.rank, self.length = 0, 0, None
-        self.offsets = np.arange(block_size + 1)
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         rng = np.random.default_rng([self.seed, 0 if self.overfit else step, self.rank])
         starts = rng.integers(0, len(self.ids) - self.block_size - 1, size=self.batch_size, endpoint=True)
-        w = torch.from_numpy(self.ids[starts[:, None] + self.offsets].astype(np.int64))  # (B, T+1)
-        return w[:, :-1], w[:, 1:]  # x (B, T), y (B, T)
+        return windows_at(self.ids, starts, self.block_size)  # x (B, T), y (B, T)
 
     def __len__(self) -> int:  # steps left, so progress bars know the total
         if self.length is None:
@@ -91,8 +95,7 @@ def fixed_windows(ids: np.ndarray, block_size: int, max_windows: int) -> tuple[t
     n_all = (len(ids) - 1) // block_size
     n = min(n_all, max_windows)
     starts = np.linspace(0, len(ids) - block_size - 1, n).astype(np.int64)
-    w = torch.from_numpy(ids[starts[:, None] + np.arange(block_size + 1)].astype(np.int64))  # (N, T+1)
-    return w[:, :-1], w[:, 1:]
+    return windows_at(ids, starts, block_size)
 
 
 class TextDataModule(L.LightningDataModule):
