@@ -12,7 +12,8 @@ from hydra import compose, initialize_config_dir
 
 from conftest import ROOT, run_train
 
-SUMMARY_KEYS = {"train_loss", "val_loss", "steps", "tokens_per_sec", "config", "diverged"}
+SUMMARY_KEYS = {"train_loss", "val_loss", "val_loss_autoregressive", "future_leak", "attn_entropy",
+                "attn_max_logit", "diverged", "steps", "tokens_per_sec", "config"}  # design.md
 
 
 def tiny_args(out: Path, corpus_file: Path, cache_dir: Path, *extra: str) -> list[str]:
@@ -73,6 +74,10 @@ def test_train_end_to_end_with_offline_wandb(tmp_path, corpus_file, cache_dir):
     assert 0 < summary["val_loss"] < 10 and 0 < summary["train_loss"] < 10
     assert summary["tokens_per_sec"] > 0
     assert summary["config"]["model"]["n_layer"] == 2
+    assert summary["future_leak"] == 0.0  # causal: the future cannot change the past
+    tf = summary["diagnostics"]["val_loss_teacher_forced_probe"]
+    assert summary["val_loss_autoregressive"] == pytest.approx(tf, rel=1e-4)
+    assert 0 < summary["attn_entropy"] <= 1
 
     assert (out / "config.yaml").exists()
     ckpt = out / "checkpoints" / "last.ckpt"
@@ -124,6 +129,7 @@ def test_sweep_gives_separate_runs_in_one_group(tmp_path, corpus_file, cache_dir
     for job in jobs:
         summary = json.loads((job / "summary.json").read_text())
         causal.append(summary["config"]["model"]["attn"]["causal"])
+        assert (summary["future_leak"] == 0.0) == causal[-1]  # the unmasked job leaks
         runs = list((job / "wandb").glob("offline-run-*"))
         assert len(runs) == 1, f"{job} should hold exactly its own W&B run"
     assert causal == [True, False]

@@ -344,6 +344,14 @@ class CausalSelfAttention(nn.Module):
         y = self.resid_dropout(self.c_proj(y))
         return (y, weights) if return_weights else y
 
+    def logits(self, x: Tensor) -> Tensor:
+        """The pre-softmax attention logits q k^T * scale, (B, H, T, T), before any mask (for diagnostics)."""
+        B, T, C = x.shape
+        q, k, _ = self.c_attn(x).split(self.n_embd, dim=2)  # 2 x (B, T, C)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        return (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, T)
+
     def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, padding_mask: Tensor | None) -> Tensor:
         """The fused kernel, with the same explicit scale and the same mask as the math path."""
         dropout_p = self.dropout if self.training else 0.0  # SDPA applies dropout even in eval

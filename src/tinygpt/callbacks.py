@@ -13,6 +13,8 @@ from lightning.pytorch.loggers import WandbLogger
 from rich.console import Console
 from rich.panel import Panel
 
+from tinygpt.diagnostics import evaluating
+
 console = Console()
 
 
@@ -137,11 +139,8 @@ class AttentionMaps(L.Callback):
         self._last_step = step
         model = module.model
         idx, labels = probe_tokens(trainer.datamodule, self.probe, model.config.block_size)
-        was_training = model.training
-        model.eval()
-        with torch.no_grad():
+        with evaluating(model):
             _, _, maps = model(idx.to(module.device), return_weights=True)  # n_layer x (1, H, T, T)
-        model.train(was_training)
         paths = []
         for layer, w in enumerate(maps):
             path = _run_dir(trainer) / "attention" / f"step{step:06d}_layer{layer}.png"
@@ -175,10 +174,8 @@ class TextSamples(L.Callback):
         ids = dm.encode(self.prompt) if dm.tokenizer is not None else [int(dm.val_ids[0])]
         idx = torch.tensor([ids or [0]], device=module.device)
         gen = torch.Generator(device=module.device).manual_seed(self.seed)
-        was_training = module.model.training
-        module.model.eval()
-        out = module.model.generate(idx, self.max_new_tokens, self.temperature, self.top_k, generator=gen)
-        module.model.train(was_training)
+        with evaluating(module.model) as model:
+            out = model.generate(idx, self.max_new_tokens, self.temperature, self.top_k, generator=gen)
         text = dm.decode(out[0].tolist())
         step = trainer.global_step
         console.print(Panel(text, title=f"sample at step {step}", expand=False))

@@ -19,6 +19,7 @@ from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from tinygpt import diagnostics
 from tinygpt.callbacks import DivergenceGuard, StepTimer
 from tinygpt.model import GPTConfig
 from tinygpt.module import GPTModule
@@ -174,9 +175,18 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if module.last_val_step != trainer.global_step:
             trainer.validate(module, datamodule=dm, verbose=False)
         guard = next((c for c in callbacks if isinstance(c, DivergenceGuard)), None)
+        n_diag = cfg.get("diagnostics", {}).get("windows", 32)
+        probe_x, probe_y = (t[:n_diag].to(module.device) for t in (dm.val_x, dm.val_y))
+        diag = diagnostics.run_all(module.model, probe_x, probe_y) if trainer.is_global_zero else {}
+        for lg in loggers:
+            lg.log_metrics({f"diag/{k}": v for k, v in diag.items() if isinstance(v, float)}, step=trainer.global_step)
         summary = {
             "train_loss": module.tail_train_loss(0.1),
             "val_loss": module.last_val_loss,
+            "val_loss_autoregressive": diag.get("val_loss_autoregressive"),
+            "future_leak": diag.get("future_leak"),
+            "attn_entropy": diag.get("attn_entropy"),
+            "attn_max_logit": diag.get("attn_max_logit"),
             "diverged": bool(guard and guard.diverged),
             "steps": trainer.global_step,
             "tokens_per_sec": timer.tokens_per_sec,
@@ -185,12 +195,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             "vocab_size": dm.vocab_size,
             "config": OmegaConf.to_container(cfg, resolve=True),
             "wandb": wandb_info() if any(isinstance(lg, WandbLogger) for lg in loggers) else None,
+            "diagnostics": diag,  # the above on the probe windows, plus per-layer values
         }
         if trainer.is_global_zero:
             path = write_summary(out_dir, summary)
             console.print(
                 f"[bold green]done[/]: {summary['steps']} steps, train loss {summary['train_loss']:.4f}, "
-                f"val loss {summary['val_loss']:.4f}, {summary['tokens_per_sec'] or 0:,.0f} tokens/s -> {path}"
+                f"val loss {summary['val_loss']:.4f} (autoregressive {summary['val_loss_autoregressive']:.4f}, "
+                f"future leak {summary['future_leak']:.3g}), {summary['tokens_per_sec'] or 0:,.0f} tokens/s -> {path}"
             )
         return summary
     finally:

@@ -1,0 +1,83 @@
+import math
+
+import pytest
+import torch
+
+from tinygpt.attention import causal_mask
+from tinygpt.diagnostics import attention_stats, autoregressive_loss, future_leak, run_all, teacher_forced_loss
+from tinygpt.model import GPT, GPTConfig
+
+
+def model(causal=True, backend="sdpa", seed=0):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=23, block_size=10, n_layer=2, n_head=2, n_embd=16,
+                         attn={"causal": causal, "backend": backend}))
+
+
+def batch(seed=1):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randint(0, 23, (6, 11), generator=g)
+    return w[:, :-1], w[:, 1:]
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "math"])
+def test_causal_model_autoregressive_equals_teacher_forced_and_no_leak(backend):
+    m, (x, y) = model(backend=backend), batch()
+    assert autoregressive_loss(m, x, y) == pytest.approx(teacher_forced_loss(m, x, y), rel=1e-5)
+    assert future_leak(m, x, positions=list(range(9))) == 0.0
+
+
+def test_leaky_model_is_caught():
+    m, (x, y) = model(causal=False), batch()
+    m.blocks[0].attn.c_attn.weight.data.mul_(20)  # sharper attention: a larger leak
+    assert future_leak(m, x) > 1e-3
+    assert autoregressive_loss(m, x, y) != pytest.approx(teacher_forced_loss(m, x, y), rel=1e-4)
+
+
+def test_autoregressive_loss_scores_prefixes_only():
+    m, (x, y) = model(causal=False), batch()
+    # by hand for one window: position t sees x[:t+1] only
+    with torch.no_grad():
+        hand = sum(
+            torch.nn.functional.cross_entropy(m(x[:1, : t + 1])[0][:, -1], y[:1, t]).item() for t in range(10)
+        ) / 10
+    assert autoregressive_loss(m, x[:1], y[:1]) == pytest.approx(hand, rel=1e-6)
+
+
+def test_uniform_attention_has_entropy_one_and_zero_logits():
+    m, (x, _) = model(), batch()
+    for b in m.blocks:  # q = 0 -> all logits 0 -> uniform over the visible keys
+        b.attn.c_attn.weight.data[: b.attn.n_embd] = 0
+    stats = attention_stats(m, x)
+    assert stats["attn_entropy"] == pytest.approx(1.0, abs=1e-6)
+    assert stats["attn_max_logit"] == 0.0
+
+
+def test_max_logit_matches_a_hand_computation():
+    m, (x, _) = model(), batch()
+    with torch.no_grad():
+        h = m.wte(x) + m.wpe(torch.arange(10))
+        a = m.blocks[0].attn
+        q, k, _ = a.c_attn(m.blocks[0].ln_1(h)).split(16, dim=2)
+        q = q.view(6, 10, 2, 8).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(6, 10, 2, 8).transpose(1, 2)
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(8)
+        expected = s.masked_fill(~causal_mask(10, 10), float("-inf")).max().item()
+    assert attention_stats(m, x)["attn_max_logit_per_layer"][0] == pytest.approx(expected, rel=1e-5)
+
+
+def test_one_hot_attention_has_entropy_near_zero():
+    m, (x, _) = model(), batch()
+    stats = attention_stats(m, x)
+    assert 0.0 < stats["attn_entropy"] <= 1.0
+    for b in m.blocks:  # huge logits: near one-hot rows
+        b.attn.c_attn.weight.data[: 2 * b.attn.n_embd] *= 300
+    assert attention_stats(m, x)["attn_entropy"] < 0.2
+
+
+def test_run_all_keys_and_mode_restored():
+    m, (x, y) = model(), batch()
+    m.train()
+    out = run_all(m, x, y)
+    assert {"val_loss_autoregressive", "future_leak", "attn_entropy", "attn_max_logit"} <= out.keys()
+    assert m.training
