@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
@@ -176,7 +177,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             trainer.validate(module, datamodule=dm, verbose=False)
         guard = next((c for c in callbacks if isinstance(c, DivergenceGuard)), None)
         n_diag = cfg.get("diagnostics", {}).get("windows", 32)
-        probe_x, probe_y = (t[:n_diag].to(module.device) for t in (dm.val_x, dm.val_y))
+        pick = torch.linspace(0, len(dm.val_x) - 1, min(n_diag, len(dm.val_x))).long()  # spread over the split
+        probe_x, probe_y = (t[pick].to(module.device) for t in (dm.val_x, dm.val_y))
         diag = diagnostics.run_all(module.model, probe_x, probe_y) if trainer.is_global_zero else {}
         for lg in loggers:
             lg.log_metrics({f"diag/{k}": v for k, v in diag.items() if isinstance(v, float)}, step=trainer.global_step)
@@ -184,6 +186,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             "train_loss": module.tail_train_loss(0.1),
             "val_loss": module.last_val_loss,
             "val_loss_autoregressive": diag.get("val_loss_autoregressive"),
+            "val_loss_probe": diag.get("val_loss_probe"),  # teacher-forced, on the same probe windows
             "future_leak": diag.get("future_leak"),
             "attn_entropy": diag.get("attn_entropy"),
             "attn_max_logit": diag.get("attn_max_logit"),
