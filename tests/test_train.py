@@ -187,3 +187,17 @@ def test_small_gpu_recipe_composes():
     assert (cfg.model.n_layer, cfg.model.n_embd, cfg.model.block_size) == (6, 384, 256)
     assert cfg.trainer.accelerator == "gpu" and cfg.trainer.precision == "bf16-mixed"
     assert cfg.data.batch_size == 64 and cfg.trainer.max_steps == 5000
+
+
+@pytest.mark.slow
+def test_resume_is_exact(tmp_path, corpus_file, cache_dir):
+    """10 steps + resume to 20 gives bit-identical weights to 20 straight steps."""
+    common = ["logger=none", "trainer.max_steps=20", "optim.decay_steps=20"]
+    run_train(tiny_args(tmp_path / "full", corpus_file, cache_dir, *common))
+    run_train(tiny_args(tmp_path / "half", corpus_file, cache_dir, *common, "trainer.max_steps=10"))
+    half_ckpt = tmp_path / "half" / "checkpoints" / "last.ckpt"
+    run_train(tiny_args(tmp_path / "resumed", corpus_file, cache_dir, *common, f"ckpt_path={half_ckpt}"))
+    full = torch.load(tmp_path / "full" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    resumed = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    assert full.keys() == resumed.keys()
+    assert all(torch.equal(full[k], resumed[k]) for k in full)
