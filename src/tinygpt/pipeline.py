@@ -139,13 +139,8 @@ def write_summary(out_dir: Path, values: dict[str, Any]) -> Path:
 # ----------------------------------------------------------------------------- train
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
-    validate_config(cfg)
-    out_dir, group, name = run_identity()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
-
+def build_datamodule(cfg: DictConfig):
+    """Instantiate, then read/tokenize/cache the corpus (or reuse the cache) and memory-map it."""
     dm = instantiate(cfg.data)
     t0 = time.perf_counter()
     dm.prepare_data()
@@ -154,20 +149,49 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         f"data: {dm.source}, vocab {dm.vocab_size}, {len(dm.train_ids):,} train / {len(dm.val_ids):,} val tokens "
         f"({time.perf_counter() - t0:.1f}s, cache {dm.cache_path})"
     )
+    return dm
+
+
+def build_module(cfg: DictConfig, vocab_size: int) -> GPTModule:
     module = GPTModule(
         model=OmegaConf.to_container(cfg.model, resolve=True),
-        vocab_size=dm.vocab_size,
+        vocab_size=vocab_size,
         **OmegaConf.to_container(cfg.optim, resolve=True),
     )
     if cfg.get("compile"):
         module.model.compile()
     console.print(f"model: {module.model.num_params() / 1e6:.2f}M parameters, attention {module.config.attn}")
+    return module
 
-    loggers = build_loggers(cfg, group, name)
+
+def build_callbacks(cfg: DictConfig, with_logger: bool) -> tuple[list, StepTimer]:
+    """The configured callbacks, behind a StepTimer (first, so it times the step alone)."""
     timer = StepTimer()
     callbacks = [timer] + [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    if not loggers:  # these only feed a logger, and LearningRateMonitor refuses to run without one
+    if not with_logger:  # these only feed a logger, and LearningRateMonitor refuses to run without one
         callbacks = [c for c in callbacks if not isinstance(c, (LearningRateMonitor, ThroughputMonitor))]
+    return callbacks, timer
+
+
+def probe_diagnostics(module: GPTModule, dm, n_windows: int) -> dict:
+    """diagnostics.run_all on n validation windows spread evenly over the split."""
+    pick = torch.linspace(0, len(dm.val_x) - 1, min(n_windows, len(dm.val_x))).long()
+    x, y = (t[pick].to(module.device) for t in (dm.val_x, dm.val_y))
+    return diagnostics.run_all(module.model, x, y)
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """One run: validate, build, fit, final validation and diagnostics, summary.json."""
+    validate_config(cfg)
+    out_dir, group, name = run_identity()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+
+    dm = build_datamodule(cfg)
+    module = build_module(cfg, dm.vocab_size)
+    loggers = build_loggers(cfg, group, name)
+    callbacks, timer = build_callbacks(cfg, with_logger=bool(loggers))
     for lg in loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
@@ -175,13 +199,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         trainer.fit(module, datamodule=dm, ckpt_path=cfg.get("ckpt_path"))
         if module.last_val_step != trainer.global_step:
             trainer.validate(module, datamodule=dm, verbose=False)
-        guard = next((c for c in callbacks if isinstance(c, DivergenceGuard)), None)
-        n_diag = cfg.get("diagnostics", {}).get("windows", 32)
-        pick = torch.linspace(0, len(dm.val_x) - 1, min(n_diag, len(dm.val_x))).long()  # spread over the split
-        probe_x, probe_y = (t[pick].to(module.device) for t in (dm.val_x, dm.val_y))
-        diag = diagnostics.run_all(module.model, probe_x, probe_y) if trainer.is_global_zero else {}
+        diag = probe_diagnostics(module, dm, cfg.get("diagnostics", {}).get("windows", 32)) if trainer.is_global_zero else {}
         for lg in loggers:
             lg.log_metrics({f"diag/{k}": v for k, v in diag.items() if isinstance(v, float)}, step=trainer.global_step)
+        guard = next((c for c in callbacks if isinstance(c, DivergenceGuard)), None)
         summary = {
             "train_loss": module.tail_train_loss(0.1),
             "val_loss": module.last_val_loss,
