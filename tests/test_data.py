@@ -155,6 +155,8 @@ def test_bad_data_config_fails_clearly(tmp_path):
         TextDataModule(source="text_file")
     with pytest.raises(ValueError, match="data.source='web'"):
         TextDataModule(source="web")
+    with pytest.raises(ValueError, match="data.vocab_size=100 is too small for byte-level BPE"):
+        TextDataModule(source="shakespeare", tokenizer="bpe", vocab_size=100)
     short = tmp_path / "short.txt"
     short.write_text("abc\n" * 3)
     with pytest.raises(ValueError, match="fewer than data.block_size"):

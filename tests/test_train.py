@@ -165,6 +165,8 @@ def test_default_corpus_csv_logger_and_no_logger(tmp_path, cache_dir):
         ("model.attn.scale=sqrt", "attention scale 'sqrt'"),
         ("data.path=/no/such/file.txt", "data.path='/no/such/file.txt' is not a file"),
         ("trainer.max_steps=0", "trainer.max_steps=0 must be a positive integer"),
+        ("seed=-1", "seed=-1 must be an integer in [0, 2**32)"),
+        ("optim.warmup_steps=50", "optim.warmup_steps=50 must be between 0 and optim.decay_steps=20"),
     ],
 )
 def test_bad_config_fails_before_any_work(tmp_path, corpus_file, cache_dir, override, message):

@@ -126,6 +126,13 @@ class TextDataModule(L.LightningDataModule):
             raise ValueError(f"data.source={source!r} is not one of {', '.join(SOURCES)}.")
         if source != "random_tokens" and tokenizer not in TOKENIZERS:
             raise ValueError(f"data.tokenizer={tokenizer!r} is not one of {', '.join(TOKENIZERS)}.")
+        if source != "random_tokens" and tokenizer == "bpe" and vocab_size < 257:
+            raise ValueError(
+                f"data.vocab_size={vocab_size} is too small for byte-level BPE: it needs at least 257 "
+                "(256 bytes + <|endoftext|>)."
+            )
+        if source == "random_tokens" and not 2 <= vocab_size <= 2**31:
+            raise ValueError(f"data.vocab_size={vocab_size} must be at least 2 for random_tokens.")
         if source == "text_file":
             paths = [path] if isinstance(path, str) else list(path or [])
             if not paths:
