@@ -29,7 +29,7 @@ def test_lr_schedule_values():
     assert lr_at(2000, **kw) == pytest.approx(1e-4)
     assert lr_at(5000, **kw) == pytest.approx(1e-4)
     lrs = [lr_at(s, **kw) for s in range(100, 2001)]
-    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    assert all(a >= b for a, b in zip(lrs, lrs[1:], strict=False))
 
 
 def test_optimizer_and_scheduler_follow_the_schedule():
@@ -39,7 +39,7 @@ def test_optimizer_and_scheduler_follow_the_schedule():
     assert isinstance(opt, torch.optim.AdamW) and opt.defaults["betas"] == (0.9, 0.99)
     assert conf["lr_scheduler"]["interval"] == "step"
     seen = []
-    for step in range(60):
+    for _ in range(60):
         seen.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()

@@ -1,7 +1,6 @@
 """End-to-end: `python train.py` on the tiny model, as a user runs it."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

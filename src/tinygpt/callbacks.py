@@ -127,7 +127,9 @@ class AttentionMaps(L.Callback):
     """Every ``every_n_steps`` and at the end, run a fixed probe through the math path and save
     one heatmap grid per layer under ``<run dir>/attention/``, logged to W&B as images."""
 
-    def __init__(self, every_n_steps: int = 500, probe: str = "ROMEO:\nBut soft, what light through yonder window breaks?"):
+    def __init__(
+        self, every_n_steps: int = 500, probe: str = "ROMEO:\nBut soft, what light through yonder window breaks?"
+    ):
         self.every_n_steps, self.probe = every_n_steps, probe
         self.saved: list[Path] = []
         self._last_step = -1
@@ -162,7 +164,14 @@ class AttentionMaps(L.Callback):
 class TextSamples(L.Callback):
     """After every validation, sample text from a prompt: printed, and added to a W&B table."""
 
-    def __init__(self, prompt: str = "\n", max_new_tokens: int = 200, temperature: float = 0.8, top_k: int | None = 40, seed: int = 0):
+    def __init__(
+        self,
+        prompt: str = "\n",
+        max_new_tokens: int = 200,
+        temperature: float = 0.8,
+        top_k: int | None = 40,
+        seed: int = 0,
+    ):
         self.prompt, self.max_new_tokens = prompt, max_new_tokens
         self.temperature, self.top_k, self.seed = temperature, top_k, seed
         self.rows: list[list] = []

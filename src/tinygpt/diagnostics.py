@@ -75,7 +75,7 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     try:
         with evaluating(model):
             _, _, maps = model(x, return_weights=True)  # n_layer x (N, H, T, T)
-            logits = [b.attn.logits(inp) for b, inp in zip(model.blocks, inputs)]  # n_layer x (N, H, T, T)
+            logits = [b.attn.logits(inp) for b, inp in zip(model.blocks, inputs, strict=True)]  # n_layer x (N, H, T, T)
     finally:
         for h in hooks:
             h.remove()
@@ -84,7 +84,7 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     n_visible = visible.sum(-1)  # (T,)
     rows = n_visible > 1  # a row with one visible key has no choice to make: skip it
     entropies, max_logits = [], []
-    for w, s in zip(maps, logits):
+    for w, s in zip(maps, logits, strict=True):
         p = w.clamp_min(1e-30)
         h = -(w * p.log()).sum(-1)  # (N, H, T)
         h = h[..., rows] / torch.log(n_visible[rows].float())  # each row / log(#visible keys)

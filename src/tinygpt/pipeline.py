@@ -97,7 +97,9 @@ def build_loggers(cfg: DictConfig, group: str | None, name: str | None) -> list:
     for key, lcfg in (cfg.get("logger") or {}).items():
         if key == "wandb":
             mode = wandb_mode(lcfg.get("mode"))
-            loggers.append(instantiate(lcfg, mode=mode, group=lcfg.get("group") or group, name=lcfg.get("name") or name))
+            loggers.append(
+                instantiate(lcfg, mode=mode, group=lcfg.get("group") or group, name=lcfg.get("name") or name)
+            )
         else:
             loggers.append(instantiate(lcfg))
     return loggers
@@ -205,7 +207,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         trainer.fit(module, datamodule=dm, ckpt_path=cfg.get("ckpt_path"))
         if module.last_val_step != trainer.global_step:
             trainer.validate(module, datamodule=dm, verbose=False)
-        diag = probe_diagnostics(module, dm, cfg.get("diagnostics", {}).get("windows", 32)) if trainer.is_global_zero else {}
+        n_probe = cfg.get("diagnostics", {}).get("windows", 32)
+        diag = probe_diagnostics(module, dm, n_probe) if trainer.is_global_zero else {}
         for lg in loggers:
             lg.log_metrics({f"diag/{k}": v for k, v in diag.items() if isinstance(v, float)}, step=trainer.global_step)
         guard = next((c for c in callbacks if isinstance(c, DivergenceGuard)), None)
