@@ -45,6 +45,11 @@ def validate_config(cfg: DictConfig) -> None:
     for name in (cfg.get("logger") or {}):
         if name not in LOGGERS:
             raise ValueError(f"logger {name!r} is not one of {', '.join(LOGGERS)} (or logger=none).")
+    if cfg.trainer.get("accelerator") in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ValueError(
+            f"trainer.accelerator={cfg.trainer.accelerator!r} but no CUDA GPU is visible; "
+            "use trainer=cpu or trainer.accelerator=auto."
+        )
     if cfg.get("ckpt_path") and not Path(cfg.ckpt_path).is_file():
         raise ValueError(f"ckpt_path={cfg.ckpt_path!r} is not a file.")
     o = cfg.optim
