@@ -167,7 +167,7 @@ def test_default_corpus_csv_logger_and_no_logger(tmp_path, cache_dir):
         ("seed=-1", "seed=-1 must be an integer in [0, 2**32)"),
         pytest.param("trainer=gpu", "trainer.accelerator='gpu' but no CUDA GPU is visible",
                      marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")),
-        ("optim.warmup_steps=50", "optim.warmup_steps=50 must be between 0 and optim.decay_steps=20"),
+        ("optim.warmup_steps=-5", "optim.warmup_steps=-5 must be >= 0"),
     ],
 )
 def test_bad_config_fails_before_any_work(tmp_path, corpus_file, cache_dir, override, message):
@@ -176,6 +176,13 @@ def test_bad_config_fails_before_any_work(tmp_path, corpus_file, cache_dir, over
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr
     assert not (out / "checkpoints").exists() and not (out / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_debug_fast_runs(tmp_path, corpus_file, cache_dir):
+    out = tmp_path / "dbg"
+    run_train(tiny_args(out, corpus_file, cache_dir, "debug=fast"))
+    assert json.loads((out / "summary.json").read_text())["steps"] == 10
 
 
 def test_debug_configs_compose():
@@ -204,3 +211,19 @@ def test_resume_is_exact(tmp_path, corpus_file, cache_dir):
     resumed = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     assert full.keys() == resumed.keys()
     assert all(torch.equal(full[k], resumed[k]) for k in full)
+
+
+@pytest.mark.slow
+def test_benchmark_script_runs_both_loops(tmp_path, corpus_file, cache_dir):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--data", str(corpus_file), "--steps", "6",
+         "--seeds", "3", "--cache-dir", str(cache_dir), "--json", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"plain loop", "tinygpt (train.py)"}
+    assert results["plain loop"]["ratio"] == 1.0
+    for r in results.values():
+        assert r["tokens_per_sec"] > 0 and len(r["val_loss"]) == 1 and 0 < r["val_loss"][0] < 10

@@ -55,9 +55,9 @@ def validate_config(cfg: DictConfig) -> None:
     o = cfg.optim
     if not (o.lr > 0 and 0 <= o.min_lr <= o.lr):
         raise ValueError(f"optim.lr={o.lr} must be > 0 and optim.min_lr={o.min_lr} in [0, lr].")
-    if not (0 <= o.warmup_steps <= o.decay_steps):
+    if o.warmup_steps < 0 or o.decay_steps < 1:
         raise ValueError(
-            f"optim.warmup_steps={o.warmup_steps} must be between 0 and optim.decay_steps={o.decay_steps}."
+            f"optim.warmup_steps={o.warmup_steps} must be >= 0 and optim.decay_steps={o.decay_steps} >= 1."
         )
     if not isinstance(cfg.seed, int) or not 0 <= cfg.seed < 2**32:
         raise ValueError(f"seed={cfg.seed!r} must be an integer in [0, 2**32).")
