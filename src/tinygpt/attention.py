@@ -325,10 +325,7 @@ class CausalSelfAttention(nn.Module):
                 f"padding_mask must be bool of shape (B, T) = ({B}, {T}), "
                 f"got {padding_mask.dtype} {tuple(padding_mask.shape)}."
             )
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # 3 x (B, T, C)
-        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        q, k, v = self._heads(x)  # 3 x (B, H, T, D)
 
         weights = None
         if return_weights or self.backend == "math":
@@ -344,12 +341,15 @@ class CausalSelfAttention(nn.Module):
         y = self.resid_dropout(self.c_proj(y))
         return (y, weights) if return_weights else y
 
+    def _heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, T, C) -> q, k, v, each split into heads (B, H, T, D), from one fused projection."""
+        B, T, C = x.shape
+        qkv = self.c_attn(x).split(self.n_embd, dim=2)  # 3 x (B, T, C)
+        return tuple(t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in qkv)  # (B, H, T, D)
+
     def logits(self, x: Tensor) -> Tensor:
         """The pre-softmax attention logits q k^T * scale, (B, H, T, T), before any mask (for diagnostics)."""
-        B, T, C = x.shape
-        q, k, _ = self.c_attn(x).split(self.n_embd, dim=2)  # 2 x (B, T, C)
-        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        q, k, _ = self._heads(x)  # (B, H, T, D)
         return (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, T)
 
     def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, padding_mask: Tensor | None) -> Tensor:

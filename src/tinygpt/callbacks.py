@@ -61,10 +61,6 @@ def _wandb_loggers(trainer: L.Trainer) -> list[WandbLogger]:
     return [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
 
 
-def _run_dir(trainer: L.Trainer) -> Path:
-    return Path(trainer.default_root_dir)
-
-
 def probe_tokens(dm, text: str, block_size: int) -> tuple[torch.Tensor, list[str]]:
     """The probe as (1, T) ids and a label per token (validation ids when there is no tokenizer)."""
     if dm.tokenizer is None:
@@ -131,7 +127,6 @@ class AttentionMaps(L.Callback):
         self, every_n_steps: int = 500, probe: str = "ROMEO:\nBut soft, what light through yonder window breaks?"
     ):
         self.every_n_steps, self.probe = every_n_steps, probe
-        self.saved: list[Path] = []
         self._last_step = -1
 
     def _log_maps(self, trainer: L.Trainer, module: L.LightningModule) -> None:
@@ -145,10 +140,9 @@ class AttentionMaps(L.Callback):
             _, _, maps = model(idx.to(module.device), return_weights=True)  # n_layer x (1, H, T, T)
         paths = []
         for layer, w in enumerate(maps):
-            path = _run_dir(trainer) / "attention" / f"step{step:06d}_layer{layer}.png"
+            path = Path(trainer.default_root_dir) / "attention" / f"step{step:06d}_layer{layer}.png"
             title = f"layer {layer}, step {step} (rows: queries, columns: keys)"
             paths.append(plot_attention(w[0], labels, title, path))
-        self.saved.extend(paths)
         for lg in _wandb_loggers(trainer):
             lg.log_image(key="attention", images=[str(p) for p in paths],
                          caption=[f"layer {i}" for i in range(len(paths))], step=step)

@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from tinygpt import corpus
-from tinygpt.tokenizer import TOKENIZERS, load_tokenizer, train_tokenizer
+from tinygpt.tokenizer import TOKENIZERS, decode, encode, load_tokenizer, train_tokenizer
 
 SOURCES = ("shakespeare", "text_file", "hf_hub", "random_tokens")
 CACHE_VERSION = 1
@@ -242,11 +242,6 @@ class TextDataModule(L.LightningDataModule):
                 )
         self.val_x, self.val_y = fixed_windows(self.val_ids, self.block_size, self.val_windows)
 
-    @property
-    def tokenizer_path(self) -> Path | None:
-        p = self.cache_path / "tokenizer.json" if self.cache_path else None
-        return p if p is not None and p.exists() else None
-
     # ------------------------------------------------------------------ loaders
 
     def train_dataloader(self) -> DataLoader:
@@ -263,10 +258,10 @@ class TextDataModule(L.LightningDataModule):
     def encode(self, text: str) -> list[int]:
         if self.tokenizer is None:
             raise ValueError("this data source has no tokenizer (random_tokens); pass token ids instead.")
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        return encode(self.tokenizer, text)
 
     def decode(self, ids) -> str:
         if self.tokenizer is None:
             return " ".join(str(int(i)) for i in ids)
-        return self.tokenizer.decode(list(int(i) for i in ids), skip_special_tokens=False)
+        return decode(self.tokenizer, (int(i) for i in ids))
 

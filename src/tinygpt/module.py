@@ -23,12 +23,10 @@ def lr_at(step: int, *, lr: float, min_lr: float, warmup_steps: int, decay_steps
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Decay 2-D weights (matmuls, embeddings); not biases or LayerNorm gains. Tied weights once."""
-    seen, decay, no_decay = set(), [], []
-    for _, p in model.named_parameters():  # named_parameters already dedupes shared tensors
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        (decay if p.dim() >= 2 else no_decay).append(p)
+    decay, no_decay = [], []
+    for p in model.parameters():  # yields a shared (tied) tensor once
+        if p.requires_grad:
+            (decay if p.dim() >= 2 else no_decay).append(p)
     return [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},

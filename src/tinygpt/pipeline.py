@@ -198,7 +198,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     validate_config(cfg)
     out_dir, group, name = run_identity()
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     dm = build_datamodule(cfg)
@@ -206,7 +207,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     loggers = build_loggers(cfg, group, name)
     callbacks, timer = build_callbacks(cfg, with_logger=bool(loggers))
     for lg in loggers:
-        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+        lg.log_hyperparams(resolved)
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     try:
         trainer.fit(module, datamodule=dm, ckpt_path=cfg.get("ckpt_path"))
@@ -231,7 +232,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             "train_seconds": timer.seconds,
             "n_params": module.model.num_params(),
             "vocab_size": dm.vocab_size,
-            "config": OmegaConf.to_container(cfg, resolve=True),
+            "config": resolved,
             "wandb": wandb_info() if any(isinstance(lg, WandbLogger) for lg in loggers) else None,
             "diagnostics": diag,  # the above on the probe windows, plus per-layer values
         }

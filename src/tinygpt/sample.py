@@ -10,6 +10,7 @@ import torch
 from tokenizers import Tokenizer
 
 from tinygpt.model import GPT, GPTConfig
+from tinygpt.tokenizer import decode, encode
 
 
 def find_latest_checkpoint(roots=("outputs", "multirun")) -> Path | None:
@@ -39,14 +40,14 @@ def generate_text(model: GPT, tok: Tokenizer | None, prompt: str, max_new_tokens
     if tok is None:
         ids = [int(t) for t in prompt.split()] or [0]
     else:
-        ids = tok.encode(prompt, add_special_tokens=False).ids
+        ids = encode(tok, prompt)
         if not ids:
             raise ValueError(f"the prompt {prompt!r} encodes to no tokens; give a non-empty prompt.")
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(seed)
     out = model.generate(torch.tensor([ids], device=device), max_new_tokens, temperature, top_k, generator=gen)
     out = out[0].tolist()
-    return " ".join(map(str, out)) if tok is None else tok.decode(out, skip_special_tokens=False)
+    return " ".join(map(str, out)) if tok is None else decode(tok, out)
 
 
 def main(argv: list[str] | None = None) -> int:
