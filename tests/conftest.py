@@ -34,6 +34,19 @@ Or bends with the remover to remove.
 """
 
 
+# The tiny model's test recipe: model/ holds the architecture only, so the training knobs are set here.
+TINY = [
+    "model=tiny",
+    "data.batch_size=4",
+    "data.val_windows=32",
+    "trainer.max_steps=20",
+    "trainer.val_check_interval=10",
+    "optim.warmup_steps=2",
+    "callbacks.attention_maps.every_n_steps=10",
+    "callbacks.text_samples.max_new_tokens=24",
+]
+
+
 @pytest.fixture(scope="session")
 def corpus_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("corpus") / "tiny.txt"

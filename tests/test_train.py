@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
-from conftest import ROOT, run_train
+from conftest import ROOT, TINY, run_train
 
 SUMMARY_KEYS = {"train_loss", "val_loss", "val_loss_autoregressive", "future_leak", "attn_entropy",
                 "attn_max_logit", "diverged", "steps", "tokens_per_sec", "config"}  # design.md
@@ -17,7 +18,7 @@ SUMMARY_KEYS = {"train_loss", "val_loss", "val_loss_autoregressive", "future_lea
 
 def tiny_args(out: Path, corpus_file: Path, cache_dir: Path, *extra: str) -> list[str]:
     return [
-        "model=tiny",
+        *TINY,
         "data=text_file",
         f"data.path={corpus_file}",
         f"data.cache_dir={cache_dir}",
@@ -45,7 +46,7 @@ def test_default_config_is_nanogpts_cpu_recipe():
     o = cfg.optim
     assert (o.lr, o.min_lr, o.warmup_steps, o.decay_steps, list(o.betas), o.weight_decay) == (
         1e-3, 1e-4, 100, 2000, [0.9, 0.99], 0.1)
-    assert list(cfg.logger) == ["wandb"]
+    assert list(cfg.logger) == ["wandb", "csv"]  # W&B, and the local per-step history
 
 
 def test_overrides_compose():
@@ -116,7 +117,7 @@ def test_train_end_to_end_with_offline_wandb(tmp_path, corpus_file, cache_dir):
 def test_sweep_gives_separate_runs_in_one_group(tmp_path, corpus_file, cache_dir):
     sweep = tmp_path / "sweep"
     args = [
-        "-m", "model=tiny", "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
+        "-m", *TINY, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
         f"hydra.sweep.dir={sweep}", "trainer.max_steps=6", "trainer.val_check_interval=3",
         "model.attn.causal=true,false",
     ]
@@ -145,12 +146,12 @@ def test_sweep_gives_separate_runs_in_one_group(tmp_path, corpus_file, cache_dir
 @pytest.mark.slow
 def test_default_corpus_csv_logger_and_no_logger(tmp_path, cache_dir):
     out = tmp_path / "csv"
-    run_train(["model=tiny", "logger=csv", "trainer.max_steps=4", "trainer.val_check_interval=2",
+    run_train([*TINY, "logger=csv", "trainer.max_steps=4", "trainer.val_check_interval=2",
                f"data.cache_dir={cache_dir}", f"hydra.run.dir={out}"])
     assert json.loads((out / "summary.json").read_text())["config"]["data"]["source"] == "shakespeare"
-    assert list((out / "csv").rglob("metrics.csv"))
+    assert (out / "history" / "metrics.csv").is_file()
     out2 = tmp_path / "none"
-    run_train(["model=tiny", "logger=none", "trainer.max_steps=4", "trainer.val_check_interval=2",
+    run_train([*TINY, "logger=none", "trainer.max_steps=4", "trainer.val_check_interval=2",
                f"data.cache_dir={cache_dir}", f"hydra.run.dir={out2}"])
     assert json.loads((out2 / "summary.json").read_text())["steps"] == 4
     assert not (out2 / "wandb").exists()
@@ -193,10 +194,18 @@ def test_debug_configs_compose():
 
 
 def test_small_gpu_recipe_composes():
-    cfg = compose_train(["model=small"])
-    assert (cfg.model.n_layer, cfg.model.n_embd, cfg.model.block_size) == (6, 384, 256)
+    cfg = compose_train(["experiment=gpu_small"])
+    assert (cfg.model.n_layer, cfg.model.n_embd, cfg.model.block_size, cfg.model.dropout) == (6, 384, 256, 0.2)
     assert cfg.trainer.accelerator == "gpu" and cfg.trainer.precision == "bf16-mixed"
     assert cfg.data.batch_size == 64 and cfg.trainer.max_steps == 5000
+
+
+def test_model_group_is_architecture_only():
+    """model=small swaps the architecture and nothing else: the recipe stays train.yaml's."""
+    base, small = compose_train(), compose_train(["model=small"])
+    assert (small.model.n_layer, small.model.n_embd, small.model.block_size) == (6, 384, 256)
+    for key in ("data", "trainer", "optim", "logger", "callbacks"):
+        assert OmegaConf.to_container(small[key]) == OmegaConf.to_container(base[key]), key
 
 
 @pytest.mark.slow
