@@ -4,7 +4,15 @@ import pytest
 import torch
 
 from tinygpt.attention import causal_mask
-from tinygpt.diagnostics import attention_stats, autoregressive_loss, future_leak, run_all, teacher_forced_loss
+from tinygpt.diagnostics import (
+    attention_stats,
+    autoregressive_loss,
+    autoregressive_loss_by_position,
+    future_leak,
+    loss_by_position,
+    run_all,
+    teacher_forced_loss,
+)
 from tinygpt.model import GPT, GPTConfig
 
 
@@ -81,3 +89,48 @@ def test_run_all_keys_and_mode_restored():
     out = run_all(m, x, y)
     assert {"val_loss_autoregressive", "future_leak", "attn_entropy", "attn_max_logit"} <= out.keys()
     assert m.training
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_loss_by_position_averages_to_the_teacher_forced_loss(causal):
+    m, (x, y) = model(causal=causal), batch()
+    by_pos = loss_by_position(m, x, y)
+    assert by_pos.shape == (10,)
+    assert by_pos.mean().item() == pytest.approx(teacher_forced_loss(m, x, y), rel=1e-6)
+    with torch.no_grad():  # position 3 by hand
+        expected = torch.nn.functional.cross_entropy(m(x)[0][:, 3].double(), y[:, 3]).item()
+    assert by_pos[3].item() == pytest.approx(expected, rel=1e-9)
+
+
+def test_autoregressive_by_position_equals_teacher_forced_by_position_for_a_causal_model():
+    m, (x, y) = model(), batch()
+    ar = autoregressive_loss_by_position(m, x, y)
+    assert torch.allclose(ar, loss_by_position(m, x, y), rtol=1e-5, atol=0)
+    assert ar.mean().item() == pytest.approx(autoregressive_loss(m, x, y), rel=1e-12)
+
+
+def test_autoregressive_by_position_differs_from_teacher_forced_for_a_leaky_model():
+    m, (x, y) = model(causal=False), batch()
+    m.blocks[0].attn.c_attn.weight.data.mul_(20)
+    ar, tf = autoregressive_loss_by_position(m, x, y), loss_by_position(m, x, y)
+    assert ar[-1].item() == pytest.approx(tf[-1].item(), rel=1e-5)  # the last position sees the whole window
+    assert not torch.allclose(ar[:-1], tf[:-1], rtol=1e-3)  # the others lose their future
+
+
+def test_future_attention_mass_zero_under_the_mask_and_exact_for_uniform_attention():
+    x, _ = batch()
+    causal, leaky = model(causal=True), model(causal=False)
+    assert attention_stats(causal, x)["attn_future_mass"] == 0.0
+    for b in leaky.blocks:  # q = 0: uniform attention over all T = 10 keys
+        b.attn.c_attn.weight.data[: b.attn.n_embd] = 0
+    # row i puts (T - 1 - i) / T on the future; the mean over rows is (T - 1) / (2 T) = 0.45
+    stats = attention_stats(leaky, x)
+    assert stats["attn_future_mass"] == pytest.approx(0.45, abs=1e-6)
+    assert stats["attn_future_mass_per_layer"] == pytest.approx([0.45, 0.45], abs=1e-6)
+
+
+def test_run_all_has_the_position_profiles():
+    m, (x, y) = model(), batch()
+    out = run_all(m, x, y)
+    assert len(out["loss_by_position"]) == len(out["loss_by_position_autoregressive"]) == 10
+    assert out["attn_future_mass"] == 0.0

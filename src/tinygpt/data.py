@@ -242,6 +242,11 @@ class TextDataModule(L.LightningDataModule):
                 )
         self.val_x, self.val_y = fixed_windows(self.val_ids, self.block_size, self.val_windows)
 
+    def probe_windows(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """n of the fixed validation windows, spread evenly over the split: x, y (n, T)."""
+        pick = torch.linspace(0, len(self.val_x) - 1, min(n, len(self.val_x))).long()  # (n,)
+        return self.val_x[pick], self.val_y[pick]
+
     # ------------------------------------------------------------------ loaders
 
     def train_dataloader(self) -> DataLoader:

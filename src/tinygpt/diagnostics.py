@@ -3,6 +3,8 @@
 - ``autoregressive_loss``: each position scored from its prefix alone (the model is run on x[:t+1]
   and only the last position is scored). Equals the teacher-forced loss for a causal model; for a
   model that can see the future it is the honest loss.
+- ``loss_by_position``: the teacher-forced loss at each position t of the window. A model that reads
+  its target from the input has ~0 everywhere except the last position, whose target lies outside.
 - ``future_leak``: max |change in logits at positions <= t| when the tokens after t are replaced.
   Exactly 0 for a correct causal model.
 - ``attention_stats``: mean attention entropy (each query row divided by log(number of visible
@@ -15,6 +17,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from tinygpt.attention import causal_mask
@@ -33,15 +36,29 @@ def evaluating(model: torch.nn.Module):
         model.train(was_training)
 
 
-def autoregressive_loss(model: GPT, x: Tensor, y: Tensor) -> float:
-    """Mean cross-entropy of y[:, t] given x[:, :t+1] only, over all t. x, y: (N, T)."""
+def autoregressive_loss_by_position(model: GPT, x: Tensor, y: Tensor) -> Tensor:
+    """(T,) mean cross-entropy of y[:, t] given x[:, :t+1] only, for each t. x, y: (N, T)."""
     N, T = x.shape
-    total = 0.0
+    losses = torch.empty(T, dtype=torch.float64)
     with evaluating(model):
         for t in range(T):
             logits, _ = model(x[:, : t + 1])  # (N, t+1, V): only the last position is scored
-            total += torch.nn.functional.cross_entropy(logits[:, -1], y[:, t], reduction="sum").item()
-    return total / (N * T)
+            losses[t] = F.cross_entropy(logits[:, -1].double(), y[:, t]).item()
+    return losses
+
+
+def autoregressive_loss(model: GPT, x: Tensor, y: Tensor) -> float:
+    """Mean cross-entropy of y[:, t] given x[:, :t+1] only, over all t. x, y: (N, T)."""
+    return autoregressive_loss_by_position(model, x, y).mean().item()
+
+
+def loss_by_position(model: GPT, x: Tensor, y: Tensor) -> Tensor:
+    """(T,) teacher-forced cross-entropy at each position, averaged over the N windows. x, y: (N, T)."""
+    N, T = x.shape
+    with evaluating(model):
+        logits, _ = model(x)  # (N, T, V)
+        ce = F.cross_entropy(logits.double().flatten(0, 1), y.flatten(), reduction="none")  # (N*T,)
+    return ce.view(N, T).mean(0).cpu()  # (T,)
 
 
 def teacher_forced_loss(model: GPT, x: Tensor, y: Tensor) -> float:
@@ -68,7 +85,9 @@ def future_leak(model: GPT, x: Tensor, positions: list[int] | None = None, seed:
 
 
 def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
-    """Normalised attention entropy and max pre-softmax logit on x (N, T), per layer and overall."""
+    """On x (N, T), per layer and overall: normalised attention entropy, max pre-softmax logit, and the
+    attention mass on future keys (the weight a query row i puts on keys j > i, averaged over heads and
+    rows; exactly 0 under the causal mask)."""
     N, T = x.shape
     inputs = []
     hooks = [b.attn.register_forward_pre_hook(lambda m, args: inputs.append(args[0])) for b in model.blocks]
@@ -83,28 +102,34 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     visible = causal_mask(T, T, x.device) if causal else torch.ones(T, T, dtype=torch.bool, device=x.device)
     n_visible = visible.sum(-1)  # (T,)
     rows = n_visible > 1  # a row with one visible key has no choice to make: skip it
-    entropies, max_logits = [], []
+    future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # (T, T): key j > query i
+    entropies, max_logits, future_mass = [], [], []
     for w, s in zip(maps, logits, strict=True):
         p = w.clamp_min(1e-30)
         h = -(w * p.log()).sum(-1)  # (N, H, T)
         h = h[..., rows] / torch.log(n_visible[rows].float())  # each row / log(#visible keys)
         entropies.append(h.mean().item())
         max_logits.append(s.masked_fill(~visible, float("-inf")).max().item())
+        future_mass.append((w * future).sum(-1).mean().item())  # (N, H, T) -> mean over rows, heads, windows
     return {
         "attn_entropy": sum(entropies) / len(entropies),
         "attn_max_logit": max(max_logits),
+        "attn_future_mass": sum(future_mass) / len(future_mass),
         "attn_entropy_per_layer": entropies,
         "attn_max_logit_per_layer": max_logits,
+        "attn_future_mass_per_layer": future_mass,
     }
 
 
 def run_all(model: GPT, x: Tensor, y: Tensor) -> dict:
     """All diagnostics on a fixed batch of validation windows x, y (N, T)."""
-    tf = teacher_forced_loss(model, x, y)
+    ar = autoregressive_loss_by_position(model, x, y)  # (T,)
     out = {
-        "val_loss_autoregressive": autoregressive_loss(model, x, y),
-        "val_loss_probe": tf,  # teacher-forced on the same windows: equal for a causal model
+        "val_loss_autoregressive": ar.mean().item(),
+        "val_loss_probe": teacher_forced_loss(model, x, y),  # teacher-forced, same windows: equal if causal
         "future_leak": future_leak(model, x),
+        "loss_by_position": loss_by_position(model, x, y).tolist(),  # teacher-forced, (T,)
+        "loss_by_position_autoregressive": ar.tolist(),  # (T,)
     }
     out.update(attention_stats(model, x))
     return out

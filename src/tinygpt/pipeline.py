@@ -188,9 +188,20 @@ def build_callbacks(cfg: DictConfig, with_logger: bool) -> tuple[list, StepTimer
 
 def probe_diagnostics(module: GPTModule, dm, n_windows: int) -> dict:
     """diagnostics.run_all on n validation windows spread evenly over the split."""
-    pick = torch.linspace(0, len(dm.val_x) - 1, min(n_windows, len(dm.val_x))).long()
-    x, y = (t[pick].to(module.device) for t in (dm.val_x, dm.val_y))
+    x, y = (t.to(module.device) for t in dm.probe_windows(n_windows))
     return diagnostics.run_all(module.model, x, y)
+
+
+def log_diagnostics(loggers: list, diag: dict, step: int) -> None:
+    """Scalars as diag/<key>; the loss-by-position profiles as a W&B table (position, teacher-forced,
+    autoregressive) for a line plot."""
+    for lg in loggers:
+        lg.log_metrics({f"diag/{k}": v for k, v in diag.items() if isinstance(v, float)}, step=step)
+        if isinstance(lg, WandbLogger) and diag.get("loss_by_position"):
+            rows = [[t, tf, ar] for t, (tf, ar) in enumerate(
+                zip(diag["loss_by_position"], diag["loss_by_position_autoregressive"], strict=True))]
+            lg.log_table(key="diag/loss_by_position", columns=["position", "teacher_forced", "autoregressive"],
+                         data=rows, step=step)
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
@@ -215,8 +226,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             trainer.validate(module, datamodule=dm, verbose=False)
         n_probe = cfg.get("diagnostics", {}).get("windows", 32)
         diag = probe_diagnostics(module, dm, n_probe) if trainer.is_global_zero else {}
-        for lg in loggers:
-            lg.log_metrics({f"diag/{k}": v for k, v in diag.items() if isinstance(v, float)}, step=trainer.global_step)
+        log_diagnostics(loggers, diag, trainer.global_step)
         guard = next((c for c in callbacks if isinstance(c, DivergenceGuard)), None)
         summary = {
             "train_loss": module.tail_train_loss(0.1),
@@ -226,6 +236,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             "future_leak": diag.get("future_leak"),
             "attn_entropy": diag.get("attn_entropy"),
             "attn_max_logit": diag.get("attn_max_logit"),
+            "attn_future_mass": diag.get("attn_future_mass"),
+            "loss_by_position": diag.get("loss_by_position"),  # teacher-forced, one value per position
             "diverged": bool(guard and guard.diverged),
             "steps": trainer.global_step,
             "tokens_per_sec": timer.tokens_per_sec,
