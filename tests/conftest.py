@@ -44,6 +44,7 @@ TINY = [
     "optim.warmup_steps=2",
     "callbacks.attention_maps.every_n_steps=10",
     "callbacks.text_samples.max_new_tokens=24",
+    "callbacks.stability.every_n_steps=10",
 ]
 
 

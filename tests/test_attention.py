@@ -233,11 +233,15 @@ def test_future_keys_values_do_not_change_the_past_function():
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("shape", [(2, 7, 32, 4), (3, 5, 24, 2), (1, 1, 8, 8)])
-def test_math_and_sdpa_agree(scale, causal, padded, shape):
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_math_and_sdpa_agree(scale, causal, padded, shape, qk_norm):
     B, T, C, H = shape
     torch.manual_seed(hash((str(scale), causal, padded, shape)) % 1000)
-    math_attn = CausalSelfAttention(C, H, causal=causal, scale=scale, backend="math").eval()
-    sdpa_attn = CausalSelfAttention(C, H, causal=causal, scale=scale, backend="sdpa").eval()
+    math_attn = CausalSelfAttention(C, H, causal=causal, scale=scale, backend="math", qk_norm=qk_norm).eval()
+    sdpa_attn = CausalSelfAttention(C, H, causal=causal, scale=scale, backend="sdpa", qk_norm=qk_norm).eval()
+    if qk_norm:  # non-trivial gains and biases, so the norms matter on both paths
+        torch.nn.init.uniform_(math_attn.q_norm.weight, 0.5, 2.0)
+        torch.nn.init.uniform_(math_attn.k_norm.weight, 0.5, 2.0)
     sdpa_attn.load_state_dict(math_attn.state_dict())
     x = torch.randn(B, T, C)
     pad = None
@@ -359,3 +363,34 @@ def test_resolve_scale_values():
     assert resolve_scale("0.5", 16) == 0.5
     with pytest.raises(ValueError):
         resolve_scale(True, 16)
+
+
+# ----------------------------------------------------------------------------- qk-norm
+
+
+def test_qk_norm_normalises_each_head_and_bounds_the_logits():
+    torch.manual_seed(0)
+    attn = CausalSelfAttention(32, 4, scale="none", qk_norm=True, bias=False).eval()
+    attn.c_attn.weight.data.mul_(1000)  # huge projections: unnormalised logits would be ~1e6
+    x = torch.randn(2, 9, 32)
+    q, k, _ = attn._heads(x)  # (B, H, T, D)
+    torch.testing.assert_close(q.mean(-1), torch.zeros(2, 4, 9), atol=1e-5, rtol=0)
+    torch.testing.assert_close(q.pow(2).mean(-1), torch.ones(2, 4, 9), atol=1e-3, rtol=0)  # unit RMS per head
+    assert k.pow(2).mean(-1).allclose(torch.ones(2, 4, 9), atol=1e-3)
+    D = 8
+    assert attn.logits(x).abs().max().item() <= D + 1e-4  # Cauchy-Schwarz: |q.k| <= |q||k| = D
+    plain = CausalSelfAttention(32, 4, scale="none", bias=False).eval()
+    plain.c_attn.weight.data.copy_(attn.c_attn.weight.data)
+    assert plain.logits(x).abs().max().item() > 1e4
+
+
+def test_qk_norm_has_its_own_parameters_and_changes_the_output():
+    torch.manual_seed(0)
+    a = CausalSelfAttention(16, 2, qk_norm=True)
+    names = {n for n, _ in a.named_parameters()}
+    assert {"q_norm.weight", "k_norm.weight", "q_norm.bias", "k_norm.bias"} <= names
+    b = CausalSelfAttention(16, 2)
+    b.load_state_dict({k: v for k, v in a.state_dict().items() if "norm" not in k})
+    x = torch.randn(1, 5, 16)
+    assert not torch.allclose(a(x), b(x))
+    assert "qk_norm=True" in repr(a)

@@ -1,9 +1,10 @@
 import math
 from types import SimpleNamespace
 
+import pytest
 import torch
 
-from tinygpt.callbacks import DivergenceGuard, token_label
+from tinygpt.callbacks import DivergenceGuard, StabilityMonitor, token_label
 
 
 def fake(step=5, vocab=50):
@@ -27,3 +28,18 @@ def test_divergence_guard_stops_on_nan_and_explosion_only():
 def test_token_labels_are_visible():
     assert token_label(" ") == "␣" and token_label("\n") == "\\n" and token_label("") == "∅"
     assert token_label("ab") == "ab"
+
+
+def test_stability_monitor_counts_loss_spikes():
+    mon = StabilityMonitor(every_n_steps=10_000, spike_factor=1.5, spike_window=4)
+    trainer = SimpleNamespace(global_step=1)  # never due for the probe: only the spike count runs
+    for loss in [2.0, 2.0, 2.0, 2.0, 3.1, 2.9, 2.0, float("nan"), 9.0]:
+        mon.on_train_batch_end(trainer, None, {"loss": torch.tensor(loss)}, None, 0)
+    # 3.1 > 1.5 * 2.0 is a spike; 2.9 is not (mean of 2, 2, 2, 3.1 = 2.275 -> limit 3.41); NaN is skipped;
+    # 9.0 > 1.5 * mean(2.0, 3.1, 2.9, 2.0) is a spike
+    assert mon.spikes == 2
+
+
+def test_stability_monitor_rejects_bad_settings():
+    with pytest.raises(ValueError, match="spike_factor=1.0 above 1"):
+        StabilityMonitor(spike_factor=1.0)

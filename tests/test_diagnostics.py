@@ -134,3 +134,32 @@ def test_run_all_has_the_position_profiles():
     out = run_all(m, x, y)
     assert len(out["loss_by_position"]) == len(out["loss_by_position_autoregressive"]) == 10
     assert out["attn_future_mass"] == 0.0
+
+
+def test_spread_positions_include_both_ends():
+    from tinygpt.diagnostics import spread_positions
+
+    assert spread_positions(64, 8) == [0, 9, 18, 27, 36, 45, 54, 63]
+    assert spread_positions(5, 8) == [0, 1, 2, 3, 4]
+    assert spread_positions(10, 1) == [9]
+
+
+def test_autoregressive_loss_at_chosen_positions():
+    m, (x, y) = model(causal=False), batch()
+    full = autoregressive_loss_by_position(m, x, y)
+    some = autoregressive_loss_by_position(m, x, y, [0, 4, 9])
+    assert torch.allclose(some, full[[0, 4, 9]], rtol=1e-12)
+    assert autoregressive_loss(m, x, y, [0, 4, 9]) == pytest.approx(full[[0, 4, 9]].mean().item(), rel=1e-12)
+
+
+def test_stats_report_min_entropy_and_qk_rms():
+    m, (x, _) = model(), batch()
+    stats = attention_stats(m, x)
+    for key in ("entropy", "entropy_min", "max_logit", "future_mass", "q_rms", "k_rms"):
+        assert len(stats[f"attn_{key}_per_layer"]) == 2
+    assert all(lo <= mean for lo, mean in zip(stats["attn_entropy_min_per_layer"], stats["attn_entropy_per_layer"],
+                                              strict=True))
+    with torch.no_grad():  # q RMS of layer 0 by hand
+        h = m.blocks[0].ln_1(m.wte(x) + m.wpe(torch.arange(10)))
+        q = m.blocks[0].attn.c_attn(h)[..., :16]
+    assert stats["attn_q_rms_per_layer"][0] == pytest.approx(q.pow(2).mean().sqrt().item(), rel=1e-5)

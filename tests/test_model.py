@@ -118,3 +118,23 @@ def test_full_model_jacobian_is_zero_on_the_future_only_with_the_mask(backend):
             else:
                 assert torch.all(size[t + 1:] > 1e-8), f"without the mask every later token reaches position {t}"
             assert torch.all(size[: t + 1] > 1e-8)  # the past and the token itself always matter
+
+
+def test_unit_qk_init_gives_unit_variance_queries_and_keys():
+    """qk_init=unit: q and k components have variance ~1 at init (Vaswani's premise); gpt2 init: ~0.02^2 * C."""
+    torch.manual_seed(0)
+    C = 256
+    for qk_init, expected in (("unit", 1.0), ("gpt2", 0.02**2 * C)):
+        m = GPT(tiny(n_embd=C, n_head=4, block_size=32, attn={"qk_init": qk_init}))
+        attn = m.blocks[0].attn
+        h = m.blocks[0].ln_1(torch.randn(16, 32, C))  # LN output: unit-variance components
+        with torch.no_grad():
+            q, k, v = attn._heads(h)  # (B, H, T, D)
+        assert q.var().item() == pytest.approx(expected, rel=0.1)
+        assert k.var().item() == pytest.approx(expected, rel=0.1)
+        assert v.var().item() == pytest.approx(0.02**2 * C, rel=0.1)  # values keep the GPT-2 init
+
+
+def test_bad_qk_init_is_one_sentence():
+    with pytest.raises(ValueError, match="model.attn.qk_init='xavier' is not one of gpt2, unit"):
+        tiny(attn={"qk_init": "xavier"})

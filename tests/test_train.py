@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -75,10 +76,20 @@ def test_train_end_to_end_with_offline_wandb(tmp_path, corpus_file, cache_dir):
     assert summary["tokens_per_sec"] > 0
     assert summary["config"]["model"]["n_layer"] == 2
     assert summary["future_leak"] == 0.0  # causal: the future cannot change the past
+    assert summary["attn_future_mass"] == 0.0 and len(summary["loss_by_position"]) == 16
+    assert summary["loss_spikes"] == 0 and summary["grad_norm_max"] > 0
     assert summary["val_loss_autoregressive"] == pytest.approx(summary["val_loss_probe"], rel=1e-4)
     assert 0 < summary["attn_entropy"] <= 1
 
     assert (out / "config.yaml").exists()
+    history = (out / "history" / "metrics.csv").read_text().splitlines()
+    columns = history[0].split(",")
+    for key in ("train/loss", "val/loss", "val/loss_autoregressive", "val/loss_probe", "train/grad_norm",
+                "train/loss_spikes", "stab/max_logit", "stab/entropy_min", "stab/q_rms/1", "stab/k_rms/0"):
+        assert key in columns, key
+    assert [json.loads(line)["step"] for line in (out / "samples.jsonl").read_text().splitlines()] == [10, 20]
+    with np.load(out / "attention" / "step000020.npz") as z:
+        assert z["weights"].shape == (2, 2, 16, 16) and len(z["labels"]) == 16
     ckpt = out / "checkpoints" / "last.ckpt"
     assert ckpt.exists() and list((out / "checkpoints").glob("best-*.ckpt"))
     saved = torch.load(ckpt, map_location="cpu", weights_only=False)
@@ -182,7 +193,9 @@ def test_bad_config_fails_before_any_work(tmp_path, corpus_file, cache_dir, over
 @pytest.mark.slow
 def test_debug_fast_runs(tmp_path, corpus_file, cache_dir):
     out = tmp_path / "dbg"
-    run_train(tiny_args(out, corpus_file, cache_dir, "debug=fast"))
+    tiny_model = [a for a in TINY if not a.startswith(("trainer.", "callbacks."))]  # debug=fast sets these
+    run_train([*tiny_model, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
+               f"hydra.run.dir={out}", "debug=fast"])
     assert json.loads((out / "summary.json").read_text())["steps"] == 10
 
 
@@ -236,3 +249,16 @@ def test_benchmark_script_runs_both_loops(tmp_path, corpus_file, cache_dir):
     assert results["plain loop"]["ratio"] == 1.0
     for r in results.values():
         assert r["tokens_per_sec"] > 0 and len(r["val_loss"]) == 1 and 0 < r["val_loss"][0] < 10
+
+
+@pytest.mark.slow
+def test_a_diverging_job_ends_cleanly_and_the_sweep_goes_on(tmp_path, corpus_file, cache_dir):
+    """A huge learning rate without the 1/sqrt(d_k) scale: the loss becomes NaN; that job stops, writes its
+    summary with diverged: true and exits 0, and the next job of the sweep still runs."""
+    sweep = tmp_path / "sweep"
+    run_train(["-m", *TINY, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
+               f"hydra.sweep.dir={sweep}", "model.attn.scale=none", "optim.warmup_steps=0", "logger=csv",
+               "optim.lr=1e8,1e-3"])
+    first, second = (json.loads((sweep / j / "summary.json").read_text()) for j in ("0", "1"))
+    assert first["diverged"] is True and first["steps"] < 20 and first["train_loss"] is None
+    assert second["diverged"] is False and second["steps"] == 20

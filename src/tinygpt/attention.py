@@ -281,6 +281,9 @@ class CausalSelfAttention(nn.Module):
     backend="math" computes softmax(q k^T * scale + mask) v with the functions above;
     backend="sdpa" calls torch's fused F.scaled_dot_product_attention with the same scale and mask.
     ``return_weights=True`` always takes the math path and also returns the weights (B, H, T, T).
+    ``qk_norm=True`` applies a LayerNorm (over the head dim D, shared by heads) to the queries and to the
+    keys before the scale (Henry et al. 2020; Dehghani et al. 2023): the logits stay bounded,
+    |q.k| * scale <= D * scale for unit gains.
     """
 
     def __init__(
@@ -293,6 +296,7 @@ class CausalSelfAttention(nn.Module):
         backend: str = "sdpa",
         dropout: float = 0.0,
         bias: bool = True,
+        qk_norm: bool = False,
     ):
         super().__init__()
         if n_head < 1 or n_embd % n_head != 0:
@@ -311,6 +315,8 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
+        self.q_norm = nn.LayerNorm(self.head_dim, bias=bias) if qk_norm else None
+        self.k_norm = nn.LayerNorm(self.head_dim, bias=bias) if qk_norm else None
 
     def forward(
         self, x: Tensor, padding_mask: Tensor | None = None, return_weights: bool = False
@@ -342,14 +348,23 @@ class CausalSelfAttention(nn.Module):
         return (y, weights) if return_weights else y
 
     def _heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """x (B, T, C) -> q, k, v, each split into heads (B, H, T, D), from one fused projection."""
+        """x (B, T, C) -> q, k, v, each split into heads (B, H, T, D), from one fused projection
+        (q and k LayerNorm-ed per head when qk_norm is on)."""
         B, T, C = x.shape
         qkv = self.c_attn(x).split(self.n_embd, dim=2)  # 3 x (B, T, C)
-        return tuple(t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in qkv)  # (B, H, T, D)
+        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in qkv)  # (B, H, T, D)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)  # normalised over D, (B, H, T, D)
+        return q, k, v
+
+    def queries_keys(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """q and k (B, H, T, D) as the attention sees them (after qk_norm), for diagnostics."""
+        q, k, _ = self._heads(x)
+        return q, k
 
     def logits(self, x: Tensor) -> Tensor:
         """The pre-softmax attention logits q k^T * scale, (B, H, T, T), before any mask (for diagnostics)."""
-        q, k, _ = self._heads(x)  # (B, H, T, D)
+        q, k = self.queries_keys(x)  # (B, H, T, D)
         return (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, T)
 
     def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, padding_mask: Tensor | None) -> Tensor:
@@ -373,5 +388,5 @@ class CausalSelfAttention(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"n_head={self.n_head}, head_dim={self.head_dim}, causal={self.causal}, "
-            f"scale={self.scale_name!r} ({self.scale:.4g}), backend={self.backend!r}"
+            f"scale={self.scale_name!r} ({self.scale:.4g}), backend={self.backend!r}, qk_norm={self.q_norm is not None}"
         )

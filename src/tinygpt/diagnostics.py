@@ -36,20 +36,29 @@ def evaluating(model: torch.nn.Module):
         model.train(was_training)
 
 
-def autoregressive_loss_by_position(model: GPT, x: Tensor, y: Tensor) -> Tensor:
-    """(T,) mean cross-entropy of y[:, t] given x[:, :t+1] only, for each t. x, y: (N, T)."""
+def autoregressive_loss_by_position(model: GPT, x: Tensor, y: Tensor, positions: list[int] | None = None) -> Tensor:
+    """Mean cross-entropy of y[:, t] given x[:, :t+1] only, for each t in ``positions`` (default: all T).
+    x, y: (N, T). Returns a float64 tensor of len(positions)."""
     N, T = x.shape
-    losses = torch.empty(T, dtype=torch.float64)
+    positions = list(range(T)) if positions is None else positions
+    losses = torch.empty(len(positions), dtype=torch.float64)
     with evaluating(model):
-        for t in range(T):
+        for i, t in enumerate(positions):
             logits, _ = model(x[:, : t + 1])  # (N, t+1, V): only the last position is scored
-            losses[t] = F.cross_entropy(logits[:, -1].double(), y[:, t]).item()
+            losses[i] = F.cross_entropy(logits[:, -1].double(), y[:, t]).item()
     return losses
 
 
-def autoregressive_loss(model: GPT, x: Tensor, y: Tensor) -> float:
-    """Mean cross-entropy of y[:, t] given x[:, :t+1] only, over all t. x, y: (N, T)."""
-    return autoregressive_loss_by_position(model, x, y).mean().item()
+def autoregressive_loss(model: GPT, x: Tensor, y: Tensor, positions: list[int] | None = None) -> float:
+    """Mean cross-entropy of y[:, t] given x[:, :t+1] only, over t in ``positions`` (default: all). x, y: (N, T)."""
+    return autoregressive_loss_by_position(model, x, y, positions).mean().item()
+
+
+def spread_positions(T: int, n: int) -> list[int]:
+    """n positions spread evenly over 0..T-1, always including the first and the last (all if n >= T)."""
+    if n >= T:
+        return list(range(T))
+    return sorted({round(i * (T - 1) / (n - 1)) for i in range(n)}) if n > 1 else [T - 1]
 
 
 def loss_by_position(model: GPT, x: Tensor, y: Tensor) -> Tensor:
@@ -80,21 +89,26 @@ def future_leak(model: GPT, x: Tensor, positions: list[int] | None = None, seed:
             x2 = x.clone()
             x2[:, t + 1 :] = torch.randint(0, model.config.vocab_size, (N, T - t - 1), generator=gen).to(x.device)
             other, _ = model(x2)
-            worst = max(worst, (base[:, : t + 1] - other[:, : t + 1]).abs().max().item())
+            change = (base[:, : t + 1] - other[:, : t + 1]).abs().max().item()
+            if change != change:  # NaN: a diverged model; no leak can be measured
+                return float("nan")
+            worst = max(worst, change)
     return worst
 
 
 def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
-    """On x (N, T), per layer and overall: normalised attention entropy, max pre-softmax logit, and the
-    attention mass on future keys (the weight a query row i puts on keys j > i, averaged over heads and
-    rows; exactly 0 under the causal mask)."""
+    """On x (N, T), per layer and overall: normalised attention entropy (mean and min over rows), the max
+    pre-softmax logit, the attention mass on future keys (the weight a query row i puts on keys j > i,
+    averaged over heads and rows; exactly 0 under the causal mask), and the RMS of q and k."""
     N, T = x.shape
     inputs = []
     hooks = [b.attn.register_forward_pre_hook(lambda m, args: inputs.append(args[0])) for b in model.blocks]
     try:
         with evaluating(model):
             _, _, maps = model(x, return_weights=True)  # n_layer x (N, H, T, T)
-            logits = [b.attn.logits(inp) for b, inp in zip(model.blocks, inputs, strict=True)]  # n_layer x (N, H, T, T)
+            pairs = list(zip(model.blocks, inputs, strict=True))
+            logits = [b.attn.logits(inp) for b, inp in pairs]  # n_layer x (N, H, T, T)
+            qk = [b.attn.queries_keys(inp) for b, inp in pairs]  # n_layer x 2 x (N, H, T, D)
     finally:
         for h in hooks:
             h.remove()
@@ -103,22 +117,26 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     n_visible = visible.sum(-1)  # (T,)
     rows = n_visible > 1  # a row with one visible key has no choice to make: skip it
     future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # (T, T): key j > query i
-    entropies, max_logits, future_mass = [], [], []
-    for w, s in zip(maps, logits, strict=True):
+    layers: dict[str, list[float]] = {k: [] for k in ("entropy", "entropy_min", "max_logit", "future_mass",
+                                                       "q_rms", "k_rms")}
+    for w, s, (q, k) in zip(maps, logits, qk, strict=True):
         p = w.clamp_min(1e-30)
         h = -(w * p.log()).sum(-1)  # (N, H, T)
         h = h[..., rows] / torch.log(n_visible[rows].float())  # each row / log(#visible keys)
-        entropies.append(h.mean().item())
-        max_logits.append(s.masked_fill(~visible, float("-inf")).max().item())
-        future_mass.append((w * future).sum(-1).mean().item())  # (N, H, T) -> mean over rows, heads, windows
-    return {
-        "attn_entropy": sum(entropies) / len(entropies),
-        "attn_max_logit": max(max_logits),
-        "attn_future_mass": sum(future_mass) / len(future_mass),
-        "attn_entropy_per_layer": entropies,
-        "attn_max_logit_per_layer": max_logits,
-        "attn_future_mass_per_layer": future_mass,
+        layers["entropy"].append(h.mean().item())
+        layers["entropy_min"].append(h.min().item())
+        layers["max_logit"].append(s.masked_fill(~visible, float("-inf")).max().item())
+        layers["future_mass"].append((w * future).sum(-1).mean().item())  # (N, H, T) -> mean
+        layers["q_rms"].append(q.pow(2).mean().sqrt().item())
+        layers["k_rms"].append(k.pow(2).mean().sqrt().item())
+    out = {
+        "attn_entropy": sum(layers["entropy"]) / len(layers["entropy"]),
+        "attn_entropy_min": min(layers["entropy_min"]),
+        "attn_max_logit": max(layers["max_logit"]),
+        "attn_future_mass": sum(layers["future_mass"]) / len(layers["future_mass"]),
     }
+    out.update({f"attn_{k}_per_layer": v for k, v in layers.items()})
+    return out
 
 
 def run_all(model: GPT, x: Tensor, y: Tensor) -> dict:

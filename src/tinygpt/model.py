@@ -17,6 +17,11 @@ class AttnConfig:
     causal: bool = True
     scale: str | float = "sqrt_dk"  # sqrt_dk | none | inv_dk | a number
     backend: str = "sdpa"  # sdpa (fused) | math (the explicit formula)
+    qk_norm: bool = False  # LayerNorm on queries and keys per head, before the scale
+    qk_init: str = "gpt2"  # gpt2 (W_Q, W_K ~ N(0, 0.02^2)) | unit (q, k components of variance 1 at init)
+
+
+QK_INITS = ("gpt2", "unit")
 
 
 @dataclass
@@ -48,6 +53,8 @@ class GPTConfig:
             raise ValueError(
                 f"model.attn.backend={self.attn.backend!r} is not one of {', '.join(BACKENDS)}."
             )
+        if self.attn.qk_init not in QK_INITS:
+            raise ValueError(f"model.attn.qk_init={self.attn.qk_init!r} is not one of {', '.join(QK_INITS)}.")
         self.head_dim = self.n_embd // self.n_head
         resolve_scale(self.attn.scale, self.head_dim)  # raises on an unknown scale
 
@@ -83,6 +90,7 @@ class Block(nn.Module):
             backend=cfg.attn.backend,
             dropout=cfg.dropout,
             bias=cfg.bias,
+            qk_norm=cfg.attn.qk_norm,
         )
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
@@ -112,6 +120,9 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        if cfg.attn.qk_init == "unit":  # Vaswani's premise: LN(x) has unit-variance components, so
+            for block in self.blocks:  # W ~ N(0, 1/C) gives q and k components of variance 1 at init
+                nn.init.normal_(block.attn.c_attn.weight[: 2 * cfg.n_embd], std=1.0 / math.sqrt(cfg.n_embd))
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -171,6 +182,8 @@ class GPT(nn.Module):
             context = idx[:, -self.config.block_size :]  # (B, <=block_size)
             logits, _ = self(context)
             logits = logits[:, -1, :] / temperature  # (B, V)
+            if not torch.isfinite(logits).all():
+                raise FloatingPointError("the model gives non-finite logits (it has diverged); nothing to sample.")
             if top_k is not None:
                 kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]  # (B, 1)
                 logits = logits.masked_fill(logits < kth, float("-inf"))

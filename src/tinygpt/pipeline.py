@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from tinygpt import diagnostics
-from tinygpt.callbacks import DivergenceGuard, StepTimer
+from tinygpt.callbacks import DivergenceGuard, StabilityMonitor, StepTimer
 from tinygpt.model import GPTConfig
 from tinygpt.module import GPTModule
 
@@ -228,6 +228,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         diag = probe_diagnostics(module, dm, n_probe) if trainer.is_global_zero else {}
         log_diagnostics(loggers, diag, trainer.global_step)
         guard = next((c for c in callbacks if isinstance(c, DivergenceGuard)), None)
+        stability = next((c for c in callbacks if isinstance(c, StabilityMonitor)), None)
         summary = {
             "train_loss": module.tail_train_loss(0.1),
             "val_loss": module.last_val_loss,
@@ -239,6 +240,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             "attn_future_mass": diag.get("attn_future_mass"),
             "loss_by_position": diag.get("loss_by_position"),  # teacher-forced, one value per position
             "diverged": bool(guard and guard.diverged),
+            "loss_spikes": stability.spikes if stability else None,
+            "grad_norm_max": stability.max_grad_norm if stability else None,  # before clipping, sampled
             "steps": trainer.global_step,
             "tokens_per_sec": timer.tokens_per_sec,
             "train_seconds": timer.seconds,
