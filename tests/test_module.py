@@ -52,3 +52,15 @@ def test_tail_train_loss_is_mean_of_last_tenth():
     module.train_losses = [torch.tensor(float(i)) for i in range(100)]
     assert module.tail_train_loss(0.1) == pytest.approx(sum(range(90, 100)) / 10)
     assert math.isnan(GPTModule(model=MODEL, vocab_size=20).tail_train_loss())
+
+
+def test_fused_adam_except_under_mixed_precision_with_clipping():
+    """Lightning refuses to clip a fused optimizer's gradients under AMP: fall back to foreach there only."""
+    from types import SimpleNamespace
+
+    for precision, clip, fused in (("32-true", 1.0, True), ("bf16-mixed", 1.0, False), ("16-mixed", 1.0, False),
+                                   ("bf16-mixed", None, True)):
+        module = GPTModule(model=MODEL, vocab_size=20)
+        module._trainer = SimpleNamespace(precision=precision, gradient_clip_val=clip)
+        opt = module.configure_optimizers()["optimizer"]
+        assert bool(opt.defaults["fused"]) is fused, (precision, clip)

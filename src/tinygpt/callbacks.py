@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities import grad_norm
 from rich.console import Console
 from rich.panel import Panel
 
@@ -150,7 +151,7 @@ class AttentionMaps(L.Callback):
         np.savez_compressed(out / f"step{step:06d}.npz", weights=weights, labels=np.array(labels))
         paths = []
         for layer, w in enumerate(maps):
-            path = Path(trainer.default_root_dir) / "attention" / f"step{step:06d}_layer{layer}.png"
+            path = out / f"step{step:06d}_layer{layer}.png"
             title = f"layer {layer}, step {step} (rows: queries, columns: keys)"
             paths.append(plot_attention(w[0], labels, title, path))
         for lg in _wandb_loggers(trainer):
@@ -215,7 +216,7 @@ class AutoregressiveLoss(L.Callback):
     The two coincide for a causal model; a model that reads the future separates them.
 
     Costs ``positions`` forward passes of at most T tokens on ``windows`` windows: at the defaults (16 windows,
-    8 positions) about a tenth of a 1024-window validation at T = 64.
+    8 positions) ~6% of a 1024-window validation at T = 64 (0.06 s vs 1.0 s here).
     """
 
     def __init__(self, windows: int = 16, positions: int = 8):
@@ -262,9 +263,9 @@ class StabilityMonitor(L.Callback):
     def on_before_optimizer_step(self, trainer, module, optimizer):  # Lightning clips after this hook
         if not self._due(trainer):
             return
-        grads = [p.grad.detach().norm() for p in module.parameters() if p.grad is not None]
-        if grads:
-            norm = torch.linalg.vector_norm(torch.stack(grads)).item()
+        total = grad_norm(module, norm_type=2).get("grad_2.0_norm_total")  # None before any gradient
+        if total is not None:
+            norm = float(total)
             self.max_grad_norm = max(self.max_grad_norm, norm) if math.isfinite(norm) else float("inf")
             module.log("train/grad_norm", norm)
 
