@@ -394,3 +394,16 @@ def test_qk_norm_has_its_own_parameters_and_changes_the_output():
     x = torch.randn(1, 5, 16)
     assert not torch.allclose(a(x), b(x))
     assert "qk_norm=True" in repr(a)
+
+
+def test_masked_keys_get_zero_weight_even_when_the_visible_scores_are_far_below_any_finite_fill():
+    # visible scores of -1e6: a fill of -1e4 (or any finite constant above -1e6) would hand the masked key
+    # almost all the weight; with -inf it gets exactly 0, whatever the visible scores are
+    scores = torch.tensor([[-1e6, -1e6 - 1.0, 0.0]])
+    w = masked_softmax(scores, torch.tensor([[True, True, False]]))
+    assert w[0, 2].item() == 0.0
+    assert w[0].tolist() == pytest.approx([1 / (1 + math.exp(-1.0)), math.exp(-1.0) / (1 + math.exp(-1.0)), 0.0])
+    k = torch.tensor([[[0.0, -1e6], [0.0, -1e6], [0.0, 0.0]]])  # the same through the whole function: q.k = -1e6
+    _, w = scaled_dot_product_attention(torch.tensor([[[0.0, 1.0]]]), k, torch.eye(3)[None], causal=False,
+                                        padding_mask=torch.tensor([[True, True, False]]), scale=1.0)
+    assert w[0, 0, 2].item() == 0.0

@@ -205,3 +205,44 @@ def test_concurrent_builders_share_one_complete_cache(corpus_file, tmp_path):
     assert all(np.array_equal(dm.train_ids, dms[0].train_ids) for dm in dms)
     leftovers = [p.name for p in dms[0].cache_path.parent.iterdir() if ".tmp-" in p.name]
     assert leftovers == []
+
+
+# ----------------------------------------------------------------------------- bugs a mutation run let through
+
+
+def test_ranks_draw_different_batches_at_the_same_step():
+    ids = np.arange(5000, dtype=np.uint16)
+    r0, r1 = RandomWindows(ids, 8, 4, seed=7), RandomWindows(ids, 8, 4, seed=7)
+    r1.rank = 1
+    assert not torch.equal(r0.batch(5)[0], r1.batch(5)[0])  # under DDP each rank trains on its own windows
+    r1b = RandomWindows(ids, 8, 4, seed=7)
+    r1b.rank = 1
+    assert torch.equal(r1.batch(5)[0], r1b.batch(5)[0])  # and each rank's sequence is reproducible
+
+
+def test_cache_path_depends_on_every_tokenizer_setting(corpus_file, tmp_path):
+    text = corpus_file.read_text()
+    paths = {make_dm(corpus_file, tmp_path, tokenizer="char")._cache_dir_for(text),
+             make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=300)._cache_dir_for(text),
+             make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=400)._cache_dir_for(text),
+             make_dm(corpus_file, tmp_path, tokenizer="char", train_fraction=0.8)._cache_dir_for(text),
+             make_dm(corpus_file, tmp_path, tokenizer="char")._cache_dir_for(text + "x")}
+    assert len(paths) == 5  # sweeping data.vocab_size (or anything else) never reuses another tokenizer's ids
+
+
+def test_tokenizer_is_trained_on_the_training_split_only(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_text("abcab\n" * 150 + "Z" * 100)  # 'Z' occurs only in the last 10%: the validation split
+    dm = TextDataModule(source="text_file", path=str(path), block_size=8, cache_dir=str(tmp_path / "cache"))
+    dm.setup()
+    unk = dm.tokenizer.token_to_id("<unk>")
+    assert dm.tokenizer.token_to_id("Z") is None
+    assert int(dm.val_ids[-1]) == unk and unk not in set(np.asarray(dm.train_ids).tolist())
+
+
+def test_random_token_splits_do_not_overlap(tmp_path):
+    dm = TextDataModule(source="random_tokens", vocab_size=50, n_tokens=5000, block_size=8, cache_dir=str(tmp_path))
+    dm.setup()
+    full = np.random.default_rng(dm.seed).integers(0, 50, size=5000)
+    assert np.array_equal(np.concatenate([dm.train_ids, dm.val_ids]), full)  # train then val, no shared token
+    assert len(dm.val_ids) == 500

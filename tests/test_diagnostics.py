@@ -163,3 +163,26 @@ def test_stats_report_min_entropy_and_qk_rms():
         h = m.blocks[0].ln_1(m.wte(x) + m.wpe(torch.arange(10)))
         q = m.blocks[0].attn.c_attn(h)[..., :16]
     assert stats["attn_q_rms_per_layer"][0] == pytest.approx(q.pow(2).mean().sqrt().item(), rel=1e-5)
+
+
+class OneAhead(torch.nn.Module):
+    """A 'model' whose logits at t are a one-hot of x[t+1]: it sees exactly one token ahead."""
+
+    config = GPTConfig(vocab_size=23, block_size=10)
+
+    def forward(self, idx, targets=None):
+        nxt = torch.roll(idx, -1, dims=1)  # (N, T): x[t+1] at t (wraps at the end)
+        return torch.nn.functional.one_hot(nxt, 23).float() * 10, None
+
+
+def test_a_one_token_look_ahead_is_a_leak():
+    x, _ = batch()
+    assert future_leak(OneAhead(), x) > 1.0  # the token right after t is replaced too
+
+
+def test_future_leak_of_a_causal_model_with_dropout_in_train_mode_is_zero():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=23, block_size=10, n_layer=2, n_head=2, n_embd=16, dropout=0.2))
+    m.train()  # the probe must switch dropout off itself, or a correct model shows a 'leak'
+    x, _ = batch()
+    assert future_leak(m, x) == 0.0 and m.training

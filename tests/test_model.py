@@ -138,3 +138,36 @@ def test_unit_qk_init_gives_unit_variance_queries_and_keys():
 def test_bad_qk_init_is_one_sentence():
     with pytest.raises(ValueError, match="model.attn.qk_init='xavier' is not one of gpt2, unit"):
         tiny(attn={"qk_init": "xavier"})
+
+
+def test_block_wiring_is_two_residual_branches():
+    """x + attn(ln_1(x)), then + mlp(ln_2(.)): each branch checked with the other one switched off."""
+    from tinygpt.model import Block
+
+    torch.manual_seed(0)
+    cfg = tiny(n_embd=16, n_head=2)
+    x = torch.randn(2, 5, 16)
+    b = Block(cfg).eval()
+    with torch.no_grad():
+        torch.nn.init.normal_(b.ln_1.weight, 1.0, 0.3)  # non-trivial gains: a swapped LayerNorm shows
+        torch.nn.init.normal_(b.ln_2.weight, 1.0, 0.3)
+        b.mlp.c_proj.weight.zero_()  # MLP off: the block is x + attn(ln_1(x))
+        torch.testing.assert_close(b(x), x + b.attn(b.ln_1(x)))
+        torch.nn.init.normal_(b.mlp.c_proj.weight, 0.0, 0.2)
+        b.attn.c_proj.weight.zero_()  # attention off: the block is x + mlp(ln_2(x))
+        torch.testing.assert_close(b(x), x + b.mlp(b.ln_2(x)))
+        torch.nn.init.normal_(b.attn.c_proj.weight, 0.0, 0.2)
+        h = x + b.attn(b.ln_1(x))
+        torch.testing.assert_close(b(x), h + b.mlp(b.ln_2(h)))  # both on: the second branch reads the first
+
+
+def test_final_layernorm_is_applied_before_the_head():
+    torch.manual_seed(0)
+    m = GPT(tiny()).eval()
+    idx = torch.randint(0, 31, (2, 7))
+    with torch.no_grad():
+        torch.nn.init.normal_(m.ln_f.weight, 1.0, 0.5)
+        h = m.wte(idx) + m.wpe(torch.arange(7))
+        for blk in m.blocks:
+            h = blk(h)
+        torch.testing.assert_close(m(idx)[0], m.lm_head(m.ln_f(h)))

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.attention import BACKENDS, CausalSelfAttention, resolve_scale
+from tinygpt.generate import generate
 
 
 @dataclass
@@ -166,7 +167,6 @@ class GPT(nn.Module):
             return logits, loss, maps
         return logits, loss
 
-    @torch.no_grad()
     def generate(
         self,
         idx: Tensor,
@@ -175,19 +175,6 @@ class GPT(nn.Module):
         top_k: int | None = None,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """Sample max_new_tokens after idx (B, T), feeding the last block_size tokens each step."""
-        if temperature <= 0:
-            raise ValueError(f"temperature={temperature} must be > 0.")
-        for _ in range(max_new_tokens):
-            context = idx[:, -self.config.block_size :]  # (B, <=block_size)
-            logits, _ = self(context)
-            logits = logits[:, -1, :] / temperature  # (B, V)
-            if not torch.isfinite(logits).all():
-                raise FloatingPointError("the model gives non-finite logits (it has diverged); nothing to sample.")
-            if top_k is not None:
-                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]  # (B, 1)
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            probs = torch.softmax(logits, dim=-1)
-            nxt = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
-            idx = torch.cat((idx, nxt), dim=1)  # (B, T + 1)
-        return idx
+        """Sample max_new_tokens after idx (B, T), feeding the last block_size tokens each step
+        (see tinygpt.generate)."""
+        return generate(self, idx, max_new_tokens, temperature, top_k, generator)

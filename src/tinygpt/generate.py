@@ -1,0 +1,52 @@
+"""Sampling: the next-token distribution as a pure function, and the decode loop around a model.
+
+``next_token_probs(logits, temperature, top_k)`` = softmax(logits / temperature) restricted to the top_k
+largest logits (ties at the k-th value are kept). ``generate`` appends tokens one at a time, feeding the
+model at most its last ``block_size`` tokens (its learned positions end there).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def check_sampling(temperature: float, top_k: int | None) -> None:
+    """One sentence for a bad temperature or top_k, before any work."""
+    if not temperature > 0:
+        raise ValueError(f"temperature={temperature!r} must be > 0 (use top_k=1 for greedy decoding).")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k={top_k!r} must be a positive integer or None (no cut).")
+
+
+def next_token_probs(logits: Tensor, temperature: float = 1.0, top_k: int | None = None) -> Tensor:
+    """logits (B, V) -> probabilities (B, V): softmax(logits / temperature) over the top_k largest logits."""
+    check_sampling(temperature, top_k)
+    if not torch.isfinite(logits).all():
+        raise FloatingPointError("the model gives non-finite logits (it has diverged); nothing to sample.")
+    logits = logits / temperature  # (B, V)
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k).values[:, [-1]]  # (B, 1): the k-th largest logit per row
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.softmax(logits, dim=-1)
+
+
+@torch.no_grad()
+def generate(
+    model,
+    idx: Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Sample max_new_tokens after idx (B, T) from ``model`` (idx -> (logits, loss)); returns (B, T + new)."""
+    block_size = model.config.block_size
+    check_sampling(temperature, top_k)
+    for _ in range(max_new_tokens):
+        context = idx[:, -block_size:]  # (B, <=block_size)
+        logits, _ = model(context)  # (B, t, V)
+        probs = next_token_probs(logits[:, -1, :], temperature, top_k)  # (B, V): the last position predicts
+        nxt = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+        idx = torch.cat((idx, nxt), dim=1)  # (B, T + 1)
+    return idx

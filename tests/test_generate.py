@@ -1,0 +1,66 @@
+"""Sampling: the next-token distribution by hand, and greedy decoding against the model's own argmax."""
+
+import math
+
+import pytest
+import torch
+
+from tinygpt.generate import generate, next_token_probs
+from tinygpt.model import GPT, GPTConfig
+
+
+def test_probs_are_softmax_of_logits_over_temperature_restricted_to_top_k():
+    logits = torch.tensor([[1.0, 2.0, 3.0, 0.0]])
+    p = next_token_probs(logits, temperature=2.0, top_k=2)
+    # top 2 are 3.0 and 2.0; divided by T = 2: 1.5 and 1.0
+    e15, e10 = math.exp(1.5), math.exp(1.0)
+    assert p[0].tolist() == pytest.approx([0.0, e10 / (e10 + e15), e15 / (e10 + e15), 0.0], abs=1e-7)
+    assert next_token_probs(logits, top_k=1)[0].tolist() == [0.0, 0.0, 1.0, 0.0]
+    full = next_token_probs(logits, temperature=0.5)  # no cut: every token keeps a share
+    assert torch.allclose(full, torch.softmax(logits / 0.5, -1)) and (full > 0).all()
+    assert next_token_probs(logits, top_k=99).tolist() == torch.softmax(logits, -1).tolist()
+
+
+@pytest.mark.parametrize("kw, message", [({"temperature": 0}, "temperature=0 must be > 0"),
+                                         ({"top_k": 0}, "top_k=0 must be a positive integer")])
+def test_bad_sampling_arguments_are_one_sentence(kw, message):
+    with pytest.raises(ValueError, match=message):
+        next_token_probs(torch.zeros(1, 3), **kw)
+
+
+def test_non_finite_logits_say_the_model_diverged():
+    with pytest.raises(FloatingPointError, match="diverged"):
+        next_token_probs(torch.tensor([[0.0, float("nan")]]))
+
+
+def test_greedy_decoding_is_the_argmax_of_the_last_position_with_the_context_cut_at_block_size():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=17, block_size=6, n_layer=2, n_head=2, n_embd=16)).eval()
+    prompt = torch.randint(0, 17, (2, 9))  # longer than block_size: only the last 6 tokens are fed
+    out = generate(m, prompt, 8, top_k=1)
+    assert out.shape == (2, 17) and torch.equal(out[:, :9], prompt)
+    for t in range(9, 17):
+        with torch.no_grad():
+            expected = m(out[:, t - 6 : t])[0][:, -1].argmax(-1)  # (B,)
+        assert torch.equal(out[:, t], expected), f"token {t}"
+    assert torch.equal(m.generate(prompt, 8, top_k=1), out)  # the method is the same loop
+
+
+def test_each_step_feeds_exactly_the_last_block_size_tokens():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=17, block_size=6, n_layer=1, n_head=2, n_embd=16)).eval()
+    seen = []
+
+    class Spy(torch.nn.Module):
+        config = m.config
+
+        def forward(self, idx):
+            seen.append(idx.clone())
+            return m(idx)
+
+    prompt = torch.randint(0, 17, (1, 4))
+    out = generate(Spy(), prompt, 5, top_k=3, generator=torch.Generator().manual_seed(0))
+    assert [c.shape[1] for c in seen] == [4, 5, 6, 6, 6]  # the whole prefix until it reaches block_size
+    for step, ctx in enumerate(seen):
+        t = 4 + step  # tokens known before this step
+        assert torch.equal(ctx, out[:, max(0, t - 6) : t])
