@@ -4,7 +4,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tinygpt.callbacks import DivergenceGuard, StabilityMonitor, token_label
+from tinygpt.callbacks import AttentionMaps, DivergenceGuard, StabilityMonitor, TextSamples, token_label
 
 
 def fake(step=5, vocab=50):
@@ -43,3 +43,14 @@ def test_stability_monitor_counts_loss_spikes():
 def test_stability_monitor_rejects_bad_settings():
     with pytest.raises(ValueError, match="spike_factor=1.0 above 1"):
         StabilityMonitor(spike_factor=1.0)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: TextSamples(temperature=0), "callbacks.text_samples.temperature=0 must be > 0"),
+    (lambda: TextSamples(top_k=0), "callbacks.text_samples.top_k=0 must be a positive integer"),
+    (lambda: AttentionMaps(probe=""), "callbacks.attention_maps.probe is empty"),
+    (lambda: AttentionMaps(every_n_steps=-1), "every_n_steps=-1 must be >= 0"),
+])
+def test_callback_settings_fail_when_built_not_after_training(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()

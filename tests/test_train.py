@@ -152,6 +152,12 @@ def test_sweep_gives_separate_runs_in_one_group(tmp_path, corpus_file, cache_dir
     for info in infos:  # the group really is in each run's W&B record
         record = next(Path(info["dir"]).glob("run-*.wandb")).read_bytes()
         assert group.encode() in record
+    # experiment 1's report also reads a plain `-m model.attn.causal=true,false` sweep on another corpus
+    report = subprocess.run([sys.executable, str(ROOT / "scripts" / "report.py"), "causal_mask", str(sweep),
+                             "--out", str(tmp_path / "report")], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert report.returncode == 0, report.stderr[-3000:]
+    text = (tmp_path / "report" / "README.md").read_text()
+    assert "| text_file:tiny.txt | 16 | causal (masked) |" in text and (tmp_path / "report" / "curves.png").exists()
 
 
 @pytest.mark.slow
@@ -180,6 +186,9 @@ def test_default_corpus_csv_logger_and_no_logger(tmp_path, cache_dir):
         pytest.param("trainer=gpu", "trainer.accelerator='gpu' but no CUDA GPU is visible",
                      marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")),
         ("optim.warmup_steps=-5", "optim.warmup_steps=-5 must be >= 0"),
+        ("diagnostics.windows=0", "diagnostics.windows=0 must be a positive integer"),
+        ("data.val_batch_size=0", "data.val_batch_size=0 must be a positive integer"),
+        ("callbacks.text_samples.top_k=0", "callbacks.text_samples.top_k=0 must be a positive integer"),
     ],
 )
 def test_bad_config_fails_before_any_work(tmp_path, corpus_file, cache_dir, override, message):

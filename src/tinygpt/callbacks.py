@@ -20,6 +20,7 @@ from rich.panel import Panel
 
 from tinygpt import diagnostics
 from tinygpt.diagnostics import evaluating
+from tinygpt.generate import check_sampling
 
 console = Console()
 
@@ -133,6 +134,11 @@ class AttentionMaps(L.Callback):
     def __init__(
         self, every_n_steps: int = 500, probe: str = "ROMEO:\nBut soft, what light through yonder window breaks?"
     ):
+        if not probe:
+            raise ValueError("callbacks.attention_maps.probe is empty; give a line of text to draw attention on.")
+        if every_n_steps < 0:
+            raise ValueError(
+                f"callbacks.attention_maps.every_n_steps={every_n_steps} must be >= 0 (0: only at the end).")
         self.every_n_steps, self.probe = every_n_steps, probe
         self._last_step = -1
 
@@ -179,6 +185,10 @@ class TextSamples(L.Callback):
         seed: int = 0,
         final_only: bool = False,
     ):
+        try:
+            check_sampling(temperature, top_k)
+        except ValueError as err:
+            raise ValueError(f"callbacks.text_samples.{err}") from None
         self.prompt, self.max_new_tokens = prompt, max_new_tokens
         self.temperature, self.top_k, self.seed = temperature, top_k, seed
         self.final_only = final_only

@@ -145,7 +145,8 @@ class TextDataModule(L.LightningDataModule):
             raise ValueError("data=hf_hub needs data.name=<hub id or local dataset directory>.")
         if not 0.0 < train_fraction < 1.0:
             raise ValueError(f"data.train_fraction={train_fraction!r} must be between 0 and 1.")
-        for key, value in (("batch_size", batch_size), ("block_size", block_size), ("val_windows", val_windows)):
+        for key, value in (("batch_size", batch_size), ("block_size", block_size), ("val_windows", val_windows),
+                           ("val_batch_size", val_batch_size)):
             if value < 1:
                 raise ValueError(f"data.{key}={value!r} must be a positive integer.")
         self.source, self.path, self.name, self.config = source, path, name, config

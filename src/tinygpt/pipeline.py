@@ -59,6 +59,9 @@ def validate_config(cfg: DictConfig) -> None:
         raise ValueError(
             f"optim.warmup_steps={o.warmup_steps} must be >= 0 and optim.decay_steps={o.decay_steps} >= 1."
         )
+    windows = cfg.get("diagnostics", {}).get("windows", 32)
+    if not isinstance(windows, int) or windows < 1:
+        raise ValueError(f"diagnostics.windows={windows!r} must be a positive integer (validation windows to probe).")
     if not isinstance(cfg.seed, int) or not 0 <= cfg.seed < 2**32:
         raise ValueError(f"seed={cfg.seed!r} must be an integer in [0, 2**32).")
 

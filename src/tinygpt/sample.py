@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from tinygpt.generate import check_sampling
 from tinygpt.model import GPT, GPTConfig
 from tinygpt.tokenizer import decode, encode
 
@@ -64,8 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     ckpt = args.ckpt or find_latest_checkpoint()
     if ckpt is None:
         ap.error("no checkpoint given and none found under outputs/ or multirun/; run `python train.py` first.")
-    if args.max_new_tokens < 1 or args.temperature <= 0:
-        ap.error(f"--max-new-tokens={args.max_new_tokens} must be >= 1 and --temperature={args.temperature} > 0.")
+    if args.max_new_tokens < 1:
+        ap.error(f"--max-new-tokens={args.max_new_tokens} must be >= 1.")
+    try:
+        check_sampling(args.temperature, args.top_k)
+    except ValueError as err:
+        ap.error(f"--{err}".replace("top_k=", "top-k="))
     try:
         model, tok = load_checkpoint(ckpt, args.device)
     except FileNotFoundError as e:
