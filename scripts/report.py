@@ -132,6 +132,24 @@ def smooth(values: np.ndarray, n: int = 5) -> np.ndarray:
     return out
 
 
+def save(fig, path: Path) -> Path:
+    """Lay out and write a matplotlib Figure as a PNG."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None, legend: bool = True) -> None:
+    """Labels, title, grid and legend, the same on every plot."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    if legend:
+        ax.legend(fontsize=7)
+
+
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]

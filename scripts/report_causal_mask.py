@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-from report import Run, band, fmt, markdown_table, mean_spread, smooth, sweep_wall_seconds
+from report import Run, band, finish_axes, fmt, markdown_table, mean_spread, save, smooth, sweep_wall_seconds
 
 COLORS = {True: "tab:blue", False: "tab:red"}
 LABELS = {True: "causal (masked)", False: "leaky (no mask)"}
@@ -109,19 +109,13 @@ def plot_curves(ax, by_causal: dict[bool, list[Run]], title: str, chance: float 
     if chance is not None:
         ax.axhline(chance, color="black", lw=1, ls=":", label=f"ln(vocab) = {chance:.3f}: chance")
     log_y(ax)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats, log scale)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    finish_axes(ax, "step", "loss (nats, log scale)", title)
 
 
 def fig_curves(by_causal, title: str, path: Path, chance: float | None = None) -> Path:
     fig = Figure(figsize=(7.5, 4.5))
     plot_curves(fig.subplots(), by_causal, title, chance)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path)
 
 
 def fig_loss_by_position(by_causal, title: str, path: Path) -> Path:
@@ -141,14 +135,8 @@ def fig_loss_by_position(by_causal, title: str, path: Path) -> Path:
             ax.plot(t, rows.mean(0), style, color=COLORS[c], ms=2.5, lw=1.3, label=f"{LABELS[c]}: {what}")
             ax.fill_between(t, rows.min(0), rows.max(0), color=COLORS[c], alpha=0.15, lw=0)
     log_y(ax)
-    ax.set_xlabel("position t in the window (target x[t+1])")
-    ax.set_ylabel("validation loss (nats, log scale)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    finish_axes(ax, "position t in the window (target x[t+1])", "validation loss (nats, log scale)", title)
+    return save(fig, path)
 
 
 def last_position_loss(run: Run) -> float:
@@ -189,14 +177,8 @@ def fig_one_over_t(leaky_by_t: dict[int, list[Run]], rows: list[dict], path: Pat
     ax.set_xlim(0, None)
     ax.set_ylim(0, None)
     ax.set_xticks([1 / T for T in sorted(leaky_by_t)], [f"1/{T}" for T in sorted(leaky_by_t)])
-    ax.set_xlabel("1 / context length T")
-    ax.set_ylabel("loss (nats)")
-    ax.set_title("Leaky model: teacher-forced loss vs 1/T", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    finish_axes(ax, "1 / context length T", "loss (nats)", "Leaky model: teacher-forced loss vs 1/T")
+    return save(fig, path)
 
 
 def fig_attention(by_causal, path: Path) -> Path | None:

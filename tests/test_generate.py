@@ -43,7 +43,6 @@ def test_greedy_decoding_is_the_argmax_of_the_last_position_with_the_context_cut
         with torch.no_grad():
             expected = m(out[:, t - 6 : t])[0][:, -1].argmax(-1)  # (B,)
         assert torch.equal(out[:, t], expected), f"token {t}"
-    assert torch.equal(m.generate(prompt, 8, top_k=1), out)  # the method is the same loop
 
 
 def test_each_step_feeds_exactly_the_last_block_size_tokens():
@@ -64,3 +63,13 @@ def test_each_step_feeds_exactly_the_last_block_size_tokens():
     for step, ctx in enumerate(seen):
         t = 4 + step  # tokens known before this step
         assert torch.equal(ctx, out[:, max(0, t - 6) : t])
+
+
+def test_generate_appends_tokens_and_is_seeded():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=31, block_size=12, n_layer=2, n_head=2, n_embd=8)).eval()
+    idx = torch.zeros(1, 3, dtype=torch.long)
+    a = generate(m, idx, 20, generator=torch.Generator().manual_seed(1), top_k=5)
+    b = generate(m, idx, 20, generator=torch.Generator().manual_seed(1), top_k=5)
+    assert a.shape == (1, 23) and torch.equal(a, b) and torch.equal(a[:, :3], idx)
+    assert int(a.max()) < 31

@@ -20,7 +20,7 @@ from rich.panel import Panel
 
 from tinygpt import diagnostics
 from tinygpt.diagnostics import evaluating
-from tinygpt.generate import check_sampling
+from tinygpt.generate import check_sampling, generate
 
 console = Console()
 
@@ -205,7 +205,7 @@ class TextSamples(L.Callback):
         gen = torch.Generator(device=module.device).manual_seed(self.seed)
         try:
             with evaluating(module.model) as model:
-                out = model.generate(idx, self.max_new_tokens, self.temperature, self.top_k, generator=gen)
+                out = generate(model, idx, self.max_new_tokens, self.temperature, self.top_k, generator=gen)
         except FloatingPointError as err:  # a diverged model: say so, keep the run going to its summary
             console.print(f"[yellow]no text sample at step {trainer.global_step}:[/] {err}")
             return

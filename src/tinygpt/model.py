@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.attention import BACKENDS, CausalSelfAttention, resolve_scale
-from tinygpt.generate import generate
 
 
 @dataclass
@@ -166,15 +165,3 @@ class GPT(nn.Module):
         if return_weights:
             return logits, loss, maps
         return logits, loss
-
-    def generate(
-        self,
-        idx: Tensor,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> Tensor:
-        """Sample max_new_tokens after idx (B, T), feeding the last block_size tokens each step
-        (see tinygpt.generate)."""
-        return generate(self, idx, max_new_tokens, temperature, top_k, generator)

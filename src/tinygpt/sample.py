@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from tinygpt.generate import check_sampling
+from tinygpt.generate import check_sampling, generate
 from tinygpt.model import GPT, GPTConfig
 from tinygpt.tokenizer import decode, encode
 
@@ -46,7 +46,7 @@ def generate_text(model: GPT, tok: Tokenizer | None, prompt: str, max_new_tokens
             raise ValueError(f"the prompt {prompt!r} encodes to no tokens; give a non-empty prompt.")
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(seed)
-    out = model.generate(torch.tensor([ids], device=device), max_new_tokens, temperature, top_k, generator=gen)
+    out = generate(model, torch.tensor([ids], device=device), max_new_tokens, temperature, top_k, generator=gen)
     out = out[0].tolist()
     return " ".join(map(str, out)) if tok is None else decode(tok, out)
 
