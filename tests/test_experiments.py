@@ -1,0 +1,154 @@
+"""The experiments: every file in configs/experiment/ runs, and experiment 1's sweep + report work end to end."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from conftest import ROOT, TINY, run_train
+
+EXPERIMENTS = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
+
+
+def compose_hydra(overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose("train", overrides=list(overrides), return_hydra_config=True)
+
+
+def test_experiments_exist():
+    assert {"causal_mask", "causal_mask_quick", "gpu_small", "sqrt_dk", "sqrt_dk_quick"} <= set(EXPERIMENTS)
+
+
+def test_causal_mask_sweep_arms_and_dir():
+    cfg = compose_hydra(["experiment=causal_mask"])
+    params = cfg.hydra.sweeper.params
+    assert params["model.attn.causal"] == "true,false" and params["seed"] == "1,2,3"
+    arms = params["arm/causal_mask"].split(",")
+    assert arms == ["shakespeare_t64", "shakespeare_t32", "shakespeare_t16", "random_t64"]
+    assert cfg.hydra.sweep.dir.startswith("multirun/causal_mask/")  # named after the experiment
+    tokens = set()
+    for arm in arms:
+        c = compose_hydra(["experiment=causal_mask", f"arm/causal_mask={arm}"])
+        tokens.add(c.model.block_size * c.data.batch_size)
+        assert c.data.source == ("random_tokens" if arm.startswith("random") else "shakespeare")
+        assert c.model.block_size == int(arm.rsplit("_t", 1)[1])
+    assert tokens == {768}  # the same tokens per step in every arm
+    quick = compose_hydra(["experiment=causal_mask_quick"])
+    assert quick.hydra.sweep.dir.startswith("multirun/causal_mask_quick/")
+    assert quick.trainer.max_steps < cfg.trainer.max_steps and quick.hydra.sweeper.params["seed"] == "1"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_runs_a_few_steps_on_the_tiny_model(experiment, tmp_path, corpus_file, cache_dir):
+    out = tmp_path / experiment
+    args = [f"experiment={experiment}", *TINY, "data=text_file", f"data.path={corpus_file}",
+            f"data.cache_dir={cache_dir}", "trainer.max_steps=4", "trainer.val_check_interval=2",
+            "logger=csv", f"hydra.run.dir={out}"]
+    if experiment == "gpu_small":  # its trainer asks for a GPU; here the recipe (bf16-mixed included) runs on the CPU
+        args += ["trainer.accelerator=cpu"]
+    run_train(args)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 4 and math.isfinite(summary["val_loss"])
+    assert (out / "history" / "metrics.csv").is_file()
+
+
+@pytest.fixture(scope="module")
+def tiny_causal_mask_sweep(tmp_path_factory, cache_dir) -> Path:
+    """experiment=causal_mask shrunk to the tiny model on its random-token control: both arms, one seed."""
+    sweep = tmp_path_factory.mktemp("causal_mask") / "sweep"
+    run_train([
+        "-m", "experiment=causal_mask", *TINY, "arm/causal_mask=random_t64", "model.block_size=16",
+        "model.n_embd=32", "data.vocab_size=16", "data.n_tokens=40000", "data.batch_size=32", "data.val_windows=64",
+        "seed=1", "model.attn.causal=true,false", "trainer.max_steps=200", "trainer.val_check_interval=50",
+        "optim.lr=1e-2", "optim.warmup_steps=20", "diagnostics.windows=16", f"data.cache_dir={cache_dir}",
+        f"hydra.sweep.dir={sweep}", "logger=csv",
+    ])
+    return sweep
+
+
+@pytest.mark.slow
+def test_causal_mask_sweep_shows_the_effect(tiny_causal_mask_sweep):
+    summaries = [json.loads(p.read_text()) for p in sorted(tiny_causal_mask_sweep.glob("*/summary.json"))]
+    assert len(summaries) == 2
+    by = {s["config"]["model"]["attn"]["causal"]: s for s in summaries}
+    causal, leaky = by[True], by[False]
+    chance = math.log(16)
+    assert leaky["train_loss"] < 0.5 * causal["train_loss"]  # the leak: far lower teacher-forced loss...
+    assert leaky["train_loss"] < 0.5 * chance  # ...far below chance, on data with nothing to learn
+    assert leaky["val_loss_autoregressive"] > causal["val_loss_autoregressive"]  # ...and a worse honest loss
+    assert causal["future_leak"] == 0.0 and leaky["future_leak"] > 1e-3
+    assert causal["attn_future_mass"] == 0.0 and leaky["attn_future_mass"] > 0.1
+    assert causal["val_loss_autoregressive"] > chance - 0.05  # no honest model beats chance
+    lbp = leaky["loss_by_position"]  # near zero where the target is in the window, high at the last position
+    assert len(lbp) == 16 and lbp[-1] > 5 * max(lbp[:-1])
+    history = (tiny_causal_mask_sweep / "1" / "history" / "metrics.csv").read_text().splitlines()
+    assert "val/loss_autoregressive" in history[0] and "val/loss_probe" in history[0]
+
+
+@pytest.mark.slow
+def test_report_runs_on_the_sweep(tiny_causal_mask_sweep, tmp_path):
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "report.py"), "causal_mask", str(tiny_causal_mask_sweep),
+         "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (out / "README.md").read_text()
+    for png in ("curves.png", "loss_by_position.png", "attention.png", "control_T16.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+        assert f"({png})" in text
+    assert "## Finding" in text and "ln(16)" in text and "| random_tokens (vocab 16) | 16 |" in text
+
+
+def test_report_refuses_a_dir_without_runs(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "report.py"), "causal_mask", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode != 0 and "no summary.json under" in proc.stderr
+
+
+def test_sqrt_dk_sweep_arms_and_grid():
+    cfg = compose_hydra(["experiment=sqrt_dk"])
+    params = cfg.hydra.sweeper.params
+    lrs = [float(x) for x in params["optim.lr"].split(",")]
+    assert lrs == sorted(lrs) and lrs[0] <= 3e-4 and lrs[-1] >= 1e-1 and len(lrs) >= 5
+    assert len(params["seed"].split(",")) >= 2
+    assert cfg.hydra.sweep.dir.startswith("multirun/sqrt_dk/")
+    seen = set()
+    for arm in params["arm/sqrt_dk"].split(","):
+        c = compose_hydra(["experiment=sqrt_dk", f"arm/sqrt_dk={arm}"])
+        assert c.model.n_embd == 256  # a fixed width: d_k changes through the head count
+        a = c.model.attn
+        seen.add((c.model.n_embd // c.model.n_head, a.scale, a.qk_norm, a.qk_init))
+    for dk in (32, 128, 256):
+        assert {(dk, "sqrt_dk", False, "gpt2"), (dk, "none", False, "gpt2")} <= seen
+    assert {(256, "inv_dk", False, "gpt2"), (256, "none", True, "gpt2"), (256, "none", False, "unit"),
+            (256, "sqrt_dk", False, "unit")} <= seen
+
+
+@pytest.mark.slow
+def test_sqrt_dk_sweep_and_report(tmp_path, cache_dir, corpus_file):
+    """experiment=sqrt_dk_quick on a tiny model: scaled vs unscaled at a sane and an absurd learning rate. The
+    absurd one diverges, ends cleanly, and the report still draws everything."""
+    sweep = tmp_path / "sweep"
+    run_train(["-m", "experiment=sqrt_dk_quick", *TINY, "model.n_embd=32", "model.n_layer=1",
+               "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}", "logger=csv",
+               "trainer.max_steps=20", "trainer.val_check_interval=10", "optim.lr=1e-2,1e8",
+               f"hydra.sweep.dir={sweep}"])
+    summaries = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/summary.json"))]
+    assert len(summaries) == 4
+    diverged = {(s["config"]["model"]["attn"]["scale"], s["config"]["optim"]["lr"]): s["diverged"] for s in summaries}
+    assert diverged == {("sqrt_dk", 1e-2): False, ("none", 1e-2): False, ("sqrt_dk", 1e8): True, ("none", 1e8): True}
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "report.py"), "sqrt_dk", str(sweep), "--out",
+                           str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (out / "README.md").read_text()
+    for png in ("init_slopes.png", "loss_vs_lr.png", "lr_sensitivity.png", "gap_vs_dk.png", "stability.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+        assert f"({png})" in text
+    assert "## Finding" in text and "Diverged runs" in text and "2 of 4" in text
