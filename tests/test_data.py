@@ -56,9 +56,10 @@ def test_windows_are_deterministic_shifted_and_resumable():
     assert torch.equal(b.batch(3)[0], x)  # same seed and step: same batch
     assert not torch.equal(a.batch(4)[0], x)  # another step: another batch
     assert not torch.equal(RandomWindows(ids, 8, 4, seed=8).batch(3)[0], x)
-    b.start_step, b.length = 3, 2  # resumed at step 3: continues with batch 3, then 4
+    b.start_step, b.length = 3, 5  # a 5-step run resumed at step 3: continues with batch 3, then 4
     got = [xb for xb, _ in b]
     assert len(got) == 2 and torch.equal(got[0], x) and torch.equal(got[1], a.batch(4)[0])
+    assert len(b) == 5  # the epoch's length counts from step 0, as Lightning's restored batch index does
     assert int(x.max()) <= 999 - 1
 
 

@@ -271,3 +271,20 @@ def test_a_diverging_job_ends_cleanly_and_the_sweep_goes_on(tmp_path, corpus_fil
     first, second = (json.loads((sweep / j / "summary.json").read_text()) for j in ("0", "1"))
     assert first["diverged"] is True and first["steps"] < 20 and first["train_loss"] is None
     assert second["diverged"] is False and second["steps"] == 20
+
+
+@pytest.mark.slow
+def test_last_checkpoint_holds_the_final_step_and_resumes_exactly(tmp_path, corpus_file, cache_dir):
+    """max_steps not a multiple of val_check_interval: last.ckpt still holds the end (7, not 5), and resuming
+    from it to 14 steps gives the same weights as 14 straight steps."""
+    common = ["logger=none", "trainer.val_check_interval=5", "optim.decay_steps=14"]
+    run_train(tiny_args(tmp_path / "seven", corpus_file, cache_dir, *common, "trainer.max_steps=7"))
+    last = tmp_path / "seven" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == 7
+    run_train(tiny_args(tmp_path / "full", corpus_file, cache_dir, *common, "trainer.max_steps=14"))
+    run_train(tiny_args(tmp_path / "resumed", corpus_file, cache_dir, *common, "trainer.max_steps=14",
+                        f"ckpt_path={last}"))
+    full = torch.load(tmp_path / "full" / "checkpoints" / "last.ckpt", weights_only=False)
+    resumed = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert full["global_step"] == resumed["global_step"] == 14
+    assert all(torch.equal(full["state_dict"][k], resumed["state_dict"][k]) for k in full["state_dict"])

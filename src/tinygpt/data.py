@@ -78,14 +78,16 @@ class RandomWindows(IterableDataset):
         starts = rng.integers(0, len(self.ids) - self.block_size - 1, size=self.batch_size, endpoint=True)
         return windows_at(self.ids, starts, self.block_size)  # x (B, T), y (B, T)
 
-    def __len__(self) -> int:  # steps left, so progress bars know the total
+    def __len__(self) -> int:
+        """All steps of the run, counted from step 0, so a resumed epoch's batch index (restored by Lightning)
+        and its length agree, and progress bars know the total."""
         if self.length is None:
             raise TypeError("RandomWindows is endless unless a length is set")
         return self.length
 
-    def __iter__(self):
+    def __iter__(self):  # steps start_step .. length - 1
         step = self.start_step
-        while self.length is None or step < self.start_step + self.length:
+        while self.length is None or step < self.length:
             yield self.batch(step)
             step += 1
 
@@ -255,7 +257,7 @@ class TextDataModule(L.LightningDataModule):
         if self.trainer is not None:  # resume: continue the batch sequence at the restored step
             ds.start_step, ds.rank = self.trainer.global_step, self.trainer.global_rank
             if self.trainer.max_steps and self.trainer.max_steps > 0:
-                ds.length = max(1, self.trainer.max_steps - ds.start_step)
+                ds.length = self.trainer.max_steps  # the whole run: one epoch of max_steps batches
         return DataLoader(ds, batch_size=None, num_workers=0)
 
     def val_dataloader(self) -> DataLoader:

@@ -7,6 +7,7 @@ import math
 import netrc
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -207,8 +208,19 @@ def log_diagnostics(loggers: list, diag: dict, step: int) -> None:
                          data=rows, step=step)
 
 
+def save_last_checkpoint(trainer) -> None:
+    """ModelCheckpoint writes last.ckpt at validations only; a run that ends between two of them gets its
+    final state written there too, so sampling and resuming use the newest model."""
+    cb = trainer.checkpoint_callback
+    if cb is not None and cb.save_last and cb.dirpath:
+        trainer.save_checkpoint(Path(cb.dirpath) / f"{cb.CHECKPOINT_NAME_LAST}{cb.FILE_EXTENSION}")
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """One run: validate, build, fit, final validation and diagnostics, summary.json."""
+    # Training batches are a pure function of the global step (data.RandomWindows), so a run resumed mid-epoch
+    # continues exactly (tested); Lightning cannot know that and warns otherwise.
+    warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
     validate_config(cfg)
     out_dir, group, name = run_identity()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -225,8 +237,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     try:
         trainer.fit(module, datamodule=dm, ckpt_path=cfg.get("ckpt_path"))
-        if module.last_val_step != trainer.global_step:
+        if module.last_val_step != trainer.global_step:  # the run ended between validations
             trainer.validate(module, datamodule=dm, verbose=False)
+            save_last_checkpoint(trainer)
         n_probe = cfg.get("diagnostics", {}).get("windows", 32)
         diag = probe_diagnostics(module, dm, n_probe) if trainer.is_global_zero else {}
         log_diagnostics(loggers, diag, trainer.global_step)
