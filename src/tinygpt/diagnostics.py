@@ -142,12 +142,13 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
 def run_all(model: GPT, x: Tensor, y: Tensor) -> dict:
     """All diagnostics on a fixed batch of validation windows x, y (N, T)."""
     ar = autoregressive_loss_by_position(model, x, y)  # (T,)
+    tf = loss_by_position(model, x, y)  # (T,): its mean is the teacher-forced loss (every position has N windows)
     out = {
         "val_loss_autoregressive": ar.mean().item(),
-        "val_loss_probe": teacher_forced_loss(model, x, y),  # teacher-forced, same windows: equal if causal
+        "val_loss_probe": tf.mean().item(),  # teacher-forced, same windows: equal if causal
         "future_leak": future_leak(model, x),
-        "loss_by_position": loss_by_position(model, x, y).tolist(),  # teacher-forced, (T,)
-        "loss_by_position_autoregressive": ar.tolist(),  # (T,)
+        "loss_by_position": tf.tolist(),
+        "loss_by_position_autoregressive": ar.tolist(),
     }
     out.update(attention_stats(model, x))
     return out
