@@ -1,6 +1,7 @@
 """The attention math, checked against hand-computed examples, a reference loop and the fused kernel."""
 
 import math
+import zlib
 
 import pytest
 import torch
@@ -236,7 +237,7 @@ def test_future_keys_values_do_not_change_the_past_function():
 @pytest.mark.parametrize("qk_norm", [False, True])
 def test_math_and_sdpa_agree(scale, causal, padded, shape, qk_norm):
     B, T, C, H = shape
-    torch.manual_seed(hash((str(scale), causal, padded, shape)) % 1000)
+    torch.manual_seed(zlib.crc32(repr((scale, causal, padded, shape)).encode()) % 1000)  # same in every process
     math_attn = CausalSelfAttention(C, H, causal=causal, scale=scale, backend="math", qk_norm=qk_norm).eval()
     sdpa_attn = CausalSelfAttention(C, H, causal=causal, scale=scale, backend="sdpa", qk_norm=qk_norm).eval()
     if qk_norm:  # non-trivial gains and biases, so the norms matter on both paths

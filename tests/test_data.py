@@ -1,4 +1,6 @@
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ from tinygpt import corpus, data
 from tinygpt.data import RandomWindows, TextDataModule, chunk_lines, fixed_windows, split_text
 from tinygpt.tokenizer import decode, encode, train_tokenizer
 
-from conftest import TEXT
+from helpers import TEXT
 
 
 def test_char_tokenizer_round_trip_and_unknown():
@@ -17,7 +19,8 @@ def test_char_tokenizer_round_trip_and_unknown():
     assert decode(tok, encode(tok, s)) == s
     assert len(encode(tok, s)) == len(s)  # one token per character
     assert tok.get_vocab_size() == len(set(TEXT)) + 1  # + <unk>
-    assert decode(tok, encode(tok, "Z")) == "<unk>"  # 'Z' never occurs in TEXT
+    assert decode(tok, encode(tok, "Z")) == "\ufffd"  # 'Z' never occurs in TEXT: <unk>, shown as U+FFFD
+    assert decode(tok, encode(tok, "aZZb")) == "a\ufffd\ufffdb" and decode(tok, encode(tok, "Za")) == "\ufffda"
 
 
 def test_bpe_tokenizer_round_trip_any_text():
@@ -247,3 +250,29 @@ def test_random_token_splits_do_not_overlap(tmp_path):
     full = np.random.default_rng(dm.seed).integers(0, 50, size=5000)
     assert np.array_equal(np.concatenate([dm.train_ids, dm.val_ids]), full)  # train then val, no shared token
     assert len(dm.val_ids) == 500
+
+
+def listing(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
+
+
+def test_a_complete_cache_on_a_read_only_mount_is_used_without_writing(corpus_file, tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    make_dm(corpus_file, root).setup()  # build it once
+    before = listing(root)
+    monkeypatch.setattr(data, "unwritable", lambda path: f"{path} is not writable")  # root ignores chmod
+    dm = make_dm(corpus_file, root)
+    dm.setup()
+    assert len(dm.train_ids) > 0 and listing(root) == before  # no lock files, no Arrow cache, nothing
+    other = make_dm(corpus_file, root, train_fraction=0.5)  # a cache it does not hold yet
+    with pytest.raises(ValueError, match=r"data.cache_dir='.*cache' cannot hold the token cache \(.* is not writable\) "
+                                         r"and has no cache for this corpus yet; set data.cache_dir"):
+        other.setup()
+
+
+def test_cache_dirs_get_the_umask_mode_not_0700(corpus_file, tmp_path):
+    dm = make_dm(corpus_file, tmp_path / "cache")
+    dm.setup()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert dm.cache_path.stat().st_mode & 0o777 == 0o777 & ~umask

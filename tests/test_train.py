@@ -8,10 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from conftest import ROOT, TINY, run_train
+from helpers import ROOT, TINY, compose_train, run_train
 
 SUMMARY_KEYS = {"train_loss", "val_loss", "val_loss_autoregressive", "future_leak", "attn_entropy",
                 "attn_max_logit", "diverged", "steps", "tokens_per_sec", "config"}  # design.md
@@ -29,11 +28,6 @@ def tiny_args(out: Path, corpus_file: Path, cache_dir: Path, *extra: str) -> lis
 
 
 # ----------------------------------------------------------------------------- config (fast)
-
-
-def compose_train(overrides=()):
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
-        return compose("train", overrides=list(overrides), return_hydra_config=True)
 
 
 def test_default_config_is_nanogpts_cpu_recipe():

@@ -36,7 +36,13 @@ def tokens_in(batch) -> int:
 
 
 class StepProgressBar(RichProgressBar):
-    """Lightning's rich bar, labelled by steps: training here is step-based, one endless 'epoch'."""
+    """Lightning's rich bar, labelled by steps: training here is step-based, one endless 'epoch'. No
+    logger version (`v_num`): the run dir says which run this is."""
+
+    def get_metrics(self, trainer, pl_module):
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        return items
 
     def _get_train_description(self, current_epoch: int) -> str:
         return f"{'train':{len(self.validation_description)}}"
@@ -298,8 +304,14 @@ class StabilityMonitor(L.Callback):
         module.log_dict(metrics)
 
 
+class Diverged(Exception):
+    """Raised by DivergenceGuard to end fit at once: no validation, checkpoint or sample of a broken model."""
+
+
 class DivergenceGuard(L.Callback):
-    """Stop cleanly when the training loss is non-finite or exceeds ``factor`` x ln(vocab)."""
+    """Stop cleanly when the training loss is non-finite or exceeds ``factor`` x ln(vocab): the pipeline
+    then writes the summary with ``diverged: true`` and the reason, keeps the last good checkpoint and
+    exits 0, so a sweep goes on."""
 
     def __init__(self, factor: float = 3.0, every_n_steps: int = 1):
         self.factor, self.every_n_steps = factor, every_n_steps
@@ -314,4 +326,4 @@ class DivergenceGuard(L.Callback):
             self.diverged = True
             self.reason = f"training loss {loss.item():.4g} at step {trainer.global_step} (limit {limit:.3g})"
             console.print(f"[bold red]diverged:[/] {self.reason}; stopping.")
-            trainer.should_stop = True
+            raise Diverged(self.reason)

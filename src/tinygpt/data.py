@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -100,6 +101,27 @@ def fixed_windows(ids: np.ndarray, block_size: int, max_windows: int) -> tuple[t
     return windows_at(ids, starts, block_size)
 
 
+def unwritable(path: Path) -> str | None:
+    """None when ``path`` is a writable dir or can be created; else why not (for one sentence)."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
+def default_mode(path: Path) -> None:
+    """tempfile.mkdtemp makes 0700 dirs; a shared cache gets the mode the user's umask gives."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o777 & ~umask)
+
+
 class TextDataModule(L.LightningDataModule):
     """Builds (or reuses) the cache in ``prepare_data``, memory-maps it in ``setup``."""
 
@@ -163,13 +185,16 @@ class TextDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------------ cache
 
-    def _read_text(self) -> str:
+    def _read_text(self, scratch: Path) -> str:
+        """The corpus text; `datasets`' own Arrow cache goes under ``scratch`` (the cache root when writable)."""
         if self.source in ("shakespeare", "text_file"):
-            paths = [corpus.shakespeare_text_file(self.cache_root)] if self.source == "shakespeare" else self.path
-            return corpus.read_text_files(paths, self.cache_root)
+            paths = self.path
+            if self.source == "shakespeare":
+                converted = self.cache_root / corpus.SHAKESPEARE_FILE
+                paths = [converted if converted.exists() else corpus.shakespeare_text_file(scratch)]
+            return corpus.read_text_files(paths, scratch)
         return corpus.read_hf_dataset(
-            self.name, config=self.config, split=self.split, text_column=self.text_column,
-            cache_dir=self.cache_root,
+            self.name, config=self.config, split=self.split, text_column=self.text_column, cache_dir=scratch,
         )
 
     def _cache_dir_for(self, text: str | None) -> Path:
@@ -189,13 +214,22 @@ class TextDataModule(L.LightningDataModule):
         """
         if self.cache_path is not None and (self.cache_path / "meta.json").exists():
             return
-        text = None if self.source == "random_tokens" else self._read_text()
+        reason = unwritable(self.cache_root)
+        with tempfile.TemporaryDirectory(prefix="tinygpt-read-") as scratch:  # a read-only cache stays untouched
+            where = Path(scratch) if reason else self.cache_root
+            text = None if self.source == "random_tokens" else self._read_text(where)
         out = self._cache_dir_for(text)
         if not (out / "meta.json").exists():
+            if reason:
+                raise ValueError(
+                    f"data.cache_dir={str(self.cache_root)!r} cannot hold the token cache ({reason}) and has no "
+                    "cache for this corpus yet; set data.cache_dir (or TINYGPT_CACHE_DIR) to a writable directory."
+                )
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
             try:
                 self._build_cache(text, tmp)
+                default_mode(tmp)
                 try:
                     tmp.rename(out)
                 except OSError:  # another process finished first; its cache is the same

@@ -137,6 +137,12 @@ class GPT(nn.Module):
         n = sum(p.numel() for p in self.parameters())  # tied weights are counted once
         return n - self.wpe.weight.numel() if non_embedding else n
 
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token (forward + backward), as nanoGPT and the PaLM paper count them:
+        6 per weight plus the attention matmuls, 12 * n_layer * n_embd * block_size."""
+        c = self.config
+        return 6.0 * self.num_params() + 12.0 * c.n_layer * c.n_embd * c.block_size
+
     def forward(
         self, idx: Tensor, targets: Tensor | None = None, return_weights: bool = False
     ):

@@ -33,6 +33,32 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
+def check_optim(lr, min_lr, warmup_steps, decay_steps, betas=(0.9, 0.99), weight_decay=0.1, fused_adam=True) -> None:
+    """The optimizer and schedule settings (optim.*): one sentence naming the first bad value."""
+    def number(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+    def integer(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    for key, value in (("lr", lr), ("min_lr", min_lr), ("weight_decay", weight_decay)):
+        if not number(value):
+            raise ValueError(f"optim.{key}={value!r} must be a number.")
+    for key, value in (("warmup_steps", warmup_steps), ("decay_steps", decay_steps)):
+        if not integer(value):
+            raise ValueError(f"optim.{key}={value!r} must be an integer number of steps.")
+    if not (lr > 0 and 0 <= min_lr <= lr):
+        raise ValueError(f"optim.lr={lr} must be > 0 and optim.min_lr={min_lr} in [0, lr].")
+    if warmup_steps < 0 or decay_steps < 1:
+        raise ValueError(f"optim.warmup_steps={warmup_steps} must be >= 0 and optim.decay_steps={decay_steps} >= 1.")
+    if weight_decay < 0:
+        raise ValueError(f"optim.weight_decay={weight_decay} must be >= 0.")
+    if not (len(betas) == 2 and all(number(b) and 0 <= b < 1 for b in betas)):
+        raise ValueError(f"optim.betas={list(betas)!r} must be two numbers in [0, 1).")
+    if not isinstance(fused_adam, bool):
+        raise ValueError(f"optim.fused_adam={fused_adam!r} must be true or false.")
+
+
 class GPTModule(L.LightningModule):
     def __init__(
         self,
@@ -47,6 +73,7 @@ class GPTModule(L.LightningModule):
         fused_adam: bool = True,
     ):
         super().__init__()
+        check_optim(lr, min_lr, warmup_steps, decay_steps, betas, weight_decay, fused_adam)
         self.save_hyperparameters()
         self.config = GPTConfig(vocab_size=vocab_size, **model)
         self.model = GPT(self.config)
@@ -74,10 +101,18 @@ class GPTModule(L.LightningModule):
             self.last_val_step = self.trainer.global_step
 
     def on_save_checkpoint(self, checkpoint):
-        """Every checkpoint carries its tokenizer, so sampling needs nothing else."""
+        """Every checkpoint carries its tokenizer, so sampling needs nothing else, and the per-step training
+        losses, so a resumed run's summary covers the whole run."""
         dm = getattr(self.trainer, "datamodule", None)
         if dm is not None and dm.tokenizer is not None:
             checkpoint["tokenizer"] = dm.tokenizer.to_str()
+        if self.train_losses:
+            checkpoint["train_losses"] = torch.stack(self.train_losses).float().cpu()  # (steps,)
+
+    def on_load_checkpoint(self, checkpoint):
+        losses = checkpoint.get("train_losses")
+        if losses is not None:
+            self.train_losses = list(losses.to(self.device).unbind(0))
 
     def configure_optimizers(self):
         hp = self.hparams

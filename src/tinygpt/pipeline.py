@@ -1,13 +1,18 @@
-"""One training run: validate the config, build everything from it, fit, write summary.json."""
+"""One training run: check everything, build everything from the config, fit, write summary.json.
+
+Phases: ``setup`` checks every value and builds the objects (no data read, nothing written; a mistake is a
+ConfigError), ``prepare`` reads or builds the data cache and checks a resume against it, then the run
+writes its config, trains, validates at the end, runs the diagnostics and writes summary.json.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
-import netrc
-import os
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,76 +23,119 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import LearningRateMonitor, ThroughputMonitor
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from tinygpt import diagnostics
-from tinygpt.callbacks import DivergenceGuard, StabilityMonitor, StepTimer
+from tinygpt import checkpoint, diagnostics, tracking
+from tinygpt.callbacks import Diverged, DivergenceGuard, StabilityMonitor, StepTimer
+from tinygpt.errors import ConfigError, as_config_errors
+from tinygpt.interrupts import GracefulStop, RunInterrupted
 from tinygpt.model import GPTConfig
-from tinygpt.module import GPTModule
+from tinygpt.module import GPTModule, check_optim
 
 console = Console()
 LOGGERS = ("wandb", "csv")
 
+# Library messages that say nothing about this run, silenced by exact text; every other warning stays visible.
+KNOWN_HARMLESS = (
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # torch's pytree deprecation, inside Lightning
+    r"Your `IterableDataset` has `__len__` defined",  # num_workers=0 here: __len__ is exact (data.RandomWindows)
+    # batches are a pure function of the global step (data.RandomWindows), so a mid-epoch resume is exact (tested)
+    r"You're resuming from a checkpoint that ended before the epoch ended",
+)
 
-# ----------------------------------------------------------------------------- validation
+
+class _DropTips(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "💡 Tip" not in record.getMessage()  # Lightning's promotional tips
+
+
+def quiet_libraries() -> None:
+    for message in KNOWN_HARMLESS:
+        warnings.filterwarnings("ignore", message=message)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch"):
+        logging.getLogger(name).addFilter(_DropTips())
+
+
+# ----------------------------------------------------------------------------- setup: every check, no work
 
 
 def validate_config(cfg: DictConfig) -> None:
-    """Fail before any work starts, with one sentence naming the bad value."""
-    GPTConfig(vocab_size=1, **OmegaConf.to_container(cfg.model, resolve=True))
+    """What spans groups or belongs to no object: each other fact is checked by the object that owns it."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        key = missing[0]
+        hint = " (one or more UTF-8 text files)" if key == "data.path" else ""
+        raise ConfigError(f"{key} is required but not set; pass {key}=<value>{hint}.")
     steps = cfg.trainer.get("max_steps", -1)
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"trainer.max_steps={steps!r} must be a positive integer (training is step-based).")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ConfigError(f"trainer.max_steps={steps!r} must be a positive integer (training is step-based).")
     if cfg.data.block_size != cfg.model.block_size:
-        raise ValueError(
+        raise ConfigError(
             f"data.block_size={cfg.data.block_size} must equal model.block_size={cfg.model.block_size}."
         )
     for name in (cfg.get("logger") or {}):
         if name not in LOGGERS:
-            raise ValueError(f"logger {name!r} is not one of {', '.join(LOGGERS)} (or logger=none).")
+            raise ConfigError(f"logger {name!r} is not one of {', '.join(LOGGERS)} (or logger=none).")
     if cfg.trainer.get("accelerator") in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise ValueError(
+        raise ConfigError(
             f"trainer.accelerator={cfg.trainer.accelerator!r} but no CUDA GPU is visible; "
             "use trainer=cpu or trainer.accelerator=auto."
         )
-    if cfg.get("ckpt_path") and not Path(cfg.ckpt_path).is_file():
-        raise ValueError(f"ckpt_path={cfg.ckpt_path!r} is not a file.")
-    o = cfg.optim
-    if not (o.lr > 0 and 0 <= o.min_lr <= o.lr):
-        raise ValueError(f"optim.lr={o.lr} must be > 0 and optim.min_lr={o.min_lr} in [0, lr].")
-    if o.warmup_steps < 0 or o.decay_steps < 1:
-        raise ValueError(
-            f"optim.warmup_steps={o.warmup_steps} must be >= 0 and optim.decay_steps={o.decay_steps} >= 1."
-        )
     windows = cfg.get("diagnostics", {}).get("windows", 32)
-    if not isinstance(windows, int) or windows < 1:
-        raise ValueError(f"diagnostics.windows={windows!r} must be a positive integer (validation windows to probe).")
-    if not isinstance(cfg.seed, int) or not 0 <= cfg.seed < 2**32:
-        raise ValueError(f"seed={cfg.seed!r} must be an integer in [0, 2**32).")
+    if not isinstance(windows, int) or isinstance(windows, bool) or windows < 1:
+        raise ConfigError(f"diagnostics.windows={windows!r} must be a positive integer (validation windows to probe).")
+    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**32:
+        raise ConfigError(f"seed={cfg.seed!r} must be an integer in [0, 2**32).")
 
 
-# ----------------------------------------------------------------------------- W&B
+@dataclass
+class Run:
+    cfg: DictConfig
+    out_dir: Path
+    resolved: dict
+    dm: Any
+    callbacks: list
+    timer: StepTimer
+    stop: GracefulStop
+    loggers: list
+    trainer: L.Trainer
+    ckpt_path: Path | None
+    ckpt: dict | None
 
 
-def wandb_has_credentials() -> bool:
-    """True when an API key is in the environment or in ~/.netrc for the W&B host."""
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    host = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("://")[-1].split("/")[0]
-    try:
-        return netrc.netrc().authenticators(host) is not None
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
-        return False
+def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | None = None) -> Run:
+    """Check every value and build the objects that own them (data module, callbacks, loggers, trainer);
+    reads no data, starts no W&B run and writes nothing. Any mistake is one ConfigError."""
+    with as_config_errors(ValueError, TypeError, MisconfigurationException, *_config_error_types()):
+        validate_config(cfg)
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        GPTConfig(vocab_size=1, **resolved["model"])  # checks model.*
+        check_optim(**resolved["optim"])
+        dm = instantiate(cfg.data)  # checks data.*
+        ckpt_path = checkpoint.resolve_ckpt_path(cfg.get("ckpt_path"), out_dir)
+        ckpt = None
+        if ckpt_path is not None:
+            ckpt = checkpoint.load(ckpt_path)
+            checkpoint.check_resume_steps(ckpt, ckpt_path, cfg.trainer.max_steps)
+        stop, timer = GracefulStop(), StepTimer()  # the timer first, so it times the step alone
+        callbacks = [timer] + [instantiate(c) for c in (cfg.get("callbacks") or {}).values()] + [stop]
+        loggers = build_loggers(cfg, group, name)
+        callbacks = only_with_logger(callbacks, bool(loggers))
+        trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
+                              plugins=[checkpoint.AtomicCheckpointIO()])
+    return Run(cfg, out_dir, resolved, dm, callbacks, timer, stop, loggers, trainer, ckpt_path, ckpt)
 
 
-def wandb_mode(requested: str | None) -> str:
-    """The logger's mode: as asked (config or WANDB_MODE), else online with credentials, else offline."""
-    if requested:
-        return requested
-    if os.environ.get("WANDB_MODE"):
-        return os.environ["WANDB_MODE"]
-    return "online" if wandb_has_credentials() else "offline"
+def _config_error_types() -> tuple:
+    from hydra.errors import InstantiationException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return InstantiationException, OmegaConfBaseException
+
+
+# ----------------------------------------------------------------------------- identity and loggers
 
 
 def run_identity() -> tuple[Path, str | None, str | None]:
@@ -101,11 +149,18 @@ def run_identity() -> tuple[Path, str | None, str | None]:
     return out, None, None
 
 
+def resume_command(out_dir: Path) -> str:
+    """The command that continues this run in its own dir."""
+    overrides = [o for o in HydraConfig.get().overrides.task
+                 if not o.startswith(("hydra.run.dir=", "hydra.sweep.dir=", "ckpt_path="))]
+    return " ".join(["python train.py", *overrides, f"hydra.run.dir={out_dir}", "ckpt_path=last"])
+
+
 def build_loggers(cfg: DictConfig, group: str | None, name: str | None) -> list:
     loggers = []
     for key, lcfg in (cfg.get("logger") or {}).items():
         if key == "wandb":
-            mode = wandb_mode(lcfg.get("mode"))
+            mode = tracking.choose_mode(lcfg.get("mode"))
             loggers.append(
                 instantiate(lcfg, mode=mode, group=lcfg.get("group") or group, name=lcfg.get("name") or name)
             )
@@ -114,80 +169,41 @@ def build_loggers(cfg: DictConfig, group: str | None, name: str | None) -> list:
     return loggers
 
 
-def wandb_info() -> dict | None:
-    """Where this job's W&B run lives: id, group, name, mode and the local run dir."""
-    import wandb
-
-    run = wandb.run
-    if run is None:
-        return None
-    return {"id": run.id, "group": run.group or None, "name": run.name, "mode": run.settings.mode,
-            "dir": str(Path(run.dir).parent)}
+# ----------------------------------------------------------------------------- data and model
 
 
-def finish_wandb(loggers: list) -> None:
-    """Close this job's W&B run (so the next job of a sweep gets its own) and say how to sync."""
-    import wandb
-
-    for lg in loggers:
-        if isinstance(lg, WandbLogger) and wandb.run is not None:
-            run_dir = Path(wandb.run.dir).parent
-            offline = wandb.run.settings.mode in ("offline", "dryrun")
-            wandb.finish()
-            if offline:
-                console.print(
-                    f"W&B ran offline (no credentials found). To upload: [bold]wandb sync {run_dir}[/]"
-                )
-
-
-# ----------------------------------------------------------------------------- summary
-
-
-def write_summary(out_dir: Path, values: dict[str, Any]) -> Path:
-    """summary.json in the run's output dir; non-finite floats become null."""
-    def clean(v):
-        return None if isinstance(v, float) and not math.isfinite(v) else v
-
-    path = out_dir / "summary.json"
-    path.write_text(json.dumps({k: clean(v) for k, v in values.items()}, indent=2, default=str))
-    return path
-
-
-# ----------------------------------------------------------------------------- train
-
-
-def build_datamodule(cfg: DictConfig):
-    """Instantiate, then read/tokenize/cache the corpus (or reuse the cache) and memory-map it."""
-    dm = instantiate(cfg.data)
+def prepare_data(run: Run) -> None:
+    """Read/tokenize/cache the corpus (or reuse the cache) and memory-map it; input mistakes are ConfigErrors."""
+    dm = run.dm
     t0 = time.perf_counter()
-    dm.prepare_data()
-    dm.setup("fit")
+    with as_config_errors(ValueError):
+        dm.prepare_data()
+        dm.setup("fit")
     console.print(
         f"data: {dm.source}, vocab {dm.vocab_size}, {len(dm.train_ids):,} train / {len(dm.val_ids):,} val tokens "
         f"({time.perf_counter() - t0:.1f}s, cache {dm.cache_path})"
     )
-    return dm
 
 
-def build_module(cfg: DictConfig, vocab_size: int) -> GPTModule:
-    module = GPTModule(
-        model=OmegaConf.to_container(cfg.model, resolve=True),
-        vocab_size=vocab_size,
-        **OmegaConf.to_container(cfg.optim, resolve=True),
-    )
+def build_module(run: Run, vocab_size: int) -> GPTModule:
+    cfg = run.cfg
+    module = GPTModule(model=run.resolved["model"], vocab_size=vocab_size, **run.resolved["optim"])
+    if run.ckpt is not None:
+        tok = run.dm.tokenizer.to_str() if run.dm.tokenizer is not None else None
+        checkpoint.check_resume_model(run.ckpt, run.ckpt_path, module.model.state_dict(), run.resolved["model"],
+                                      vocab_size, tok)
+    module.flops_per_batch = module.model.flops_per_token() * cfg.data.batch_size * cfg.model.block_size
     if cfg.get("compile"):
         module.model.compile()
     console.print(f"model: {module.model.num_params() / 1e6:.2f}M parameters, attention {module.config.attn}")
     return module
 
 
-def build_callbacks(cfg: DictConfig, with_logger: bool) -> tuple[list, StepTimer]:
-    """The configured callbacks, behind a StepTimer (first, so it times the step alone)."""
-    timer = StepTimer()
-    callbacks = [timer] + [instantiate(c) for c in (cfg.get("callbacks") or {}).values()]
-    if not with_logger:  # these only feed a logger, and LearningRateMonitor refuses to run without one
-        callbacks = [c for c in callbacks if not isinstance(c, (LearningRateMonitor, ThroughputMonitor))]
-    return callbacks, timer
+def only_with_logger(callbacks: list, with_logger: bool) -> list:
+    """LearningRateMonitor and ThroughputMonitor only feed a logger (and the first refuses to run without one)."""
+    if with_logger:
+        return callbacks
+    return [c for c in callbacks if not isinstance(c, (LearningRateMonitor, ThroughputMonitor))]
 
 
 def probe_diagnostics(module: GPTModule, dm, n_windows: int) -> dict:
@@ -216,64 +232,125 @@ def save_last_checkpoint(trainer) -> None:
         trainer.save_checkpoint(Path(cb.dirpath) / f"{cb.CHECKPOINT_NAME_LAST}{cb.FILE_EXTENSION}")
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
-    """One run: validate, build, fit, final validation and diagnostics, summary.json."""
-    # Training batches are a pure function of the global step (data.RandomWindows), so a run resumed mid-epoch
-    # continues exactly (tested); Lightning cannot know that and warns otherwise.
-    warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
-    validate_config(cfg)
-    out_dir, group, name = run_identity()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
-    L.seed_everything(cfg.seed, workers=True, verbose=False)
+# ----------------------------------------------------------------------------- summary
 
-    dm = build_datamodule(cfg)
-    module = build_module(cfg, dm.vocab_size)
-    loggers = build_loggers(cfg, group, name)
-    callbacks, timer = build_callbacks(cfg, with_logger=bool(loggers))
-    for lg in loggers:
-        lg.log_hyperparams(resolved)
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+
+def write_summary(out_dir: Path, values: dict[str, Any]) -> Path:
+    """summary.json in the run's output dir; non-finite floats become null. Written atomically."""
+    def clean(v):
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    path = out_dir / "summary.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({k: clean(v) for k, v in values.items()}, indent=2, default=str))
+    tmp.replace(path)
+    return path
+
+
+def base_summary(run: Run, module: GPTModule, trainer, status: str) -> dict[str, Any]:
+    guard = next((c for c in run.callbacks if isinstance(c, DivergenceGuard)), None)
+    stability = next((c for c in run.callbacks if isinstance(c, StabilityMonitor)), None)
+    return {
+        "status": status,  # completed | diverged | interrupted
+        "train_loss": module.tail_train_loss(0.1),
+        "val_loss": module.last_val_loss,
+        "diverged": bool(guard and guard.diverged),
+        "divergence": guard.reason if guard and guard.diverged else None,
+        "loss_spikes": stability.spikes if stability else None,
+        "grad_norm_max": stability.max_grad_norm if stability else None,  # before clipping, sampled
+        "steps": trainer.global_step,
+        "tokens_per_sec": run.timer.tokens_per_sec,
+        "train_seconds": run.timer.seconds,
+        "n_params": module.model.num_params(),
+        "vocab_size": run.dm.vocab_size,
+        "resumed_from": str(run.ckpt_path) if run.ckpt_path else None,
+        "config": run.resolved,
+    }
+
+
+# ----------------------------------------------------------------------------- train
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """One run: check, prepare, fit, final validation and diagnostics, summary.json."""
+    quiet_libraries()
+    out_dir, group, name = run_identity()
+    run = setup(cfg, out_dir, group, name)
+    trainer, loggers = run.trainer, run.loggers
+    run.stop.install()
+    exit_code = None
     try:
-        trainer.fit(module, datamodule=dm, ckpt_path=cfg.get("ckpt_path"))
-        if module.last_val_step != trainer.global_step:  # the run ended between validations
-            trainer.validate(module, datamodule=dm, verbose=False)
-            save_last_checkpoint(trainer)
-        n_probe = cfg.get("diagnostics", {}).get("windows", 32)
-        diag = probe_diagnostics(module, dm, n_probe) if trainer.is_global_zero else {}
-        log_diagnostics(loggers, diag, trainer.global_step)
-        guard = next((c for c in callbacks if isinstance(c, DivergenceGuard)), None)
-        stability = next((c for c in callbacks if isinstance(c, StabilityMonitor)), None)
-        summary = {
-            "train_loss": module.tail_train_loss(0.1),
-            "val_loss": module.last_val_loss,
-            "val_loss_autoregressive": diag.get("val_loss_autoregressive"),
-            "val_loss_probe": diag.get("val_loss_probe"),  # teacher-forced, on the same probe windows
-            "future_leak": diag.get("future_leak"),
-            "attn_entropy": diag.get("attn_entropy"),
-            "attn_max_logit": diag.get("attn_max_logit"),
-            "attn_future_mass": diag.get("attn_future_mass"),
-            "loss_by_position": diag.get("loss_by_position"),  # teacher-forced, one value per position
-            "diverged": bool(guard and guard.diverged),
-            "loss_spikes": stability.spikes if stability else None,
-            "grad_norm_max": stability.max_grad_norm if stability else None,  # before clipping, sampled
-            "steps": trainer.global_step,
-            "tokens_per_sec": timer.tokens_per_sec,
-            "train_seconds": timer.seconds,
-            "n_params": module.model.num_params(),
-            "vocab_size": dm.vocab_size,
-            "config": resolved,
-            "wandb": wandb_info() if any(isinstance(lg, WandbLogger) for lg in loggers) else None,
-            "diagnostics": diag,  # the above on the probe windows, plus per-layer values
-        }
-        if trainer.is_global_zero:
-            path = write_summary(out_dir, summary)
-            console.print(
-                f"[bold green]done[/]: {summary['steps']} steps, train loss {summary['train_loss']:.4f}, "
-                f"val loss {summary['val_loss']:.4f} (autoregressive {summary['val_loss_autoregressive']:.4f}, "
-                f"future leak {summary['future_leak']:.3g}), {summary['tokens_per_sec'] or 0:,.0f} tokens/s -> {path}"
-            )
-        return summary
+        L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model's initial weights
+        prepare_data(run)
+        module = build_module(run, run.dm.vocab_size)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(run.resolved))
+        for lg in loggers:
+            lg.log_hyperparams(run.resolved)
+        try:
+            trainer.fit(module, datamodule=run.dm, ckpt_path=run.ckpt_path, weights_only=True)
+            if run.stop.signum is not None:  # a signal during the last validation
+                raise RunInterrupted(run.stop.signum)
+        except Diverged:
+            pass  # the guard said why; no validation or checkpoint of a broken model, the last good one stays
+        except RunInterrupted as stop:
+            exit_code = stop.exit_code
+            interrupted(run, module, trainer, stop)
+            raise
+        return finish_run(run, module, trainer, loggers)
+    except BaseException:
+        exit_code = exit_code or 1
+        raise
     finally:
-        finish_wandb(loggers)
+        run.stop.uninstall()
+        tracking.finish(loggers, exit_code=exit_code)
+
+
+def interrupted(run: Run, module: GPTModule, trainer, stop: RunInterrupted) -> None:
+    """A signal stopped training: last.ckpt at the current step, a partial summary, the resume command."""
+    if run.stop.saved_path is None:
+        run.stop.save(trainer)
+    summary = base_summary(run, module, trainer, "interrupted")
+    summary["interrupted"] = stop.signal_name
+    if trainer.is_global_zero:
+        write_summary(run.out_dir, summary)
+        console.print(
+            f"[bold yellow]interrupted[/] by {stop.signal_name} at step {trainer.global_step}; "
+            f"checkpoint {run.stop.saved_path}. Resume with:\n  {resume_command(run.out_dir)}",
+            soft_wrap=True,
+        )
+
+
+def finish_run(run: Run, module: GPTModule, trainer, loggers: list) -> dict[str, Any]:
+    dm = run.dm
+    guard = next((c for c in run.callbacks if isinstance(c, DivergenceGuard)), None)
+    diverged = bool(guard and guard.diverged)
+    if not diverged and module.last_val_step != trainer.global_step:  # the run ended between validations
+        trainer.validate(module, datamodule=dm, verbose=False)
+        save_last_checkpoint(trainer)
+    n_probe = run.cfg.get("diagnostics", {}).get("windows", 32)
+    diag = probe_diagnostics(module, dm, n_probe) if trainer.is_global_zero and not diverged else {}
+    log_diagnostics(loggers, diag, trainer.global_step)
+    summary = base_summary(run, module, trainer, "diverged" if diverged else "completed")
+    summary.update({
+        "val_loss_autoregressive": diag.get("val_loss_autoregressive"),
+        "val_loss_probe": diag.get("val_loss_probe"),  # teacher-forced, on the same probe windows
+        "future_leak": diag.get("future_leak"),
+        "attn_entropy": diag.get("attn_entropy"),
+        "attn_max_logit": diag.get("attn_max_logit"),
+        "attn_future_mass": diag.get("attn_future_mass"),
+        "loss_by_position": diag.get("loss_by_position"),  # teacher-forced, one value per position
+        "wandb": tracking.run_info() if any(isinstance(lg, WandbLogger) for lg in loggers) else None,
+        "diagnostics": diag,  # the above on the probe windows, plus per-layer values
+    })
+    if trainer.is_global_zero:
+        path = write_summary(run.out_dir, summary)
+        fmt = lambda v, f: "n/a" if v is None or not math.isfinite(v) else format(v, f)  # noqa: E731
+        console.print(
+            f"[bold green]done[/]: {summary['steps']} steps, train loss {fmt(summary['train_loss'], '.4f')}, "
+            f"val loss {fmt(summary['val_loss'], '.4f')} (autoregressive "
+            f"{fmt(summary['val_loss_autoregressive'], '.4f')}, future leak {fmt(summary['future_leak'], '.3g')}), "
+            f"{summary['tokens_per_sec'] or 0:,.0f} tokens/s -> {path}"
+        )
+    return summary
+

@@ -9,6 +9,8 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from tinygpt import checkpoint
+from tinygpt.errors import ConfigError
 from tinygpt.generate import check_sampling, generate
 from tinygpt.model import GPT, GPTConfig
 from tinygpt.tokenizer import decode, encode
@@ -21,13 +23,14 @@ def find_latest_checkpoint(roots=("outputs", "multirun")) -> Path | None:
 
 
 def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer | None]:
-    """The GPT (eval mode) and its tokenizer from a Lightning checkpoint written by train.py."""
+    """The GPT (eval mode) and its tokenizer from a Lightning checkpoint written by train.py, loaded with
+    ``weights_only=True`` (an untrusted file cannot run code)."""
     path = Path(path)
     if path.is_dir():  # a run dir: use its last checkpoint
         path = path / "checkpoints" / "last.ckpt" if (path / "checkpoints").is_dir() else path / "last.ckpt"
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist.")
-    ckpt = torch.load(path, map_location=device, weights_only=False)
+    ckpt = checkpoint.load(path, map_location=device)
     hp = ckpt["hyper_parameters"]
     model = GPT(GPTConfig(vocab_size=hp["vocab_size"], **hp["model"]))
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
@@ -67,15 +70,24 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("no checkpoint given and none found under outputs/ or multirun/; run `python train.py` first.")
     if args.max_new_tokens < 1:
         ap.error(f"--max-new-tokens={args.max_new_tokens} must be >= 1.")
+    if args.num_samples < 1:
+        ap.error(f"--num-samples={args.num_samples} must be >= 1.")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device={args.device} but no CUDA GPU is visible; use --device cpu.")
     try:
         check_sampling(args.temperature, args.top_k)
     except ValueError as err:
         ap.error(f"--{err}".replace("top_k=", "top-k="))
     try:
         model, tok = load_checkpoint(ckpt, args.device)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ConfigError) as e:
         ap.error(str(e))
     print(f"# {ckpt}", file=sys.stderr)
+    if tok is not None and tok.token_to_id("<unk>") is not None:
+        unknown = sorted({c for c in args.prompt if tok.token_to_id(c) is None})
+        if unknown:
+            print(f"# note: the prompt's {''.join(unknown)!r} are not in the vocabulary; the model sees <unk>",
+                  file=sys.stderr)
     for i in range(args.num_samples):
         text = generate_text(model, tok, args.prompt, args.max_new_tokens, args.temperature,
                              args.top_k, args.seed + i)

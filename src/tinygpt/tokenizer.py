@@ -49,5 +49,18 @@ def encode(tok: Tokenizer, text: str) -> list[int]:
     return tok.encode(text, add_special_tokens=False).ids
 
 
+REPLACEMENT = "\ufffd"  # how text decoders show a character they cannot name
+
+
 def decode(tok: Tokenizer, ids: Iterable[int]) -> str:
-    return tok.decode(list(ids), skip_special_tokens=False)
+    """Text of ``ids``; the char tokenizer's ``<unk>`` (a character only the validation text has) shows as
+    U+FFFD, as any text decoder shows an unknown character, not as the literal string '<unk>'."""
+    ids, unk = list(ids), tok.token_to_id(UNK)
+    if unk is None or unk not in ids:
+        return tok.decode(ids, skip_special_tokens=False)
+    pieces, start = [], 0
+    for i, t in enumerate(ids + [unk]):
+        if t == unk:
+            pieces.append(tok.decode(ids[start:i], skip_special_tokens=False) if i > start else "")
+            start = i + 1
+    return REPLACEMENT.join(pieces)

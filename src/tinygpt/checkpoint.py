@@ -1,0 +1,106 @@
+"""Checkpoints: atomic writes, safe loading (``weights_only=True``), and the checks a resume needs before
+any work starts (readable, not past max_steps, same model shape, same tokenizer)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from tinygpt.errors import ConfigError, first_line
+
+LAST = "last.ckpt"
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, permissions); the previous file is unchanged."""
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's torch.save, into a temporary file beside the target and renamed over it: a failed or
+    interrupted write (disk full, a kill) never leaves a truncated file where a good one was."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            torch.save(checkpoint, tmp)
+            os.replace(tmp, path)
+        except OSError as err:
+            raise CheckpointWriteError(
+                f"could not write checkpoint {path} ({err.strerror or err}); the previous file there is unchanged."
+            ) from err
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def resolve_ckpt_path(value: str | None, run_dir: Path) -> Path | None:
+    """ckpt_path as given: null (no resume), ``last`` (this run dir's last checkpoint), a run dir, or a file."""
+    if value is None or value == "":
+        return None
+    if str(value) == "last":
+        path = run_dir / "checkpoints" / LAST
+        if not path.is_file():
+            raise ConfigError(
+                f"ckpt_path=last but {path} does not exist; set hydra.run.dir to the run to resume "
+                "(the one that printed the resume command)."
+            )
+        return path
+    path = Path(value).expanduser()
+    if path.is_dir():
+        path = path / "checkpoints" / LAST if (path / "checkpoints").is_dir() else path / LAST
+    if not path.is_file():
+        raise ConfigError(
+            f"ckpt_path={str(value)!r} is not a checkpoint file or a run dir holding checkpoints/last.ckpt."
+        )
+    return path
+
+
+def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """A checkpoint written by train.py, loaded with ``weights_only=True`` (an untrusted file cannot run
+    code); a file that is not one gives one sentence."""
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # torch raises several kinds for random bytes, truncation, pickled code
+        raise ConfigError(f"checkpoint {str(path)!r} is not a readable checkpoint ({first_line(err)[:160]}).") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
+        raise ConfigError(f"checkpoint {str(path)!r} was not written by train.py (no state_dict/hyper_parameters).")
+    return ckpt
+
+
+def describe(model: dict, vocab_size: int) -> str:
+    keys = ("n_layer", "n_head", "n_embd", "block_size")
+    return ", ".join(f"{k}={model.get(k)}" for k in keys) + f", vocab {vocab_size}"
+
+
+def check_resume_steps(ckpt: dict, path: Path, max_steps: int) -> None:
+    step = int(ckpt.get("global_step", 0))
+    if step >= max_steps:
+        raise ConfigError(
+            f"ckpt_path={str(path)!r} is already at step {step}, not before trainer.max_steps={max_steps}; "
+            "raise trainer.max_steps to train further."
+        )
+
+
+def check_resume_model(ckpt: dict, path: Path, state_dict: dict[str, torch.Tensor], model: dict,
+                       vocab_size: int, tokenizer_json: str | None) -> None:
+    """Refuse a checkpoint whose weights do not fit this run's model, or whose tokenizer differs from this
+    run's data (the same vocab size with other symbols would train on silently scrambled ids)."""
+    hp = ckpt["hyper_parameters"]
+    theirs = {k.removeprefix("model."): tuple(v.shape) for k, v in ckpt["state_dict"].items()
+              if k.startswith("model.")}
+    ours = {k: tuple(v.shape) for k, v in state_dict.items()}
+    if theirs != ours:
+        raise ConfigError(
+            f"ckpt_path={str(path)!r} holds a model with {describe(hp.get('model', {}), hp.get('vocab_size'))}, "
+            f"but this run builds {describe(model, vocab_size)}; resume with the checkpoint's model and data settings."
+        )
+    if tokenizer_json is not None and ckpt.get("tokenizer") not in (None, tokenizer_json):
+        raise ConfigError(
+            f"ckpt_path={str(path)!r} was trained with another tokenizer than this run's data "
+            f"(same vocab size {vocab_size}, different symbols); resume on the data it was trained on."
+        )

@@ -1,0 +1,60 @@
+"""train.py's task around pipeline.train: how a run ends, as the shell and a sweep see it.
+
+- a mistake in the config or input: `error: <sentence>`, exit status 2, no traceback
+  (HYDRA_FULL_ERROR=1 shows it);
+- a checkpoint that cannot be written: one line, exit status 1;
+- SIGTERM / SIGINT / SIGUSR1: a partial summary, the resume command, exit status 128 + signal;
+- in a sweep (-m), a failing job prints its error at once, writes it to <job dir>/error.txt and the sweep
+  goes on; the sweep ends with a table of jobs and exits 1 if any failed (runs.SweepReport).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from tinygpt.checkpoint import CheckpointWriteError
+from tinygpt.errors import ConfigError, first_line, full_traceback_requested, print_error
+from tinygpt.interrupts import RunInterrupted
+from tinygpt.runs import ERROR_FILE
+
+log = logging.getLogger(__name__)
+
+
+def run_task(cfg: DictConfig) -> float:
+    from tinygpt.pipeline import train  # imported here so `--help` and Hydra's own errors stay fast
+
+    hc = HydraConfig.get()
+    sweep = hc.mode == RunMode.MULTIRUN
+    try:
+        return train(cfg)["val_loss"]
+    except RunInterrupted as stop:
+        sys.exit(stop.exit_code)
+    except (ConfigError, CheckpointWriteError) as err:
+        if full_traceback_requested():
+            raise
+        if not sweep:
+            print_error(str(err))
+            sys.exit(2 if isinstance(err, ConfigError) else 1)
+        return _job_failed(hc, str(err))
+    except Exception as err:
+        if not sweep or full_traceback_requested():
+            raise  # a bug, not a mistake: the traceback is what helps
+        log.exception("job failed")  # the traceback goes to the job's train.log
+        log_file = Path(hc.runtime.output_dir) / f"{hc.job.name}.log"
+        return _job_failed(hc, f"{type(err).__name__}: {first_line(err)} (traceback in {log_file})")
+
+
+def _job_failed(hc, message: str) -> float:
+    """A sweep job's failure: one line now, error.txt for the table at the end; the sweep goes on."""
+    out = Path(hc.runtime.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / ERROR_FILE).write_text(message + "\n")
+    print_error(f"job {hc.job.num} ({hc.job.override_dirname or 'no overrides'}): {message}")
+    return math.nan

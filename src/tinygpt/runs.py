@@ -1,0 +1,121 @@
+"""Run directories and sweeps: unique default dirs, never writing over another run, and the table that
+ends a sweep. The two classes are Hydra callbacks (configs/hydra/default.yaml)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import secrets
+import sys
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+RUN_MARKERS = ("summary.json", "config.yaml", "checkpoints")  # what a run writes into its dir
+ERROR_FILE = "error.txt"  # a failed sweep job's one-line error
+
+
+def register_resolvers(project_root: str | Path | None = None) -> None:
+    """``${run_id:}``: 6 random hex digits, resolved once per run (or sweep), so two runs started in the same
+    second get different default dirs (outputs/<date>/<time>-<run_id>). ``${project_root:}``: the dir of
+    train.py (the data cache lives there, whichever directory train.py is started from)."""
+    if not OmegaConf.has_resolver("run_id"):
+        OmegaConf.register_new_resolver("run_id", lambda: secrets.token_hex(3), use_cache=True)
+    root = str(Path(project_root).resolve()) if project_root else str(Path.cwd())
+    OmegaConf.register_new_resolver("project_root", lambda: root, replace=True)
+
+
+def holds_run(path: Path) -> bool:
+    return any((path / m).exists() for m in RUN_MARKERS)
+
+
+def resumes_into(run_dir: Path, ckpt_path) -> bool:
+    if ckpt_path in (None, ""):
+        return False
+    if str(ckpt_path) == "last":
+        return True
+    try:
+        return Path(ckpt_path).expanduser().resolve().is_relative_to(run_dir.resolve())
+    except OSError:
+        return False
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+class RunDirGuard(Callback):
+    """Refuse to start in a run dir that already holds a run, unless resuming into it (before Hydra writes
+    its .hydra/ files there); refuse a sweep dir that holds finished jobs."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        run_dir = Path(str(config.hydra.run.dir))
+        if holds_run(run_dir) and not resumes_into(run_dir, config.get("ckpt_path")):
+            _fail(
+                f"hydra.run.dir={str(run_dir)!r} already holds a run; choose another dir (the default is unique) "
+                "or resume that run with ckpt_path=last."
+            )
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        if sweep_dir.is_dir() and any(holds_run(p) for p in sweep_dir.iterdir() if p.is_dir()):
+            _fail(f"hydra.sweep.dir={str(sweep_dir)!r} already holds a sweep's runs; choose another dir "
+                  "(the default is unique).")
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    """Each job's dir (the ones Hydra wrote .hydra/overrides.yaml into), in job order."""
+    dirs = {p.parent.parent for p in sweep_dir.glob("**/.hydra/overrides.yaml")}
+
+    def key(p: Path):
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p.relative_to(sweep_dir)))]
+
+    return sorted(dirs, key=key)
+
+
+def job_row(job_dir: Path) -> dict:
+    """overrides, status (completed | diverged | interrupted | failed | unknown), val loss, error."""
+    overrides = OmegaConf.to_container(OmegaConf.load(job_dir / ".hydra" / "overrides.yaml"))
+    row = {"dir": job_dir, "overrides": " ".join(overrides), "status": "unknown", "val_loss": None, "error": None}
+    if (job_dir / ERROR_FILE).exists():
+        row.update(status="failed", error=(job_dir / ERROR_FILE).read_text().strip())
+    elif (job_dir / "summary.json").exists():
+        s = json.loads((job_dir / "summary.json").read_text())
+        row.update(status=s.get("status") or ("diverged" if s.get("diverged") else "completed"),
+                   val_loss=s.get("val_loss"))
+    return row
+
+
+class SweepReport(Callback):
+    """At the end of a sweep: a table of its jobs (overrides, status, val loss, run dir); the sweep exits 1
+    when any job failed, after every job has run."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        rows = [job_row(d) for d in job_dirs(sweep_dir)]
+        if not rows:
+            return
+        table = Table(title=f"sweep {sweep_dir}", title_justify="left")
+        for col in ("job", "overrides", "status", "val loss", "run dir"):
+            table.add_column(col, overflow="fold")
+        colours = {"completed": "green", "diverged": "yellow", "interrupted": "yellow", "failed": "red"}
+        for row in rows:
+            v = row["val_loss"]
+            table.add_row(
+                row["dir"].name, row["overrides"], f"[{colours.get(row['status'], 'white')}]{row['status']}[/]",
+                "-" if v is None or not math.isfinite(v) else f"{v:.4f}", str(row["dir"]),
+            )
+        console = Console(stderr=True)
+        console.print(table)
+        failed = [r for r in rows if r["status"] == "failed"]
+        if failed:
+            console.print(f"[bold red]{len(failed)} of {len(rows)} jobs failed[/]:")
+            for r in failed:
+                console.print(f"  job {r['dir'].name} ({r['overrides']}): {r['error']}", soft_wrap=True)
+            sys.exit(1)

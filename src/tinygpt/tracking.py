@@ -1,0 +1,106 @@
+"""Weights & Biases set-up: online when wandb finds credentials and its server answers, otherwise offline
+with one notice line; quiet; each job its own run, closed at the end with the `wandb sync` hint."""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from lightning.pytorch.loggers import WandbLogger
+from rich.console import Console
+
+console = Console(stderr=True)
+REACH_TIMEOUT_S = 3.0
+
+
+def _wandb_settings():
+    import wandb
+
+    return wandb.setup().settings
+
+
+def has_credentials() -> bool:
+    """Ask wandb itself (the lookup `wandb.login(prompt=False)` does, without its network call): a session
+    login, WANDB_API_KEY, the .netrc entry for wandb's configured host, or an api_key setting."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    try:
+        from wandb.sdk.lib import wbauth
+
+        settings = _wandb_settings()
+        return bool(
+            wbauth.session_credentials(host=settings.base_url)
+            or wbauth.read_netrc_auth(host=settings.base_url)
+            or settings.api_key
+        )
+    except Exception:  # an older or newer wandb without this module: assume none, run offline
+        return False
+
+
+def unreachable(url: str, timeout: float = REACH_TIMEOUT_S) -> str | None:
+    """None if the W&B server answers an HTTP request within ``timeout`` seconds (any status), else why not."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None  # it answered
+    except urllib.error.URLError as err:
+        return str(err.reason)
+    except (OSError, ValueError) as err:
+        return str(err) or type(err).__name__
+
+
+def choose_mode(requested: str | None) -> str:
+    """The logger's mode: as asked (config, then WANDB_MODE); else online when wandb has credentials and
+    its server answers within seconds; else offline, saying why when credentials exist."""
+    if requested:
+        return requested
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if not has_credentials():
+        return "offline"
+    url = _wandb_settings().base_url
+    reason = unreachable(url)
+    if reason:
+        console.print(f"W&B: credentials found but {url} is unreachable ({reason}); logging offline.", soft_wrap=True)
+        return "offline"
+    return "online"
+
+
+class QuietWandbLogger(WandbLogger):
+    """Lightning's WandbLogger without the deprecated `anonymous` setting (wandb warns about it on every run)
+    and with wandb's console output limited to warnings and errors; our own lines say where the run is."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._wandb_init.pop("anonymous", None)
+        self._wandb_init.setdefault("settings", {"quiet": True, "show_info": False})
+
+
+def run_info() -> dict | None:
+    """Where this job's W&B run lives: id, group, name, mode and the local run dir."""
+    import wandb
+
+    run = wandb.run
+    if run is None:
+        return None
+    return {"id": run.id, "group": run.group or None, "name": run.name, "mode": run.settings.mode,
+            "dir": str(Path(run.dir).parent)}
+
+
+def finish(loggers: list, exit_code: int | None = None) -> None:
+    """Close this job's W&B run (so the next job of a sweep gets its own) and say how to sync an offline one."""
+    import wandb
+
+    if not any(isinstance(lg, WandbLogger) for lg in loggers) or wandb.run is None:
+        return
+    run_dir, mode = Path(wandb.run.dir).parent, wandb.run.settings.mode
+    offline = mode in ("offline", "dryrun")
+    url = None if offline else wandb.run.url
+    wandb.finish(exit_code=exit_code)
+    if offline:
+        console.print(f"W&B ran offline. To upload: [bold]wandb sync {run_dir}[/]", soft_wrap=True)
+    elif url:
+        console.print(f"W&B run: {url}")

@@ -1,0 +1,88 @@
+"""Shared test helpers: the tiny recipe, the test corpus, running train.py, composing its config.
+
+Imported by the tests (``from helpers import ...``); conftest.py holds only fixtures."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tinygpt.runs import register_resolvers
+
+ROOT = Path(__file__).resolve().parents[1]
+register_resolvers(project_root=ROOT)  # as train.py does: ${run_id:} in run dirs, ${project_root:} for the cache
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# A small public-domain text (Sonnets 18 and 116 and a bit of Hamlet), repeated to a few KB.
+TEXT = """SONNET 18:
+Shall I compare thee to a summer's day?
+Thou art more lovely and more temperate:
+Rough winds do shake the darling buds of May,
+And summer's lease hath all too short a date.
+
+HAMLET:
+To be, or not to be, that is the question:
+Whether 'tis nobler in the mind to suffer
+The slings and arrows of outrageous fortune,
+Or to take arms against a sea of troubles
+And by opposing end them.
+
+SONNET 116:
+Let me not to the marriage of true minds
+Admit impediments. Love is not love
+Which alters when it alteration finds,
+Or bends with the remover to remove.
+"""
+
+
+# The tiny model's test recipe: model/ holds the architecture only, so the training knobs are set here.
+TINY = [
+    "model=tiny",
+    "data.batch_size=4",
+    "data.val_windows=32",
+    "trainer.max_steps=20",
+    "trainer.val_check_interval=10",
+    "optim.warmup_steps=2",
+    "callbacks.attention_maps.every_n_steps=10",
+    "callbacks.text_samples.max_new_tokens=24",
+    "callbacks.stability.every_n_steps=10",
+]
+
+
+def run_train(args: list[str], env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run `python train.py ARGS` from the repository root; fail with its output if it fails.
+
+    ``env`` entries set to None are removed from the environment."""
+    full_env = {**os.environ, **(env or {})}
+    full_env = {k: v for k, v in full_env.items() if v is not None}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *args],
+        cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=600,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"train.py {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def compose_train(overrides=(), out_dir: Path | None = None):
+    """train.yaml composed with ``overrides`` as `python train.py` would. With ``out_dir``: Hydra's runtime
+    is set (so ${hydra:runtime.output_dir} resolves to it) and, as a task function gets it, the config
+    without its ``hydra`` node is returned."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
+    if out_dir is not None:
+        with open_dict(cfg):
+            cfg.hydra.runtime.output_dir = str(out_dir)
+            cfg.hydra.run.dir = str(out_dir)
+        HydraConfig.instance().set_config(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+    return cfg

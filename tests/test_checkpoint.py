@@ -1,0 +1,81 @@
+"""Checkpoints: atomic writes, weights_only loading, resume checks that name both sides."""
+
+import errno
+
+import pytest
+import torch
+
+from tinygpt import checkpoint
+from tinygpt.errors import ConfigError
+from tinygpt.model import GPT, GPTConfig
+
+
+def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
+    io = checkpoint.AtomicCheckpointIO()
+    path = tmp_path / "best.ckpt"
+    io.save_checkpoint({"state_dict": {"w": torch.ones(3)}}, path)
+    good = path.read_bytes()
+
+    def disk_full(obj, f):
+        with open(f, "wb") as fh:
+            fh.write(b"half a checkpoint")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.torch, "save", disk_full)
+    with pytest.raises(checkpoint.CheckpointWriteError, match="No space left on device.*previous file there is "
+                                                              "unchanged"):
+        io.save_checkpoint({"state_dict": {"w": torch.zeros(3)}}, path)
+    assert path.read_bytes() == good
+    assert [p.name for p in tmp_path.iterdir()] == ["best.ckpt"]  # no temporary file left behind
+
+
+def test_checkpoints_load_with_weights_only_and_code_is_refused(tmp_path):
+    class Payload:
+        def __reduce__(self):
+            return (print, ("this ran",))
+
+    path = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": {}, "x": Payload()}, path)
+    with pytest.raises(ConfigError, match="is not a readable checkpoint"):
+        checkpoint.load(path)
+
+
+def test_a_truncated_checkpoint_is_one_sentence(tmp_path):
+    path = tmp_path / "t.ckpt"
+    torch.save({"state_dict": {"w": torch.randn(100, 100)}, "hyper_parameters": {}}, path)
+    path.write_bytes(path.read_bytes()[:5000])
+    with pytest.raises(ConfigError, match=r"^checkpoint '.*t.ckpt' is not a readable checkpoint \(.*\)\.$"):
+        checkpoint.load(path)
+
+
+def fake_ckpt(n_embd: int, vocab: int, tokenizer: str | None = "tok-A") -> dict:
+    cfg = {"n_layer": 1, "n_head": 2, "n_embd": n_embd, "block_size": 8}
+    model = GPT(GPTConfig(vocab_size=vocab, **cfg))
+    return {"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+            "hyper_parameters": {"model": cfg, "vocab_size": vocab}, "tokenizer": tokenizer, "global_step": 3}
+
+
+def test_resume_refuses_another_shape_or_vocab_naming_both(tmp_path):
+    ours_cfg = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8}
+    ours = GPT(GPTConfig(vocab_size=30, **ours_cfg)).state_dict()
+    checkpoint.check_resume_model(fake_ckpt(16, 30), tmp_path, ours, ours_cfg, 30, "tok-A")  # same: fine
+    theirs = r"holds a model with n_layer=1, n_head=2, n_embd=32, block_size=8, vocab 30, "
+    with pytest.raises(ConfigError, match=theirs + r"but this run builds n_layer=1, n_head=2, n_embd=16, block_size=8"):
+        checkpoint.check_resume_model(fake_ckpt(32, 30), tmp_path, ours, ours_cfg, 30, "tok-A")
+    with pytest.raises(ConfigError, match="vocab 40, but this run builds .* vocab 30"):
+        checkpoint.check_resume_model(fake_ckpt(16, 40), tmp_path, ours, ours_cfg, 30, "tok-A")
+    with pytest.raises(ConfigError, match="another tokenizer than this run's data"):
+        checkpoint.check_resume_model(fake_ckpt(16, 30, "tok-B"), tmp_path, ours, ours_cfg, 30, "tok-A")
+
+
+def test_ckpt_path_forms(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    last = run / "checkpoints" / "last.ckpt"
+    last.write_bytes(b"x")
+    assert checkpoint.resolve_ckpt_path(None, run) is None
+    assert checkpoint.resolve_ckpt_path("last", run) == last
+    assert checkpoint.resolve_ckpt_path(str(run), tmp_path) == last
+    assert checkpoint.resolve_ckpt_path(str(last), tmp_path) == last
+    with pytest.raises(ConfigError, match="ckpt_path=last but .* does not exist"):
+        checkpoint.resolve_ckpt_path("last", tmp_path / "other")

@@ -1,0 +1,119 @@
+"""pipeline.setup: every mistake in the config is one ConfigError sentence, found before any work
+(checked in-process by composing the config, as train.py would)."""
+
+import pytest
+import torch
+
+from helpers import TINY, compose_train
+from tinygpt import pipeline
+from tinygpt.errors import ConfigError
+
+
+def setup_with(tmp_path, corpus_file, cache_dir, *overrides, data="text_file"):
+    args = [*TINY, f"data={data}", f"data.cache_dir={cache_dir}", "logger=none"]
+    if data == "text_file":
+        args.append(f"data.path={corpus_file}")
+    cfg = compose_train([*args, *overrides], out_dir=tmp_path / "run")
+    return pipeline.setup(cfg, tmp_path / "run")
+
+
+def test_a_good_config_sets_up_without_reading_data_or_writing(tmp_path, corpus_file, cache_dir):
+    run = setup_with(tmp_path, corpus_file, cache_dir)
+    assert run.dm.train_ids is None  # no data read yet
+    assert not (tmp_path / "run").exists()  # nothing written
+    assert run.trainer.max_steps == 20 and run.ckpt_path is None
+
+
+BAD = [  # (overrides, the exact sentence)
+    (["model.n_head=3"], "model.n_embd=16 must be divisible by model.n_head=3"),
+    (["model.attn.scale=sqrt"], "attention scale 'sqrt'"),
+    (["model.attn.backend=flash"], "model.attn.backend='flash'"),
+    (["model.dropout=1.5"], "model.dropout=1.5 must be in [0, 1)."),
+    (["model.n_layer=0"], "model.n_layer=0 must be a positive integer."),
+    (["trainer.max_steps=0"], "trainer.max_steps=0 must be a positive integer (training is step-based)."),
+    (["trainer.max_steps=ten"], "trainer.max_steps='ten' must be a positive integer"),
+    (["trainer.precision=bf17"], "bf17"),
+    (["seed=-1"], "seed=-1 must be an integer in [0, 2**32)."),
+    (["seed=abc"], "seed='abc' must be an integer in [0, 2**32)."),
+    (["optim.warmup_steps=-5"], "optim.warmup_steps=-5 must be >= 0 and optim.decay_steps=20 >= 1."),
+    (["optim.warmup_steps=abc"], "optim.warmup_steps='abc' must be an integer number of steps."),
+    (["optim.lr=0"], "optim.lr=0 must be > 0 and optim.min_lr=0.0001 in [0, lr]."),
+    (["optim.lr=fast"], "optim.lr='fast' must be a number."),
+    (["optim.betas=[0.9]"], "optim.betas=[0.9] must be two numbers in [0, 1)."),
+    (["optim.weight_decay=-1"], "optim.weight_decay=-1 must be >= 0."),
+    (["diagnostics.windows=0"], "diagnostics.windows=0 must be a positive integer (validation windows to probe)."),
+    (["data.val_batch_size=0"], "data.val_batch_size=0 must be a positive integer."),
+    (["data.batch_size=0"], "data.batch_size=0 must be a positive integer."),
+    (["data.tokenizer=word"], "data.tokenizer='word' is not one of char, bpe."),
+    (["data.tokenizer=bpe", "data.vocab_size=100"], "data.vocab_size=100 is too small for byte-level BPE"),
+    (["data.train_fraction=1.5"], "data.train_fraction=1.5 must be between 0 and 1."),
+    (["data.path=/no/such/file.txt"], "data.path='/no/such/file.txt' is not a file."),
+    (["data.block_size=32"], "data.block_size=32 must equal model.block_size=16."),
+    (["callbacks.text_samples.top_k=0"], "callbacks.text_samples.top_k=0 must be a positive integer"),
+    (["callbacks.text_samples.temperature=0"], "callbacks.text_samples.temperature=0"),
+    (["callbacks.attention_maps.probe=''"], "callbacks.attention_maps.probe is empty"),
+    (["callbacks.stability.every_n_steps=0"], "callbacks.stability"),
+    (["callbacks.autoregressive_loss.windows=0"], "callbacks.autoregressive_loss: windows=0"),
+    (["ckpt_path=/no/such.ckpt"], "ckpt_path='/no/such.ckpt' is not a checkpoint file or a run dir"),
+    (["ckpt_path=last"], "ckpt_path=last but"),
+    pytest.param(["trainer=gpu"], "trainer.accelerator='gpu' but no CUDA GPU is visible; use trainer=cpu",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")),
+]
+
+
+@pytest.mark.parametrize("overrides, message", BAD,
+                         ids=[" ".join(getattr(b, "values", b)[0]) for b in BAD])
+def test_each_bad_value_is_one_sentence_before_any_work(tmp_path, corpus_file, cache_dir, overrides, message):
+    with pytest.raises(ConfigError) as err:
+        setup_with(tmp_path, corpus_file, cache_dir, *overrides)
+    text = str(err.value)
+    assert message in text, text
+    assert "\n" not in text and text.endswith((".", ")")), text  # one sentence
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_missing_mandatory_path_names_the_key(tmp_path, corpus_file, cache_dir):
+    cfg = compose_train([*TINY, "data=text_file", f"data.cache_dir={cache_dir}", "logger=none"], tmp_path / "r")
+    with pytest.raises(ConfigError, match=r"^data.path is required but not set; pass data.path=<value> "):
+        pipeline.setup(cfg, tmp_path / "r")
+
+
+def test_an_unknown_key_is_one_sentence(tmp_path, corpus_file, cache_dir):
+    with pytest.raises(ConfigError, match="unexpected keyword argument 'colour'"):
+        setup_with(tmp_path, corpus_file, cache_dir, "+data.colour=red")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"random bytes, not a checkpoint" * 10, "is not a readable checkpoint"),
+    (None, "was not written by train.py"),
+])
+def test_a_bad_checkpoint_file_is_refused(tmp_path, corpus_file, cache_dir, content, message):
+    path = tmp_path / "bad.ckpt"
+    if content is None:
+        torch.save({"weights": torch.zeros(2)}, path)
+    else:
+        path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message):
+        setup_with(tmp_path, corpus_file, cache_dir, f"ckpt_path={path}")
+
+
+def test_resuming_past_max_steps_says_so(tmp_path, corpus_file, cache_dir):
+    path = tmp_path / "done.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": {}, "global_step": 20}, path)
+    with pytest.raises(ConfigError, match=r"is already at step 20, not before trainer.max_steps=20; raise"):
+        setup_with(tmp_path, corpus_file, cache_dir, f"ckpt_path={path}")
+    setup_with(tmp_path, corpus_file, cache_dir, f"ckpt_path={path}", "trainer.max_steps=30")  # fine
+
+
+def test_input_mistakes_found_while_preparing_data_are_config_errors(tmp_path, corpus_file, cache_dir):
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\u00e9 au lait\n".encode("latin-1") * 200)
+    run = setup_with(tmp_path, corpus_file, cache_dir, f"data.path={latin1}")
+    with pytest.raises(ConfigError, match=r"data.path='.*latin1.txt' is not UTF-8 text \(byte 0xe9 at offset 3\)"):
+        pipeline.prepare_data(run)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    run = setup_with(tmp_path, corpus_file, f"{a_file}/cache")
+    with pytest.raises(ConfigError, match=r"data.cache_dir='.*a_file/cache' cannot hold the token cache \(.*a_file "
+                                          r"is not a directory\)"):
+        pipeline.prepare_data(run)

@@ -1,0 +1,67 @@
+"""Run dirs and sweeps: unique default dirs, no run written over another, failing sweep jobs reported."""
+
+import json
+
+import pytest
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+
+from helpers import TINY, compose_train, run_train
+from tinygpt.runs import holds_run, job_row, resumes_into
+
+
+def test_default_run_and_sweep_dirs_are_unique():
+    dirs = set()
+    for _ in range(5):
+        cfg = compose_train()
+        dirs.add((str(cfg.hydra.run.dir), str(cfg.hydra.sweep.dir)))
+    assert len(dirs) == 5  # composed within the same second, still five different dirs
+    run_dir = OmegaConf.select(compose_train(), "hydra.run.dir")
+    assert run_dir.startswith("outputs/") and len(run_dir.split("-")[-1]) == 6
+
+
+def test_resuming_into_a_run_dir_is_recognised(tmp_path):
+    run = tmp_path / "run"
+    assert not holds_run(run)
+    (run / "checkpoints").mkdir(parents=True)
+    assert holds_run(run)
+    assert resumes_into(run, "last") and resumes_into(run, str(run / "checkpoints" / "last.ckpt"))
+    assert not resumes_into(run, None) and not resumes_into(run, str(tmp_path / "other" / "last.ckpt"))
+
+
+def tiny(out, corpus_file, cache_dir, *extra):
+    return [*TINY, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}", "logger=none",
+            "trainer.max_steps=4", "trainer.val_check_interval=2", f"hydra.run.dir={out}", *extra]
+
+
+@pytest.mark.slow
+def test_a_second_run_into_the_same_dir_is_refused_and_resume_into_it_works(tmp_path, corpus_file, cache_dir):
+    out = tmp_path / "run"
+    run_train(tiny(out, corpus_file, cache_dir))
+    before = {p: (out / p).read_bytes() for p in ("summary.json", "config.yaml", ".hydra/overrides.yaml")}
+    again = run_train(tiny(out, corpus_file, cache_dir, "seed=7"), check=False)
+    assert again.returncode == 2
+    assert again.stderr.strip().splitlines() == [
+        f"error: hydra.run.dir='{out}' already holds a run; choose another dir (the default is unique) or resume "
+        "that run with ckpt_path=last."]
+    assert {p: (out / p).read_bytes() for p in before} == before  # nothing of the first run was touched
+    run_train(tiny(out, corpus_file, cache_dir, "ckpt_path=last", "trainer.max_steps=6"))
+    assert json.loads((out / "summary.json").read_text())["steps"] == 6
+
+
+@pytest.mark.slow
+def test_a_failing_sweep_job_is_reported_at_once_and_in_the_table_and_the_sweep_exits_1(tmp_path, corpus_file,
+                                                                                        cache_dir):
+    sweep = tmp_path / "sweep"
+    argv = [a for a in tiny(tmp_path / "unused", corpus_file, cache_dir) if not a.startswith("hydra.run.dir")]
+    proc = run_train(["-m", *argv, f"hydra.sweep.dir={sweep}", "data.val_batch_size=0,8"], check=False)
+    assert proc.returncode == 1
+    first = proc.stderr.splitlines()[0]  # printed when the job failed, before job 1 ran
+    assert first.startswith("error: job 0 (") and "data.val_batch_size=0," in first
+    assert first.endswith("): data.val_batch_size=0 must be a positive integer.")
+    assert "Traceback" not in proc.stderr
+    assert "1 of 2 jobs failed" in proc.stderr and "completed" in proc.stderr  # the table
+    failed, ok = job_row(sweep / "0"), job_row(sweep / "1")
+    assert failed["status"] == "failed" and "val_batch_size=0" in failed["error"]
+    assert ok["status"] == "completed" and ok["val_loss"] > 0
+    HydraConfig.instance().cfg = None

@@ -1,0 +1,69 @@
+"""W&B set-up: credentials as wandb itself finds them, a fast offline fallback, quiet runs."""
+
+import socket
+import time
+from types import SimpleNamespace
+from urllib.parse import urlparse
+
+import pytest
+
+from tinygpt import tracking
+
+KEY = "0123456789abcdef0123456789abcdef01234567"  # the 40-character form wandb accepts
+
+
+@pytest.fixture
+def no_credentials(monkeypatch, tmp_path):
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))  # an empty netrc: not the user's
+    return tmp_path / "netrc"
+
+
+def test_no_credentials_means_offline_without_touching_the_network(no_credentials, monkeypatch):
+    monkeypatch.setattr(tracking, "unreachable", lambda url, timeout=0: pytest.fail("no probe without credentials"))
+    assert not tracking.has_credentials()
+    assert tracking.choose_mode(None) == "offline"
+
+
+def test_a_netrc_entry_for_wandbs_own_host_counts(no_credentials):
+    """The host is the one wandb is configured with (not a hard-coded name)."""
+    host = urlparse(tracking._wandb_settings().base_url).hostname
+    no_credentials.write_text(f"machine {host}\n  login user\n  password {KEY}\n")
+    no_credentials.chmod(0o600)
+    assert tracking.has_credentials()
+    no_credentials.write_text(f"machine other.example.com\n  login user\n  password {KEY}\n")
+    assert not tracking.has_credentials()
+
+
+def test_credentials_with_an_unreachable_server_fall_back_to_offline_with_one_line(no_credentials, monkeypatch,
+                                                                                   capsys):
+    monkeypatch.setenv("WANDB_API_KEY", KEY)
+    monkeypatch.setattr(tracking, "_wandb_settings", lambda: SimpleNamespace(base_url="http://127.0.0.1:9"))
+    assert tracking.choose_mode(None) == "offline"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "credentials found but http://127.0.0.1:9 is unreachable" in err[0]
+    assert "logging offline" in err[0]
+
+
+def test_a_server_that_does_not_answer_costs_the_timeout_not_minutes():
+    """A socket that accepts connections but never answers: the probe gives up after its timeout."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        t0 = time.perf_counter()
+        reason = tracking.unreachable(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=0.5)
+    assert reason is not None and "timed out" in reason
+    assert time.perf_counter() - t0 < 0.5 * 20  # about the timeout, not the minutes wandb waits
+
+
+def test_mode_as_asked_wins(no_credentials, monkeypatch):
+    assert tracking.choose_mode("disabled") == "disabled"
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_API_KEY", KEY)
+    assert tracking.choose_mode(None) == "offline"
+
+
+def test_the_logger_drops_the_deprecated_anonymous_setting(tmp_path):
+    lg = tracking.QuietWandbLogger(project="p", save_dir=str(tmp_path), mode="offline")
+    assert "anonymous" not in lg._wandb_init and lg._wandb_init["settings"]["quiet"] is True
