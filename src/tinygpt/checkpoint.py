@@ -4,6 +4,8 @@ any work starts (readable, not past max_steps, same model shape, same tokenizer)
 from __future__ import annotations
 
 import os
+import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +65,15 @@ def resolve_ckpt_path(value: str | None, run_dir: Path) -> Path | None:
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """A checkpoint written by train.py, loaded with ``weights_only=True`` (an untrusted file cannot run
     code); a file that is not one gives one sentence."""
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(f"checkpoint {str(path)!r} is not a readable checkpoint (not a torch archive: truncated, "
+                          "or another kind of file).")
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # torch raises several kinds for random bytes, truncation, pickled code
+    except pickle.UnpicklingError:
+        raise ConfigError(f"checkpoint {str(path)!r} is not a readable checkpoint (it holds Python objects other than "
+                          "tensors and plain data; not loaded, since such a file can run code).") from None
+    except Exception as err:  # truncated archives and the like
         raise ConfigError(f"checkpoint {str(path)!r} is not a readable checkpoint ({first_line(err)[:160]}).") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
         raise ConfigError(f"checkpoint {str(path)!r} was not written by train.py (no state_dict/hyper_parameters).")
