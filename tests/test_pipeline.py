@@ -79,7 +79,7 @@ def test_a_missing_mandatory_path_names_the_key(tmp_path, corpus_file, cache_dir
 
 
 def test_an_unknown_key_is_one_sentence(tmp_path, corpus_file, cache_dir):
-    with pytest.raises(ConfigError, match="unexpected keyword argument 'colour'"):
+    with pytest.raises(ConfigError, match=r"^data.colour is not a setting of TextDataModule; check the spelling.$"):
         setup_with(tmp_path, corpus_file, cache_dir, "+data.colour=red")
 
 

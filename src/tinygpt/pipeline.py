@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 import warnings
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from rich.console import Console
 
 from tinygpt import checkpoint, diagnostics, tracking
 from tinygpt.callbacks import Diverged, DivergenceGuard, StabilityMonitor, StepTimer
-from tinygpt.errors import ConfigError, as_config_errors
+from tinygpt.errors import ConfigError, as_config_errors, first_line
 from tinygpt.interrupts import GracefulStop, RunInterrupted
 from tinygpt.model import GPTConfig
 from tinygpt.module import GPTModule, check_optim
@@ -113,19 +114,39 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         resolved = OmegaConf.to_container(cfg, resolve=True)
         GPTConfig(vocab_size=1, **resolved["model"])  # checks model.*
         check_optim(**resolved["optim"])
-        dm = instantiate(cfg.data)  # checks data.*
+        dm = build("data", cfg.data)  # checks data.*
         ckpt_path = checkpoint.resolve_ckpt_path(cfg.get("ckpt_path"), out_dir)
         ckpt = None
         if ckpt_path is not None:
             ckpt = checkpoint.load(ckpt_path)
             checkpoint.check_resume_steps(ckpt, ckpt_path, cfg.trainer.max_steps)
         stop, timer = GracefulStop(), StepTimer()  # the timer first, so it times the step alone
-        callbacks = [timer] + [instantiate(c) for c in (cfg.get("callbacks") or {}).values()] + [stop]
+        callbacks = [timer] + [build(f"callbacks.{k}", c) for k, c in (cfg.get("callbacks") or {}).items()] + [stop]
         loggers = build_loggers(cfg, group, name)
         callbacks = only_with_logger(callbacks, bool(loggers))
-        trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
-                              plugins=[checkpoint.AtomicCheckpointIO()])
+        trainer = build("trainer", cfg.trainer, callbacks=callbacks, logger=loggers or False,
+                        plugins=[checkpoint.AtomicCheckpointIO()])
     return Run(cfg, out_dir, resolved, dm, callbacks, timer, stop, loggers, trainer, ckpt_path, ckpt)
+
+
+def build(key: str, node: DictConfig, **kwargs):
+    """instantiate(node); an error names the group it came from (its own sentence names the value)."""
+    try:
+        return instantiate(node, **kwargs)
+    except ConfigError:
+        raise
+    except Exception as err:
+        from hydra.errors import InstantiationException
+
+        cause = err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ else err
+        message = first_line(cause)
+        if message.startswith(key):  # the object's own sentence already names the key
+            raise ConfigError(message) from err
+        target = str(node.get("_target_", "")).rsplit(".", 1)[-1]
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", message)
+        if unknown:
+            raise ConfigError(f"{key}.{unknown.group(1)} is not a setting of {target}; check the spelling.") from err
+        raise ConfigError(f"{key}: {message.removeprefix(target + '.')}") from err
 
 
 def _config_error_types() -> tuple:
