@@ -6,8 +6,9 @@ BIN     := $(VENV)/bin
 TORCH   ?= 2.13.0
 STAMP   := $(VENV)/.installed
 ARGS    ?=
+JOBS    ?= 2
 
-.PHONY: setup train test test-fast sample clean
+.PHONY: setup train test test-fast sample mutate clean
 
 setup: $(STAMP)
 
@@ -28,6 +29,13 @@ test: setup
 
 test-fast: setup
 	WANDB_MODE=offline $(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+
+# mutation testing of attention, model, generate, diagnostics and data against the fast tests (not in CI:
+# about 1900 mutants, hours on 2 cores; it resumes where it stopped). Scores: docs/testing.md.
+mutate: setup
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	HYPOTHESIS_PROFILE=mutation WANDB_MODE=offline $(BIN)/mutmut run --max-children $(JOBS) || true
+	$(BIN)/python scripts/mutation_scores.py
 
 sample: setup
 	$(BIN)/python scripts/sample.py $(ARGS)

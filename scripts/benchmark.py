@@ -83,6 +83,32 @@ def tinygpt_run(data_args: list[str], steps: int, seed: int, cache_dir: str) -> 
             "wall_seconds": wall}
 
 
+SMALL = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.0, bias=False)  # the GPU recipe's model
+
+
+@torch.no_grad()
+def generation_speed(arch: dict, new_tokens: int = 200, vocab: int = 65, repeats: int = 2) -> dict:
+    """Greedy decoding at batch 1 from a 1-token prompt, with and without the KV cache (best of
+    ``repeats``); the outputs must be identical."""
+    from tinygpt.generate import generate
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=vocab, **arch)).eval()
+    new_tokens = min(new_tokens, arch["block_size"] - 1)  # within the context: the cache's whole point
+    prompt = torch.zeros(1, 1, dtype=torch.long)
+    out, best = {}, {}
+    for use_cache in (True, False):
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            out[use_cache] = generate(model, prompt, new_tokens, top_k=1, use_cache=use_cache)
+            times.append(time.perf_counter() - t0)
+        best[use_cache] = min(times)
+    return {"new_tokens": new_tokens, "identical": bool(torch.equal(out[True], out[False])),
+            "cached_tokens_per_sec": new_tokens / best[True], "uncached_tokens_per_sec": new_tokens / best[False],
+            "speedup": best[False] / best[True]}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(TINY_SHAKESPEARE) if TINY_SHAKESPEARE.exists() else None,
@@ -91,7 +117,21 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[1337])
     ap.add_argument("--cache-dir", default="data/cache")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--generate-only", action="store_true", help="only the KV-cache generation benchmark")
     args = ap.parse_args(argv)
+    gen = {name: generation_speed(arch) for name, arch in (("small (10.7M, context 256)", SMALL),
+                                                           ("baby (0.8M, context 64)", BABY))}
+    table = Table(title="greedy generation at batch 1, KV cache vs recomputing the context")
+    for col in ("model", "new tokens", "cached tokens/s", "uncached tokens/s", "speedup", "identical"):
+        table.add_column(col)
+    for name, g in gen.items():
+        table.add_row(name, str(g["new_tokens"]), f"{g['cached_tokens_per_sec']:,.0f}",
+                      f"{g['uncached_tokens_per_sec']:,.0f}", f"{g['speedup']:.1f}x", str(g["identical"]))
+    console.print(table)
+    if args.generate_only:
+        if args.json:
+            Path(args.json).write_text(json.dumps({"generate": gen}, indent=2))
+        return 0
     if args.steps < 1:
         ap.error(f"--steps={args.steps} must be >= 1.")
     data_args = ["data=text_file", f"data.path={args.data}"] if args.data else []
@@ -119,7 +159,12 @@ def main(argv=None) -> int:
                       ", ".join(f"{v:.4f}" for v in vl))
     console.print(table)
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "results": summary, "runs": rows}, indent=2))
+        small = gen["small (10.7M, context 256)"]
+        Path(args.json).write_text(json.dumps({
+            "args": vars(args), "results": summary, "runs": rows, "generate": gen,
+            "generate_cached_tokens_per_sec": small["cached_tokens_per_sec"],
+            "generate_uncached_tokens_per_sec": small["uncached_tokens_per_sec"],
+        }, indent=2))
     return 0
 
 

@@ -1,10 +1,16 @@
 """Fixtures only; helpers (the tiny recipe, run_train, compose_train) live in helpers.py."""
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, settings
 
 from helpers import TEXT
+
+# `make mutate` sets HYPOTHESIS_PROFILE=mutation: a failing example is enough there, shrinking it only costs time.
+settings.register_profile("mutation", phases=[Phase.explicit, Phase.reuse, Phase.generate], deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tinygpt.generate import generate, next_token_probs
+from tinygpt.kv_cache import KVCache
 from tinygpt.model import GPT, GPTConfig
 
 
@@ -58,7 +59,7 @@ def test_each_step_feeds_exactly_the_last_block_size_tokens():
             return m(idx)
 
     prompt = torch.randint(0, 17, (1, 4))
-    out = generate(Spy(), prompt, 5, top_k=3, generator=torch.Generator().manual_seed(0))
+    out = generate(Spy(), prompt, 5, top_k=3, generator=torch.Generator().manual_seed(0), use_cache=False)
     assert [c.shape[1] for c in seen] == [4, 5, 6, 6, 6]  # the whole prefix until it reaches block_size
     for step, ctx in enumerate(seen):
         t = 4 + step  # tokens known before this step
@@ -73,3 +74,54 @@ def test_generate_appends_tokens_and_is_seeded():
     b = generate(m, idx, 20, generator=torch.Generator().manual_seed(1), top_k=5)
     assert a.shape == (1, 23) and torch.equal(a, b) and torch.equal(a[:, :3], idx)
     assert int(a.max()) < 31
+
+
+# ----------------------------------------------------------------------------- KV cache
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "math"])
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_token_by_token_with_the_cache_equals_one_forward_pass(backend, qk_norm):
+    """Prefill 3 tokens, then feed the rest one or two at a time: the logits equal the full causal pass."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=23, block_size=10, n_layer=2, n_head=2, n_embd=16,
+                    attn={"backend": backend, "qk_norm": qk_norm})
+    m = GPT(cfg).eval()
+    idx = torch.randint(0, 23, (2, 10))
+    with torch.no_grad():
+        full, _ = m(idx)  # (2, 10, V)
+        cache = KVCache.for_model(m, 2)
+        pieces = [m(idx[:, a:b], cache=cache)[0] for a, b in ((0, 3), (3, 4), (4, 6), (6, 7), (7, 10))]
+    assert cache.pos == 10
+    assert torch.allclose(torch.cat(pieces, dim=1), full, atol=1e-5)
+
+
+def test_cached_greedy_decoding_equals_recomputing_also_past_the_context():
+    torch.manual_seed(1)
+    m = GPT(GPTConfig(vocab_size=29, block_size=8, n_layer=2, n_head=2, n_embd=16)).eval()
+    prompt = torch.randint(0, 29, (3, 2))
+    cached = generate(m, prompt, 12, top_k=1)  # 2 + 12 > block_size 8: the window recompute takes over
+    plain = generate(m, prompt, 12, top_k=1, use_cache=False)
+    assert torch.equal(cached, plain)
+    seeded = [generate(m, prompt, 12, top_k=5, generator=torch.Generator().manual_seed(3), use_cache=c)
+              for c in (True, False)]
+    assert torch.equal(*seeded)  # sampling too: the same probabilities, the same draws
+
+
+def test_a_leaky_model_never_uses_the_cache():
+    """Without the mask a token's keys depend on later tokens, so no cache is valid."""
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=17, block_size=6, n_layer=1, n_head=2, n_embd=16, attn={"causal": False})).eval()
+    calls = []
+    forward = m.forward
+    m.forward = lambda idx, *a, **kw: calls.append(kw.get("cache")) or forward(idx, *a, **kw)
+    generate(m, torch.zeros(1, 2, dtype=torch.long), 3, top_k=1)
+    assert calls == [None, None, None]
+
+
+def test_the_cache_holds_block_size_positions():
+    m = GPT(GPTConfig(vocab_size=11, block_size=4, n_layer=1, n_head=1, n_embd=8)).eval()
+    cache = KVCache.for_model(m, 1)
+    m(torch.zeros(1, 3, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match="sequence length 5 exceeds model.block_size=4"):
+        m(torch.zeros(1, 2, dtype=torch.long), cache=cache)

@@ -319,8 +319,11 @@ class CausalSelfAttention(nn.Module):
         self.k_norm = nn.LayerNorm(self.head_dim, bias=bias) if qk_norm else None
 
     def forward(
-        self, x: Tensor, padding_mask: Tensor | None = None, return_weights: bool = False
+        self, x: Tensor, padding_mask: Tensor | None = None, return_weights: bool = False, kv_cache=None
     ):
+        """x (B, T, C) -> (B, T, C). With ``kv_cache`` (one layer's view of a kv_cache.KVCache) the T
+        tokens are the next ones after those cached: their keys and values are appended and the queries
+        attend to all of them, the causal triangle aligned bottom-right (T_q < T_k)."""
         if x.dim() != 3 or x.shape[-1] != self.n_embd:
             raise ValueError(f"expected input (B, T, {self.n_embd}), got {tuple(x.shape)}.")
         B, T, C = x.shape
@@ -332,6 +335,10 @@ class CausalSelfAttention(nn.Module):
                 f"got {padding_mask.dtype} {tuple(padding_mask.shape)}."
             )
         q, k, v = self._heads(x)  # 3 x (B, H, T, D)
+        if kv_cache is not None:
+            if padding_mask is not None:
+                raise ValueError("padding_mask and kv_cache cannot be combined.")
+            k, v = kv_cache.extend(k, v)  # (B, H, T_cached + T, D)
 
         weights = None
         if return_weights or self.backend == "math":
@@ -371,9 +378,10 @@ class CausalSelfAttention(nn.Module):
         """The fused kernel, with the same explicit scale and the same mask as the math path."""
         dropout_p = self.dropout if self.training else 0.0  # SDPA applies dropout even in eval
         T_q, T_k = q.shape[-2], k.shape[-2]
-        if padding_mask is None and (not self.causal or T_q == T_k):
+        if padding_mask is None and (not self.causal or T_q == T_k or T_q == 1):
+            # square causal: the kernel's own (top-left) triangle is right; one query after a cache sees every key
             return F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout_p, is_causal=self.causal, scale=self.scale
+                q, k, v, dropout_p=dropout_p, is_causal=self.causal and T_q == T_k, scale=self.scale
             )
         mask = visibility_mask(
             T_q, T_k, causal=self.causal, padding_mask=padding_mask, extra_dims=1, device=q.device

@@ -3,6 +3,11 @@
 ``next_token_probs(logits, temperature, top_k)`` = softmax(logits / temperature) restricted to the top_k
 largest logits (ties at the k-th value are kept). ``generate`` appends tokens one at a time, feeding the
 model at most its last ``block_size`` tokens (its learned positions end there).
+
+With ``use_cache=True`` (the default) the prompt is run once and each new token costs one position's
+forward pass against the cached keys and values (kv_cache.KVCache). Policy beyond the context: learned
+absolute positions cannot slide, so once the sequence is longer than ``block_size`` every step recomputes
+the last ``block_size`` tokens, exactly as without the cache (the outputs stay identical).
 """
 
 from __future__ import annotations
@@ -39,13 +44,21 @@ def generate(
     temperature: float = 1.0,
     top_k: int | None = None,
     generator: torch.Generator | None = None,
+    use_cache: bool = True,
 ) -> Tensor:
     """Sample max_new_tokens after idx (B, T) from ``model`` (idx -> (logits, loss)); returns (B, T + new)."""
+    from tinygpt.kv_cache import KVCache
+
     block_size = model.config.block_size
     check_sampling(temperature, top_k)
+    cache = KVCache.for_model(model, idx.shape[0]) if use_cache and model.config.attn.causal else None
     for _ in range(max_new_tokens):
-        context = idx[:, -block_size:]  # (B, <=block_size)
-        logits, _ = model(context)  # (B, t, V)
+        if cache is not None and idx.shape[1] <= block_size:
+            new = idx[:, cache.pos:]  # (B, t): the prompt first, then one token per step
+            logits, _ = model(new, cache=cache)  # (B, t, V)
+        else:  # no cache, a leaky model (no cache is valid) or past the context: recompute the window
+            context = idx[:, -block_size:]  # (B, <=block_size)
+            logits, _ = model(context)  # (B, t, V)
         probs = next_token_probs(logits[:, -1, :], temperature, top_k)  # (B, V): the last position predicts
         nxt = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
         idx = torch.cat((idx, nxt), dim=1)  # (B, T + 1)

@@ -95,12 +95,12 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, return_weights: bool = False):
+    def forward(self, x: Tensor, return_weights: bool = False, kv_cache=None):
         if return_weights:
-            a, weights = self.attn(self.ln_1(x), return_weights=True)
+            a, weights = self.attn(self.ln_1(x), return_weights=True, kv_cache=kv_cache)
             x = x + a
             return x + self.mlp(self.ln_2(x)), weights
-        x = x + self.attn(self.ln_1(x))
+        x = x + self.attn(self.ln_1(x), kv_cache=kv_cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -144,26 +144,32 @@ class GPT(nn.Module):
         return 6.0 * self.num_params() + 12.0 * c.n_layer * c.n_embd * c.block_size
 
     def forward(
-        self, idx: Tensor, targets: Tensor | None = None, return_weights: bool = False
+        self, idx: Tensor, targets: Tensor | None = None, return_weights: bool = False, *, cache=None
     ):
         """idx (B, T) -> logits (B, T, V); with targets (B, T) also the mean cross-entropy.
 
         ``return_weights=True`` adds a list of per-layer attention weights (B, H, T, T).
+        ``cache`` (a kv_cache.KVCache): idx holds the tokens after the ``cache.pos`` already cached; they
+        get positions cache.pos .. cache.pos + T - 1 and the cache advances by T.
         """
         B, T = idx.shape
-        if T > self.config.block_size:
+        start = cache.pos if cache is not None else 0
+        if start + T > self.config.block_size:
             raise ValueError(
-                f"sequence length {T} exceeds model.block_size={self.config.block_size}."
+                f"sequence length {start + T} exceeds model.block_size={self.config.block_size}."
             )
-        pos = torch.arange(T, device=idx.device)  # (T,)
+        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
         maps = []
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
+            layer_cache = cache.layer(i) if cache is not None else None
             if return_weights:
-                x, w = block(x, return_weights=True)
+                x, w = block(x, return_weights=True, kv_cache=layer_cache)
                 maps.append(w)
             else:
-                x = block(x)
+                x = block(x, kv_cache=layer_cache)
+        if cache is not None:
+            cache.advance(T)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
         loss = None
         if targets is not None:

@@ -40,7 +40,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokeniz
 
 
 def generate_text(model: GPT, tok: Tokenizer | None, prompt: str, max_new_tokens: int,
-                  temperature: float = 0.8, top_k: int | None = 40, seed: int = 0) -> str:
+                  temperature: float = 0.8, top_k: int | None = 40, seed: int = 0, use_cache: bool = True) -> str:
     if tok is None:
         ids = [int(t) for t in prompt.split()] or [0]
     else:
@@ -49,7 +49,8 @@ def generate_text(model: GPT, tok: Tokenizer | None, prompt: str, max_new_tokens
             raise ValueError(f"the prompt {prompt!r} encodes to no tokens; give a non-empty prompt.")
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(seed)
-    out = generate(model, torch.tensor([ids], device=device), max_new_tokens, temperature, top_k, generator=gen)
+    out = generate(model, torch.tensor([ids], device=device), max_new_tokens, temperature, top_k, generator=gen,
+                   use_cache=use_cache)
     out = out[0].tolist()
     return " ".join(map(str, out)) if tok is None else decode(tok, out)
 
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-samples", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--no-cache", action="store_true", help="recompute the whole context for every token (slower; "
+                    "for comparison with the KV cache)")
     args = ap.parse_args(argv)
     ckpt = args.ckpt or find_latest_checkpoint()
     if ckpt is None:
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
     for i in range(args.num_samples):
         text = generate_text(model, tok, args.prompt, args.max_new_tokens, args.temperature,
-                             args.top_k, args.seed + i)
+                             args.top_k, args.seed + i, use_cache=not args.no_cache)
         print(text)
         if i + 1 < args.num_samples:
             print("-" * 40)
