@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     results = load(args.mutants)
     groups: dict[str, Counter] = {}
     survivors = []
-    print("| module | mutants | killed | timeout | survived | no tests | equivalent | score | target |")
+    print("| module | mutants | checked | killed | timeout | survived | no tests | equivalent | score |")
     print("|---|---|---|---|---|---|---|---|---|")
     for module, by_name in results.items():
         c = Counter(by_name.values())
@@ -60,8 +60,9 @@ def main(argv=None) -> int:
         scored = len(by_name) - eq - c["not checked"] - c["skipped"]
         detected = sum(c[s] for s in DETECTED)
         score = detected / scored if scored else float("nan")
-        print(f"| {module} | {len(by_name)} | {c['killed']} | {c['timeout']} | {c['survived']} | {c['no tests']} | "
-              f"{eq} | {score:.1%} | |")
+        checked = len(by_name) - c["not checked"]
+        print(f"| {module} | {len(by_name)} | {checked} | {c['killed']} | {c['timeout']} | {c['survived']} | "
+              f"{c['no tests']} | {eq} | {score:.1%} |")
         survivors += [n for n, s in by_name.items() if s in ("survived", "no tests") and n not in equivalent]
     print()
     print("| target group | score | target | met |")
@@ -70,7 +71,8 @@ def main(argv=None) -> int:
         scored = sum(c.values()) - c["equivalent"] * 2 - c["not checked"] - c["skipped"]  # equivalent counted once
         detected = sum(c[s] for s in DETECTED)
         score = detected / scored if scored else float("nan")
-        print(f"| {group} | {score:.1%} | {TARGET[group]:.0%} | {'yes' if score >= TARGET[group] else 'no'} |")
+        met = "incomplete run" if c["not checked"] else ("yes" if score >= TARGET[group] else "no")
+        print(f"| {group} | {score:.1%} | {TARGET[group]:.0%} | {met} |")
     print(f"\n{len(survivors)} surviving or untested mutants (not marked equivalent): `mutmut show <name>` shows one.")
     for name in survivors:
         print(f"- {name}")

@@ -276,3 +276,28 @@ def test_cache_dirs_get_the_umask_mode_not_0700(corpus_file, tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert dm.cache_path.stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+def test_random_windows_length_is_the_run_and_endless_without_one():
+    ds = RandomWindows(np.arange(100, dtype=np.uint16), block_size=4, batch_size=2, seed=0)
+    with pytest.raises(TypeError, match="endless"):
+        len(ds)
+    ds.length, ds.start_step = 7, 5
+    assert len(ds) == 7 and len(list(ds)) == 2  # steps 5 and 6 are left of a 7-step run
+
+
+def test_probe_windows_are_spread_over_the_validation_windows(corpus_file, tmp_path):
+    dm = make_dm(corpus_file, tmp_path / "cache", val_windows=9)
+    dm.setup()
+    x, y = dm.probe_windows(3)
+    assert x.shape == (3, 16) and torch.equal(x, dm.val_x[[0, 4, 8]]) and torch.equal(y, dm.val_y[[0, 4, 8]])
+    assert torch.equal(dm.probe_windows(50)[0], dm.val_x)  # never more than there are
+    assert dm.decode(dm.encode("To be")) == "To be"
+
+
+def test_random_tokens_have_no_tokenizer_to_encode_with(tmp_path):
+    dm = TextDataModule(source="random_tokens", vocab_size=50, n_tokens=5000, block_size=8, cache_dir=str(tmp_path))
+    dm.setup()
+    with pytest.raises(ValueError, match="no tokenizer"):
+        dm.encode("abc")
+    assert dm.decode([3, 4]) == "3 4"

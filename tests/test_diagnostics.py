@@ -186,3 +186,11 @@ def test_future_leak_of_a_causal_model_with_dropout_in_train_mode_is_zero():
     m.train()  # the probe must switch dropout off itself, or a correct model shows a 'leak'
     x, _ = batch()
     assert future_leak(m, x) == 0.0 and m.training
+
+
+@pytest.mark.parametrize("T, n, expected", [(10, 3, [0, 4, 9]), (10, 2, [0, 9]), (10, 1, [9]), (5, 5, [0, 1, 2, 3, 4]),
+                                            (5, 9, [0, 1, 2, 3, 4]), (64, 8, [0, 9, 18, 27, 36, 45, 54, 63])])
+def test_spread_positions_by_hand(T, n, expected):
+    from tinygpt.diagnostics import spread_positions
+
+    assert spread_positions(T, n) == expected

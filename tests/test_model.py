@@ -161,3 +161,20 @@ def test_final_layernorm_is_applied_before_the_head():
         for blk in m.blocks:
             h = blk(h)
         torch.testing.assert_close(m(idx)[0], m.lm_head(m.ln_f(h)))
+
+
+def test_parameter_count_and_flops_per_token_by_hand():
+    """n_layer=1, C=8, V=10, T=4, no bias: wte 80 (tied with the head), wpe 32, per block LN 8 + 8,
+    attention 8*24 + 8*8, MLP 8*32 + 32*8, final LN 8."""
+    m = GPT(GPTConfig(vocab_size=10, block_size=4, n_layer=1, n_head=2, n_embd=8, bias=False))
+    block = 8 + 8 + 8 * 24 + 8 * 8 + 8 * 32 + 32 * 8
+    assert m.num_params(non_embedding=False) == 80 + 32 + block + 8
+    assert m.num_params() == 80 + block + 8  # without the position table
+    assert m.flops_per_token() == 6 * (80 + block + 8) + 12 * 1 * 8 * 4
+
+
+def test_config_to_dict_round_trips_without_derived_fields():
+    cfg = GPTConfig(vocab_size=10, block_size=4, n_layer=1, n_head=2, n_embd=8, attn={"causal": False})
+    d = cfg.to_dict()
+    assert "head_dim" not in d and d["attn"]["causal"] is False and d["n_embd"] == 8
+    assert GPTConfig(**d) == cfg
