@@ -282,3 +282,15 @@ def test_last_checkpoint_holds_the_final_step_and_resumes_exactly(tmp_path, corp
     resumed = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=False)
     assert full["global_step"] == resumed["global_step"] == 14
     assert all(torch.equal(full["state_dict"][k], resumed["state_dict"][k]) for k in full["state_dict"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+def test_mixed_precision_trains_with_gradient_clipping(tmp_path, corpus_file, cache_dir, precision):
+    """Lightning refuses to clip a fused optimizer's gradients under AMP; the module then uses foreach AdamW."""
+    out = tmp_path / precision
+    run_train(tiny_args(out, corpus_file, cache_dir, "logger=none", "trainer.max_steps=6",
+                        "trainer.val_check_interval=3", f"trainer.precision={precision}",
+                        "trainer.gradient_clip_val=1.0"))
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "completed" and s["steps"] == 6 and 0 < s["val_loss"] < 10
