@@ -38,3 +38,18 @@ def test_a_default_run_prints_no_library_warning_and_falls_back_offline(tmp_path
     assert "Tip" not in console and "v_num" not in console and "anonymous" not in console
     assert "credentials found but http://127.0.0.1:9 is unreachable" in proc.stderr
     assert "wandb sync" in proc.stderr
+
+
+@pytest.mark.slow
+def test_compile_true_trains_without_recompile_warnings(tmp_path, corpus_file, cache_dir):
+    """Only the fixed-shape training/validation forward is compiled; the diagnostics and samples (every length
+    up to block_size) use the plain model, so torch's recompile limit is never reached."""
+    out = tmp_path / "compiled"
+    proc = run_train(tiny(out, corpus_file, cache_dir, "compile=true", "logger=none", "trainer.max_steps=12",
+                          "trainer.val_check_interval=6"))
+    console = proc.stdout + proc.stderr
+    assert "recompile" not in console.lower() and not PY_WARNING.search(console)
+    import torch
+
+    keys = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    assert all(k.startswith("model.") and "_orig_mod" not in k for k in keys)

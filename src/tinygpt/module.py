@@ -83,16 +83,26 @@ class GPTModule(L.LightningModule):
     def forward(self, idx, targets=None):
         return self.model(idx, targets)
 
+    def compile_model(self) -> None:
+        """torch.compile the forward used by training and validation only: their shapes are fixed, while
+        the diagnostics, attention maps and samples feed every length from 1 to block_size (each would be a
+        recompile, and past torch's limit a warning). The compiled callable shares the model's parameters
+        and is kept outside the module tree, so checkpoints keep their plain keys."""
+        self.__dict__["_step_forward"] = torch.compile(self.model)
+
+    def _step(self, x, y):
+        return self.__dict__.get("_step_forward", self.model)(x, y)
+
     def training_step(self, batch, batch_idx):
         x, y = batch
-        _, loss = self.model(x, y)
+        _, loss = self._step(x, y)
         self.train_losses.append(loss.detach())
         self.log("train/loss", loss, prog_bar=True)
         return loss
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
-        _, loss = self.model(x, y)
+        _, loss = self._step(x, y)
         self.log("val/loss", loss, prog_bar=True, batch_size=x.shape[0], sync_dist=True)
 
     def on_validation_epoch_end(self):

@@ -215,7 +215,7 @@ def build_module(run: Run, vocab_size: int) -> GPTModule:
                                       vocab_size, tok)
     module.flops_per_batch = module.model.flops_per_token() * cfg.data.batch_size * cfg.model.block_size
     if cfg.get("compile"):
-        module.model.compile()
+        module.compile_model()
     console.print(f"model: {module.model.num_params() / 1e6:.2f}M parameters, attention {module.config.attn}")
     return module
 
