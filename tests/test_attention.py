@@ -275,13 +275,20 @@ def test_sdpa_dropout_off_in_eval():
     assert not torch.equal(attn(x), attn(x))
 
 
-def test_return_weights_uses_math_path_with_heads_layout():
+def test_probe_gives_the_math_paths_weights_logits_and_queries_with_heads_layout():
+    torch.manual_seed(0)
     attn = CausalSelfAttention(12, 3, backend="sdpa").eval()
     x = torch.randn(2, 5, 12)
-    y, w = attn(x, return_weights=True)
-    assert y.shape == (2, 5, 12) and w.shape == (2, 3, 5, 5)  # (B, H, T, T), never (B, T, H, H)
-    torch.testing.assert_close(y, attn(x), rtol=1e-5, atol=1e-5)
+    p = attn.probe(x)
+    w, s = p["weights"], p["logits"]
+    assert w.shape == s.shape == (2, 3, 5, 5) and p["q"].shape == p["k"].shape == (2, 3, 5, 4)  # (B, H, T, ..)
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 3, 5))
+    assert (w.triu(1) == 0).all()  # causal: no weight on later keys
+    expected = torch.softmax(s.masked_fill(~causal_mask(5, 5), float("-inf")), -1)  # softmax(logits + mask)
+    torch.testing.assert_close(w, expected)
+    v = attn.c_attn(x).split(12, dim=2)[2].view(2, 5, 3, 4).transpose(1, 2)  # (B, H, T, D)
+    y = attn.c_proj((w @ v).transpose(1, 2).reshape(2, 5, 12))  # the weights reproduce the forward pass
+    torch.testing.assert_close(y, attn(x), rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- gradients
@@ -379,10 +386,10 @@ def test_qk_norm_normalises_each_head_and_bounds_the_logits():
     torch.testing.assert_close(q.pow(2).mean(-1), torch.ones(2, 4, 9), atol=1e-3, rtol=0)  # unit RMS per head
     assert k.pow(2).mean(-1).allclose(torch.ones(2, 4, 9), atol=1e-3)
     D = 8
-    assert attn.logits(x).abs().max().item() <= D + 1e-4  # Cauchy-Schwarz: |q.k| <= |q||k| = D
+    assert attn.probe(x)["logits"].abs().max().item() <= D + 1e-4  # Cauchy-Schwarz: |q.k| <= |q||k| = D
     plain = CausalSelfAttention(32, 4, scale="none", bias=False).eval()
     plain.c_attn.weight.data.copy_(attn.c_attn.weight.data)
-    assert plain.logits(x).abs().max().item() > 1e4
+    assert plain.probe(x)["logits"].abs().max().item() > 1e4
 
 
 def test_qk_norm_has_its_own_parameters_and_changes_the_output():

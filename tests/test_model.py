@@ -18,8 +18,23 @@ def test_shapes_and_loss():
     idx = torch.randint(0, 31, (3, 10))
     logits, loss = m(idx)
     assert logits.shape == (3, 10, 31) and loss is None
-    logits, loss, maps = m(idx, idx, return_weights=True)
-    assert loss.ndim == 0 and len(maps) == 2 and maps[0].shape == (3, 2, 10, 10)
+    logits, loss = m(idx, idx)
+    assert loss.ndim == 0
+    probes = m.attention_probe(idx)
+    assert len(probes) == 2 and probes[0]["weights"].shape == (3, 2, 10, 10)
+
+
+def test_attention_probe_sees_each_layers_actual_input():
+    """Layer 1's probe equals its attention's probe on ln_1(output of block 0): the probe follows the
+    residual stream, not the embeddings."""
+    torch.manual_seed(0)
+    m = GPT(tiny()).eval()
+    idx = torch.randint(0, 31, (2, 7))
+    with torch.no_grad():
+        x0 = m.wte(idx) + m.wpe(torch.arange(7))
+        expected = m.blocks[1].attn.probe(m.blocks[1].ln_1(m.blocks[0](x0)))["weights"]
+        got = m.attention_probe(idx)[1]["weights"]
+    torch.testing.assert_close(got, expected)
 
 
 def test_head_is_tied_to_embedding():

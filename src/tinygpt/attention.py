@@ -280,7 +280,8 @@ class CausalSelfAttention(nn.Module):
 
     backend="math" computes softmax(q k^T * scale + mask) v with the functions above;
     backend="sdpa" calls torch's fused F.scaled_dot_product_attention with the same scale and mask.
-    ``return_weights=True`` always takes the math path and also returns the weights (B, H, T, T).
+    ``probe(x)`` is the opt-in way to see inside: the math path's weights (B, H, T, T), the logits and the
+    queries and keys, for attention maps and diagnostics; ``forward`` always returns the output alone.
     ``qk_norm=True`` applies a LayerNorm (over the head dim D, shared by heads) to the queries and to the
     keys before the scale (Henry et al. 2020; Dehghani et al. 2023): the logits stay bounded,
     |q.k| * scale <= D * scale for unit gains.
@@ -318,9 +319,7 @@ class CausalSelfAttention(nn.Module):
         self.q_norm = nn.LayerNorm(self.head_dim, bias=bias) if qk_norm else None
         self.k_norm = nn.LayerNorm(self.head_dim, bias=bias) if qk_norm else None
 
-    def forward(
-        self, x: Tensor, padding_mask: Tensor | None = None, return_weights: bool = False, kv_cache=None
-    ):
+    def forward(self, x: Tensor, padding_mask: Tensor | None = None, kv_cache=None) -> Tensor:
         """x (B, T, C) -> (B, T, C). With ``kv_cache`` (one layer's view of a kv_cache.KVCache) the T
         tokens are the next ones after those cached: their keys and values are appended and the queries
         attend to all of them, the causal triangle aligned bottom-right (T_q < T_k)."""
@@ -340,8 +339,7 @@ class CausalSelfAttention(nn.Module):
                 raise ValueError("padding_mask and kv_cache cannot be combined.")
             k, v = kv_cache.extend(k, v)  # (B, H, T_cached + T, D)
 
-        weights = None
-        if return_weights or self.backend == "math":
+        if self.backend == "math":
             y, weights = scaled_dot_product_attention(
                 q, k, v, causal=self.causal, padding_mask=padding_mask, scale=self.scale
             )  # y (B, H, T, D), weights (B, H, T, T)
@@ -351,8 +349,17 @@ class CausalSelfAttention(nn.Module):
             y = self._sdpa(q, k, v, padding_mask)  # (B, H, T, D)
 
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, D) -> (B, T, C)
-        y = self.resid_dropout(self.c_proj(y))
-        return (y, weights) if return_weights else y
+        return self.resid_dropout(self.c_proj(y))
+
+    def probe(self, x: Tensor, padding_mask: Tensor | None = None) -> dict[str, Tensor]:
+        """What the attention computes on x (B, T, C), through the math path: ``weights`` (B, H, T, T) as
+        the formula gives them (dropout aside), ``logits`` q k^T * scale before the mask (B, H, T, T), and
+        ``q``, ``k`` (B, H, T, D) as the scores see them (after qk_norm)."""
+        q, k, v = self._heads(x)  # 3 x (B, H, T, D)
+        _, weights = scaled_dot_product_attention(
+            q, k, v, causal=self.causal, padding_mask=padding_mask, scale=self.scale
+        )  # (B, H, T, T)
+        return {"weights": weights, "logits": (q @ k.transpose(-2, -1)) * self.scale, "q": q, "k": k}
 
     def _heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, T, C) -> q, k, v, each split into heads (B, H, T, D), from one fused projection
@@ -365,14 +372,9 @@ class CausalSelfAttention(nn.Module):
         return q, k, v
 
     def queries_keys(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """q and k (B, H, T, D) as the attention sees them (after qk_norm), for diagnostics."""
+        """q and k (B, H, T, D) as the attention sees them (after qk_norm), without the weights (init_stats)."""
         q, k, _ = self._heads(x)
         return q, k
-
-    def logits(self, x: Tensor) -> Tensor:
-        """The pre-softmax attention logits q k^T * scale, (B, H, T, T), before any mask (for diagnostics)."""
-        q, k = self.queries_keys(x)  # (B, H, T, D)
-        return (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, T)
 
     def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, padding_mask: Tensor | None) -> Tensor:
         """The fused kernel, with the same explicit scale and the same mask as the math path."""

@@ -156,7 +156,7 @@ class AttentionMaps(L.Callback):
         model = module.model
         idx, labels = probe_tokens(trainer.datamodule, self.probe, model.config.block_size)
         with evaluating(model):
-            _, _, maps = model(idx.to(module.device), return_weights=True)  # n_layer x (1, H, T, T)
+            maps = [p["weights"] for p in model.attention_probe(idx.to(module.device))]  # n_layer x (1, H, T, T)
         weights = torch.cat(maps).float().cpu().numpy()  # (n_layer, H, T, T)
         out = Path(trainer.default_root_dir) / "attention"
         out.mkdir(parents=True, exist_ok=True)

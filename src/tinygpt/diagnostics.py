@@ -101,17 +101,11 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     pre-softmax logit, the attention mass on future keys (the weight a query row i puts on keys j > i,
     averaged over heads and rows; exactly 0 under the causal mask), and the RMS of q and k."""
     N, T = x.shape
-    inputs = []
-    hooks = [b.attn.register_forward_pre_hook(lambda m, args: inputs.append(args[0])) for b in model.blocks]
-    try:
-        with evaluating(model):
-            _, _, maps = model(x, return_weights=True)  # n_layer x (N, H, T, T)
-            pairs = list(zip(model.blocks, inputs, strict=True))
-            logits = [b.attn.logits(inp) for b, inp in pairs]  # n_layer x (N, H, T, T)
-            qk = [b.attn.queries_keys(inp) for b, inp in pairs]  # n_layer x 2 x (N, H, T, D)
-    finally:
-        for h in hooks:
-            h.remove()
+    with evaluating(model):
+        probes = model.attention_probe(x)  # per layer: weights, logits (N, H, T, T); q, k (N, H, T, D)
+    maps = [p["weights"] for p in probes]
+    logits = [p["logits"] for p in probes]
+    qk = [(p["q"], p["k"]) for p in probes]
     causal = model.config.attn.causal
     visible = causal_mask(T, T, x.device) if causal else torch.ones(T, T, dtype=torch.bool, device=x.device)
     n_visible = visible.sum(-1)  # (T,)

@@ -95,11 +95,7 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, return_weights: bool = False, kv_cache=None):
-        if return_weights:
-            a, weights = self.attn(self.ln_1(x), return_weights=True, kv_cache=kv_cache)
-            x = x + a
-            return x + self.mlp(self.ln_2(x)), weights
+    def forward(self, x: Tensor, kv_cache=None) -> Tensor:
         x = x + self.attn(self.ln_1(x), kv_cache=kv_cache)
         return x + self.mlp(self.ln_2(x))
 
@@ -143,37 +139,38 @@ class GPT(nn.Module):
         c = self.config
         return 6.0 * self.num_params() + 12.0 * c.n_layer * c.n_embd * c.block_size
 
-    def forward(
-        self, idx: Tensor, targets: Tensor | None = None, return_weights: bool = False, *, cache=None
-    ):
-        """idx (B, T) -> logits (B, T, V); with targets (B, T) also the mean cross-entropy.
+    def _embed(self, idx: Tensor, start: int = 0) -> Tensor:
+        """idx (B, T) -> token + position embeddings at positions start .. start + T - 1, (B, T, C)."""
+        T = idx.shape[1]
+        if start + T > self.config.block_size:
+            raise ValueError(f"sequence length {start + T} exceeds model.block_size={self.config.block_size}.")
+        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
+        return self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
 
-        ``return_weights=True`` adds a list of per-layer attention weights (B, H, T, T).
+    def forward(self, idx: Tensor, targets: Tensor | None = None, *, cache=None) -> tuple[Tensor, Tensor | None]:
+        """idx (B, T) -> (logits (B, T, V), mean cross-entropy against targets (B, T) or None).
+
         ``cache`` (a kv_cache.KVCache): idx holds the tokens after the ``cache.pos`` already cached; they
         get positions cache.pos .. cache.pos + T - 1 and the cache advances by T.
         """
         B, T = idx.shape
-        start = cache.pos if cache is not None else 0
-        if start + T > self.config.block_size:
-            raise ValueError(
-                f"sequence length {start + T} exceeds model.block_size={self.config.block_size}."
-            )
-        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
-        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
-        maps = []
+        x = self._embed(idx, cache.pos if cache is not None else 0)  # (B, T, C)
         for i, block in enumerate(self.blocks):
-            layer_cache = cache.layer(i) if cache is not None else None
-            if return_weights:
-                x, w = block(x, return_weights=True, kv_cache=layer_cache)
-                maps.append(w)
-            else:
-                x = block(x, kv_cache=layer_cache)
+            x = block(x, kv_cache=cache.layer(i) if cache is not None else None)
         if cache is not None:
             cache.advance(T)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))  # (B*T, V)
-        if return_weights:
-            return logits, loss, maps
         return logits, loss
+
+    def attention_probe(self, idx: Tensor) -> list[dict[str, Tensor]]:
+        """The opt-in look inside: run idx (B, T) through the model and return, per layer, its attention's
+        ``probe`` (weights, logits, q, k on the math path) on that layer's actual input."""
+        x = self._embed(idx)  # (B, T, C)
+        out = []
+        for block in self.blocks:
+            out.append(block.attn.probe(block.ln_1(x)))
+            x = block(x)
+        return out
