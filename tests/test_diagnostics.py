@@ -194,3 +194,31 @@ def test_spread_positions_by_hand(T, n, expected):
     from tinygpt.diagnostics import spread_positions
 
     assert spread_positions(T, n) == expected
+
+
+def test_the_cached_autoregressive_loss_equals_rerunning_each_prefix():
+    """A causal model is scored by KV-cache decoding; the reference reruns x[:, :t+1] for every t."""
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=19, block_size=12, n_layer=2, n_head=2, n_embd=16)).eval()
+    x, y = torch.randint(0, 19, (3, 12)), torch.randint(0, 19, (3, 12))
+    with torch.no_grad():
+        ref = [torch.nn.functional.cross_entropy(m(x[:, : t + 1])[0][:, -1].double(), y[:, t]).item()
+               for t in range(12)]
+    got = autoregressive_loss_by_position(m, x, y)
+    assert got.tolist() == pytest.approx(ref, abs=1e-5)
+    some = autoregressive_loss_by_position(m, x, y, [0, 5, 11])
+    assert some.tolist() == pytest.approx([ref[0], ref[5], ref[11]], abs=1e-5)
+
+
+def test_a_leaky_model_scores_a_spread_subset_of_positions_and_says_so():
+    from tinygpt import diagnostics
+
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=11, block_size=80, n_layer=1, n_head=2, n_embd=8, attn={"causal": False}))
+    x, y = torch.randint(0, 11, (2, 80)), torch.randint(0, 11, (2, 80))
+    out = diagnostics.run_all(m, x, y)
+    assert out["autoregressive_positions"] == diagnostics.LEAKY_AR_POSITIONS == 64
+    assert out["autoregressive_at"][0] == 0 and out["autoregressive_at"][-1] == 79
+    assert len(out["loss_by_position_autoregressive"]) == 64 and len(out["loss_by_position"]) == 80
+    causal = diagnostics.run_all(GPT(GPTConfig(vocab_size=11, block_size=80, n_layer=1, n_head=2, n_embd=8)), x, y)
+    assert causal["autoregressive_positions"] == 80  # every position, by KV-cache decoding

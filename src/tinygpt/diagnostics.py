@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from tinygpt.attention import causal_mask
+from tinygpt.kv_cache import KVCache
 from tinygpt.model import GPT
 
 
@@ -38,14 +39,26 @@ def evaluating(model: torch.nn.Module):
 
 def autoregressive_loss_by_position(model: GPT, x: Tensor, y: Tensor, positions: list[int] | None = None) -> Tensor:
     """Mean cross-entropy of y[:, t] given x[:, :t+1] only, for each t in ``positions`` (default: all T).
-    x, y: (N, T). Returns a float64 tensor of len(positions)."""
+    x, y: (N, T). Returns a float64 tensor of len(positions).
+
+    A causal model is decoded with the KV cache, one token per step (T one-token passes instead of T
+    passes over growing prefixes; the same numbers: a token's keys and values never depend on later ones).
+    A model without the mask has no valid cache: each scored position reruns its prefix."""
     N, T = x.shape
-    positions = list(range(T)) if positions is None else positions
+    positions = list(range(T)) if positions is None else list(positions)
     losses = torch.empty(len(positions), dtype=torch.float64)
     with evaluating(model):
-        for i, t in enumerate(positions):
-            logits, _ = model(x[:, : t + 1])  # (N, t+1, V): only the last position is scored
-            losses[i] = F.cross_entropy(logits[:, -1].double(), y[:, t]).item()
+        if model.config.attn.causal:
+            cache = KVCache.for_model(model, N)
+            where = {t: i for i, t in enumerate(positions)}
+            for t in range(max(positions) + 1):
+                logits, _ = model(x[:, t : t + 1], cache=cache)  # (N, 1, V): position t from its prefix
+                if t in where:
+                    losses[where[t]] = F.cross_entropy(logits[:, -1].double(), y[:, t]).item()
+        else:
+            for i, t in enumerate(positions):
+                logits, _ = model(x[:, : t + 1])  # (N, t+1, V): only the last position is scored
+                losses[i] = F.cross_entropy(logits[:, -1].double(), y[:, t]).item()
     return losses
 
 
@@ -133,16 +146,25 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     return out
 
 
+LEAKY_AR_POSITIONS = 64  # a model without the mask reruns a prefix per scored position: at most this many
+
+
 def run_all(model: GPT, x: Tensor, y: Tensor) -> dict:
-    """All diagnostics on a fixed batch of validation windows x, y (N, T)."""
-    ar = autoregressive_loss_by_position(model, x, y)  # (T,)
+    """All diagnostics on a fixed batch of validation windows x, y (N, T). The autoregressive loss scores
+    every position of a causal model (KV-cache decoding); for a model without the mask it scores at most
+    LEAKY_AR_POSITIONS positions spread over the window (first and last included), and says how many."""
+    T = x.shape[1]
+    positions = None if model.config.attn.causal else spread_positions(T, LEAKY_AR_POSITIONS)
+    ar = autoregressive_loss_by_position(model, x, y, positions)  # (T,) or (len(positions),)
     tf = loss_by_position(model, x, y)  # (T,): its mean is the teacher-forced loss (every position has N windows)
     out = {
         "val_loss_autoregressive": ar.mean().item(),
+        "autoregressive_positions": len(ar),  # scored positions per window
+        "autoregressive_at": list(range(T)) if positions is None else positions,  # which ones
         "val_loss_probe": tf.mean().item(),  # teacher-forced, same windows: equal if causal
         "future_leak": future_leak(model, x),
         "loss_by_position": tf.tolist(),
-        "loss_by_position_autoregressive": ar.tolist(),
+        "loss_by_position_autoregressive": ar.tolist(),  # at the scored positions
     }
     out.update(attention_stats(model, x))
     return out

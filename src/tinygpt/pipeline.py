@@ -237,10 +237,11 @@ def log_diagnostics(loggers: list, diag: dict, step: int) -> None:
     """Scalars as diag/<key>; the loss-by-position profiles as a W&B table (position, teacher-forced,
     autoregressive) for a line plot."""
     for lg in loggers:
-        lg.log_metrics({f"diag/{k}": v for k, v in diag.items() if isinstance(v, float)}, step=step)
+        lg.log_metrics({f"diag/{k}": v for k, v in diag.items() if isinstance(v, (int, float))}, step=step)
         if isinstance(lg, WandbLogger) and diag.get("loss_by_position"):
-            rows = [[t, tf, ar] for t, (tf, ar) in enumerate(
-                zip(diag["loss_by_position"], diag["loss_by_position_autoregressive"], strict=True))]
+            tf = diag["loss_by_position"]
+            rows = [[t, tf[t], ar] for t, ar in zip(diag["autoregressive_at"], diag["loss_by_position_autoregressive"],
+                                                    strict=True)]
             lg.log_table(key="diag/loss_by_position", columns=["position", "teacher_forced", "autoregressive"],
                          data=rows, step=step)
 
@@ -355,6 +356,7 @@ def finish_run(run: Run, module: GPTModule, trainer, loggers: list) -> dict[str,
     summary = base_summary(run, module, trainer, "diverged" if diverged else "completed")
     summary.update({
         "val_loss_autoregressive": diag.get("val_loss_autoregressive"),
+        "autoregressive_positions": diag.get("autoregressive_positions"),  # scored positions per probe window
         "val_loss_probe": diag.get("val_loss_probe"),  # teacher-forced, on the same probe windows
         "future_leak": diag.get("future_leak"),
         "attn_entropy": diag.get("attn_entropy"),
