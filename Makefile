@@ -30,11 +30,13 @@ test: setup
 test-fast: setup
 	WANDB_MODE=offline $(BIN)/python -m pytest -q -m "not slow" $(ARGS)
 
-# mutation testing of attention, model, generate, diagnostics and data against the fast tests (not in CI:
-# about 1900 mutants, hours on 2 cores; it resumes where it stopped). Scores: docs/testing.md.
+# mutation testing of attention, model, generate, diagnostics and data against the fast tests (not in CI;
+# it resumes where it stopped). One thread per job: mutmut forks workers, and a forked OpenMP pool deadlocks
+# (each such mutant would hang until its timeout and count as a false "timeout"). Scores: docs/testing.md.
 mutate: setup
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	HYPOTHESIS_PROFILE=mutation WANDB_MODE=offline $(BIN)/mutmut run --max-children $(JOBS) || true
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HYPOTHESIS_PROFILE=mutation WANDB_MODE=offline \
+		$(BIN)/mutmut run --max-children $(JOBS) || true
 	$(BIN)/python scripts/mutation_scores.py
 
 sample: setup

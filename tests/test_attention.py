@@ -10,6 +10,7 @@ from tinygpt.attention import (
     AdditiveScore,
     CausalSelfAttention,
     causal_mask,
+    lengths_to_mask,
     masked_softmax,
     nadaraya_watson,
     resolve_scale,
@@ -415,3 +416,72 @@ def test_masked_keys_get_zero_weight_even_when_the_visible_scores_are_far_below_
     _, w = scaled_dot_product_attention(torch.tensor([[[0.0, 1.0]]]), k, torch.eye(3)[None], causal=False,
                                         padding_mask=torch.tensor([[True, True, False]]), scale=1.0)
     assert w[0, 0, 2].item() == 0.0
+
+
+# ----------------------------------------------------------------------------- closing what mutation testing found
+
+
+def test_nadaraya_watson_default_width_and_shapes():
+    x, y = torch.tensor([1.0, 2.0, 4.0]), torch.tensor([0.0, 3.0, 1.0])
+    default, _ = nadaraya_watson(torch.tensor([2.5]), x, y)
+    assert default.item() == pytest.approx(1.940, abs=1e-3)  # w = 1
+    two_d, w = nadaraya_watson(torch.tensor([2.5, 0.0]), x, torch.stack([y, 2 * y], -1))  # values (n_k, d)
+    assert two_d.shape == (2, 2) and two_d[0].tolist() == pytest.approx([1.940, 3.880], abs=1e-3)
+    assert w.sum(-1).tolist() == pytest.approx([1.0, 1.0])  # each query's weights sum to 1
+
+
+@pytest.mark.parametrize("q, k, v, message", [
+    (torch.zeros(2, 1), torch.zeros(3), torch.zeros(3),
+     "nadaraya_watson expects queries (n_q,), keys (n_k,), values (n_k,) or (n_k, d); got (2, 1), (3,), (3,)."),
+    (torch.zeros(2), torch.zeros(3, 1), torch.zeros(3),
+     "nadaraya_watson expects queries (n_q,), keys (n_k,), values (n_k,) or (n_k, d); got (2,), (3, 1), (3,)."),
+    (torch.zeros(2), torch.zeros(3), torch.zeros(3, 1, 1),
+     "nadaraya_watson expects queries (n_q,), keys (n_k,), values (n_k,) or (n_k, d); got (2,), (3,), (3, 1, 1)."),
+    (torch.zeros(2), torch.zeros(3), torch.zeros(4, 2), "3 keys but 4 values."),
+])
+def test_nadaraya_watson_bad_shapes_are_named(q, k, v, message):
+    with pytest.raises(ValueError) as err:
+        nadaraya_watson(q, k, v)
+    assert str(err.value) == message
+
+
+def test_lengths_to_mask_names_a_bad_shape():
+    with pytest.raises(ValueError) as err:
+        lengths_to_mask(torch.zeros(2, 3, 4, dtype=torch.long), 5)
+    assert str(err.value) == "valid_lens must have shape (B,) or (B, T_q), got (2, 3, 4)."
+
+
+def test_additive_score_on_unbatched_inputs_and_its_default_is_not_causal():
+    torch.manual_seed(0)
+    score = AdditiveScore(query_dim=3, key_dim=3, hidden=4)
+    q, k, v = torch.randn(2, 3), torch.randn(2, 3), torch.randn(2, 5)  # (T, d): no batch dim
+    s = score(q, k)
+    assert s.shape == (2, 2)
+    hand = score.w_v.weight[0] @ torch.tanh(score.W_q.weight @ q[0] + score.W_k.weight @ k[1])
+    assert s[0, 1].item() == pytest.approx(hand.item(), abs=1e-6)
+    _, w = score.attend(q, k, v)
+    assert w[0, 1] > 0  # query 0 sees key 1: additive attention is not causal unless asked
+    _, wc = score.attend(q, k, v, causal=True)
+    assert wc[0, 1] == 0
+
+
+@pytest.mark.parametrize("q, k", [(torch.zeros(2, 3, 3), torch.zeros(3, 3)), (torch.zeros(3), torch.zeros(3))])
+def test_additive_score_refuses_mismatched_or_1d_inputs(q, k):
+    with pytest.raises(ValueError) as err:
+        AdditiveScore(3, 3, 4)(q, k)
+    assert str(err.value) == (f"q and k must have the same rank, at least 2, got {tuple(q.shape)} and "
+                              f"{tuple(k.shape)}.")
+
+
+@pytest.mark.parametrize("scale", ["none", 0.3])
+def test_probe_uses_the_modules_scale_and_padding(scale):
+    torch.manual_seed(0)
+    attn = CausalSelfAttention(8, 2, scale=scale, backend="math").eval()
+    x = torch.randn(2, 4, 8)
+    pad = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    p = attn.probe(x, padding_mask=pad)
+    factor = 1.0 if scale == "none" else 0.3
+    torch.testing.assert_close(p["logits"], (p["q"] @ p["k"].transpose(-2, -1)) * factor)
+    assert (p["weights"][0, :, :, 3] == 0).all()  # the padded key gets no weight
+    _, w = scaled_dot_product_attention(p["q"], p["k"], p["q"], padding_mask=pad, scale=factor)
+    torch.testing.assert_close(p["weights"], w)

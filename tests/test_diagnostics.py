@@ -222,3 +222,73 @@ def test_a_leaky_model_scores_a_spread_subset_of_positions_and_says_so():
     assert len(out["loss_by_position_autoregressive"]) == 64 and len(out["loss_by_position"]) == 80
     causal = diagnostics.run_all(GPT(GPTConfig(vocab_size=11, block_size=80, n_layer=1, n_head=2, n_embd=8)), x, y)
     assert causal["autoregressive_positions"] == 80  # every position, by KV-cache decoding
+
+
+# ----------------------------------------------------------------------------- closing what mutation testing found
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_stats_by_hand_from_the_probe(causal):
+    """Every statistic recomputed by hand from the layer's weights, logits, q and k, for T = 3 (row 1 of a
+    causal model has 2 visible keys and counts; row 0 has one and is skipped)."""
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=9, block_size=3, n_layer=1, n_head=2, n_embd=8, attn={"causal": causal})).eval()
+    x = torch.randint(0, 9, (2, 3))
+    with torch.no_grad():
+        p = m.attention_probe(x)[0]
+    w, s, q, k = p["weights"].double(), p["logits"].double(), p["q"].double(), p["k"].double()
+    n_vis = torch.tensor([1, 2, 3] if causal else [3, 3, 3], dtype=torch.float64)
+    rows = [1, 2] if causal else [0, 1, 2]
+    ent = torch.stack([-(w[..., i, :] * w[..., i, :].clamp_min(1e-30).log()).sum(-1) / n_vis[i].log() for i in rows],
+                      -1)  # (N, H, rows)
+    visible = torch.ones(3, 3, dtype=torch.bool).tril() if causal else torch.ones(3, 3, dtype=torch.bool)
+    future_mass = sum(w[..., i, j] for i in range(3) for j in range(i + 1, 3)).mean() / 3  # per row, then mean
+    out = attention_stats(m, x)
+    assert out["attn_entropy"] == pytest.approx(ent.mean().item(), abs=1e-5)
+    assert out["attn_entropy_min"] == pytest.approx(ent.min().item(), abs=1e-5)
+    assert out["attn_max_logit"] == pytest.approx(s.masked_fill(~visible, float("-inf")).max().item(), abs=1e-5)
+    assert out["attn_future_mass"] == pytest.approx(future_mass.item(), abs=1e-6)
+    assert out["attn_q_rms_per_layer"] == pytest.approx([q.pow(2).mean().sqrt().item()], abs=1e-5)
+    assert out["attn_k_rms_per_layer"] == pytest.approx([k.pow(2).mean().sqrt().item()], abs=1e-5)
+
+
+def test_future_leak_probes_the_documented_positions_with_a_seeded_replacement():
+    """The default positions are 0, T/4, T/2, 3T/4 and T-2; the replacement tokens come from
+    Generator(seed) over the whole vocabulary; out-of-range positions are skipped, not the end of the list."""
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=7, block_size=16, n_layer=1, n_head=2, n_embd=8, attn={"causal": False})).eval()
+    x = torch.randint(0, 7, (2, 16))
+    seen = []
+    forward = m.forward
+    m.forward = lambda idx, *a, **kw: seen.append(idx.clone()) or forward(idx, *a, **kw)
+    leak = future_leak(m, x, seed=5)
+    probed = [int((c != x).any(0).nonzero()[0]) - 1 for c in seen[1:] if (c != x).any()]
+    assert seen[0].equal(x) and len(seen) == 6 and probed == [0, 4, 8, 12, 14]
+    gen, expected = torch.Generator().manual_seed(5), 0.0  # by hand, same draws
+    with torch.no_grad():
+        base = forward(x)[0]
+        for t in (0, 4, 8, 12, 14):
+            x2 = x.clone()
+            x2[:, t + 1 :] = torch.randint(0, 7, (2, 15 - t), generator=gen)
+            expected = max(expected, (base[:, : t + 1] - forward(x2)[0][:, : t + 1]).abs().max().item())
+    assert leak == expected > 0
+    seen.clear()
+    future_leak(m, x, positions=[-1, 15, 3])  # nothing to perturb after 15; -1 is no position: both skipped
+    assert len(seen) == 2 and int((seen[1] != x).any(0).nonzero()[0]) == 4
+
+
+def test_future_leak_of_a_diverged_model_is_nan():
+    m = GPT(GPTConfig(vocab_size=7, block_size=8, n_layer=1, n_head=1, n_embd=8))
+    with torch.no_grad():
+        m.lm_head.weight.fill_(float("nan"))
+    assert math.isnan(future_leak(m, torch.zeros(1, 8, dtype=torch.long)))
+
+
+def test_run_all_reports_which_positions_and_the_probe_loss():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=11, block_size=6, n_layer=1, n_head=2, n_embd=8))
+    x, y = torch.randint(0, 11, (3, 6)), torch.randint(0, 11, (3, 6))
+    out = run_all(m, x, y)
+    assert out["autoregressive_at"] == list(range(6)) and out["autoregressive_positions"] == 6
+    assert out["val_loss_probe"] == pytest.approx(teacher_forced_loss(m, x, y), abs=1e-6)
+    assert out["attn_entropy_min"] <= out["attn_entropy"]

@@ -30,7 +30,8 @@ def test_bad_sampling_arguments_are_one_sentence(kw, message):
 
 
 def test_non_finite_logits_say_the_model_diverged():
-    with pytest.raises(FloatingPointError, match="diverged"):
+    message = r"^the model gives non-finite logits \(it has diverged\); nothing to sample\.$"
+    with pytest.raises(FloatingPointError, match=message):
         next_token_probs(torch.tensor([[0.0, float("nan")]]))
 
 

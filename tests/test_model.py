@@ -193,3 +193,15 @@ def test_config_to_dict_round_trips_without_derived_fields():
     d = cfg.to_dict()
     assert "head_dim" not in d and d["attn"]["causal"] is False and d["n_embd"] == 8
     assert GPTConfig(**d) == cfg
+
+
+def test_flops_per_token_counts_attention_per_layer():
+    m = GPT(GPTConfig(vocab_size=10, block_size=4, n_layer=3, n_head=2, n_embd=8, bias=False))
+    assert m.flops_per_token() == 6 * m.num_params() + 12 * 3 * 8 * 4
+
+
+def test_a_sequence_longer_than_the_context_is_one_sentence():
+    m = GPT(GPTConfig(vocab_size=10, block_size=4, n_layer=1, n_head=2, n_embd=8))
+    with pytest.raises(ValueError) as err:
+        m(torch.zeros(1, 5, dtype=torch.long))
+    assert str(err.value) == "sequence length 5 exceeds model.block_size=4."

@@ -49,15 +49,17 @@ def tokenize_to_array(tok, text: str, dtype) -> np.ndarray:
     """Token ids of ``text`` via a batched `datasets` map over line chunks."""
     from datasets import Dataset
 
-    ds = Dataset.from_dict({"text": chunk_lines(text)})
+    chunks = chunk_lines(text)
+    if not chunks:  # `datasets` drops the column of an empty map
+        return np.zeros(0, dtype)
+    ds = Dataset.from_dict({"text": chunks})
     ds = ds.map(
         lambda b: {"ids": [np.asarray(e.ids, dtype) for e in tok.encode_batch(b["text"], add_special_tokens=False)]},
         batched=True,
         remove_columns=["text"],
         desc="tokenizing",
     )
-    ids = ds.with_format("numpy")["ids"]
-    return np.concatenate(list(ids)).astype(dtype) if len(ids) else np.zeros(0, dtype)
+    return np.concatenate(list(ds.with_format("numpy")["ids"])).astype(dtype)
 
 
 def windows_at(ids: np.ndarray, starts: np.ndarray, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:

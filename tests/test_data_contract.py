@@ -1,0 +1,242 @@
+"""data.py's contract in detail: constructor defaults and messages, the random-window sampler's range,
+the cache's name, layout and build, the loaders. Written to close what a mutation run found unguarded."""
+
+import inspect
+import itertools
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import compose_train
+from tinygpt import corpus, data
+from tinygpt.data import RandomWindows, TextDataModule, fixed_windows, tokenize_to_array
+from tinygpt.tokenizer import train_tokenizer
+
+
+def make_dm(corpus_file, cache_dir, **kw):
+    args = dict(source="text_file", path=str(corpus_file), block_size=16, batch_size=4, cache_dir=str(cache_dir))
+    args.update(kw)
+    return TextDataModule(**args)
+
+
+# ----------------------------------------------------------------------------- constructor
+
+
+def test_constructor_defaults_are_the_configs_defaults():
+    """Using TextDataModule from Python gives the recipe `python train.py` uses."""
+    defaults = {k: p.default for k, p in inspect.signature(TextDataModule).parameters.items()}
+    cfg = compose_train()
+    for key in ("source", "tokenizer", "vocab_size", "train_fraction", "block_size", "batch_size", "val_batch_size",
+                "val_windows", "seed", "overfit"):
+        assert defaults[key] == cfg.data[key], key
+    assert defaults["n_tokens"] == compose_train(["data=random_tokens"]).data.n_tokens == 1_000_000
+    assert defaults["cache_dir"] == "data/cache" and defaults["path"] is None and defaults["split"] == "train"
+
+
+BAD = [
+    (dict(source="web"), "data.source='web' is not one of shakespeare, text_file, hf_hub, random_tokens."),
+    (dict(tokenizer="word"), "data.tokenizer='word' is not one of char, bpe."),
+    (dict(tokenizer="bpe", vocab_size=256),
+     "data.vocab_size=256 is too small for byte-level BPE: it needs at least 257 (256 bytes + <|endoftext|>)."),
+    (dict(source="random_tokens", vocab_size=1), "data.vocab_size=1 must be at least 2 for random_tokens."),
+    (dict(source="random_tokens", vocab_size=2**31 + 1), "data.vocab_size=2147483649 must be at least 2 for "
+                                                         "random_tokens."),
+    (dict(source="text_file"), "data=text_file needs data.path=<file> (one or more UTF-8 text files)."),
+    (dict(source="hf_hub"), "data=hf_hub needs data.name=<hub id or local dataset directory>."),
+    (dict(train_fraction=0.0), "data.train_fraction=0.0 must be between 0 and 1."),
+    (dict(train_fraction=1.0), "data.train_fraction=1.0 must be between 0 and 1."),
+    (dict(batch_size=0), "data.batch_size=0 must be a positive integer."),
+    (dict(block_size=0), "data.block_size=0 must be a positive integer."),
+    (dict(val_windows=0), "data.val_windows=0 must be a positive integer."),
+    (dict(val_batch_size=0), "data.val_batch_size=0 must be a positive integer."),
+]
+
+
+@pytest.mark.parametrize("kw, message", BAD, ids=[b[1][:40] for b in BAD])
+def test_each_bad_setting_is_named_exactly(kw, message):
+    with pytest.raises(ValueError) as err:
+        TextDataModule(**kw)
+    assert str(err.value) == message
+
+
+def test_boundary_values_are_accepted():
+    TextDataModule(tokenizer="bpe", vocab_size=257)
+    TextDataModule(source="random_tokens", vocab_size=2)
+    TextDataModule(source="random_tokens", vocab_size=2**31)
+    TextDataModule(source="random_tokens", tokenizer="word")  # random tokens have no tokenizer to check
+    TextDataModule(batch_size=1, block_size=1, val_windows=1, val_batch_size=1, train_fraction=0.5)
+    assert TextDataModule().tokenizer is None
+
+
+# ----------------------------------------------------------------------------- windows
+
+
+def test_random_windows_reach_both_ends_of_the_ids_and_nothing_beyond():
+    ids = np.arange(6, dtype=np.uint16)  # block_size 4: a window holds 5 tokens, so starts 0 and 1 only
+    ds = RandomWindows(ids, block_size=4, batch_size=64, seed=0)
+    starts = set(ds.batch(0)[0][:, 0].tolist())
+    assert starts == {0, 1}
+
+
+def test_overfit_repeats_step_zeros_batch_and_iteration_starts_at_step_zero():
+    ids = np.arange(500, dtype=np.uint16)
+    plain = RandomWindows(ids, 8, 4, seed=3)
+    assert not torch.equal(plain.batch(5)[0], plain.batch(0)[0])
+    over = RandomWindows(ids, 8, 4, seed=3, overfit=True)
+    assert torch.equal(over.batch(5)[0], plain.batch(0)[0]) and torch.equal(over.batch(1)[1], plain.batch(0)[1])
+    first = next(iter(RandomWindows(ids, 8, 4, seed=3)))
+    assert torch.equal(first[0], plain.batch(0)[0])
+
+
+def test_fixed_windows_do_not_overlap():
+    ids = np.arange(16)
+    x, y = fixed_windows(ids, block_size=4, max_windows=100)
+    assert len(x) == 3  # 16 tokens hold 3 non-overlapping windows of 4 + 1
+    assert (x[1:, 0] >= x[:-1, 0] + 4).all() and int(y[-1, -1]) <= 15
+
+
+# ----------------------------------------------------------------------------- cache
+
+
+def test_cache_dir_names(corpus_file, tmp_path):
+    import hashlib
+
+    text = corpus_file.read_text()
+    h = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+    assert make_dm(corpus_file, tmp_path)._cache_dir_for(text).name == f"text_file-{h}-char-f0.9-c1"
+    assert make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=300)._cache_dir_for(text).name == \
+        f"text_file-{h}-bpe300-f0.9-c1"
+    r = TextDataModule(source="random_tokens", vocab_size=50, n_tokens=5000, seed=7, cache_dir=str(tmp_path))
+    assert r._cache_dir_for(None).name == "random_tokens-v50-n5000-s7-c1"
+
+
+def test_the_cache_layout_meta_and_memory_mapping(corpus_file, tmp_path):
+    dm = make_dm(corpus_file, tmp_path / "a" / "b" / "cache")  # parents created
+    dm.setup()
+    meta = json.loads((dm.cache_path / "meta.json").read_text())
+    assert meta == {"source": "text_file", "tokenizer": "char", "vocab_size": dm.vocab_size,
+                    "train_tokens": len(dm.train_ids), "val_tokens": len(dm.val_ids)}
+    assert isinstance(dm.train_ids, np.memmap) and isinstance(dm.val_ids, np.memmap)
+    assert dm.train_ids.dtype == dm.val_ids.dtype == np.uint16
+    assert not [p for p in dm.cache_path.parent.iterdir() if ".tmp-" in p.name]  # no temporary dir left
+
+
+@pytest.mark.parametrize("vocab, dtype", [(65536, np.uint16), (65537, np.int32)])
+def test_random_token_ids_use_uint16_while_the_vocab_fits(tmp_path, vocab, dtype):
+    dm = TextDataModule(source="random_tokens", vocab_size=vocab, n_tokens=2000, block_size=8, cache_dir=str(tmp_path))
+    dm.setup()
+    assert dm.train_ids.dtype == dtype and int(dm.train_ids.max()) < vocab
+    assert json.loads((dm.cache_path / "meta.json").read_text())["tokenizer"] is None
+
+
+def test_a_builder_that_loses_the_race_keeps_the_winners_cache(corpus_file, tmp_path, monkeypatch):
+    """Another process renames its complete cache into place while this one builds: ours is dropped, no error."""
+    dm = make_dm(corpus_file, tmp_path / "cache")
+    build = TextDataModule._build_cache
+
+    def build_and_lose(self, text, out):
+        build(self, text, out)
+        final = self._cache_dir_for(text)
+        (final.parent / "winner").mkdir()
+        build(self, text, final.parent / "winner")
+        (final.parent / "winner").rename(final)  # the other process finishes first
+
+    monkeypatch.setattr(TextDataModule, "_build_cache", build_and_lose)
+    dm.setup()
+    assert (dm.cache_path / "meta.json").exists()
+    assert not [p for p in dm.cache_path.parent.iterdir() if ".tmp-" in p.name]  # our temporary dir removed
+
+
+def test_empty_corpus_and_too_small_splits_are_named(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    with pytest.raises(ValueError) as err:
+        TextDataModule(source="text_file", path=str(empty), cache_dir=str(tmp_path / "c")).setup()
+    assert str(err.value) == "the corpus for data.source='text_file' is empty."
+    small = tmp_path / "small.txt"
+    small.write_text("abcdefghij" * 20)  # 200 chars: 180 train, 20 validation
+    with pytest.raises(ValueError) as err:
+        TextDataModule(source="text_file", path=str(small), block_size=19, cache_dir=str(tmp_path / "c")).setup()
+    assert str(err.value) == ("the validation split has 20 tokens, fewer than data.block_size + 2 = 21; use a larger "
+                              "corpus or a smaller block_size.")
+    TextDataModule(source="text_file", path=str(small), block_size=18, cache_dir=str(tmp_path / "c")).setup()  # 20 ok
+    with pytest.raises(ValueError, match="^the train split has 180 tokens, fewer than data.block_size"):
+        TextDataModule(source="text_file", path=str(small), block_size=179, train_fraction=0.9,
+                       cache_dir=str(tmp_path / "c")).setup()
+
+
+def test_tokenize_to_array_dtype_and_empty_text():
+    tok = train_tokenizer("char", ["abc\n"])
+    ids = tokenize_to_array(tok, "abca\n", np.uint16)
+    assert ids.dtype == np.uint16 and ids.tolist() == [tok.token_to_id(c) for c in "abca\n"]
+    empty = tokenize_to_array(tok, "", np.uint16)
+    assert empty.shape == (0,) and empty.dtype == np.uint16
+
+
+def test_unwritable_asks_for_write_and_search_permission(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setattr(data.os, "access", lambda path, mode: not (mode & os.W_OK))
+    assert data.unwritable(tmp_path / "new" / "cache") == f"{tmp_path} is not writable"
+
+
+def test_shakespeare_text_is_read_from_the_cache_or_converted_into_scratch(tmp_path, monkeypatch):
+    root, scratch = tmp_path / "cache", tmp_path / "scratch"
+    dm = TextDataModule(cache_dir=str(root))
+    converted = tmp_path / "converted.txt"
+    converted.write_text("ROMEO:\nhello\n")
+    calls = []
+    monkeypatch.setattr(corpus, "shakespeare_text_file", lambda where: calls.append(where) or converted)
+    assert dm._read_text(scratch) == "ROMEO:\nhello\n" and calls == [scratch]  # not converted yet: into scratch
+    root.mkdir()
+    (root / corpus.SHAKESPEARE_FILE).write_text("JULIET:\nhi\n")
+    assert dm._read_text(scratch) == "JULIET:\nhi\n" and calls == [scratch]  # the cached conversion, as is
+
+
+def test_hf_hub_settings_reach_the_reader(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(corpus, "read_hf_dataset", lambda name, **kw: seen.update(name=name, **kw) or "text")
+    dm = TextDataModule(source="hf_hub", name="some/set", config="cfg", split="valid", text_column="body")
+    assert dm._read_text(tmp_path) == "text"
+    assert seen == {"name": "some/set", "config": "cfg", "split": "valid", "text_column": "body", "cache_dir": tmp_path}
+
+
+# ----------------------------------------------------------------------------- loaders
+
+
+def test_the_train_loader_continues_at_the_trainers_step_and_rank(corpus_file, cache_dir):
+    dm = make_dm(corpus_file, cache_dir, seed=9, overfit=False)
+    dm.setup()
+    dm.trainer = SimpleNamespace(global_step=3, global_rank=1, max_steps=5)
+    batches = list(dm.train_dataloader())
+    ref = RandomWindows(dm.train_ids, 16, 4, seed=9)
+    ref.rank = 1
+    assert len(batches) == 2 and all(torch.equal(b[0], ref.batch(s)[0]) for b, s in zip(batches, (3, 4), strict=True))
+    dm.trainer = SimpleNamespace(global_step=0, global_rank=0, max_steps=1)
+    assert len(list(dm.train_dataloader())) == 1
+    dm.trainer = SimpleNamespace(global_step=0, global_rank=0, max_steps=-1)  # no step limit: endless
+    assert len(list(itertools.islice(dm.train_dataloader(), 7))) == 7
+    over = make_dm(corpus_file, cache_dir, seed=9, overfit=True)
+    over.setup()
+    over.trainer = SimpleNamespace(global_step=2, global_rank=0, max_steps=4)
+    a, b = list(over.train_dataloader())
+    assert torch.equal(a[0], b[0])  # overfit reaches the sampler
+
+
+def test_the_validation_loader_keeps_order_and_batch_size(corpus_file, cache_dir):
+    dm = make_dm(corpus_file, cache_dir, val_batch_size=5, val_windows=12)
+    dm.setup()
+    batches = list(dm.val_dataloader())
+    assert [len(b[0]) for b in batches] == [5, 5, min(12, len(dm.val_x)) - 10][: len(batches)]
+    assert torch.equal(torch.cat([b[0] for b in batches]), dm.val_x)
+
+
+def test_encode_without_a_tokenizer_says_what_to_do(tmp_path):
+    dm = TextDataModule(source="random_tokens", vocab_size=50, n_tokens=5000, block_size=8, cache_dir=str(tmp_path))
+    dm.setup()
+    with pytest.raises(ValueError) as err:
+        dm.encode("abc")
+    assert str(err.value) == "this data source has no tokenizer (random_tokens); pass token ids instead."
