@@ -1,19 +1,24 @@
-"""Speed and loss of `python train.py` against a plain PyTorch loop, in one run on one machine.
+"""How fast is tinygpt, measured in one run on one machine, against a reference on the same recipe.
 
-The plain loop is nanoGPT's training loop written out (torch.randint windows, warmup + cosine LR,
-AdamW with decay on 2-D weights, grad clip 1.0) around the same GPT. Both are scored with the same
-validation windows, so the ratio of tokens/s is the cost (or gain) of the Lightning pipeline and
-the val losses show whether it trains the same.
+The reference is nanoGPT's own `train.py` on its README's CPU command (`--nanogpt DIR`, a nanoGPT
+checkout; its data is prepared from the same Tiny Shakespeare text), run back to back with `python
+train.py` on that text; without a checkout, nanoGPT's loop written out around tinygpt's GPT (the "plain
+loop") stands in, and the JSON says which. Also measured: time to the first training step, peak memory
+(/usr/bin/time), KV-cache generation, and the attention math path against the fused kernel.
 
-    python scripts/benchmark.py                       # Tiny Shakespeare if ../shared has it, else the embedded corpus
-    python scripts/benchmark.py --steps 300 --seeds 1 2
+    python scripts/benchmark.py --out bench.json                      # plain loop as the reference
+    python scripts/benchmark.py --nanogpt ../nanoGPT --out bench.json # nanoGPT itself
+    python scripts/benchmark.py --quick --out bench.json              # a few steps of each (tests)
+    python scripts/benchmark.py --generate-only
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,20 +72,76 @@ def plain_loop(dm: TextDataModule, steps: int, seed: int) -> dict:
     return {"tokens_per_sec": steps * B * T / t_train, "val_loss": val_loss(model, dm), "train_seconds": t_train}
 
 
-def tinygpt_run(data_args: list[str], steps: int, seed: int, cache_dir: str) -> dict:
-    """`python train.py` as a user runs it, minus W&B; timing excludes validation and callbacks."""
-    with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, str(ROOT / "train.py"), *data_args, "logger=none", f"seed={seed}",
-               f"trainer.max_steps={steps}", f"data.cache_dir={cache_dir}", f"hydra.run.dir={out}",
-               "callbacks.text_samples.max_new_tokens=0"]
+def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run cmd under /usr/bin/time: (process, wall seconds, peak RSS in MiB)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as f:
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", f.name, *cmd], cwd=cwd, capture_output=True,
+                              text=True, env={**os.environ, **(env or {})})
         wall = time.perf_counter() - t0
-        if proc.returncode:
-            raise SystemExit(f"train.py failed:\n{proc.stderr[-3000:]}")
-        s = json.loads((Path(out) / "summary.json").read_text())
-    return {"tokens_per_sec": s["tokens_per_sec"], "val_loss": s["val_loss"], "train_seconds": s["train_seconds"],
-            "wall_seconds": wall}
+        lines = [line for line in Path(f.name).read_text().splitlines() if line.strip().isdigit()]
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd[:3])} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return proc, wall, int(lines[-1]) / 1024 if lines else float("nan")
+
+
+def tinygpt_run(data_args: list[str], steps: int, seed: int, cache_dir: str, extra: list[str] = ()) -> dict:
+    """`python train.py` on the default recipe as a user runs it, W&B offline, maps and samples included."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, str(ROOT / "train.py"), *data_args, f"seed={seed}", f"trainer.max_steps={steps}",
+               f"data.cache_dir={cache_dir}", f"hydra.run.dir={out}/run", *extra]
+        launched = time.time()
+        _, wall, peak = timed(cmd, ROOT, {"WANDB_MODE": "offline"})
+        s = json.loads((Path(out) / "run" / "summary.json").read_text())
+    tokens_per_step = 12 * 64
+    return {"tokens_per_sec": tokens_per_step / s["step_seconds_median"], "mean_tokens_per_sec": s["tokens_per_sec"],
+            "val_loss": s["val_loss"], "train_seconds": s["train_seconds"], "wall_s": wall, "peak_rss_mib": peak,
+            "startup_s": s["first_step_unix_time"] - launched}
+
+
+NANOGPT_CPU = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
+               "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128",
+               "--lr_decay_iters={steps}", "--max_iters={steps}", "--dropout=0.0"]  # nanoGPT README's CPU command
+ITER_LINE = re.compile(r"^iter (\d+): loss ([\d.]+), time ([\d.]+)ms")
+
+
+def nanogpt_run(nanogpt: Path, text: Path, steps: int) -> dict:
+    """nanoGPT's train.py on its README's CPU command, its data prepared from ``text``."""
+    data_dir = nanogpt / "data" / "shakespeare_char"
+    if not (data_dir / "train.bin").exists() or (data_dir / "input.txt").read_text() != text.read_text():
+        shutil.copy(text, data_dir / "input.txt")
+        subprocess.run([sys.executable, "prepare.py"], cwd=data_dir, check=True, capture_output=True)
+    with tempfile.TemporaryDirectory() as out:
+        args = [a.format(steps=steps) for a in NANOGPT_CPU] + [f"--out_dir={out}"]
+        proc, wall, peak = timed([sys.executable, "train.py", *args], nanogpt)
+    iters = [(int(m[1]), float(m[3]) / 1000) for m in map(ITER_LINE.match, proc.stdout.splitlines()) if m]
+    times = sorted(dt for i, dt in iters if i > 0)  # iteration 0 includes start-up
+    vals = re.findall(r"step \d+: train loss [\d.]+, val loss ([\d.]+)", proc.stdout)
+    return {"tokens_per_sec": 12 * 64 / times[len(times) // 2], "wall_s": wall, "peak_rss_mib": peak,
+            "val_loss": float(vals[-1]) if vals else None}
+
+
+def attention_costs(lengths=(64, 256, 1024, 2048), heads: int = 4, head_dim: int = 32) -> dict:
+    """Forward + backward time (best of 3) and peak memory of the math path and the fused kernel, batch 1;
+    each measured in its own process so ru_maxrss is that case's peak."""
+    out = {}
+    for T in lengths:
+        for backend in ("math", "sdpa"):
+            code = (
+                "import resource, time, torch\n"
+                "from tinygpt.attention import CausalSelfAttention\n"
+                f"a = CausalSelfAttention({heads * head_dim}, {heads}, backend='{backend}')\n"
+                f"x = torch.randn(1, {T}, {heads * head_dim}, requires_grad=True)\n"
+                "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+                "best = 1e9\n"
+                "for _ in range(3):\n"
+                "    t0 = time.perf_counter(); a(x).sum().backward(); best = min(best, time.perf_counter() - t0)\n"
+                "print(best, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)\n"
+            )
+            res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            seconds, mib = map(float, res.stdout.split())
+            out.setdefault(str(T), {})[backend] = {"fwd_bwd_ms": seconds * 1000, "peak_mib_above_start": mib}
+    return out
 
 
 SMALL = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.0, bias=False)  # the GPU recipe's model
@@ -113,14 +174,78 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(TINY_SHAKESPEARE) if TINY_SHAKESPEARE.exists() else None,
                     help="a text file (default: Tiny Shakespeare from ../shared, else the embedded corpus)")
+    ap.add_argument("--nanogpt", type=Path, help="a nanoGPT checkout: its own train.py is the reference")
     ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1337])
-    ap.add_argument("--cache-dir", default="data/cache")
-    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--cache-dir", default=str(ROOT / "data" / "cache"))
+    ap.add_argument("--out", "--json", dest="out", help="write the results here as JSON")
+    ap.add_argument("--quick", action="store_true", help="a few steps and short sequences (for tests)")
     ap.add_argument("--generate-only", action="store_true", help="only the KV-cache generation benchmark")
     args = ap.parse_args(argv)
-    gen = {name: generation_speed(arch) for name, arch in (("small (10.7M, context 256)", SMALL),
-                                                           ("baby (0.8M, context 64)", BABY))}
+    if args.steps < 1:
+        ap.error(f"--steps={args.steps} must be >= 1.")
+    if args.nanogpt and not (args.nanogpt / "train.py").is_file():
+        ap.error(f"--nanogpt={args.nanogpt} is not a nanoGPT checkout (no train.py there).")
+    if args.nanogpt and not args.data:
+        ap.error("--nanogpt needs --data (a text file nanoGPT can prepare as shakespeare_char).")
+    steps = 10 if args.quick else args.steps
+    new_tokens = 8 if args.quick else 200
+    gen = {name: generation_speed(arch, new_tokens) for name, arch in (("small (10.7M, context 256)", SMALL),
+                                                                       ("baby (0.8M, context 64)", BABY))}
+    show_generation(gen)
+    result: dict = {"generate": gen,
+                    "generate_cached_tokens_per_sec": gen["small (10.7M, context 256)"]["cached_tokens_per_sec"],
+                    "generate_uncached_tokens_per_sec": gen["small (10.7M, context 256)"]["uncached_tokens_per_sec"]}
+    if not args.generate_only:
+        data_args = ["data=text_file", f"data.path={args.data}"] if args.data else []
+        console.print(f"data: {args.data or 'embedded shakespeare'}; {steps} steps; torch threads "
+                      f"{torch.get_num_threads()}")
+        if args.nanogpt:
+            ref = nanogpt_run(args.nanogpt.resolve(), Path(args.data).resolve(), steps)
+            reference = "nanoGPT train.py"
+        else:
+            dm_kwargs = dict(source="text_file", path=args.data) if args.data else dict(source="shakespeare")
+            dm = TextDataModule(**dm_kwargs, block_size=64, batch_size=12, cache_dir=args.cache_dir)
+            dm.setup()
+            t0 = time.perf_counter()
+            ref = plain_loop(dm, steps, args.seed)
+            ref.update(wall_s=time.perf_counter() - t0, peak_rss_mib=None)
+            reference = "plain loop (nanoGPT's loop around tinygpt's GPT, in this process)"
+        ours = tinygpt_run(data_args, steps, args.seed, args.cache_dir)
+        result.update({
+            "reference": reference, "reference_tokens_per_sec": ref["tokens_per_sec"],
+            "reference_wall_s": ref["wall_s"], "reference_peak_rss_mib": ref["peak_rss_mib"],
+            "reference_val_loss": ref.get("val_loss"),
+            "lightning_tokens_per_sec": ours["tokens_per_sec"], "wall_s": ours["wall_s"],
+            "startup_s": ours["startup_s"], "peak_rss_mib": ours["peak_rss_mib"], "val_loss": ours["val_loss"],
+            "steps": steps,
+        })
+        table = Table(title=f"train.py vs {reference}, {steps} steps, back to back")
+        for col in ("", "tokens/s (median step)", "wall s", "peak RSS MiB", "val loss"):
+            table.add_column(col)
+        fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+        table.add_row(reference.split(" (")[0], fmt(ref["tokens_per_sec"], ",.0f"), fmt(ref["wall_s"], ".1f"),
+                      fmt(ref["peak_rss_mib"], ",.0f"), fmt(ref.get("val_loss"), ".4f"))
+        table.add_row("tinygpt train.py", fmt(ours["tokens_per_sec"], ",.0f"), fmt(ours["wall_s"], ".1f"),
+                      fmt(ours["peak_rss_mib"], ",.0f"), fmt(ours["val_loss"], ".4f"))
+        console.print(table)
+        console.print(f"tinygpt: first training step {ours['startup_s']:.1f} s after launch; tokens/s ratio "
+                      f"{ours['tokens_per_sec'] / ref['tokens_per_sec']:.3f}; wall ratio "
+                      f"{ours['wall_s'] / ref['wall_s']:.3f}")
+        result["attention"] = attention_costs((64, 256) if args.quick else (64, 256, 1024, 2048))
+        table = Table(title="attention forward + backward, batch 1, 4 heads of 32: math path vs fused kernel")
+        for col in ("T", "math ms", "sdpa ms", "math MiB", "sdpa MiB"):
+            table.add_column(col)
+        for T, r in result["attention"].items():
+            table.add_row(T, f"{r['math']['fwd_bwd_ms']:.2f}", f"{r['sdpa']['fwd_bwd_ms']:.2f}",
+                          f"{r['math']['peak_mib_above_start']:.0f}", f"{r['sdpa']['peak_mib_above_start']:.0f}")
+        console.print(table)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def show_generation(gen: dict) -> None:
     table = Table(title="greedy generation at batch 1, KV cache vs recomputing the context")
     for col in ("model", "new tokens", "cached tokens/s", "uncached tokens/s", "speedup", "identical"):
         table.add_column(col)
@@ -128,44 +253,6 @@ def main(argv=None) -> int:
         table.add_row(name, str(g["new_tokens"]), f"{g['cached_tokens_per_sec']:,.0f}",
                       f"{g['uncached_tokens_per_sec']:,.0f}", f"{g['speedup']:.1f}x", str(g["identical"]))
     console.print(table)
-    if args.generate_only:
-        if args.json:
-            Path(args.json).write_text(json.dumps({"generate": gen}, indent=2))
-        return 0
-    if args.steps < 1:
-        ap.error(f"--steps={args.steps} must be >= 1.")
-    data_args = ["data=text_file", f"data.path={args.data}"] if args.data else []
-    dm_kwargs = dict(source="text_file", path=args.data) if args.data else dict(source="shakespeare")
-    dm = TextDataModule(**dm_kwargs, block_size=64, batch_size=12, cache_dir=args.cache_dir)
-    dm.setup()
-    console.print(f"data: {args.data or 'embedded shakespeare'}; {args.steps} steps; seeds {args.seeds}; "
-                  f"torch threads {torch.get_num_threads()}")
-    rows = {"plain loop": [], "tinygpt (train.py)": []}
-    for seed in args.seeds:  # alternate, so drift in machine speed hits both alike
-        rows["plain loop"].append(plain_loop(dm, args.steps, seed))
-        console.print(f"seed {seed} plain loop: {rows['plain loop'][-1]}")
-        rows["tinygpt (train.py)"].append(tinygpt_run(data_args, args.steps, seed, args.cache_dir))
-        console.print(f"seed {seed} train.py:   {rows['tinygpt (train.py)'][-1]}")
-    table = Table(title="tinygpt vs a plain PyTorch loop (same model, same validation windows)")
-    for col in ("run", "tokens/s", "ratio to plain", "val loss (mean)", "val loss (each seed)"):
-        table.add_column(col)
-    base = statistics.mean(r["tokens_per_sec"] for r in rows["plain loop"])
-    summary = {}
-    for name, rs in rows.items():
-        tps = statistics.mean(r["tokens_per_sec"] for r in rs)
-        vl = [r["val_loss"] for r in rs]
-        summary[name] = {"tokens_per_sec": tps, "ratio": tps / base, "val_loss": vl}
-        table.add_row(name, f"{tps:,.0f}", f"{tps / base:.3f}", f"{statistics.mean(vl):.4f}",
-                      ", ".join(f"{v:.4f}" for v in vl))
-    console.print(table)
-    if args.json:
-        small = gen["small (10.7M, context 256)"]
-        Path(args.json).write_text(json.dumps({
-            "args": vars(args), "results": summary, "runs": rows, "generate": gen,
-            "generate_cached_tokens_per_sec": small["cached_tokens_per_sec"],
-            "generate_uncached_tokens_per_sec": small["uncached_tokens_per_sec"],
-        }, indent=2))
-    return 0
 
 
 if __name__ == "__main__":

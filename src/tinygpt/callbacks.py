@@ -57,13 +57,27 @@ class StepTimer(L.Callback):
 
     def __init__(self):
         self.seconds, self.tokens, self._t0 = 0.0, 0, None
+        self.first_step_at: float | None = None  # wall clock (time.time()) when the first step began
+        self.step_seconds: list[float] = []
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if self.first_step_at is None:
+            self.first_step_at = time.time()
         self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.seconds += time.perf_counter() - self._t0
+        dt = time.perf_counter() - self._t0
+        self.seconds += dt
+        self.step_seconds.append(dt)
         self.tokens += batch[0].numel() * trainer.world_size
+
+    @property
+    def median_step_seconds(self) -> float | None:
+        """The steady-state step time (the median is not moved by the first steps or a validation's hiccup)."""
+        if not self.step_seconds:
+            return None
+        ordered = sorted(self.step_seconds)
+        return ordered[len(ordered) // 2]
 
     @property
     def tokens_per_sec(self) -> float | None:

@@ -283,6 +283,8 @@ def base_summary(run: Run, module: GPTModule, trainer, status: str) -> dict[str,
         "steps": trainer.global_step,
         "tokens_per_sec": run.timer.tokens_per_sec,
         "train_seconds": run.timer.seconds,
+        "step_seconds_median": run.timer.median_step_seconds,
+        "first_step_unix_time": run.timer.first_step_at,  # for the start-up time (scripts/benchmark.py)
         "n_params": module.model.num_params(),
         "vocab_size": run.dm.vocab_size,
         "resumed_from": str(run.ckpt_path) if run.ckpt_path else None,
