@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tinygpt.attention import (
+    attention_from_scores,
     AdditiveScore,
     CausalSelfAttention,
     causal_mask,
@@ -485,3 +486,99 @@ def test_probe_uses_the_modules_scale_and_padding(scale):
     assert (p["weights"][0, :, :, 3] == 0).all()  # the padded key gets no weight
     _, w = scaled_dot_product_attention(p["q"], p["k"], p["q"], padding_mask=pad, scale=factor)
     torch.testing.assert_close(p["weights"], w)
+
+
+@pytest.mark.parametrize("q, k, v, message", [
+    (torch.zeros(2, 3, 5, 4), torch.zeros(2, 3, 6, 8), torch.zeros(2, 3, 6, 4),
+     "q and k must share the feature size D, got 4 and 8."),
+    (torch.zeros(2, 3, 5, 4), torch.zeros(2, 3, 6, 4), torch.zeros(2, 3, 7, 4),
+     "k and v must have the same number of positions, got 6 and 7."),
+])
+def test_shape_errors_name_the_right_sizes(q, k, v, message):
+    with pytest.raises(ValueError) as err:
+        scaled_dot_product_attention(q, k, v)
+    assert str(err.value) == message
+
+
+def test_attention_from_scores_errors_and_causal_default():
+    scores = torch.zeros(2, 3, 4)
+    with pytest.raises(ValueError) as err:
+        attention_from_scores(scores, torch.zeros(2, 5, 2))
+    assert str(err.value) == "v has 5 positions but the scores have 4 keys."
+    with pytest.raises(ValueError) as err:
+        attention_from_scores(torch.zeros(3, 2, 4), torch.zeros(3, 4, 2), padding_mask=torch.ones(2, 4).bool())
+    assert str(err.value) == "padding_mask must have shape (B, T_k) = (3, 4) for scores (3, 2, 4), got (2, 4)."
+    with pytest.raises(ValueError) as err:
+        masked_softmax(torch.zeros(2, 3), torch.tensor([1, 2]))
+    assert str(err.value) == "valid lengths need scores of shape (B, T_q, T_k), got (2, 3)."
+    _, w = attention_from_scores(torch.zeros(1, 2, 2), torch.zeros(1, 2, 1))  # default: causal
+    assert w[0].tolist() == [[1.0, 0.0], [0.5, 0.5]]
+
+
+def test_a_row_without_keys_is_zero_and_has_zero_gradient_next_to_normal_rows():
+    scores = torch.randn(2, 3, requires_grad=True)
+    w = masked_softmax(scores, torch.tensor([[True, True, False], [False, False, False]]))
+    assert w[1].tolist() == [0.0, 0.0, 0.0] and w[0].sum().item() == pytest.approx(1.0)
+    (w * torch.arange(3.0)).sum().backward()
+    assert torch.isfinite(scores.grad).all() and scores.grad[1].tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "math"])
+def test_queries_before_the_first_key_get_zeros_on_both_backends(backend):
+    """Bottom-right causal with T_q > T_k: the first T_q - T_k queries see no key."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    attn = CausalSelfAttention(8, 2, backend=backend).eval()
+    if backend == "sdpa":
+        y = attn._sdpa(q, k, v, None)
+    else:
+        y, _ = scaled_dot_product_attention(q, k, v, scale=attn.scale)
+    assert torch.isfinite(y).all() and (y[:, :, :2] == 0).all() and (y[:, :, 2:] != 0).any()
+
+
+def test_the_math_backend_never_calls_the_fused_kernel(monkeypatch):
+    import torch.nn.functional as F
+
+    attn = CausalSelfAttention(8, 2, backend="math").eval()
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: pytest.fail("fused kernel called"))
+    attn(torch.randn(2, 4, 8))
+    assert "backend='math'" in repr(attn)
+
+
+def test_module_description_names_every_setting():
+    attn = CausalSelfAttention(12, 3, causal=False, scale="inv_dk", backend="math", qk_norm=True)
+    assert attn.extra_repr() == ("n_head=3, head_dim=4, causal=False, scale='inv_dk' (0.25), backend='math', "
+                                 "qk_norm=True")
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_bias_setting_reaches_every_projection_and_norm(bias):
+    attn = CausalSelfAttention(8, 2, bias=bias, qk_norm=True)
+    for layer in (attn.c_attn, attn.c_proj, attn.q_norm, attn.k_norm):
+        assert (layer.bias is not None) is bias
+
+
+@pytest.mark.parametrize("backend", ["math", "sdpa"])
+def test_dropout_only_in_training_on_both_backends_and_both_sdpa_paths(backend):
+    torch.manual_seed(0)
+    attn = CausalSelfAttention(16, 2, dropout=0.5, backend=backend)
+    plain = CausalSelfAttention(16, 2, dropout=0.0, backend=backend)
+    plain.load_state_dict(attn.state_dict())
+    attn.resid_dropout.p = 0.0  # only the attention weights' dropout is under test
+    x = torch.randn(2, 6, 16)
+    pad = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    for mask in (None, pad):  # sdpa: the kernel's own triangle, and the explicit mask
+        attn.eval()
+        torch.testing.assert_close(attn(x, padding_mask=mask), plain.eval()(x, padding_mask=mask))  # eval: none
+        attn.train()
+        assert not torch.equal(attn(x, padding_mask=mask), attn(x, padding_mask=mask))  # training: dropout
+
+
+def test_kv_cache_and_padding_do_not_mix():
+    from tinygpt.kv_cache import KVCache
+
+    attn = CausalSelfAttention(8, 2)
+    cache = KVCache(1, 1, 2, 4, 4)
+    with pytest.raises(ValueError) as err:
+        attn(torch.randn(1, 2, 8), padding_mask=torch.ones(1, 2).bool(), kv_cache=cache.layer(0))
+    assert str(err.value) == "padding_mask and kv_cache cannot be combined."

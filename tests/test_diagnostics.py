@@ -233,6 +233,8 @@ def test_attention_stats_by_hand_from_the_probe(causal):
     causal model has 2 visible keys and counts; row 0 has one and is skipped)."""
     torch.manual_seed(0)
     m = GPT(GPTConfig(vocab_size=9, block_size=3, n_layer=1, n_head=2, n_embd=8, attn={"causal": causal})).eval()
+    with torch.no_grad():  # large q, k weights: peaked, uneven attention (at init every row is near uniform,
+        m.blocks[0].attn.c_attn.weight.mul_(40)  # entropy ~1 everywhere, and a wrong choice of rows goes unnoticed)
     x = torch.randint(0, 9, (2, 3))
     with torch.no_grad():
         p = m.attention_probe(x)[0]
@@ -244,6 +246,7 @@ def test_attention_stats_by_hand_from_the_probe(causal):
     visible = torch.ones(3, 3, dtype=torch.bool).tril() if causal else torch.ones(3, 3, dtype=torch.bool)
     future_mass = sum(w[..., i, j] for i in range(3) for j in range(i + 1, 3)).mean() / 3  # per row, then mean
     out = attention_stats(m, x)
+    assert 0.05 < ent.mean().item() < 0.95 and ent.max() - ent.min() > 0.1  # not uniform, not one-hot
     assert out["attn_entropy"] == pytest.approx(ent.mean().item(), abs=1e-5)
     assert out["attn_entropy_min"] == pytest.approx(ent.min().item(), abs=1e-5)
     assert out["attn_max_logit"] == pytest.approx(s.masked_fill(~visible, float("-inf")).max().item(), abs=1e-5)

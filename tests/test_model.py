@@ -205,3 +205,24 @@ def test_a_sequence_longer_than_the_context_is_one_sentence():
     with pytest.raises(ValueError) as err:
         m(torch.zeros(1, 5, dtype=torch.long))
     assert str(err.value) == "sequence length 5 exceeds model.block_size=4."
+
+
+def test_block_settings_reach_the_attention_and_bias_reaches_every_layer():
+    cfg = GPTConfig(vocab_size=10, block_size=4, n_layer=1, n_head=2, n_embd=8, dropout=0.3, bias=True,
+                    attn={"scale": "none", "backend": "math", "qk_norm": True, "causal": False})
+    m = GPT(cfg)
+    a = m.blocks[0].attn
+    assert (a.scale, a.backend, a.causal, a.dropout, a.q_norm is not None) == (1.0, "math", False, 0.3, True)
+    for layer in (m.blocks[0].ln_1, m.blocks[0].ln_2, m.ln_f, m.blocks[0].mlp.c_fc, m.blocks[0].mlp.c_proj,
+                  a.c_attn, a.c_proj):
+        assert layer.bias is not None
+    assert m.lm_head.bias is None  # tied to the embedding: never a bias
+
+
+def test_initial_weights_are_centred_with_gpt2_scales():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=300, block_size=64, n_layer=4, n_head=4, n_embd=128))
+    proj = torch.cat([w.flatten() for b in m.blocks for w in (b.attn.c_proj.weight, b.mlp.c_proj.weight)])
+    assert abs(proj.mean().item()) < 1e-3 and proj.std().item() == pytest.approx(0.02 / math.sqrt(8), rel=0.05)
+    for w in (m.wte.weight, m.wpe.weight, m.blocks[0].attn.c_attn.weight, m.blocks[0].mlp.c_fc.weight):
+        assert abs(w.mean().item()) < 2e-3 and w.std().item() == pytest.approx(0.02, rel=0.05)
