@@ -582,3 +582,14 @@ def test_kv_cache_and_padding_do_not_mix():
     with pytest.raises(ValueError) as err:
         attn(torch.randn(1, 2, 8), padding_mask=torch.ones(1, 2).bool(), kv_cache=cache.layer(0))
     assert str(err.value) == "padding_mask and kv_cache cannot be combined."
+
+
+def test_rank_error_and_the_default_scale_uses_the_feature_size():
+    with pytest.raises(ValueError) as err:
+        scaled_dot_product_attention(torch.zeros(3, 4), torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
+    assert str(err.value) == ("q, k and v must have the same rank, at least 2 (..., T, D); got shapes (3, 4), "
+                              "(2, 3, 4), (2, 3, 4).")
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 3, 4, 5), torch.randn(1, 3, 4, 5), torch.randn(1, 3, 4, 5)  # H = 3, D = 5
+    _, w = scaled_dot_product_attention(q, k, v, causal=False)
+    torch.testing.assert_close(w, torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(5), -1))

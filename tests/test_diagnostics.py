@@ -218,7 +218,8 @@ def test_a_leaky_model_scores_a_spread_subset_of_positions_and_says_so():
     x, y = torch.randint(0, 11, (2, 80)), torch.randint(0, 11, (2, 80))
     out = diagnostics.run_all(m, x, y)
     assert out["autoregressive_positions"] == diagnostics.LEAKY_AR_POSITIONS == 64
-    assert out["autoregressive_at"][0] == 0 and out["autoregressive_at"][-1] == 79
+    at = out["autoregressive_at"]
+    assert len(at) == 64 and at[0] == 0 and at[-1] == 79
     assert len(out["loss_by_position_autoregressive"]) == 64 and len(out["loss_by_position"]) == 80
     causal = diagnostics.run_all(GPT(GPTConfig(vocab_size=11, block_size=80, n_layer=1, n_head=2, n_embd=8)), x, y)
     assert causal["autoregressive_positions"] == 80  # every position, by KV-cache decoding
