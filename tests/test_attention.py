@@ -493,6 +493,8 @@ def test_probe_uses_the_modules_scale_and_padding(scale):
      "q and k must share the feature size D, got 4 and 8."),
     (torch.zeros(2, 3, 5, 4), torch.zeros(2, 3, 6, 4), torch.zeros(2, 3, 7, 4),
      "k and v must have the same number of positions, got 6 and 7."),
+    (torch.zeros(2, 5, 4), torch.zeros(2, 6, 4), torch.zeros(2, 7, 4),  # 3-D: axis -2 is not axis 2 here
+     "k and v must have the same number of positions, got 6 and 7."),
 ])
 def test_shape_errors_name_the_right_sizes(q, k, v, message):
     with pytest.raises(ValueError) as err:

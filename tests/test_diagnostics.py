@@ -265,6 +265,8 @@ def test_future_leak_probes_the_documented_positions_with_a_seeded_replacement()
     seen = []
     forward = m.forward
     m.forward = lambda idx, *a, **kw: seen.append(idx.clone()) or forward(idx, *a, **kw)
+    assert future_leak(m, x) == future_leak(m, x, seed=0) != future_leak(m, x, seed=1)  # seeded, default 0
+    seen.clear()
     leak = future_leak(m, x, seed=5)
     probed = [int((c != x).any(0).nonzero()[0]) - 1 for c in seen[1:] if (c != x).any()]
     assert seen[0].equal(x) and len(seen) == 6 and probed == [0, 4, 8, 12, 14]

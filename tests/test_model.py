@@ -226,3 +226,14 @@ def test_initial_weights_are_centred_with_gpt2_scales():
     assert abs(proj.mean().item()) < 1e-3 and proj.std().item() == pytest.approx(0.02 / math.sqrt(8), rel=0.05)
     for w in (m.wte.weight, m.wpe.weight, m.blocks[0].attn.c_attn.weight, m.blocks[0].mlp.c_fc.weight):
         assert abs(w.mean().item()) < 2e-3 and w.std().item() == pytest.approx(0.02, rel=0.05)
+
+
+def test_config_checks_by_exact_sentence_and_an_integer_head_size():
+    with pytest.raises(ValueError) as err:
+        GPTConfig(vocab_size=10, dropout=1.0)
+    assert str(err.value) == "model.dropout=1.0 must be in [0, 1)."
+    with pytest.raises(ValueError) as err:
+        GPTConfig(vocab_size=10, attn={"backend": "flash"})
+    assert str(err.value) == "model.attn.backend='flash' is not one of sdpa, math."
+    cfg = GPTConfig(vocab_size=10, n_embd=24, n_head=3)
+    assert cfg.head_dim == 8 and isinstance(cfg.head_dim, int)
