@@ -123,20 +123,27 @@ def nanogpt_run(nanogpt: Path, text: Path, steps: int) -> dict:
 
 def attention_costs(lengths=(64, 256, 1024, 2048), heads: int = 4, head_dim: int = 32) -> dict:
     """Forward + backward time (best of 3) and peak memory of the math path and the fused kernel, batch 1;
-    each measured in its own process so ru_maxrss is that case's peak."""
+    each in its own process, the peak read from /proc (VmHWM, reset after a warm-up step) above the RSS
+    before the measured steps (Linux)."""
     out = {}
     for T in lengths:
         for backend in ("math", "sdpa"):
             code = (
-                "import resource, time, torch\n"
+                "import time, torch\n"
+                "from pathlib import Path\n"
                 "from tinygpt.attention import CausalSelfAttention\n"
+                "def status(key):\n"
+                "    line = next(x for x in Path('/proc/self/status').read_text().splitlines() if x.startswith(key))\n"
+                "    return int(line.split()[1]) / 1024\n"
                 f"a = CausalSelfAttention({heads * head_dim}, {heads}, backend='{backend}')\n"
                 f"x = torch.randn(1, {T}, {heads * head_dim}, requires_grad=True)\n"
-                "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+                "a(x).sum().backward()  # warm up: allocator pools, kernels\n"
+                "Path('/proc/self/clear_refs').write_text('5')  # reset the peak (VmHWM) to the current RSS\n"
+                "base = status('VmRSS')\n"
                 "best = 1e9\n"
                 "for _ in range(3):\n"
                 "    t0 = time.perf_counter(); a(x).sum().backward(); best = min(best, time.perf_counter() - t0)\n"
-                "print(best, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)\n"
+                "print(best, status('VmHWM') - base)\n"
             )
             res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
             seconds, mib = map(float, res.stdout.split())
