@@ -18,21 +18,26 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0].strip()
 
 
+def cause_of(err: BaseException) -> BaseException:
+    """The error an object raised, unwrapped from Hydra's InstantiationException around it."""
+    from hydra.errors import InstantiationException
+
+    return err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ else err
+
+
 @contextmanager
-def as_config_errors(*kinds: type[BaseException]):
-    """Re-raise ``kinds`` (default: ValueError and the instantiate/OmegaConf errors) as ConfigError: used
+def as_config_errors(*extra: type[BaseException]):
+    """Re-raise ValueError, Hydra's instantiate and OmegaConf errors (and ``extra`` kinds) as ConfigError: used
     around the set-up phase, where any such error is a mistake in the config, not a bug in a run."""
     from hydra.errors import InstantiationException
     from omegaconf.errors import OmegaConfBaseException
 
-    kinds = kinds or (ValueError, InstantiationException, OmegaConfBaseException)
     try:
         yield
     except ConfigError:
         raise
-    except kinds as err:
-        cause = err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ else err
-        raise ConfigError(first_line(cause)) from err
+    except (ValueError, InstantiationException, OmegaConfBaseException, *extra) as err:
+        raise ConfigError(first_line(cause_of(err))) from err
 
 
 def full_traceback_requested() -> bool:

@@ -30,7 +30,7 @@ from rich.console import Console
 
 from tinygpt import checkpoint, diagnostics, tracking
 from tinygpt.callbacks import Diverged, DivergenceGuard, StabilityMonitor, StepTimer
-from tinygpt.errors import ConfigError, as_config_errors, first_line
+from tinygpt.errors import ConfigError, as_config_errors, cause_of, first_line
 from tinygpt.interrupts import GracefulStop, RunInterrupted
 from tinygpt.model import GPTConfig
 from tinygpt.module import GPTModule, check_optim
@@ -109,7 +109,7 @@ class Run:
 def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | None = None) -> Run:
     """Check every value and build the objects that own them (data module, callbacks, loggers, trainer);
     reads no data, starts no W&B run and writes nothing. Any mistake is one ConfigError."""
-    with as_config_errors(ValueError, TypeError, MisconfigurationException, *_config_error_types()):
+    with as_config_errors(TypeError, MisconfigurationException):
         validate_config(cfg)
         resolved = OmegaConf.to_container(cfg, resolve=True)
         GPTConfig(vocab_size=1, **resolved["model"])  # checks model.*
@@ -136,10 +136,7 @@ def build(key: str, node: DictConfig, **kwargs):
     except ConfigError:
         raise
     except Exception as err:
-        from hydra.errors import InstantiationException
-
-        cause = err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ else err
-        message = first_line(cause)
+        message = first_line(cause_of(err))
         if message.startswith(key):  # the object's own sentence already names the key
             raise ConfigError(message) from err
         target = str(node.get("_target_", "")).rsplit(".", 1)[-1]
@@ -147,13 +144,6 @@ def build(key: str, node: DictConfig, **kwargs):
         if unknown:
             raise ConfigError(f"{key}.{unknown.group(1)} is not a setting of {target}; check the spelling.") from err
         raise ConfigError(f"{key}: {message.removeprefix(target + '.')}") from err
-
-
-def _config_error_types() -> tuple:
-    from hydra.errors import InstantiationException
-    from omegaconf.errors import OmegaConfBaseException
-
-    return InstantiationException, OmegaConfBaseException
 
 
 # ----------------------------------------------------------------------------- identity and loggers
@@ -197,7 +187,7 @@ def prepare_data(run: Run) -> None:
     """Read/tokenize/cache the corpus (or reuse the cache) and memory-map it; input mistakes are ConfigErrors."""
     dm = run.dm
     t0 = time.perf_counter()
-    with as_config_errors(ValueError):
+    with as_config_errors():
         dm.prepare_data()
         dm.setup("fit")
     console.print(
