@@ -240,3 +240,20 @@ def test_encode_without_a_tokenizer_says_what_to_do(tmp_path):
     with pytest.raises(ValueError) as err:
         dm.encode("abc")
     assert str(err.value) == "this data source has no tokenizer (random_tokens); pass token ids instead."
+
+
+def test_a_second_prepare_returns_at_once_and_keeps_the_datasets_cache(corpus_file, tmp_path, monkeypatch):
+    dm = make_dm(corpus_file, tmp_path / "cache")
+    dm.prepare_data()
+    assert (tmp_path / "cache" / "hf").is_dir()  # `datasets`' Arrow cache is kept beside ours when writable
+    monkeypatch.setattr(TextDataModule, "_read_text", lambda self, where: pytest.fail("read again"))
+    dm.prepare_data()  # the cache is known: nothing is read again
+    dm.setup()
+    assert len(dm.train_ids) > 0
+
+
+def test_random_tokens_build_into_a_cache_dir_whose_parents_do_not_exist(tmp_path):
+    dm = TextDataModule(source="random_tokens", vocab_size=20, n_tokens=3000, block_size=8,
+                        cache_dir=str(tmp_path / "a" / "b" / "c"))
+    dm.setup()
+    assert dm.cache_path.parent == tmp_path / "a" / "b" / "c" and len(dm.train_ids) == 2700
