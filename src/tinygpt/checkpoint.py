@@ -40,6 +40,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             tmp.unlink(missing_ok=True)
 
 
+def last_path(trainer) -> Path:
+    """Where last.ckpt lives: ModelCheckpoint's dir, or <run dir>/checkpoints without one."""
+    cb = trainer.checkpoint_callback
+    dirpath = Path(cb.dirpath) if cb is not None and cb.dirpath else Path(trainer.default_root_dir) / "checkpoints"
+    return dirpath / LAST
+
+
 def resolve_ckpt_path(value: str | None, run_dir: Path) -> Path | None:
     """ckpt_path as given: null (no resume), ``last`` (this run dir's last checkpoint), a run dir, or a file."""
     if value is None or value == "":

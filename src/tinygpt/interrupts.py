@@ -83,8 +83,8 @@ class GracefulStop(L.Callback):
 
     def save(self, trainer) -> Path:
         """last.ckpt at the current step, where ModelCheckpoint keeps it."""
-        cb = trainer.checkpoint_callback
-        dirpath = Path(cb.dirpath) if cb is not None and cb.dirpath else Path(trainer.default_root_dir) / "checkpoints"
-        self.saved_path = dirpath / "last.ckpt"
+        from tinygpt.checkpoint import last_path
+
+        self.saved_path = last_path(trainer)
         trainer.save_checkpoint(self.saved_path)
         return self.saved_path

@@ -105,6 +105,10 @@ class Run:
     ckpt_path: Path | None
     ckpt: dict | None
 
+    def callback(self, kind: type):
+        """This run's callback of that kind, or None (the config may leave it out)."""
+        return next((c for c in self.callbacks if isinstance(c, kind)), None)
+
 
 def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | None = None) -> Run:
     """Check every value and build the objects that own them (data module, callbacks, loggers, trainer);
@@ -241,7 +245,7 @@ def save_last_checkpoint(trainer) -> None:
     final state written there too, so sampling and resuming use the newest model."""
     cb = trainer.checkpoint_callback
     if cb is not None and cb.save_last and cb.dirpath:
-        trainer.save_checkpoint(Path(cb.dirpath) / f"{cb.CHECKPOINT_NAME_LAST}{cb.FILE_EXTENSION}")
+        trainer.save_checkpoint(checkpoint.last_path(trainer))
 
 
 # ----------------------------------------------------------------------------- summary
@@ -260,8 +264,7 @@ def write_summary(out_dir: Path, values: dict[str, Any]) -> Path:
 
 
 def base_summary(run: Run, module: GPTModule, trainer, status: str) -> dict[str, Any]:
-    guard = next((c for c in run.callbacks if isinstance(c, DivergenceGuard)), None)
-    stability = next((c for c in run.callbacks if isinstance(c, StabilityMonitor)), None)
+    guard, stability = run.callback(DivergenceGuard), run.callback(StabilityMonitor)
     return {
         "status": status,  # completed | diverged | interrupted
         "train_loss": module.tail_train_loss(0.1),
@@ -337,7 +340,7 @@ def interrupted(run: Run, module: GPTModule, trainer, stop: RunInterrupted) -> N
 
 def finish_run(run: Run, module: GPTModule, trainer, loggers: list) -> dict[str, Any]:
     dm = run.dm
-    guard = next((c for c in run.callbacks if isinstance(c, DivergenceGuard)), None)
+    guard = run.callback(DivergenceGuard)
     diverged = bool(guard and guard.diverged)
     if not diverged and module.last_val_step != trainer.global_step:  # the run ended between validations
         trainer.validate(module, datamodule=dm, verbose=False)
