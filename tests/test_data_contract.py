@@ -210,18 +210,18 @@ def test_hf_hub_settings_reach_the_reader(tmp_path, monkeypatch):
 def test_the_train_loader_continues_at_the_trainers_step_and_rank(corpus_file, cache_dir):
     dm = make_dm(corpus_file, cache_dir, seed=9, overfit=False)
     dm.setup()
-    dm.trainer = SimpleNamespace(global_step=3, global_rank=1, max_steps=5)
+    dm.trainer = SimpleNamespace(global_step=3, global_rank=1, world_size=2, max_steps=5)
     batches = list(dm.train_dataloader())
     ref = RandomWindows(dm.train_ids, 16, 4, seed=9)
-    ref.rank = 1
+    ref.rank, ref.world_size = 1, 2
     assert len(batches) == 2 and all(torch.equal(b[0], ref.batch(s)[0]) for b, s in zip(batches, (3, 4), strict=True))
-    dm.trainer = SimpleNamespace(global_step=0, global_rank=0, max_steps=1)
+    dm.trainer = SimpleNamespace(global_step=0, global_rank=0, world_size=1, max_steps=1)
     assert len(list(dm.train_dataloader())) == 1
-    dm.trainer = SimpleNamespace(global_step=0, global_rank=0, max_steps=-1)  # no step limit: endless
+    dm.trainer = SimpleNamespace(global_step=0, global_rank=0, world_size=1, max_steps=-1)  # no step limit: endless
     assert len(list(itertools.islice(dm.train_dataloader(), 7))) == 7
     over = make_dm(corpus_file, cache_dir, seed=9, overfit=True)
     over.setup()
-    over.trainer = SimpleNamespace(global_step=2, global_rank=0, max_steps=4)
+    over.trainer = SimpleNamespace(global_step=2, global_rank=0, world_size=1, max_steps=4)
     a, b = list(over.train_dataloader())
     assert torch.equal(a[0], b[0])  # overfit reaches the sampler
 
@@ -242,10 +242,9 @@ def test_encode_without_a_tokenizer_says_what_to_do(tmp_path):
     assert str(err.value) == "this data source has no tokenizer (random_tokens); pass token ids instead."
 
 
-def test_a_second_prepare_returns_at_once_and_keeps_the_datasets_cache(corpus_file, tmp_path, monkeypatch):
+def test_a_second_prepare_returns_at_once(corpus_file, tmp_path, monkeypatch):
     dm = make_dm(corpus_file, tmp_path / "cache")
     dm.prepare_data()
-    assert (tmp_path / "cache" / "hf").is_dir()  # `datasets`' Arrow cache is kept beside ours when writable
     monkeypatch.setattr(TextDataModule, "_read_text", lambda self, where: pytest.fail("read again"))
     dm.prepare_data()  # the cache is known: nothing is read again
     dm.setup()
@@ -257,3 +256,30 @@ def test_random_tokens_build_into_a_cache_dir_whose_parents_do_not_exist(tmp_pat
                         cache_dir=str(tmp_path / "a" / "b" / "c"))
     dm.setup()
     assert dm.cache_path.parent == tmp_path / "a" / "b" / "c" and len(dm.train_ids) == 2700
+
+
+def test_local_files_read_as_datasets_text_loader_reads_them(tmp_path):
+    """The cache key hashes this text: reading without `datasets` must give its exact string (newlines
+    translated, files joined by one newline, no trailing newline added or removed)."""
+    from datasets import load_dataset
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_bytes("ROMEO:\r\nBut soft,\r\nwhat light\n".encode())
+    b.write_bytes("JULIET:\nAy me.\n\n  spaced  ".encode())
+    ds = load_dataset("text", data_files=[str(a), str(b)], sample_by="document", split="train",
+                      cache_dir=str(tmp_path / "hf"))
+    assert corpus.read_text_files([a, b]) == "\n".join(ds["text"]) == (
+        "ROMEO:\nBut soft,\nwhat light\n\nJULIET:\nAy me.\n\n  spaced  ")
+
+
+def test_a_warm_cache_is_used_without_importing_datasets(corpus_file, tmp_path):
+    import subprocess
+    import sys
+
+    make_dm(corpus_file, tmp_path / "cache").setup()  # build it
+    code = ("import sys\nfrom tinygpt.data import TextDataModule\n"
+            f"dm = TextDataModule(source='text_file', path={str(corpus_file)!r}, block_size=16, batch_size=4, "
+            f"cache_dir={str(tmp_path / 'cache')!r})\n"
+            "dm.setup()\nprint(len(dm.train_ids), 'datasets' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert int(out[0]) > 0 and out[1] == "False"

@@ -7,6 +7,7 @@ import json
 import math
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import lightning as L
@@ -21,6 +22,7 @@ from rich.panel import Panel
 from tinygpt import diagnostics
 from tinygpt.diagnostics import evaluating
 from tinygpt.generate import check_sampling, generate
+from tinygpt.plots import plot_layers, token_label
 
 console = Console()
 
@@ -97,59 +99,14 @@ def probe_tokens(dm, text: str, block_size: int) -> tuple[torch.Tensor, list[str
     return torch.tensor([ids]), [token_label(dm.decode([i])) for i in ids]
 
 
-def token_label(piece: str) -> str:
-    """A visible axis label: spaces as '␣', newlines as '\\n'."""
-    return piece.replace(" ", "␣").replace("\n", "\\n").replace("\t", "\\t") or "∅"
-
-
-def plot_attention(weights: torch.Tensor, labels: list[str], title: str, path: Path) -> Path:
-    """One layer's heads side by side: weights (H, T, T) -> a PNG heatmap grid.
-
-    Uses matplotlib's object API (no pyplot state); token labels on the outer axes only,
-    which keeps a 4-head, 64-token grid under a second to render.
-    """
-    from matplotlib.figure import Figure
-
-    n_head, T, _ = weights.shape
-    show_labels = T <= 64
-    side = max(3.2, 0.09 * T) if show_labels else 3.2  # inches per head: room for a label per token
-    ncols = min(n_head, 4)  # heads side by side, at most 4 to a row
-    nrows = math.ceil(n_head / ncols)
-    fig = Figure(figsize=(side * ncols * 1.2 + 1.0, side * nrows * 1.15 + 1.0))
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    fig.subplots_adjust(left=0.06, right=0.9, bottom=0.12, top=0.86, wspace=0.12, hspace=0.2)
-    w = weights.detach().float().cpu().numpy()
-    for h, ax in enumerate(axes.flat):
-        if h >= n_head:
-            ax.axis("off")
-            continue
-        im = ax.imshow(w[h], cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
-        ax.set_title(f"head {h}", fontsize=9)
-        row, col = divmod(h, ncols)
-        last_row = row == nrows - 1 or h + ncols >= n_head
-        if show_labels and last_row:
-            ax.set_xticks(range(T), labels, fontsize=6, rotation=90)
-        else:
-            ax.set_xticks([])
-        if show_labels and col == 0:
-            ax.set_yticks(range(T), labels, fontsize=6)
-        else:
-            ax.set_yticks([])
-        if last_row:
-            ax.set_xlabel("key", fontsize=8)
-        if col == 0:
-            ax.set_ylabel("query", fontsize=8)
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, pad=0.015, fraction=0.03)
-    fig.suptitle(title, fontsize=11)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    return path
-
-
 class AttentionMaps(L.Callback):
     """Every ``every_n_steps`` (0: never) and at the end, run a fixed probe through the math path and
     save one heatmap grid per layer under ``<run dir>/attention/``, logged to W&B as images. The raw
-    weights go beside them as ``stepNNNNNN.npz`` (weights (n_layer, H, T, T), labels), for reports."""
+    weights go beside them as ``stepNNNNNN.npz`` (weights (n_layer, H, T, T), labels), for reports.
+
+    The probe runs on the training thread (milliseconds); the PNGs are drawn on a background thread while
+    training goes on (matplotlib takes ~0.5 s a layer here) and reach W&B, at the step they show, once drawn.
+    The maps at the end are waited for."""
 
     def __init__(
         self, every_n_steps: int = 500, probe: str = "ROMEO:\nBut soft, what light through yonder window breaks?"
@@ -161,6 +118,8 @@ class AttentionMaps(L.Callback):
                 f"callbacks.attention_maps.every_n_steps={every_n_steps} must be >= 0 (0: only at the end).")
         self.every_n_steps, self.probe = every_n_steps, probe
         self._last_step = -1
+        self._renderer: ThreadPoolExecutor | None = None
+        self._pending: list[tuple[int, Future]] = []  # (step, future of that step's PNG paths)
 
     def _log_maps(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         step = trainer.global_step
@@ -175,21 +134,38 @@ class AttentionMaps(L.Callback):
         out = Path(trainer.default_root_dir) / "attention"
         out.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(out / f"step{step:06d}.npz", weights=weights, labels=np.array(labels))
-        paths = []
-        for layer, w in enumerate(maps):
-            path = out / f"step{step:06d}_layer{layer}.png"
-            title = f"layer {layer}, step {step} (rows: queries, columns: keys)"
-            paths.append(plot_attention(w[0], labels, title, path))
-        for lg in _wandb_loggers(trainer):
-            lg.log_image(key="attention", images=[str(p) for p in paths],
-                         caption=[f"layer {i}" for i in range(len(paths))], step=step)
+        if self._renderer is None:
+            self._renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attention-maps")
+        self._pending.append((step, self._renderer.submit(plot_layers, weights, labels, step, out)))
+
+    def _log_ready(self, trainer: L.Trainer, wait: bool = False) -> None:
+        """Send the drawn maps to W&B (all of them, once drawn, with ``wait``)."""
+        waiting = []
+        for step, future in self._pending:
+            if not (wait or future.done()):
+                waiting.append((step, future))
+                continue
+            paths = future.result()
+            for lg in _wandb_loggers(trainer):
+                lg.log_image(key="attention", images=[str(p) for p in paths],
+                             caption=[f"layer {i}" for i in range(len(paths))], step=step)
+        self._pending = waiting
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if self._pending:
+            self._log_ready(trainer)
         if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
             self._log_maps(trainer, module)
 
     def on_train_end(self, trainer, module):
         self._log_maps(trainer, module)
+        self._log_ready(trainer, wait=True)
+
+    def teardown(self, trainer, module, stage):
+        """Whatever ended the run (the end, a divergence, a signal), the PNGs being drawn are finished."""
+        if self._renderer is not None:
+            self._renderer.shutdown(wait=True)
+            self._renderer = None
 
 
 class TextSamples(L.Callback):
@@ -262,7 +238,8 @@ class AutoregressiveLoss(L.Callback):
         positions = diagnostics.spread_positions(x.shape[1], self.positions)
         ar = diagnostics.autoregressive_loss(module.model, x, y, positions)
         tf = diagnostics.loss_by_position(module.model, x, y)[positions].mean().item()
-        module.log_dict({"val/loss_autoregressive": ar, "val/loss_probe": tf}, batch_size=len(x))
+        # every rank computes the same values (the same weights and windows); sync_dist averages equal numbers
+        module.log_dict({"val/loss_autoregressive": ar, "val/loss_probe": tf}, batch_size=len(x), sync_dist=True)
 
 
 class StabilityMonitor(L.Callback):
