@@ -24,3 +24,9 @@ def corpus_file(tmp_path_factory) -> Path:
 def cache_dir(tmp_path_factory) -> Path:
     """One data cache for the whole session, so each corpus is tokenized once."""
     return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture
+def corpus_args(corpus_file, cache_dir) -> list[str]:
+    """train.py overrides that read the test corpus through the session's cache."""
+    return ["data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}"]

@@ -217,11 +217,27 @@ def test_concurrent_builders_share_one_complete_cache(corpus_file, tmp_path):
 def test_ranks_draw_different_batches_at_the_same_step():
     ids = np.arange(5000, dtype=np.uint16)
     r0, r1 = RandomWindows(ids, 8, 4, seed=7), RandomWindows(ids, 8, 4, seed=7)
+    r0.world_size = r1.world_size = 2
     r1.rank = 1
     assert not torch.equal(r0.batch(5)[0], r1.batch(5)[0])  # under DDP each rank trains on its own windows
     r1b = RandomWindows(ids, 8, 4, seed=7)
-    r1b.rank = 1
+    r1b.rank, r1b.world_size = 1, 2
     assert torch.equal(r1.batch(5)[0], r1b.batch(5)[0])  # and each rank's sequence is reproducible
+
+
+def test_ranks_split_the_global_batch_of_one_process():
+    """N ranks with batch b see, at every step, exactly the windows one process sees with batch N * b: the
+    DDP gradient (mean over ranks of each rank's mean) is then the one-process gradient."""
+    ids = np.arange(5000, dtype=np.uint16)
+    one = RandomWindows(ids, 8, 6, seed=3)
+    ranks = [RandomWindows(ids, 8, 2, seed=3) for _ in range(3)]
+    for r, ds in enumerate(ranks):
+        ds.rank, ds.world_size = r, 3
+    for step in (0, 1, 17):
+        x, y = one.batch(step)
+        assert torch.equal(torch.cat([ds.batch(step)[0] for ds in ranks]), x)
+        assert torch.equal(torch.cat([ds.batch(step)[1] for ds in ranks]), y)
+    assert torch.equal(RandomWindows(ids, 8, 2, seed=3).batch(4)[0], one.batch(4)[0][:2])  # rank 0 of 1
 
 
 def test_cache_path_depends_on_every_tokenizer_setting(corpus_file, tmp_path):

@@ -2,10 +2,12 @@
 
 Token ids are cached once per (corpus content, tokenizer) under ``cache_dir`` as .npy files
 (uint16 when the vocab fits) and memory-mapped, so a second run starts at once.
-Training batches are a pure function of (seed, step, rank): batch s is drawn from
-``np.random.default_rng([seed, s, rank])``. A run is reproducible, and a resumed run continues
-with exactly the batches it would have seen, because the sampler's position is the global step
-stored in every checkpoint.
+Training batches are a pure function of (seed, step, rank, world size): step s draws the global batch,
+world_size x batch_size window starts, from ``np.random.default_rng([seed, s, 0])``, and rank r takes
+its r-th slice of batch_size. So a run on N processes with data.batch_size=b sees, step for step, the
+same windows as one process with data.batch_size=N*b (its gradient is their mean: the same update up to
+rounding), one process sees what it always saw, and a resumed run continues with exactly the batches it
+would have seen, because the sampler's position is the global step stored in every checkpoint.
 """
 
 from __future__ import annotations
@@ -69,17 +71,21 @@ def windows_at(ids: np.ndarray, starts: np.ndarray, block_size: int) -> tuple[to
 
 
 class RandomWindows(IterableDataset):
-    """Endless (x, y) batches of random windows; batch for step s comes from rng([seed, s, rank])."""
+    """Endless (x, y) batches of random windows: step s draws world_size * batch_size starts from
+    rng([seed, s, 0]) (the trailing 0 keeps the single-process stream of earlier versions) and this rank
+    takes its slice of batch_size."""
 
     def __init__(self, ids: np.ndarray, block_size: int, batch_size: int, seed: int, overfit: bool = False):
         self.ids, self.block_size, self.batch_size, self.seed = ids, block_size, batch_size, seed
         self.overfit = overfit  # debug: every step gets step 0's batch
-        self.start_step, self.rank, self.length = 0, 0, None
+        self.start_step, self.rank, self.world_size, self.length = 0, 0, 1, None
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        rng = np.random.default_rng([self.seed, 0 if self.overfit else step, self.rank])
-        starts = rng.integers(0, len(self.ids) - self.block_size - 1, size=self.batch_size, endpoint=True)
-        return windows_at(self.ids, starts, self.block_size)  # x (B, T), y (B, T)
+        rng = np.random.default_rng([self.seed, 0 if self.overfit else step, 0])
+        starts = rng.integers(0, len(self.ids) - self.block_size - 1, size=self.world_size * self.batch_size,
+                              endpoint=True)  # (world_size * B,): the global batch
+        mine = starts[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]  # (B,): this rank's slice
+        return windows_at(self.ids, mine, self.block_size)  # x (B, T), y (B, T)
 
     def __len__(self) -> int:
         """All steps of the run, counted from step 0, so a resumed epoch's batch index (restored by Lightning)
@@ -188,13 +194,14 @@ class TextDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ cache
 
     def _read_text(self, scratch: Path) -> str:
-        """The corpus text; `datasets`' own Arrow cache goes under ``scratch`` (the cache root when writable)."""
+        """The corpus text. Local files are read as they are; a hub dataset goes through `datasets`, whose own
+        Arrow cache goes under ``scratch`` (the cache root when writable)."""
         if self.source in ("shakespeare", "text_file"):
             paths = self.path
             if self.source == "shakespeare":
                 converted = self.cache_root / corpus.SHAKESPEARE_FILE
                 paths = [converted if converted.exists() else corpus.shakespeare_text_file(scratch)]
-            return corpus.read_text_files(paths, scratch)
+            return corpus.read_text_files(paths)
         return corpus.read_hf_dataset(
             self.name, config=self.config, split=self.split, text_column=self.text_column, cache_dir=scratch,
         )
@@ -292,6 +299,7 @@ class TextDataModule(L.LightningDataModule):
         ds = RandomWindows(self.train_ids, self.block_size, self.batch_size, self.seed, self.overfit)
         if self.trainer is not None:  # resume: continue the batch sequence at the restored step
             ds.start_step, ds.rank = self.trainer.global_step, self.trainer.global_rank
+            ds.world_size = self.trainer.world_size
             if self.trainer.max_steps and self.trainer.max_steps > 0:
                 ds.length = self.trainer.max_steps  # the whole run: one epoch of max_steps batches
         return DataLoader(ds, batch_size=None, num_workers=0)

@@ -1,7 +1,8 @@
 """Stop cleanly on SIGTERM (schedulers), SIGINT (Ctrl-C) and SIGUSR1 (cluster pre-emption notice).
 
 During training the first signal lets the current step finish, then last.ckpt is written at that step and
-the run ends with RunInterrupted; the pipeline writes a partial summary, prints how to resume and exits
+the run ends with RunInterrupted (under DDP/FSDP the ranks agree after every step whether any of them was
+signalled, so all stop after the same step); the pipeline writes a partial summary, prints how to resume and exits
 128 + the signal number (143, 130, 138), as shells expect. A second signal stops at once. Outside the
 training loop (data preparation, the final diagnostics) a signal stops at once.
 """
@@ -76,6 +77,13 @@ class GracefulStop(L.Callback):
         self.training = False
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.world_size > 1:  # every rank stops after the same step, even if the signal reached one
+            import torch
+
+            seen = int(trainer.strategy.reduce(torch.tensor(float(self.signum or 0)), reduce_op="max").item())
+            if not seen:  # a signal that lands during this all-reduce is counted after the next step, by all
+                return
+            self.signum = self.signum or seen
         if self.signum is not None:
             self.training = False
             self.save(trainer)
@@ -86,5 +94,5 @@ class GracefulStop(L.Callback):
         from tinygpt.checkpoint import last_path
 
         self.saved_path = last_path(trainer)
-        trainer.save_checkpoint(self.saved_path)
+        trainer.save_checkpoint(self.saved_path, weights_only=False)
         return self.saved_path

@@ -96,8 +96,11 @@ class GPTModule(L.LightningModule):
     def training_step(self, batch, batch_idx):
         x, y = batch
         _, loss = self._step(x, y)
-        self.train_losses.append(loss.detach())
-        self.log("train/loss", loss, prog_bar=True)
+        recorded = loss.detach()
+        if self.trainer.world_size > 1:  # each rank has its slice of the global batch: record the global mean
+            recorded = self.trainer.strategy.reduce(recorded, reduce_op="mean")
+        self.train_losses.append(recorded)
+        self.log("train/loss", recorded, prog_bar=True)
         return loss
 
     def validation_step(self, batch, batch_idx):

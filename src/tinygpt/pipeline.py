@@ -7,6 +7,7 @@ writes its config, trains, validates at the end, runs the diagnostics and writes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -28,7 +29,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from tinygpt import checkpoint, diagnostics, tracking
+from tinygpt import checkpoint, diagnostics, distributed, runs, tracking
 from tinygpt.callbacks import Diverged, DivergenceGuard, StabilityMonitor, StepTimer
 from tinygpt.errors import ConfigError, as_config_errors, cause_of, first_line
 from tinygpt.interrupts import GracefulStop, RunInterrupted
@@ -175,7 +176,7 @@ def build_loggers(cfg: DictConfig, group: str | None, name: str | None) -> list:
     loggers = []
     for key, lcfg in (cfg.get("logger") or {}).items():
         if key == "wandb":
-            mode = tracking.choose_mode(lcfg.get("mode"))
+            mode = tracking.choose_mode(lcfg.get("mode")) if distributed.is_rank_zero() else "offline"  # no run there
             loggers.append(
                 instantiate(lcfg, mode=mode, group=lcfg.get("group") or group, name=lcfg.get("name") or name)
             )
@@ -245,7 +246,7 @@ def save_last_checkpoint(trainer) -> None:
     final state written there too, so sampling and resuming use the newest model."""
     cb = trainer.checkpoint_callback
     if cb is not None and cb.save_last and cb.dirpath:
-        trainer.save_checkpoint(checkpoint.last_path(trainer))
+        trainer.save_checkpoint(checkpoint.last_path(trainer), weights_only=False)
 
 
 # ----------------------------------------------------------------------------- summary
@@ -289,7 +290,8 @@ def base_summary(run: Run, module: GPTModule, trainer, status: str) -> dict[str,
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """One run: check, prepare, fit, final validation and diagnostics, summary.json."""
+    """One run: check, prepare, fit, final validation and diagnostics, summary.json. Under DDP/FSDP on one
+    machine this process is rank 0 and starts the others once the data is ready (distributed.py)."""
     quiet_libraries()
     out_dir, group, name = run_identity()
     run = setup(cfg, out_dir, group, name)
@@ -299,22 +301,28 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     try:
         L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model's initial weights
         prepare_data(run)
-        module = build_module(run, run.dm.vocab_size)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(run.resolved))
-        for lg in loggers:
-            lg.log_hyperparams(run.resolved)
-        try:
-            trainer.fit(module, datamodule=run.dm, ckpt_path=run.ckpt_path, weights_only=True)
-            if run.stop.signum is not None:  # a signal during the last validation
-                raise RunInterrupted(run.stop.signum)
-        except Diverged:
-            pass  # the guard said why; no validation or checkpoint of a broken model, the last good one stays
-        except RunInterrupted as stop:
-            exit_code = stop.exit_code
-            interrupted(run, module, trainer, stop)
-            raise
-        return finish_run(run, module, trainer, loggers)
+        ranks = None
+        if distributed.is_rank_zero():
+            ranks = distributed.launch_ranks(cfg, out_dir, list(HydraConfig.get().overrides.task),
+                                             runs.project_root() / "train.py")
+        with ranks or contextlib.nullcontext():
+            module = build_module(run, run.dm.vocab_size)
+            if distributed.is_rank_zero():
+                out_dir.mkdir(parents=True, exist_ok=True)
+                (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(run.resolved))
+            for lg in loggers:
+                lg.log_hyperparams(run.resolved)
+            try:
+                trainer.fit(module, datamodule=run.dm, ckpt_path=run.ckpt_path, weights_only=True)
+                if run.stop.signum is not None:  # a signal during the last validation
+                    raise RunInterrupted(run.stop.signum)
+            except Diverged:
+                pass  # the guard said why; no validation or checkpoint of a broken model, the last good one stays
+            except RunInterrupted as stop:
+                exit_code = stop.exit_code
+                interrupted(run, module, trainer, stop)
+                raise
+            return finish_run(run, module, trainer, loggers)
     except BaseException:
         exit_code = exit_code or 1
         raise

@@ -23,8 +23,18 @@ def register_resolvers(project_root: str | Path | None = None) -> None:
     train.py (the data cache lives there, whichever directory train.py is started from)."""
     if not OmegaConf.has_resolver("run_id"):
         OmegaConf.register_new_resolver("run_id", lambda: secrets.token_hex(3), use_cache=True)
-    root = str(Path(project_root).resolve()) if project_root else str(Path.cwd())
+    global _PROJECT_ROOT
+    _PROJECT_ROOT = Path(project_root).resolve() if project_root else Path.cwd()
+    root = str(_PROJECT_ROOT)
     OmegaConf.register_new_resolver("project_root", lambda: root, replace=True)
+
+
+_PROJECT_ROOT: Path | None = None
+
+
+def project_root() -> Path:
+    """The dir of train.py (as registered by train.py), else the current dir."""
+    return _PROJECT_ROOT or Path.cwd()
 
 
 def holds_run(path: Path) -> bool:
@@ -52,6 +62,10 @@ class RunDirGuard(Callback):
     its .hydra/ files there); refuse a sweep dir that holds finished jobs."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        from tinygpt.distributed import is_rank_zero
+
+        if not is_rank_zero():  # another rank of rank 0's run, started into its dir (distributed.py)
+            return
         run_dir = Path(str(config.hydra.run.dir))
         if holds_run(run_dir) and not resumes_into(run_dir, config.get("ckpt_path")):
             _fail(

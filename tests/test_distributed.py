@@ -1,0 +1,160 @@
+"""DDP and FSDP: the Hydra-safe start of the other ranks, what rank 0 alone writes, loss parity with one
+process on the same global batch, exact resume, sweeps; FSDP's config and wrap policy."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from helpers import ROOT, TINY, compose_train, run_train
+from tinygpt import distributed
+from tinygpt.distributed import LocalRanks, processes_per_node, strategy_name
+
+DDP = ["trainer=ddp", "trainer.accelerator=cpu", "logger=[wandb,csv]"]
+
+
+def trainer_cfg(**kw):
+    return OmegaConf.create({"devices": 1, **kw})
+
+
+def test_strategy_names_and_process_counts():
+    assert strategy_name(trainer_cfg(strategy="ddp")) == "ddp"
+    assert strategy_name(trainer_cfg()) == "auto"
+    fsdp = compose_train(["trainer=fsdp"]).trainer
+    assert strategy_name(fsdp) == "fsdp" and processes_per_node(fsdp) == 2
+    assert processes_per_node(compose_train(["trainer=ddp", "trainer.devices=3"]).trainer) == 3
+    assert processes_per_node(trainer_cfg(strategy="ddp_spawn", devices=2)) == 1  # Lightning starts those
+    assert processes_per_node(trainer_cfg(strategy="auto", devices=2)) == 1
+    assert processes_per_node(trainer_cfg(strategy="ddp", devices="auto")) == 1  # left to Lightning
+
+
+def test_other_ranks_run_this_jobs_overrides_into_this_jobs_dir(tmp_path):
+    ranks = LocalRanks(3, tmp_path / "run", ROOT / "train.py")
+    cmd = ranks.command(["model=tiny", "seed=2", "hydra.run.dir=elsewhere", "hydra.job.name=x"], rank=2)
+    assert cmd == [sys.executable, str(ROOT / "train.py"), "model=tiny", "seed=2", f"hydra.run.dir={tmp_path / 'run'}",
+                   "hydra.output_subdir=null", "hydra.job.name=train_rank2"]
+    assert ranks.log_path(2) == tmp_path / "run" / "train_rank2.log"
+
+
+@pytest.mark.parametrize("env, started", [({}, False), ({"LOCAL_RANK": "0"}, True), ({"SLURM_NTASKS": "4"}, True),
+                                          ({"SLURM_NTASKS": "1"}, False), ({"TORCHELASTIC_RUN_ID": "x"}, True)])
+def test_ranks_started_by_others_are_not_started_again(monkeypatch, env, started):
+    for key in ("LOCAL_RANK", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert distributed.started_externally() is started
+
+
+@pytest.mark.parametrize("env, rank", [({}, 0), ({"LOCAL_RANK": "1"}, 1), ({"SLURM_PROCID": "3"}, 3),
+                                       ({"RANK": "5", "LOCAL_RANK": "1"}, 5)])
+def test_rank_from_the_environment(monkeypatch, env, rank):
+    for key in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert distributed.env_rank() == rank and distributed.is_rank_zero() is (rank == 0)
+
+
+def test_fsdp_wraps_each_block():
+    """The FSDP recipe composes and wraps the transformer Block (tested without a process group: the strategy
+    object and its policy; a CPU run is in the README's list of what is untested)."""
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    from hydra.utils import instantiate
+    from tinygpt.model import GPT, Block, GPTConfig
+
+    cfg = compose_train(["trainer=fsdp"])
+    strategy = instantiate(cfg.trainer.strategy)
+    assert isinstance(strategy, FSDPStrategy)
+    policy = strategy.kwargs["auto_wrap_policy"]
+    model = GPT(GPTConfig(vocab_size=11, n_layer=2, n_head=2, n_embd=8, block_size=8))
+    wrapped = [name for name, m in model.named_modules() if policy(module=m, recurse=False, nonwrapped_numel=0)]
+    assert wrapped == ["blocks.0", "blocks.1"] and all(isinstance(model.get_submodule(n), Block) for n in wrapped)
+
+
+# ----------------------------------------------------------------------------- end to end, 2 processes (gloo)
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def weights(run_dir: Path) -> dict:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_on_the_same_global_batch(tmp_path, corpus_args):
+    """2 ranks x batch 4 vs 1 process x batch 8: the same windows each step (data.RandomWindows), so the same
+    run up to the rounding of the gradient all-reduce. Rank 0 alone writes; maps, samples, diagnostics and the
+    final validation all ran."""
+    one, two = tmp_path / "runs" / "one", tmp_path / "runs" / "two"
+    run_train([*TINY, *corpus_args, "trainer.accelerator=cpu", "data.batch_size=8", f"hydra.run.dir={one}"])
+    proc = run_train([*TINY, *corpus_args, *DDP, "data.batch_size=4", f"hydra.run.dir={two}"])
+    assert "DDP: started ranks 1..1 of 2" in proc.stderr + proc.stdout
+    a, b = summary(one), summary(two)
+    for key in ("train_loss", "val_loss", "val_loss_autoregressive"):
+        assert abs(a[key] - b[key]) < 1e-5, (key, a[key], b[key])
+    wa, wb = weights(one), weights(two)
+    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-5
+    # one run: its files once, in one dir; the other rank only left its log
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["one", "two"]
+    assert (two / ".hydra" / "config.yaml").exists() and (two / "train_rank1.log").exists()
+    assert len(list((two / "wandb").glob("offline-run-*"))) == 1
+    assert b["steps"] == 20 and b["status"] == "completed" and b["future_leak"] == 0.0
+    assert sorted(p.name for p in (two / "attention").glob("*.png")) == sorted(
+        p.name for p in (one / "attention").glob("*.png"))
+    assert len((two / "samples.jsonl").read_text().splitlines()) == 2  # after each of the 2 validations
+    assert b["config"]["trainer"]["strategy"] == "ddp" and b["config"]["trainer"]["devices"] == 2
+
+
+@pytest.mark.slow
+def test_a_ddp_run_resumes_exactly(tmp_path, corpus_args):
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    base = [*TINY, *corpus_args, *DDP, "logger=none", "optim.decay_steps=20"]  # one schedule for both
+    run_train([*base, f"hydra.run.dir={straight}"])
+    run_train([*base, "trainer.max_steps=10", f"hydra.run.dir={split}"])
+    run_train([*base, f"hydra.run.dir={split}", "ckpt_path=last"])
+    wa, wb = weights(straight), weights(split)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert summary(split)["train_loss"] == summary(straight)["train_loss"]
+
+
+@pytest.mark.slow
+def test_a_ddp_sweep_gives_each_job_its_own_ranks(tmp_path, corpus_args):
+    sweep = tmp_path / "sweep"
+    run_train(["-m", *TINY, *corpus_args, *DDP, "logger=none", "seed=1,2", f"hydra.sweep.dir={sweep}"])
+    for job in ("0", "1"):
+        s = summary(sweep / job)
+        assert s["status"] == "completed" and s["steps"] == 20 and (sweep / job / "train_rank1.log").exists()
+    assert summary(sweep / "0")["val_loss"] != summary(sweep / "1")["val_loss"]  # the seeds differ
+    assert sorted(p.name for p in sweep.iterdir()) == ["0", "1", "multirun.yaml"]
+
+
+@pytest.mark.slow
+def test_a_signal_to_rank_zero_stops_every_rank_after_the_same_step(tmp_path, corpus_args):
+    run_dir = tmp_path / "run"
+    args = [*TINY, *corpus_args, *DDP, "logger=none", "trainer.max_steps=3000", "trainer.val_check_interval=1000",
+            "callbacks.attention_maps.every_n_steps=0", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "WANDB_MODE": "offline"})
+    deadline = time.time() + 120
+    while not (run_dir / "train_rank1.log").exists() or "GLOBAL_RANK: 1" not in (run_dir / "train_rank1.log").read_text():
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    time.sleep(3)  # training
+    proc.send_signal(signal.SIGTERM)  # rank 0 only
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out[-3000:]
+    s = summary(run_dir)
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert s["status"] == "interrupted" and 0 < s["steps"] < 3000 and ckpt["global_step"] == s["steps"]
+    assert "ckpt_path=last" in out
