@@ -146,8 +146,8 @@ def test_a_signal_to_rank_zero_stops_every_rank_after_the_same_step(tmp_path, co
             "callbacks.attention_maps.every_n_steps=0", f"hydra.run.dir={run_dir}"]
     proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env={**os.environ, "WANDB_MODE": "offline"})
-    deadline = time.time() + 120
-    while not (run_dir / "train_rank1.log").exists() or "GLOBAL_RANK: 1" not in (run_dir / "train_rank1.log").read_text():
+    deadline, log = time.time() + 120, run_dir / "train_rank1.log"
+    while not log.exists() or "GLOBAL_RANK: 1" not in log.read_text():
         assert time.time() < deadline and proc.poll() is None
         time.sleep(0.2)
     time.sleep(3)  # training

@@ -21,6 +21,7 @@ from rich.panel import Panel
 
 from tinygpt import diagnostics
 from tinygpt.diagnostics import evaluating
+from tinygpt.distributed import full_model
 from tinygpt.generate import check_sampling, generate
 from tinygpt.plots import plot_layers, token_label
 
@@ -123,10 +124,12 @@ class AttentionMaps(L.Callback):
 
     def _log_maps(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         step = trainer.global_step
-        if step == self._last_step or not trainer.is_global_zero:
+        if step == self._last_step:
             return
         self._last_step = step
-        model = module.model
+        model = full_model(trainer, module)  # on every rank: under FSDP the ranks gather it together
+        if model is None:  # not rank 0
+            return
         idx, labels = probe_tokens(trainer.datamodule, self.probe, model.config.block_size)
         with evaluating(model):
             maps = [p["weights"] for p in model.attention_probe(idx.to(module.device))]  # n_layer x (1, H, T, T)
@@ -191,16 +194,19 @@ class TextSamples(L.Callback):
         self.rows: list[list] = []
 
     def on_validation_end(self, trainer, module):
-        if trainer.sanity_checking or not trainer.is_global_zero or self.max_new_tokens <= 0:
+        if trainer.sanity_checking or self.max_new_tokens <= 0:
             return
         if self.final_only and trainer.global_step < trainer.max_steps:
+            return
+        full = full_model(trainer, module)  # on every rank: under FSDP the ranks gather it together
+        if full is None:  # not rank 0
             return
         dm = trainer.datamodule
         ids = dm.encode(self.prompt) if dm.tokenizer is not None else [int(dm.val_ids[0])]
         idx = torch.tensor([ids or [0]], device=module.device)
         gen = torch.Generator(device=module.device).manual_seed(self.seed)
         try:
-            with evaluating(module.model) as model:
+            with evaluating(full) as model:
                 out = generate(model, idx, self.max_new_tokens, self.temperature, self.top_k, generator=gen)
         except FloatingPointError as err:  # a diverged model: say so, keep the run going to its summary
             console.print(f"[yellow]no text sample at step {trainer.global_step}:[/] {err}")
@@ -234,12 +240,14 @@ class AutoregressiveLoss(L.Callback):
     def on_validation_epoch_end(self, trainer, module):
         if trainer.sanity_checking:
             return
+        model = full_model(trainer, module)  # on every rank: under FSDP the ranks gather it together
+        if model is None:  # not rank 0, which alone probes and logs
+            return
         x, y = (t.to(module.device) for t in trainer.datamodule.probe_windows(self.windows))
         positions = diagnostics.spread_positions(x.shape[1], self.positions)
-        ar = diagnostics.autoregressive_loss(module.model, x, y, positions)
-        tf = diagnostics.loss_by_position(module.model, x, y)[positions].mean().item()
-        # every rank computes the same values (the same weights and windows); sync_dist averages equal numbers
-        module.log_dict({"val/loss_autoregressive": ar, "val/loss_probe": tf}, batch_size=len(x), sync_dist=True)
+        ar = diagnostics.autoregressive_loss(model, x, y, positions)
+        tf = diagnostics.loss_by_position(model, x, y)[positions].mean().item()
+        module.log_dict({"val/loss_autoregressive": ar, "val/loss_probe": tf}, batch_size=len(x), rank_zero_only=True)
 
 
 class StabilityMonitor(L.Callback):
@@ -285,14 +293,17 @@ class StabilityMonitor(L.Callback):
             self._recent.append(loss)
         if not self._due(trainer):
             return
+        model = full_model(trainer, module)  # on every rank: under FSDP the ranks gather it together
+        if model is None:  # not rank 0, which alone probes and logs
+            return
         x, _ = trainer.datamodule.probe_windows(self.windows)
-        stats = diagnostics.attention_stats(module.model, x.to(module.device))
+        stats = diagnostics.attention_stats(model, x.to(module.device))
         metrics = {"train/loss_spikes": float(self.spikes), "stab/max_logit": stats["attn_max_logit"],
                    "stab/entropy": stats["attn_entropy"], "stab/entropy_min": stats["attn_entropy_min"]}
         for name in ("max_logit", "entropy", "entropy_min", "q_rms", "k_rms"):
             for layer, v in enumerate(stats[f"attn_{name}_per_layer"]):
                 metrics[f"stab/{name}/{layer}"] = v
-        module.log_dict(metrics)
+        module.log_dict(metrics, rank_zero_only=True)
 
 
 class Diverged(Exception):

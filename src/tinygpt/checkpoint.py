@@ -47,12 +47,17 @@ def last_path(trainer) -> Path:
     return dirpath / LAST
 
 
+def last_path_in(run_dir: Path) -> Path:
+    """A run dir's last.ckpt, as ``ckpt_path=last`` finds it."""
+    return Path(run_dir) / "checkpoints" / LAST
+
+
 def resolve_ckpt_path(value: str | None, run_dir: Path) -> Path | None:
     """ckpt_path as given: null (no resume), ``last`` (this run dir's last checkpoint), a run dir, or a file."""
     if value is None or value == "":
         return None
     if str(value) == "last":
-        path = run_dir / "checkpoints" / LAST
+        path = last_path_in(run_dir)
         if not path.is_file():
             raise ConfigError(
                 f"ckpt_path=last but {path} does not exist; set hydra.run.dir to the run to resume "

@@ -72,6 +72,19 @@ def is_rank_zero() -> bool:
     return env_rank() == 0
 
 
+def requeued() -> bool:
+    """A SLURM job started again after a requeue (it resumes from its run dir's last.ckpt)."""
+    return os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
+
+
+def cluster_plugins() -> list:
+    """Under SLURM: Lightning's SLURMEnvironment (ranks, world size and the main address from SLURM), with
+    its auto-requeue off, because interrupts.GracefulStop requeues at a step boundary instead."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -178,6 +191,27 @@ def launch_ranks(cfg: DictConfig, run_dir: Path, overrides: list[str], script: P
     ranks = LocalRanks(n, run_dir, script)
     ranks.start(overrides)
     return ranks
+
+
+def full_model(trainer, module):
+    """The model with all of its weights, for what runs at the edges of training (attention maps, samples,
+    stability and autoregressive probes, the final diagnostics), on rank 0; None on the other ranks.
+
+    Call it on every rank: under FSDP the weights are sharded, so every rank takes part in gathering the full
+    state dict (a collective) and rank 0 runs the probe on a plain copy; under DDP or one process every rank
+    already holds the whole model (no copy is made). Rank 0 alone writes and logs what the probes give."""
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    if not isinstance(trainer.strategy, FSDPStrategy):
+        return module.model if trainer.is_global_zero else None
+    state = trainer.strategy.lightning_module_state_dict()  # the full state dict on rank 0 (collective)
+    if not trainer.is_global_zero:
+        return None
+    from tinygpt.model import GPT
+
+    copy = GPT(module.config)
+    copy.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
+    return copy.to(module.device)
 
 
 def fsdp_strategy(**kwargs):

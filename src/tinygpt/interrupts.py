@@ -1,22 +1,52 @@
-"""Stop cleanly on SIGTERM (schedulers), SIGINT (Ctrl-C) and SIGUSR1 (cluster pre-emption notice).
+"""Stop cleanly on SIGTERM (schedulers), SIGINT (Ctrl-C), SIGUSR1 (pre-emption notice) and SIGUSR2 (SLURM's
+notice before the time limit: stop, checkpoint and requeue).
 
 During training the first signal lets the current step finish, then last.ckpt is written at that step and
 the run ends with RunInterrupted (under DDP/FSDP the ranks agree after every step whether any of them was
 signalled, so all stop after the same step); the pipeline writes a partial summary, prints how to resume and exits
-128 + the signal number (143, 130, 138), as shells expect. A second signal stops at once. Outside the
+128 + the signal number (143, 130, 138, 140), as shells expect. A second signal stops at once. Outside the
 training loop (data preparation, the final diagnostics) a signal stops at once.
+
+Requeue on SLURM: SIGUSR2 (sent ``signal_delay_s`` before the time limit, configs/hydra/launcher/slurm.yaml)
+in a SLURM job also asks SLURM to requeue the job (``scontrol requeue``, from rank 0, after the checkpoint
+is written). The job starts again in the same run dir and resumes from that last.ckpt (pipeline.setup).
+This replaces Lightning's own auto-requeue, which saves from inside its signal handler wherever the step
+is (rank by rank under DDP), so a resume could repeat or skip part of a step; here it is exact.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 from pathlib import Path
 
 import lightning as L
 from rich.console import Console
 
 console = Console(stderr=True)
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+REQUEUE_SIGNAL = signal.SIGUSR2  # what submitit asks SLURM to send before the time limit (#SBATCH --signal)
+
+
+def slurm_job_id() -> str | None:
+    """This SLURM job's id as scontrol takes it (array tasks as <array job>_<task>); None outside SLURM."""
+    array_job, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array_job and task:
+        return f"{array_job}_{task}"
+    return os.environ.get("SLURM_JOB_ID") or None
+
+
+def requeue_slurm_job(job_id: str) -> bool:
+    """``scontrol requeue <job_id>``; True when SLURM took it."""
+    try:
+        done = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        console.print(f"[red]could not requeue SLURM job {job_id}: {err}[/]")
+        return False
+    if done.returncode:
+        console.print(f"[red]scontrol requeue {job_id} failed: {done.stderr.strip() or done.returncode}[/]")
+    return done.returncode == 0
 
 
 class RunInterrupted(Exception):
@@ -87,6 +117,9 @@ class GracefulStop(L.Callback):
         if self.signum is not None:
             self.training = False
             self.save(trainer)
+            job = slurm_job_id()
+            if self.signum == REQUEUE_SIGNAL and job and trainer.is_global_zero and requeue_slurm_job(job):
+                console.print(f"[yellow]SLURM job {job} requeued; it resumes from {self.saved_path}.[/]")
             raise RunInterrupted(self.signum)
 
     def save(self, trainer) -> Path:

@@ -120,7 +120,10 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         GPTConfig(vocab_size=1, **resolved["model"])  # checks model.*
         check_optim(**resolved["optim"])
         dm = build("data", cfg.data)  # checks data.*
-        ckpt_path = checkpoint.resolve_ckpt_path(cfg.get("ckpt_path"), out_dir)
+        ckpt_arg = cfg.get("ckpt_path")
+        if ckpt_arg is None and distributed.requeued() and checkpoint.last_path_in(out_dir).exists():
+            ckpt_arg = "last"  # a requeued SLURM job goes on from where its signal stopped it
+        ckpt_path = checkpoint.resolve_ckpt_path(ckpt_arg, out_dir)
         ckpt = None
         if ckpt_path is not None:
             ckpt = checkpoint.load(ckpt_path)
@@ -130,7 +133,7 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         loggers = build_loggers(cfg, group, name)
         callbacks = only_with_logger(callbacks, bool(loggers))
         trainer = build("trainer", cfg.trainer, callbacks=callbacks, logger=loggers or False,
-                        plugins=[checkpoint.AtomicCheckpointIO()])
+                        plugins=[checkpoint.AtomicCheckpointIO(), *distributed.cluster_plugins()])
     return Run(cfg, out_dir, resolved, dm, callbacks, timer, stop, loggers, trainer, ckpt_path, ckpt)
 
 
@@ -222,10 +225,10 @@ def only_with_logger(callbacks: list, with_logger: bool) -> list:
     return [c for c in callbacks if not isinstance(c, (LearningRateMonitor, ThroughputMonitor))]
 
 
-def probe_diagnostics(module: GPTModule, dm, n_windows: int) -> dict:
+def probe_diagnostics(model, module: GPTModule, dm, n_windows: int) -> dict:
     """diagnostics.run_all on n validation windows spread evenly over the split."""
     x, y = (t.to(module.device) for t in dm.probe_windows(n_windows))
-    return diagnostics.run_all(module.model, x, y)
+    return diagnostics.run_all(model, x, y)
 
 
 def log_diagnostics(loggers: list, diag: dict, step: int) -> None:
@@ -279,9 +282,11 @@ def base_summary(run: Run, module: GPTModule, trainer, status: str) -> dict[str,
         "train_seconds": run.timer.seconds,
         "step_seconds_median": run.timer.median_step_seconds,
         "first_step_unix_time": run.timer.first_step_at,  # for the start-up time (scripts/benchmark.py)
+        "threads": torch.get_num_threads(),
+        "world_size": trainer.world_size,
         "n_params": module.model.num_params(),
         "vocab_size": run.dm.vocab_size,
-        "resumed_from": str(run.ckpt_path) if run.ckpt_path else None,
+        "resumed_from": str(run.ckpt_path) if run.ckpt_path else None,  # also set by a requeued SLURM job
         "config": run.resolved,
     }
 
@@ -354,7 +359,8 @@ def finish_run(run: Run, module: GPTModule, trainer, loggers: list) -> dict[str,
         trainer.validate(module, datamodule=dm, verbose=False)
         save_last_checkpoint(trainer)
     n_probe = run.cfg.get("diagnostics", {}).get("windows", 32)
-    diag = probe_diagnostics(module, dm, n_probe) if trainer.is_global_zero and not diverged else {}
+    model = distributed.full_model(trainer, module) if not diverged else None  # every rank (FSDP gathers)
+    diag = probe_diagnostics(model, module, dm, n_probe) if model is not None else {}
     log_diagnostics(loggers, diag, trainer.global_step)
     summary = base_summary(run, module, trainer, "diverged" if diverged else "completed")
     summary.update({

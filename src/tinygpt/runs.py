@@ -62,9 +62,9 @@ class RunDirGuard(Callback):
     its .hydra/ files there); refuse a sweep dir that holds finished jobs."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        from tinygpt.distributed import is_rank_zero
+        from tinygpt.distributed import is_rank_zero, requeued
 
-        if not is_rank_zero():  # another rank of rank 0's run, started into its dir (distributed.py)
+        if not is_rank_zero() or requeued():  # another rank of this run, or a requeued SLURM job: its own dir
             return
         run_dir = Path(str(config.hydra.run.dir))
         if holds_run(run_dir) and not resumes_into(run_dir, config.get("ckpt_path")):
