@@ -85,17 +85,19 @@ def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[subproces
     return proc, wall, int(lines[-1]) / 1024 if lines else float("nan")
 
 
-def tinygpt_run(data_args: list[str], steps: int, seed: int, cache_dir: str, extra: list[str] = ()) -> dict:
+def tinygpt_run(data_args: list[str], steps: int, seed: int, cache_dir: str, extra: list[str] = (),
+                env: dict | None = None) -> dict:
     """`python train.py` on the default recipe as a user runs it, W&B offline, maps and samples included."""
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, str(ROOT / "train.py"), *data_args, f"seed={seed}", f"trainer.max_steps={steps}",
                f"data.cache_dir={cache_dir}", f"hydra.run.dir={out}/run", *extra]
         launched = time.time()
-        _, wall, peak = timed(cmd, ROOT, {"WANDB_MODE": "offline"})
+        _, wall, peak = timed(cmd, ROOT, {"WANDB_MODE": "offline", **(env or {})})
         s = json.loads((Path(out) / "run" / "summary.json").read_text())
     tokens_per_step = 12 * 64
-    return {"tokens_per_sec": tokens_per_step / s["step_seconds_median"], "mean_tokens_per_sec": s["tokens_per_sec"],
-            "val_loss": s["val_loss"], "train_seconds": s["train_seconds"], "wall_s": wall, "peak_rss_mib": peak,
+    return {"tokens_per_sec": tokens_per_step / s["step_seconds_median"],
+            "mean_tokens_per_sec": s["tokens_per_sec"], "val_loss": s["val_loss"], "train_loss": s["train_loss"],
+            "train_seconds": s["train_seconds"], "wall_s": wall, "peak_rss_mib": peak,
             "startup_s": s["first_step_unix_time"] - launched}
 
 
@@ -155,15 +157,16 @@ SMALL = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.0, bias=
 
 
 @torch.no_grad()
-def generation_speed(arch: dict, new_tokens: int = 200, vocab: int = 65, repeats: int = 2) -> dict:
-    """Greedy decoding at batch 1 from a 1-token prompt, with and without the KV cache (best of
-    ``repeats``); the outputs must be identical."""
+def generation_speed(arch: dict, new_tokens: int = 200, vocab: int = 65, repeats: int = 2,
+                     prompt_len: int = 1) -> dict:
+    """Greedy decoding at batch 1 from a ``prompt_len``-token prompt, with and without the KV cache (best
+    of ``repeats``); the outputs must be identical."""
     from tinygpt.generate import generate
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=vocab, **arch)).eval()
-    new_tokens = min(new_tokens, arch["block_size"] - 1)  # within the context: the cache's whole point
-    prompt = torch.zeros(1, 1, dtype=torch.long)
+    new_tokens = min(new_tokens, arch["block_size"] - prompt_len)  # within the context: the cache's whole point
+    prompt = torch.randint(0, vocab, (1, prompt_len), generator=torch.Generator().manual_seed(0))
     out, best = {}, {}
     for use_cache in (True, False):
         times = []
@@ -172,9 +175,72 @@ def generation_speed(arch: dict, new_tokens: int = 200, vocab: int = 65, repeats
             out[use_cache] = generate(model, prompt, new_tokens, top_k=1, use_cache=use_cache)
             times.append(time.perf_counter() - t0)
         best[use_cache] = min(times)
-    return {"new_tokens": new_tokens, "identical": bool(torch.equal(out[True], out[False])),
+    return {"prompt_tokens": prompt_len, "new_tokens": new_tokens,
+            "identical": bool(torch.equal(out[True], out[False])),
             "cached_tokens_per_sec": new_tokens / best[True], "uncached_tokens_per_sec": new_tokens / best[False],
             "speedup": best[False] / best[True]}
+
+
+def matmul_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
+    """The fp32 matmul rate this machine reaches on a large square product (best of ``repeats``), with
+    torch's default threads: the denominator of MFU."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b  # warm up
+    best = min(_timed_call(lambda: a @ b) for _ in range(repeats))
+    return 2 * n**3 / best / 1e9
+
+
+def _timed_call(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def baby_flops_per_token(vocab: int = 65) -> float:
+    """Training FLOPs per token of the CPU recipe's model (6N + 12 L C T, GPT.flops_per_token)."""
+    return GPT(GPTConfig(vocab_size=vocab, **BABY)).flops_per_token()
+
+
+# One switch at a time against the default recipe, on shorter runs (each its own train.py, back to back).
+LEVERS = [
+    ("default", [], {}),
+    ("progress bar redrawn every step", ["callbacks.progress_bar.refresh_rate=1"], {}),
+    ("no heap trim", ["~callbacks.heap_trim"], {}),
+    ("no periodic attention maps", ["callbacks.attention_maps.every_n_steps=0"], {}),
+    ("validation twice as often", ["trainer.val_check_interval=125"], {}),
+    ("no loggers (W&B, CSV)", ["logger=none"], {}),
+    ("AdamW foreach instead of fused", ["optim.fused_adam=false"], {}),
+    ("one thread", [], {"OMP_NUM_THREADS": "1"}),
+    ("torch.compile (compile time counted)", ["compile=true"], {}),
+]
+
+
+def levers(data_args: list[str], steps: int, seed: int, cache_dir: str, quick: bool) -> list[dict]:
+    """Each lever as a train.py run of ``steps`` steps (validation every steps/2, maps every steps/2)."""
+    rows = []
+    for name, overrides, env in LEVERS[:2] if quick else LEVERS:
+        extra = [f"trainer.val_check_interval={max(1, steps // 2)}",
+                 f"callbacks.attention_maps.every_n_steps={max(1, steps // 2)}", *overrides]
+        if name == "validation twice as often":
+            extra = [o for o in extra if not o.startswith("trainer.val_check_interval=")] + [
+                f"trainer.val_check_interval={max(1, steps // 4)}"]
+        r = tinygpt_run(data_args, steps, seed, cache_dir, extra, env)
+        rows.append({"lever": name, "overrides": overrides, "env": env, "wall_s": r["wall_s"],
+                     "step_ms": 1000 * 12 * 64 / r["tokens_per_sec"], "peak_rss_mib": r["peak_rss_mib"],
+                     "train_loss": r["train_loss"], "val_loss": r["val_loss"]})
+        console.print(f"lever {name}: {rows[-1]['wall_s']:.1f} s wall, {rows[-1]['step_ms']:.1f} ms/step, "
+                      f"{rows[-1]['peak_rss_mib']:.0f} MiB, train loss {r['train_loss']:.4f}")
+    return rows
+
+
+def debug_fast_wall(cache_dir: str) -> float:
+    """`python train.py debug=fast` (10 steps, no logger) on the embedded corpus, cache warm, launch to exit."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, str(ROOT / "train.py"), "debug=fast", f"data.cache_dir={cache_dir}",
+               f"hydra.run.dir={out}/run"]
+        timed(cmd, ROOT)  # warms the cache (the embedded corpus is converted and tokenized once)
+        shutil.rmtree(f"{out}/run")
+        return timed(cmd, ROOT)[1]
 
 
 def main(argv=None) -> int:
@@ -188,6 +254,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", "--json", dest="out", help="write the results here as JSON")
     ap.add_argument("--quick", action="store_true", help="a few steps and short sequences (for tests)")
     ap.add_argument("--generate-only", action="store_true", help="only the KV-cache generation benchmark")
+    ap.add_argument("--levers", action="store_true", help="also one train.py run per lever (docs/benchmarks.md)")
+    ap.add_argument("--lever-steps", type=int, default=500, help="steps of each lever run")
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error(f"--steps={args.steps} must be >= 1.")
@@ -199,6 +267,8 @@ def main(argv=None) -> int:
     new_tokens = 8 if args.quick else 200
     gen = {name: generation_speed(arch, new_tokens) for name, arch in (("small (10.7M, context 256)", SMALL),
                                                                        ("baby (0.8M, context 64)", BABY))}
+    # the same 200 new tokens after a 56-token prompt: the context fills to 256, as a chat or a sample does
+    gen["small, prompt 56 (context filled)"] = generation_speed(SMALL, new_tokens, prompt_len=8 if args.quick else 56)
     show_generation(gen)
     result: dict = {"generate": gen,
                     "generate_cached_tokens_per_sec": gen["small (10.7M, context 256)"]["cached_tokens_per_sec"],
@@ -239,6 +309,19 @@ def main(argv=None) -> int:
         console.print(f"tinygpt: first training step {ours['startup_s']:.1f} s after launch; tokens/s ratio "
                       f"{ours['tokens_per_sec'] / ref['tokens_per_sec']:.3f}; wall ratio "
                       f"{ours['wall_s'] / ref['wall_s']:.3f}")
+        peak = matmul_peak_gflops(512 if args.quick else 2048)
+        fpt = baby_flops_per_token()
+        result.update({"matmul_peak_gflops": peak, "flops_per_token": fpt,
+                       "mfu": ours["tokens_per_sec"] * fpt / (peak * 1e9),
+                       "reference_mfu": ref["tokens_per_sec"] * fpt / (peak * 1e9),
+                       "debug_fast_wall_s": debug_fast_wall(args.cache_dir)})
+        console.print(f"MFU: tinygpt {result['mfu']:.1%}, reference {result['reference_mfu']:.1%} of "
+                      f"{peak:.0f} GFLOP/s (a {512 if args.quick else 2048}^3 fp32 matmul here); "
+                      f"debug=fast {result['debug_fast_wall_s']:.1f} s")
+        if args.levers:
+            result["levers"] = levers(data_args, 20 if args.quick else args.lever_steps, args.seed, args.cache_dir,
+                                      args.quick)
+            result["lever_steps"] = 20 if args.quick else args.lever_steps
         result["attention"] = attention_costs((64, 256) if args.quick else (64, 256, 1024, 2048))
         table = Table(title="attention forward + backward, batch 1, 4 heads of 32: math path vs fused kernel")
         for col in ("T", "math ms", "sdpa ms", "math MiB", "sdpa MiB"):
@@ -247,17 +330,30 @@ def main(argv=None) -> int:
             table.add_row(T, f"{r['math']['fwd_bwd_ms']:.2f}", f"{r['sdpa']['fwd_bwd_ms']:.2f}",
                           f"{r['math']['peak_mib_above_start']:.0f}", f"{r['sdpa']['peak_mib_above_start']:.0f}")
         console.print(table)
+    result["machine"] = machine()
+    result["command"] = "python scripts/benchmark.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2))
     return 0
 
 
+def machine() -> str:
+    """Cores, CPU model, memory, torch: what the numbers were measured on."""
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").exists() else "unknown CPU"
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{os.cpu_count()} cores ({model}, {simd}), {mem:.0f} GiB, torch {torch.__version__}, "
+            f"{torch.get_num_threads()} threads, fp32")
+
+
 def show_generation(gen: dict) -> None:
     table = Table(title="greedy generation at batch 1, KV cache vs recomputing the context")
-    for col in ("model", "new tokens", "cached tokens/s", "uncached tokens/s", "speedup", "identical"):
+    for col in ("model", "prompt", "new tokens", "cached tokens/s", "uncached tokens/s", "speedup", "identical"):
         table.add_column(col)
     for name, g in gen.items():
-        table.add_row(name, str(g["new_tokens"]), f"{g['cached_tokens_per_sec']:,.0f}",
+        table.add_row(name, str(g["prompt_tokens"]), str(g["new_tokens"]), f"{g['cached_tokens_per_sec']:,.0f}",
                       f"{g['uncached_tokens_per_sec']:,.0f}", f"{g['speedup']:.1f}x", str(g["identical"]))
     console.print(table)
 
