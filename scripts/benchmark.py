@@ -309,6 +309,13 @@ def main(argv=None) -> int:
         console.print(f"tinygpt: first training step {ours['startup_s']:.1f} s after launch; tokens/s ratio "
                       f"{ours['tokens_per_sec'] / ref['tokens_per_sec']:.3f}; wall ratio "
                       f"{ours['wall_s'] / ref['wall_s']:.3f}")
+        if args.nanogpt:  # the plain loop bounds Lightning's own cost per step (same model, same windows source)
+            dm = TextDataModule(source="text_file", path=args.data, block_size=64, batch_size=12,
+                                cache_dir=args.cache_dir)
+            dm.setup()
+            plain = plain_loop(dm, 20 if args.quick else 300, args.seed)
+            result["plain_loop_tokens_per_sec"] = plain["tokens_per_sec"]
+            console.print(f"plain loop: {plain['tokens_per_sec']:,.0f} tokens/s (mean of its steps)")
         peak = matmul_peak_gflops(512 if args.quick else 2048)
         fpt = baby_flops_per_token()
         result.update({"matmul_peak_gflops": peak, "flops_per_token": fpt,

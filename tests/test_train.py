@@ -256,6 +256,13 @@ def test_benchmark_quick_writes_every_key(tmp_path, corpus_file, cache_dir):
     assert 0 < r["startup_s"] < r["wall_s"]
     assert set(r["attention"]) == {"64", "256"} and r["attention"]["64"]["sdpa"]["fwd_bwd_ms"] > 0
     assert all(g["identical"] for g in r["generate"].values())
+    assert r["matmul_peak_gflops"] > 0 and 0 < r["mfu"] < 1 and r["debug_fast_wall_s"] > 0
+    report = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_report.py"), str(out), "--out",
+                             str(tmp_path / "docs" / "benchmarks.md")], capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr[-3000:]
+    md = (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert f"{r['lightning_tokens_per_sec']:,.0f}" in md
+    assert (tmp_path / "docs" / "benchmark" / "attention.png").exists()
 
 
 @pytest.mark.slow
