@@ -158,3 +158,14 @@ def test_a_signal_to_rank_zero_stops_every_rank_after_the_same_step(tmp_path, co
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert s["status"] == "interrupted" and 0 < s["steps"] < 3000 and ckpt["global_step"] == s["steps"]
     assert "ckpt_path=last" in out
+
+
+@pytest.mark.parametrize("code, fails", [(0, False), (143, False), (130, False), (3, True)])
+def test_a_rank_that_fails_is_named_and_a_rank_stopped_by_a_signal_is_not(tmp_path, code, fails):
+    ranks = LocalRanks(2, tmp_path, ROOT / "train.py")
+    ranks.procs = [subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])]
+    if fails:
+        with pytest.raises(RuntimeError, match=f"rank 1 exited with status {code}; its log: .*train_rank1.log"):
+            ranks.__exit__(None, None, None)
+    else:
+        ranks.__exit__(None, None, None)

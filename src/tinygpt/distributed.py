@@ -34,6 +34,7 @@ from rich.console import Console
 
 console = Console(stderr=True)
 RANK_ENV = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+STOPPED = (130, 138, 140, 143)  # 128 + SIGINT, SIGUSR1, SIGUSR2, SIGTERM: the ranks agreed to stop and checkpoint
 SELF_LAUNCHED = {"ddp", "fsdp"}  # strategies whose processes we start; ddp_spawn/ddp_fork start their own
 
 
@@ -139,7 +140,7 @@ class LocalRanks:
         while not self._done.wait(0.5):
             for rank, proc in enumerate(self.procs, start=1):
                 code = proc.poll()
-                if code not in (None, 0):
+                if code not in (None, 0, *STOPPED):  # a rank stopped by a signal stops with this one (interrupts.py)
                     self.failed = f"rank {rank} exited with status {code}; its log: {self.log_path(rank)}"
                     console.print(f"[bold red]error:[/] {self.failed}", soft_wrap=True)
                     self._end_all()
@@ -162,7 +163,7 @@ class LocalRanks:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     code = proc.wait()
-                if code and exc_type is None and self.failed is None:
+                if code and code not in STOPPED and exc_type is None and self.failed is None:
                     self.failed = f"rank {rank} exited with status {code}; its log: {self.log_path(rank)}"
         finally:
             self._end_all()
