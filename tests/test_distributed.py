@@ -169,3 +169,16 @@ def test_a_rank_that_fails_is_named_and_a_rank_stopped_by_a_signal_is_not(tmp_pa
             ranks.__exit__(None, None, None)
     else:
         ranks.__exit__(None, None, None)
+
+
+def test_several_nodes_without_a_scheduler_is_one_sentence(monkeypatch):
+    from tinygpt.errors import ConfigError
+    from tinygpt.pipeline import setup
+
+    for key in ("LOCAL_RANK", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(key, raising=False)
+    cfg = compose_train(["trainer=ddp", "trainer.num_nodes=2", "logger=none"], out_dir=ROOT / "outputs" / "unused")
+    with pytest.raises(ConfigError, match=r"^trainer.num_nodes=2 needs one process per device started on every node"):
+        setup(cfg, ROOT / "outputs" / "unused")
+    monkeypatch.setenv("SLURM_NTASKS", "4")  # SLURM started them: nothing to say
+    distributed.check_launch(cfg.trainer)

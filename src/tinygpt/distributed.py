@@ -33,7 +33,6 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 console = Console(stderr=True)
-RANK_ENV = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 STOPPED = (130, 138, 140, 143)  # 128 + SIGINT, SIGUSR1, SIGUSR2, SIGTERM: the ranks agreed to stop and checkpoint
 SELF_LAUNCHED = {"ddp", "fsdp"}  # strategies whose processes we start; ddp_spawn/ddp_fork start their own
 
@@ -53,6 +52,16 @@ def processes_per_node(trainer_cfg: DictConfig) -> int:
     if strategy_name(trainer_cfg) not in SELF_LAUNCHED or not isinstance(devices, int):
         return 1
     return max(devices, 1)
+
+
+def check_launch(trainer_cfg: DictConfig) -> None:
+    """Several nodes need their processes started by a scheduler: one sentence, before any work."""
+    nodes = trainer_cfg.get("num_nodes", 1)
+    if isinstance(nodes, int) and nodes > 1 and not started_externally():
+        raise ValueError(
+            f"trainer.num_nodes={nodes} needs one process per device started on every node by SLURM "
+            "(hydra/launcher=slurm) or torchrun; on one machine use trainer.devices instead."
+        )
 
 
 def started_externally() -> bool:

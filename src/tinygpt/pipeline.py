@@ -119,6 +119,7 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         resolved = OmegaConf.to_container(cfg, resolve=True)
         GPTConfig(vocab_size=1, **resolved["model"])  # checks model.*
         check_optim(**resolved["optim"])
+        distributed.check_launch(cfg.trainer)
         dm = build("data", cfg.data)  # checks data.*
         ckpt_arg = cfg.get("ckpt_path")
         if ckpt_arg is None and distributed.requeued() and checkpoint.last_path_in(out_dir).exists():
