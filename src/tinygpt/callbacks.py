@@ -106,7 +106,7 @@ class AttentionMaps(L.Callback):
     weights go beside them as ``stepNNNNNN.npz`` (weights (n_layer, H, T, T), labels), for reports.
 
     The probe runs on the training thread (milliseconds); the PNGs are drawn on a background thread while
-    training goes on (matplotlib takes ~0.5 s a layer here) and reach W&B, at the step they show, once drawn.
+    training goes on (matplotlib takes ~0.3 s a layer here) and reach W&B, at the step they show, once drawn.
     The maps at the end are waited for."""
 
     def __init__(
