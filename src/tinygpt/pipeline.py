@@ -307,10 +307,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     try:
         L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model's initial weights
         prepare_data(run)
-        ranks = None
-        if distributed.is_rank_zero():
-            ranks = distributed.launch_ranks(cfg, out_dir, list(HydraConfig.get().overrides.task),
-                                             runs.project_root() / "train.py")
+        ranks = distributed.launch_ranks(cfg, out_dir, list(HydraConfig.get().overrides.task),
+                                         runs.project_root() / "train.py")  # None unless this is rank 0 of DDP
         with ranks or contextlib.nullcontext():
             module = build_module(run, run.dm.vocab_size)
             if distributed.is_rank_zero():
