@@ -43,8 +43,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 def last_path(trainer) -> Path:
     """Where last.ckpt lives: ModelCheckpoint's dir, or <run dir>/checkpoints without one."""
     cb = trainer.checkpoint_callback
-    dirpath = Path(cb.dirpath) if cb is not None and cb.dirpath else Path(trainer.default_root_dir) / "checkpoints"
-    return dirpath / LAST
+    return Path(cb.dirpath) / LAST if cb is not None and cb.dirpath else last_path_in(trainer.default_root_dir)
 
 
 def last_path_in(run_dir: Path) -> Path:

@@ -22,6 +22,7 @@ import subprocess
 from pathlib import Path
 
 import lightning as L
+import torch
 from rich.console import Console
 
 console = Console(stderr=True)
@@ -108,8 +109,6 @@ class GracefulStop(L.Callback):
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         if trainer.world_size > 1:  # every rank stops after the same step, even if the signal reached one
-            import torch
-
             seen = int(trainer.strategy.reduce(torch.tensor(float(self.signum or 0)), reduce_op="max").item())
             if not seen:  # a signal that lands during this all-reduce is counted after the next step, by all
                 return
