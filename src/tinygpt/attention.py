@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tinygpt.linear import Linear
+
 SCALES = ("sqrt_dk", "none", "inv_dk")
 BACKENDS = ("sdpa", "math")
 
@@ -312,8 +314,8 @@ class CausalSelfAttention(nn.Module):
         self.scale = resolve_scale(scale, self.head_dim)
         self.backend = backend
         self.dropout = dropout
-        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)  # x -> q, k, v in one matmul
-        self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.c_attn = Linear(n_embd, 3 * n_embd, bias=bias)  # x -> q, k, v in one matmul
+        self.c_proj = Linear(n_embd, n_embd, bias=bias)
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
         self.q_norm = nn.LayerNorm(self.head_dim, bias=bias) if qk_norm else None

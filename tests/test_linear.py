@@ -1,0 +1,61 @@
+"""The decoding path of tinygpt.linear.Linear: when it is taken, and that it computes F.linear."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tinygpt.generate import generate
+from tinygpt.linear import Linear
+from tinygpt.model import GPT, GPTConfig
+
+
+def big_linear(bias: bool, out_features: int = 1152) -> Linear:
+    torch.manual_seed(0)
+    layer = Linear(384, out_features, bias=bias)
+    if bias:
+        torch.nn.init.normal_(layer.bias)
+    return layer
+
+
+@pytest.mark.parametrize("shape", [(1, 384), (1, 1, 384), (3, 2, 384), (8, 384)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_split_product_equals_f_linear_to_rounding(shape, bias):
+    layer = big_linear(bias)
+    x = torch.randn(shape)
+    with torch.no_grad():
+        assert layer.uses_split(x)
+        y = layer(x)
+    expected = F.linear(x, layer.weight, layer.bias)
+    assert y.shape == expected.shape
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(layer.weight, torch.zeros_like(layer.weight))  # a real product, not zeros
+
+
+def test_the_split_is_for_few_rows_of_a_big_weight_without_gradients():
+    layer = big_linear(False)
+    one = torch.randn(1, 384)
+    assert not layer.uses_split(one)  # gradients on: training always takes F.linear
+    with torch.no_grad():
+        assert not layer.uses_split(torch.randn(9, 384))  # more than max_rows rows
+        assert not big_linear(False, out_features=1151).uses_split(one)  # no even split of the rows
+        assert not Linear(128, 384).uses_split(torch.randn(1, 128))  # 49k weights: they stay in cache
+        assert layer.uses_split(one)
+
+
+def test_with_gradients_the_output_is_f_linear_exactly():
+    layer = big_linear(True)
+    x = torch.randn(1, 384, requires_grad=True)
+    assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+def test_cached_greedy_decoding_through_the_split_equals_recomputing():
+    """A model wide enough for the split (c_attn 256 x 768 weights): KV-cache decoding takes it and the
+    greedy tokens equal recomputing the context (which never takes it: its rows exceed max_rows)."""
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=31, block_size=24, n_layer=2, n_head=4, n_embd=256)).eval()
+    with torch.no_grad():
+        assert m.blocks[0].attn.c_attn.uses_split(torch.zeros(2, 1, 256))
+    for prompt_len in (1, 5):
+        prompt = torch.randint(0, 31, (2, prompt_len))
+        cached = generate(m, prompt, 20, top_k=1)
+        assert torch.equal(cached, generate(m, prompt, 20, top_k=1, use_cache=False))
