@@ -1,4 +1,10 @@
-"""Attention heatmaps as PNG files (matplotlib's object API: no pyplot state, safe on a worker thread)."""
+"""Attention heatmaps as PNG files (matplotlib's object API: no pyplot state, safe on a worker thread).
+
+A layer's figure (its heads side by side, token labels, colorbar) is laid out and drawn once per probe; each
+later layer and step redraws only the heatmaps and the title over that background bitmap (matplotlib's
+blitting) and writes the PNG with light compression: ~0.03 s a layer here instead of ~0.3 s for a full
+savefig, most of which went into the 128 tick labels.
+"""
 
 from __future__ import annotations
 
@@ -13,49 +19,79 @@ def token_label(piece: str) -> str:
     return piece.replace(" ", "␣").replace("\n", "\\n").replace("\t", "\\t") or "∅"
 
 
-def plot_attention(weights, labels: list[str], title: str, path: Path) -> Path:
-    """One layer's heads side by side: weights (H, T, T) -> a PNG heatmap grid.
+class AttentionFigure:
+    """One layer's heads side by side for weights (H, T, T) with these token labels; ``render`` draws a
+    layer's weights and a title into a PNG. Token labels sit on the first head only (the heads share their
+    axes) and only up to T = 64."""
 
-    Uses matplotlib's object API (no pyplot state); token labels on the first head only (the heads share
-    their axes), which draws a 4-head, 64-token grid in ~0.3 s here (~0.5 s with labels on every head).
-    """
-    from matplotlib.figure import Figure
+    def __init__(self, n_head: int, T: int, labels: list[str]):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
 
-    n_head, T, _ = weights.shape
-    show_labels = T <= 64
-    side = max(3.2, 0.09 * T) if show_labels else 3.2  # inches per head: room for a label per token
-    ncols = min(n_head, 4)  # heads side by side, at most 4 to a row
-    nrows = math.ceil(n_head / ncols)
-    fig = Figure(figsize=(side * ncols * 1.2 + 1.0, side * nrows * 1.15 + 1.0))
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    fig.subplots_adjust(left=0.06, right=0.9, bottom=0.12, top=0.86, wspace=0.12, hspace=0.2)
-    w = np.asarray(weights, dtype=np.float32)
-    for h, ax in enumerate(axes.flat):
-        if h >= n_head:
-            ax.axis("off")
-            continue
-        im = ax.imshow(w[h], cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
-        ax.set_title(f"head {h}", fontsize=9)
-        row, col = divmod(h, ncols)
-        last_row = row == nrows - 1 or h + ncols >= n_head
-        if show_labels and h == 0:  # tokens on the first head only (the heads share their axes): labels are
-            ax.set_xticks(range(T), labels, fontsize=6, rotation=90)  # most of the drawing time
-            ax.set_yticks(range(T), labels, fontsize=6)
-        else:
-            ax.set_xticks([])
-            ax.set_yticks([])
-        if last_row:
-            ax.set_xlabel("key", fontsize=8)
-        if col == 0:
-            ax.set_ylabel("query", fontsize=8)
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, pad=0.015, fraction=0.03)
-    fig.suptitle(title, fontsize=11)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    return path
+        self.key = (n_head, T, tuple(labels))
+        show_labels = T <= 64
+        side = max(3.2, 0.09 * T) if show_labels else 3.2  # inches per head: room for a label per token
+        ncols = min(n_head, 4)  # heads side by side, at most 4 to a row
+        nrows = math.ceil(n_head / ncols)
+        self.fig = Figure(figsize=(side * ncols * 1.2 + 1.0, side * nrows * 1.15 + 1.0), dpi=100)
+        self.canvas = FigureCanvasAgg(self.fig)
+        axes = self.fig.subplots(nrows, ncols, squeeze=False)
+        self.fig.subplots_adjust(left=0.06, right=0.9, bottom=0.12, top=0.86, wspace=0.12, hspace=0.2)
+        blank = np.zeros((T, T), dtype=np.float32)
+        self.images = []
+        for h, ax in enumerate(axes.flat):
+            if h >= n_head:
+                ax.axis("off")
+                continue
+            im = ax.imshow(blank, cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest", animated=True)
+            self.images.append(im)
+            ax.set_title(f"head {h}", fontsize=9)
+            row, col = divmod(h, ncols)
+            if show_labels and h == 0:
+                ax.set_xticks(range(T), labels, fontsize=6, rotation=90)
+                ax.set_yticks(range(T), labels, fontsize=6)
+            else:
+                ax.set_xticks([])
+                ax.set_yticks([])
+            if row == nrows - 1 or h + ncols >= n_head:
+                ax.set_xlabel("key", fontsize=8)
+            if col == 0:
+                ax.set_ylabel("query", fontsize=8)
+        self.fig.colorbar(self.images[0], ax=axes.ravel().tolist(), shrink=0.8, pad=0.015, fraction=0.03)
+        self.title = self.fig.suptitle(" ", fontsize=11, animated=True)
+        self.canvas.draw()  # everything but the animated heatmaps and title
+        self.background = self.canvas.copy_from_bbox(self.fig.bbox)
+
+    def render(self, weights, title: str, path: Path) -> Path:
+        """weights (H, T, T) -> the PNG at ``path``."""
+        from PIL import Image
+
+        self.canvas.restore_region(self.background)
+        for im, w in zip(self.images, np.asarray(weights, dtype=np.float32), strict=True):
+            im.set_data(w)  # (T, T)
+            self.fig.draw_artist(im)
+        self.title.set_text(title)
+        self.fig.draw_artist(self.title)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.asarray(self.canvas.buffer_rgba())[..., :3]).save(path, compress_level=1)
+        return path
+
+
+class LayerPlotter:
+    """weights (n_layer, H, T, T) at a step -> one PNG per layer, reusing one AttentionFigure per probe.
+    Not thread-safe: give each thread its own (the AttentionMaps callback draws on one worker thread)."""
+
+    def __init__(self):
+        self.figure: AttentionFigure | None = None
+
+    def __call__(self, weights: np.ndarray, labels: list[str], step: int, out: Path) -> list[Path]:
+        n_head, T = weights.shape[1], weights.shape[2]
+        if self.figure is None or self.figure.key != (n_head, T, tuple(labels)):
+            self.figure = AttentionFigure(n_head, T, labels)
+        return [self.figure.render(w, f"layer {layer}, step {step} (rows: queries, columns: keys)",
+                                   out / f"step{step:06d}_layer{layer}.png") for layer, w in enumerate(weights)]
 
 
 def plot_layers(weights: np.ndarray, labels: list[str], step: int, out: Path) -> list[Path]:
     """weights (n_layer, H, T, T) at ``step`` -> one PNG per layer under ``out``; their paths."""
-    return [plot_attention(w, labels, f"layer {layer}, step {step} (rows: queries, columns: keys)",
-                           out / f"step{step:06d}_layer{layer}.png") for layer, w in enumerate(weights)]
+    return LayerPlotter()(weights, labels, step, out)
