@@ -72,6 +72,16 @@ def plain_loop(dm: TextDataModule, steps: int, seed: int) -> dict:
     return {"tokens_per_sec": steps * B * T / t_train, "val_loss": val_loss(model, dm), "train_seconds": t_train}
 
 
+def median_of(runs: list[dict]) -> dict:
+    """Each numeric figure of several runs' dicts as its median (the mean of the middle two for an even count)."""
+    out = {}
+    for key in runs[0]:
+        values = sorted(r[key] for r in runs if isinstance(r.get(key), (int, float)))
+        n = len(values)
+        out[key] = None if not n else values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+    return out
+
+
 def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
     """Run cmd under /usr/bin/time: (process, wall seconds, peak RSS in MiB)."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as f:
@@ -255,10 +265,14 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a few steps and short sequences (for tests)")
     ap.add_argument("--generate-only", action="store_true", help="only the KV-cache generation benchmark")
     ap.add_argument("--levers", action="store_true", help="also one train.py run per lever (docs/benchmarks.md)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="runs of each program, alternating (ABBA); the JSON's top-level figures are medians")
     ap.add_argument("--lever-steps", type=int, default=500, help="steps of each lever run")
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error(f"--steps={args.steps} must be >= 1.")
+    if args.rounds < 1:
+        ap.error(f"--rounds={args.rounds} must be >= 1.")
     if args.nanogpt and not (args.nanogpt / "train.py").is_file():
         ap.error(f"--nanogpt={args.nanogpt} is not a nanoGPT checkout (no train.py there).")
     if args.nanogpt and not args.data:
@@ -277,18 +291,31 @@ def main(argv=None) -> int:
         data_args = ["data=text_file", f"data.path={args.data}"] if args.data else []
         console.print(f"data: {args.data or 'embedded shakespeare'}; {steps} steps; torch threads "
                       f"{torch.get_num_threads()}")
-        if args.nanogpt:
-            ref = nanogpt_run(args.nanogpt.resolve(), Path(args.data).resolve(), steps)
-            reference = "nanoGPT train.py"
-        else:
+        if not args.nanogpt:
             dm_kwargs = dict(source="text_file", path=args.data) if args.data else dict(source="shakespeare")
             dm = TextDataModule(**dm_kwargs, block_size=64, batch_size=12, cache_dir=args.cache_dir)
             dm.setup()
-            t0 = time.perf_counter()
-            ref = plain_loop(dm, steps, args.seed)
-            ref.update(wall_s=time.perf_counter() - t0, peak_rss_mib=None)
-            reference = "plain loop (nanoGPT's loop around tinygpt's GPT, in this process)"
-        ours = tinygpt_run(data_args, steps, args.seed, args.cache_dir)
+        reference = "nanoGPT train.py" if args.nanogpt else \
+            "plain loop (nanoGPT's loop around tinygpt's GPT, in this process)"
+        rounds = []
+        for i in range(args.rounds):  # ABBA: the machine's drift falls on both sides alike
+            pair = {}
+            for side in (("reference", "tinygpt") if i % 2 == 0 else ("tinygpt", "reference")):
+                if side == "tinygpt":
+                    pair[side] = tinygpt_run(data_args, steps, args.seed, args.cache_dir)
+                elif args.nanogpt:
+                    pair[side] = nanogpt_run(args.nanogpt.resolve(), Path(args.data).resolve(), steps)
+                else:
+                    t0 = time.perf_counter()
+                    pair[side] = plain_loop(dm, steps, args.seed)
+                    pair[side].update(wall_s=time.perf_counter() - t0, peak_rss_mib=None)
+            rounds.append(pair)
+            console.print(f"round {i + 1}/{args.rounds}: tinygpt {pair['tinygpt']['wall_s']:.1f} s, "
+                          f"{pair['tinygpt']['tokens_per_sec']:,.0f} tokens/s; {reference.split(' (')[0]} "
+                          f"{pair['reference']['wall_s']:.1f} s, {pair['reference']['tokens_per_sec']:,.0f} tokens/s")
+        ref, ours = (median_of([r[side] for r in rounds]) for side in ("reference", "tinygpt"))
+        result["rounds"] = [{side: {k: r[side].get(k) for k in ("wall_s", "tokens_per_sec", "peak_rss_mib",
+                                                                "val_loss")} for side in r} for r in rounds]
         result.update({
             "reference": reference, "reference_tokens_per_sec": ref["tokens_per_sec"],
             "reference_wall_s": ref["wall_s"], "reference_peak_rss_mib": ref["peak_rss_mib"],
@@ -297,7 +324,7 @@ def main(argv=None) -> int:
             "startup_s": ours["startup_s"], "peak_rss_mib": ours["peak_rss_mib"], "val_loss": ours["val_loss"],
             "steps": steps,
         })
-        table = Table(title=f"train.py vs {reference}, {steps} steps, back to back")
+        table = Table(title=f"train.py vs {reference}, {steps} steps, medians of {args.rounds} alternating rounds")
         for col in ("", "tokens/s (median step)", "wall s", "peak RSS MiB", "val loss"):
             table.add_column(col)
         fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731

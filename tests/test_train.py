@@ -254,6 +254,8 @@ def test_benchmark_quick_writes_every_key(tmp_path, corpus_file, cache_dir):
         assert key in r, key
     assert r["reference"].startswith("plain loop") and r["lightning_tokens_per_sec"] > 0 and r["peak_rss_mib"] > 100
     assert 0 < r["startup_s"] < r["wall_s"]
+    walls = sorted(rnd["tinygpt"]["wall_s"] for rnd in r["rounds"])  # two alternating rounds, the median on top
+    assert len(walls) == 2 and r["wall_s"] == pytest.approx(sum(walls) / 2)
     assert set(r["attention"]) == {"64", "256"} and r["attention"]["64"]["sdpa"]["fwd_bwd_ms"] > 0
     assert all(g["identical"] for g in r["generate"].values())
     assert r["matmul_peak_gflops"] > 0 and 0 < r["mfu"] < 1 and r["debug_fast_wall_s"] > 0
