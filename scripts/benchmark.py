@@ -364,6 +364,8 @@ def main(argv=None) -> int:
             table.add_row(T, f"{r['math']['fwd_bwd_ms']:.2f}", f"{r['sdpa']['fwd_bwd_ms']:.2f}",
                           f"{r['math']['peak_mib_above_start']:.0f}", f"{r['sdpa']['peak_mib_above_start']:.0f}")
         console.print(table)
+    from tinygpt.linear import Linear
+    result["decode_linear"] = {"max_rows": Linear.max_rows, "min_weight_elements": Linear.min_weight_elements}
     result["machine"] = machine()
     result["command"] = "python scripts/benchmark.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.out:

@@ -576,14 +576,26 @@ def test_dropout_only_in_training_on_both_backends_and_both_sdpa_paths(backend):
         assert not torch.equal(attn(x, padding_mask=mask), attn(x, padding_mask=mask))  # training: dropout
 
 
-def test_kv_cache_and_padding_do_not_mix():
+def test_with_a_kv_cache_the_padding_mask_covers_every_key():
+    """The mask is over the cached keys and the new ones, (B, T_cached + T); a mask of the new tokens only is
+    refused in one sentence naming the expected shape."""
     from tinygpt.kv_cache import KVCache
 
-    attn = CausalSelfAttention(8, 2)
-    cache = KVCache(1, 1, 2, 4, 4)
-    with pytest.raises(ValueError) as err:
-        attn(torch.randn(1, 2, 8), padding_mask=torch.ones(1, 2).bool(), kv_cache=cache.layer(0))
-    assert str(err.value) == "padding_mask and kv_cache cannot be combined."
+    torch.manual_seed(0)
+    attn = CausalSelfAttention(8, 2, bias=False).eval()
+    x = torch.randn(1, 3, 8)
+    pad = torch.tensor([[False, True, True]])
+    with torch.no_grad():
+        full = attn(x, padding_mask=pad)  # (1, 3, 8)
+        cache = KVCache(1, 1, 2, 4, 4)
+        first = attn(x[:, :2], padding_mask=pad[:, :2], kv_cache=cache.layer(0))
+        cache.advance(2)
+        with pytest.raises(ValueError) as err:
+            attn(x[:, 2:], padding_mask=pad[:, 2:], kv_cache=cache.layer(0))
+        assert str(err.value) == "padding_mask must be bool of shape (B, T_k) = (1, 3), got torch.bool (1, 1)."
+        last = attn(x[:, 2:], padding_mask=pad, kv_cache=cache.layer(0))
+    torch.testing.assert_close(torch.cat([first, last], dim=1), full)
+    assert torch.equal(full[0, 0], torch.zeros(8))  # the pad as a query sees nothing: output 0
 
 
 def test_rank_error_and_the_default_scale_uses_the_feature_size():

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tinygpt.generate import generate, next_token_probs
+from tinygpt.generate import generate, next_token_probs, pad_prompts
 from tinygpt.kv_cache import KVCache
 from tinygpt.model import GPT, GPTConfig
 
@@ -126,3 +126,93 @@ def test_the_cache_holds_block_size_positions():
     m(torch.zeros(1, 3, dtype=torch.long), cache=cache)
     with pytest.raises(ValueError, match="sequence length 5 exceeds model.block_size=4"):
         m(torch.zeros(1, 2, dtype=torch.long), cache=cache)
+
+
+# ----------------------------------------------------------------------------- padded batches
+
+
+def test_pad_prompts_left_pads_with_a_mask():
+    idx, mask = pad_prompts([[5], [1, 2, 3]], pad_id=9)
+    assert idx.tolist() == [[9, 9, 5], [1, 2, 3]]
+    assert mask.tolist() == [[False, False, True], [True, True, True]]
+    with pytest.raises(ValueError, match="every prompt needs at least one token"):
+        pad_prompts([[1], []])
+
+
+PROMPTS = [[3], [7, 1, 4, 1], [2, 7, 1, 8, 2, 8, 1]]  # 1, 4 and 7 tokens
+
+
+def opinionated_gpt(backend: str, block_size: int = 10, n_layer: int = 2) -> GPT:
+    """A small GPT with weights N(0, 0.5^2): its greedy continuations depend on the prompt (GPT-2's init
+    gives a near-uniform model that decodes one token forever)."""
+    m = GPT(GPTConfig(vocab_size=11, block_size=block_size, n_layer=n_layer, n_head=2, n_embd=16,
+                      attn={"backend": backend})).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0.0, 0.5)
+    return m
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "math"])
+def test_a_padded_row_gives_the_logits_it_gives_alone(backend):
+    torch.manual_seed(0)
+    m = opinionated_gpt(backend)
+    idx, mask = pad_prompts(PROMPTS, pad_id=0)
+    with torch.no_grad():
+        batch, _ = m(idx, padding_mask=mask)  # (3, 7, V)
+        for row, p in enumerate(PROMPTS):
+            alone, _ = m(torch.tensor([p]))  # (1, len, V)
+            torch.testing.assert_close(batch[row, -len(p):], alone[0], rtol=1e-5, atol=1e-5)
+        other_pads, _ = m(idx.masked_fill(~mask, 5), padding_mask=mask)  # what the pads hold never matters
+    torch.testing.assert_close(other_pads[mask], batch[mask], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "math"])
+def test_padded_batch_decoding_with_the_cache_equals_recomputing_and_each_row_alone(backend):
+    """Prompts of 1, 4 and 7 tokens, 12 greedy tokens with block_size 10: the cache runs while the batch fits,
+    the window recompute after. Cached == recomputed == each prompt decoded alone at batch 1."""
+    torch.manual_seed(1)
+    m = opinionated_gpt(backend)
+    idx, mask = pad_prompts(PROMPTS, pad_id=0)
+    cached = generate(m, idx, 12, top_k=1, padding_mask=mask)
+    assert torch.equal(cached, generate(m, idx, 12, top_k=1, padding_mask=mask, use_cache=False))
+    for row, p in enumerate(PROMPTS):
+        alone = generate(m, torch.tensor([p]), 12, top_k=1)  # (1, len + 12)
+        assert torch.equal(cached[row, idx.shape[1] - len(p):], alone[0])
+    assert len({tuple(r[-12:].tolist()) for r in cached}) > 1  # the rows did not all decode the same
+
+
+def test_padded_decoding_without_the_cache_stays_aligned_past_the_context():
+    """Recomputing only: the shortest prompt's row keeps its own positions when the window slides."""
+    torch.manual_seed(2)
+    m = opinionated_gpt("sdpa", block_size=6, n_layer=1)
+    idx, mask = pad_prompts([[4], [1, 2, 3, 4, 5]], pad_id=0)
+    out = generate(m, idx, 9, top_k=1, padding_mask=mask, use_cache=False)
+    assert torch.equal(out[0, 4:], generate(m, torch.tensor([[4]]), 9, top_k=1, use_cache=False)[0])
+
+
+def test_right_padding_is_refused_in_one_sentence():
+    m = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=1, n_embd=8)).eval()
+    idx = torch.tensor([[1, 2, 0]])
+    with pytest.raises(ValueError, match="must be left padding"):
+        generate(m, idx, 2, top_k=1, padding_mask=torch.tensor([[True, True, False]]))
+    with pytest.raises(ValueError, match=r"must be bool with the prompts' shape \(1, 3\)"):
+        generate(m, idx, 2, top_k=1, padding_mask=torch.ones(1, 2, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "math"])
+def test_padded_prompts_token_by_token_with_the_cache_equal_one_padded_pass(backend):
+    """Prefill the padded prompts, then feed 3 tokens one at a time: the logits at every real position equal
+    one forward pass over the whole padded sequence (the cache keeps the mask and each row's positions)."""
+    torch.manual_seed(3)
+    m = opinionated_gpt(backend)
+    idx, mask = pad_prompts(PROMPTS, pad_id=0)  # (3, 7)
+    idx = torch.cat([idx, torch.randint(0, 11, (3, 3))], dim=1)  # (3, 10): three more tokens per row
+    mask = torch.cat([mask, torch.ones(3, 3, dtype=torch.bool)], dim=1)
+    with torch.no_grad():
+        full, _ = m(idx, padding_mask=mask)  # (3, 10, V)
+        cache = KVCache.for_model(m, 3)
+        pieces = [m(idx[:, a:b], cache=cache, padding_mask=mask[:, a:b])[0] for a, b in ((0, 7), (7, 8), (8, 9))]
+        pieces.append(m(idx[:, 9:], cache=cache)[0])  # no mask given: the new token is real
+    assert cache.padded and cache.real_tokens().tolist() == [4, 7, 10]
+    torch.testing.assert_close(torch.cat(pieces, dim=1)[mask], full[mask], rtol=1e-5, atol=1e-5)

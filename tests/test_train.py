@@ -109,6 +109,14 @@ def test_train_end_to_end_with_offline_wandb(tmp_path, corpus_file, cache_dir):
     )
     assert s.returncode == 0, s.stderr
     assert s.stdout.startswith("To be") and len(s.stdout.strip()) >= 30
+    # two prompts of different lengths in one padded batch: each continues as it does alone (greedy)
+    one, two = (subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "sample.py"), "--ckpt", str(ckpt), *prompts, "--top-k", "1",
+         "--max-new-tokens", "20"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        for prompts in (["--prompt", "O"], ["--prompt", "To be", "--prompt", "O"]))
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    texts = two.stdout.split("\n" + "-" * 40 + "\n")
+    assert len(texts) == 2 and texts[0].startswith("To be") and texts[1] == one.stdout
 
     # resuming continues from step 20 to the new max_steps
     out2 = tmp_path / "resumed"

@@ -324,21 +324,19 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: Tensor, padding_mask: Tensor | None = None, kv_cache=None) -> Tensor:
         """x (B, T, C) -> (B, T, C). With ``kv_cache`` (one layer's view of a kv_cache.KVCache) the T
         tokens are the next ones after those cached: their keys and values are appended and the queries
-        attend to all of them, the causal triangle aligned bottom-right (T_q < T_k)."""
+        attend to all of them, the causal triangle aligned bottom-right (T_q < T_k). ``padding_mask`` (bool,
+        True = real token) covers every key: (B, T), or (B, T_cached + T) with a cache."""
         if x.dim() != 3 or x.shape[-1] != self.n_embd:
             raise ValueError(f"expected input (B, T, {self.n_embd}), got {tuple(x.shape)}.")
         B, T, C = x.shape
-        if padding_mask is not None and (
-            padding_mask.dtype != torch.bool or padding_mask.shape != (B, T)
-        ):
+        t_k = T + (kv_cache.cached if kv_cache is not None else 0)
+        if padding_mask is not None and (padding_mask.dtype != torch.bool or padding_mask.shape != (B, t_k)):
             raise ValueError(
-                f"padding_mask must be bool of shape (B, T) = ({B}, {T}), "
+                f"padding_mask must be bool of shape (B, T_k) = ({B}, {t_k}), "
                 f"got {padding_mask.dtype} {tuple(padding_mask.shape)}."
             )
         q, k, v = self._heads(x)  # 3 x (B, H, T, D)
         if kv_cache is not None:
-            if padding_mask is not None:
-                raise ValueError("padding_mask and kv_cache cannot be combined.")
             k, v = kv_cache.extend(k, v)  # (B, H, T_cached + T, D)
 
         if self.backend == "math":

@@ -5,6 +5,10 @@ over T new tokens writes them at positions pos .. pos + T - 1 of every layer and
 and values to attend to; the attention then aligns the causal triangle bottom-right (query i of the T new
 ones sees keys up to pos + i). With learned absolute positions the cache cannot slide: it holds at most
 ``block_size`` tokens, and the decode loop falls back to recomputing the window beyond that.
+
+A batch of prompts of different lengths is left-padded: the cache also keeps which of its positions hold a
+real token (``mask``, (B, max_len)), so the pads are never attended to and each row's positions count its
+real tokens only (GPT.forward's ``padding_mask``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ class KVCache:
         shape = (n_layer, batch, n_head, max_len, head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)  # (L, B, H, max_len, D)
         self.v = torch.zeros(shape, device=device, dtype=dtype)  # (L, B, H, max_len, D)
+        self.mask = torch.ones(batch, max_len, dtype=torch.bool, device=device)  # (B, max_len): True = real token
+        self.padded = False  # whether any cached position is a pad
         self.max_len, self.pos = max_len, 0
 
     @classmethod
@@ -30,12 +36,26 @@ class KVCache:
     def layer(self, index: int) -> _LayerView:
         return _LayerView(self, index)
 
+    def real_tokens(self) -> Tensor:
+        """(B,): how many real (not pad) tokens each row has cached."""
+        return self.mask[:, : self.pos].sum(dim=1)
+
+    def extend_mask(self, new: Tensor) -> Tensor:
+        """Record the padding mask (B, T) of the T tokens about to be cached; the mask of all keys (B, pos + T)."""
+        end = self.pos + new.shape[1]
+        if end > self.max_len:
+            raise ValueError(f"the KV cache holds {self.max_len} positions (model.block_size); {end} were asked for.")
+        self.mask[:, self.pos:end] = new
+        self.padded = self.padded or not bool(new.all())
+        return self.mask[:, :end]
+
     def advance(self, n: int) -> None:
         """After every layer has written ``n`` new tokens."""
         self.pos += n
 
     def reset(self) -> None:
-        self.pos = 0
+        self.pos, self.padded = 0, False
+        self.mask.fill_(True)
 
 
 class _LayerView:
@@ -43,6 +63,11 @@ class _LayerView:
 
     def __init__(self, cache: KVCache, index: int):
         self.cache, self.index = cache, index
+
+    @property
+    def cached(self) -> int:
+        """Positions already in the cache (before this forward pass's tokens)."""
+        return self.cache.pos
 
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """k, v (B, H, T, D) of the new tokens -> keys and values of all tokens so far (B, H, pos + T, D)."""

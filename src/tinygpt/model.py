@@ -96,8 +96,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, kv_cache=None) -> Tensor:
-        x = x + self.attn(self.ln_1(x), kv_cache=kv_cache)
+    def forward(self, x: Tensor, kv_cache=None, padding_mask: Tensor | None = None) -> Tensor:
+        x = x + self.attn(self.ln_1(x), padding_mask=padding_mask, kv_cache=kv_cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -140,24 +140,44 @@ class GPT(nn.Module):
         c = self.config
         return 6.0 * self.num_params() + 12.0 * c.n_layer * c.n_embd * c.block_size
 
-    def _embed(self, idx: Tensor, start: int = 0) -> Tensor:
-        """idx (B, T) -> token + position embeddings at positions start .. start + T - 1, (B, T, C)."""
+    def _embed(self, idx: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
+        """idx (B, T) -> token + position embeddings, (B, T, C): at positions start .. start + T - 1, or at
+        ``positions`` (B, T) per row (a padded batch)."""
         T = idx.shape[1]
         if start + T > self.config.block_size:
             raise ValueError(f"sequence length {start + T} exceeds model.block_size={self.config.block_size}.")
-        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
-        return self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
+        if positions is None:
+            positions = torch.arange(start, start + T, device=idx.device)  # (T,)
+        return self.drop(self.wte(idx) + self.wpe(positions))  # (B, T, C)
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None, *, cache=None) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self, idx: Tensor, targets: Tensor | None = None, *, cache=None, padding_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
         """idx (B, T) -> (logits (B, T, V), mean cross-entropy against targets (B, T) or None).
 
         ``cache`` (a kv_cache.KVCache): idx holds the tokens after the ``cache.pos`` already cached; they
         get positions cache.pos .. cache.pos + T - 1 and the cache advances by T.
+        ``padding_mask`` (B, T) bool, True = real token: a batch of left-padded sequences (each row's real
+        tokens last). No token attends to a pad, and a row's positions count its real tokens only, so each
+        row is computed as it would be alone (the pads' own outputs are meaningless). With a cache, the
+        cache remembers the mask of what it holds.
         """
         B, T = idx.shape
-        x = self._embed(idx, cache.pos if cache is not None else 0)  # (B, T, C)
+        start = cache.pos if cache is not None else 0
+        positions = keys_mask = None
+        if padding_mask is not None or (cache is not None and cache.padded):
+            if padding_mask is None:
+                padding_mask = torch.ones(B, T, dtype=torch.bool, device=idx.device)
+            if padding_mask.dtype != torch.bool or padding_mask.shape != (B, T):
+                raise ValueError(f"padding_mask must be bool of shape (B, T) = ({B}, {T}), "
+                                 f"got {padding_mask.dtype} {tuple(padding_mask.shape)}.")
+            before = cache.real_tokens()[:, None] if cache is not None else 0  # (B, 1): real tokens cached
+            positions = (before + padding_mask.cumsum(dim=1) - 1).clamp_min(0)  # (B, T); pads get 0
+        x = self._embed(idx, start, positions)  # (B, T, C)
+        if positions is not None:
+            keys_mask = cache.extend_mask(padding_mask) if cache is not None else padding_mask  # (B, T_k)
         for i, block in enumerate(self.blocks):
-            x = block(x, kv_cache=cache.layer(i) if cache is not None else None)
+            x = block(x, kv_cache=cache.layer(i) if cache is not None else None, padding_mask=keys_mask)
         if cache is not None:
             cache.advance(T)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)

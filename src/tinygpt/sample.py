@@ -1,4 +1,6 @@
-"""Generate text from a checkpoint: `python scripts/sample.py --ckpt outputs/.../last.ckpt --prompt ROMEO:`."""
+"""Generate text from a checkpoint: `python scripts/sample.py --ckpt outputs/.../last.ckpt --prompt ROMEO:`.
+
+Several ``--prompt``s decode together as one left-padded batch (each continues as it would alone)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from tokenizers import Tokenizer
 
 from tinygpt import checkpoint
 from tinygpt.errors import ConfigError
-from tinygpt.generate import check_sampling, generate
+from tinygpt.generate import check_sampling, generate, pad_prompts
 from tinygpt.model import GPT, GPTConfig
 from tinygpt.tokenizer import decode, encode
 
@@ -39,26 +41,38 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokeniz
     return model.to(device).eval(), tok
 
 
-def generate_text(model: GPT, tok: Tokenizer | None, prompt: str, max_new_tokens: int,
-                  temperature: float = 0.8, top_k: int | None = 40, seed: int = 0, use_cache: bool = True) -> str:
+def prompt_ids(tok: Tokenizer | None, prompt: str) -> list[int]:
+    """A prompt as token ids (space-separated ids for a checkpoint without a tokenizer)."""
     if tok is None:
-        ids = [int(t) for t in prompt.split()] or [0]
-    else:
-        ids = encode(tok, prompt)
-        if not ids:
-            raise ValueError(f"the prompt {prompt!r} encodes to no tokens; give a non-empty prompt.")
+        return [int(t) for t in prompt.split()] or [0]
+    ids = encode(tok, prompt)
+    if not ids:
+        raise ValueError(f"the prompt {prompt!r} encodes to no tokens; give a non-empty prompt.")
+    return ids
+
+
+def generate_texts(model: GPT, tok: Tokenizer | None, prompts: list[str], max_new_tokens: int,
+                   temperature: float = 0.8, top_k: int | None = 40, seed: int = 0,
+                   use_cache: bool = True) -> list[str]:
+    """Each prompt and its continuation, decoded together as one left-padded batch."""
     device = next(model.parameters()).device
+    ids = [prompt_ids(tok, p) for p in prompts]
+    idx, mask = pad_prompts(ids, device=device)  # (B, T_max) each
     gen = torch.Generator(device=device).manual_seed(seed)
-    out = generate(model, torch.tensor([ids], device=device), max_new_tokens, temperature, top_k, generator=gen,
-                   use_cache=use_cache)
-    out = out[0].tolist()
-    return " ".join(map(str, out)) if tok is None else decode(tok, out)
+    out = generate(model, idx, max_new_tokens, temperature, top_k, generator=gen, use_cache=use_cache,
+                   padding_mask=None if bool(mask.all()) else mask)
+    texts = []
+    for row, p in zip(out.tolist(), ids, strict=True):
+        row = row[idx.shape[1] - len(p):]  # drop the row's pads
+        texts.append(" ".join(map(str, row)) if tok is None else decode(tok, row))
+    return texts
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--ckpt", help="checkpoint or run dir (default: the newest last.ckpt under outputs/ and multirun/)")
-    ap.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    ap.add_argument("--prompt", action="append", help="text to continue (default: a newline); repeat it for "
+                    "several prompts, decoded together as one padded batch")
     ap.add_argument("--max-new-tokens", type=int, default=500)
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--top-k", type=int, default=40)
@@ -68,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cache", action="store_true", help="recompute the whole context for every token (slower; "
                     "for comparison with the KV cache)")
     args = ap.parse_args(argv)
+    prompts = args.prompt or ["\n"]
     ckpt = args.ckpt or find_latest_checkpoint()
     if ckpt is None:
         ap.error("no checkpoint given and none found under outputs/ or multirun/; run `python train.py` first.")
@@ -87,16 +102,17 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     print(f"# {ckpt}", file=sys.stderr)
     if tok is not None and tok.token_to_id("<unk>") is not None:
-        unknown = sorted({c for c in args.prompt if tok.token_to_id(c) is None})
+        unknown = sorted({c for c in "".join(prompts) if tok.token_to_id(c) is None})
         if unknown:
             print(f"# note: the prompt's {''.join(unknown)!r} are not in the vocabulary; the model sees <unk>",
                   file=sys.stderr)
-    for i in range(args.num_samples):
-        text = generate_text(model, tok, args.prompt, args.max_new_tokens, args.temperature,
-                             args.top_k, args.seed + i, use_cache=not args.no_cache)
-        print(text)
-        if i + 1 < args.num_samples:
-            print("-" * 40)
+    try:
+        texts = [text for i in range(args.num_samples) for text in generate_texts(
+            model, tok, prompts, args.max_new_tokens, args.temperature, args.top_k, args.seed + i,
+            use_cache=not args.no_cache)]
+    except ValueError as e:
+        ap.error(str(e))
+    print(("\n" + "-" * 40 + "\n").join(texts))
     return 0
 
 
