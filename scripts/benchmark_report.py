@@ -142,7 +142,8 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
         f"{fmt(mem_ratio, '.2f')} | <= 2: {mark(mem_ratio is not None and mem_ratio <= 2)} |",
         f"| MFU | {r['reference_mfu']:.1%} | {r['mfu']:.1%} | | |",
         *([f"| plain loop around our GPT (tokens/s, 300 steps) | | {r['plain_loop_tokens_per_sec']:,.0f} | "
-           f"{r['lightning_tokens_per_sec'] / r['plain_loop_tokens_per_sec']:.2f} | Lightning's cost per step |"]
+           f"{r['lightning_tokens_per_sec'] / r['plain_loop_tokens_per_sec']:.2f} | bounds Lightning's cost per step "
+           "(one run after the others: the machine's drift included) |"]
           if r.get("plain_loop_tokens_per_sec") else []),
         f"| val loss | {fmt(r.get('reference_val_loss'), '.4f')} | {r['val_loss']:.4f} | | |",
         "",
@@ -239,8 +240,8 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
             "Also changed, not a switch: a warm data cache is found without importing `datasets` (a local text "
             "file is hashed as read; ~90 MiB and ~1 s less at start-up), and the attention PNGs are drawn on a "
             "background thread while training goes on (the probe itself runs on the training thread), each figure "
-            "laid out once and only its heatmaps and title redrawn (matplotlib's blitting): a round of 4 layers "
-            "1.31 s -> 0.22 s. Drawn in full, the maps had slowed the validations next to them 2.4x on 2 cores.",
+            "laid out once and only its heatmaps and title redrawn (matplotlib's blitting; the measurement is in "
+            "`src/tinygpt/plots.py`). Drawn in full, the maps had slowed the validations next to them on 2 cores.",
             "",
         ]
     lines += [
