@@ -72,6 +72,53 @@ def plain_loop(dm: TextDataModule, steps: int, seed: int) -> dict:
     return {"tokens_per_sec": steps * B * T / t_train, "val_loss": val_loss(model, dm), "train_seconds": t_train}
 
 
+def interleaved_steps(nanogpt: Path | None, steps: int = 300, turn: int = 10, seed: int = 0) -> dict:
+    """One training step (forward, backward, clipping, AdamW) of the CPU recipe's model in several variants, in
+    this process, taking turns every ``turn`` steps on random batches of 12 x 64: the machine's drift falls on
+    every variant alike, so their ratios hold where back-to-back runs do not. With a nanoGPT checkout, its own
+    GPT and configure_optimizers (foreach AdamW on the CPU) are one of the variants. Median ms per step."""
+    import contextlib
+    import importlib.util
+    import io
+
+    def ours(fused: bool):
+        torch.manual_seed(seed)
+        model = GPT(GPTConfig(vocab_size=65, **BABY))
+        return model, torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), fused=fused)
+
+    variants = {"tinygpt GPT, fused AdamW (the default)": ours(True), "tinygpt GPT, foreach AdamW": ours(False)}
+    math_model = ours(True)
+    for block in math_model[0].blocks:
+        block.attn.backend = "math"
+    variants["tinygpt GPT, math attention path"] = math_model
+    if nanogpt is not None:
+        spec = importlib.util.spec_from_file_location("nanogpt_model", nanogpt / "model.py")
+        ng = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(ng)
+        torch.manual_seed(seed)
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter counts
+            ng_model = ng.GPT(ng.GPTConfig(vocab_size=65, **BABY))
+            ng_opt = ng_model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")
+        variants["nanoGPT's GPT and configure_optimizers"] = (ng_model, ng_opt)
+    names = list(variants)
+    steps = max(steps, 2 * len(names) * turn)  # each variant's first turn warms up; at least one more is timed
+    data = torch.randint(0, 65, (steps, 12, BABY["block_size"] + 1), generator=torch.Generator().manual_seed(seed))
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for i in range(steps):
+        name = names[(i // turn) % len(names)]
+        model, opt = variants[name]
+        x, y = data[i, :, :-1].contiguous(), data[i, :, 1:].contiguous()  # (12, 64) each, as get_batch gives
+        t0 = time.perf_counter()
+        _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i >= len(names) * turn:  # the first turn of each warms up
+            times[name].append(time.perf_counter() - t0)
+    return {name: 1000 * sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
 def median_of(runs: list[dict]) -> dict:
     """Each numeric figure of several runs' dicts as its median (the mean of the middle two for an even count)."""
     out = {}
@@ -343,6 +390,15 @@ def main(argv=None) -> int:
             plain = plain_loop(dm, 20 if args.quick else 300, args.seed)
             result["plain_loop_tokens_per_sec"] = plain["tokens_per_sec"]
             console.print(f"plain loop: {plain['tokens_per_sec']:,.0f} tokens/s (mean of its steps)")
+        result["step_ab"] = interleaved_steps(args.nanogpt.resolve() if args.nanogpt else None,
+                                              steps=40 if args.quick else 800)
+        table = Table(title="one training step in this process, variants taking turns every 10 steps")
+        for col in ("variant", "ms/step (median)", "vs the default"):
+            table.add_column(col)
+        base = next(iter(result["step_ab"].values()))
+        for name, ms in result["step_ab"].items():
+            table.add_row(name, f"{ms:.2f}", f"{ms / base:.3f}")
+        console.print(table)
         peak = matmul_peak_gflops(512 if args.quick else 2048)
         fpt = baby_flops_per_token()
         result.update({"matmul_peak_gflops": peak, "flops_per_token": fpt,
