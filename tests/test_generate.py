@@ -216,3 +216,10 @@ def test_padded_prompts_token_by_token_with_the_cache_equal_one_padded_pass(back
         pieces.append(m(idx[:, 9:], cache=cache)[0])  # no mask given: the new token is real
     assert cache.padded and cache.real_tokens().tolist() == [4, 7, 10]
     torch.testing.assert_close(torch.cat(pieces, dim=1)[mask], full[mask], rtol=1e-5, atol=1e-5)
+
+
+def test_a_padding_mask_of_the_wrong_shape_is_one_sentence():
+    m = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=1, n_embd=8)).eval()
+    with pytest.raises(ValueError) as err:
+        m(torch.zeros(1, 3, dtype=torch.long), padding_mask=torch.ones(1, 2, dtype=torch.bool))
+    assert str(err.value) == "padding_mask must be bool of shape (B, T) = (1, 3), got torch.bool (1, 2)."

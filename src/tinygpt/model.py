@@ -163,19 +163,17 @@ class GPT(nn.Module):
         cache remembers the mask of what it holds.
         """
         B, T = idx.shape
-        start = cache.pos if cache is not None else 0
-        positions = keys_mask = None
-        if padding_mask is not None or (cache is not None and cache.padded):
-            if padding_mask is None:
-                padding_mask = torch.ones(B, T, dtype=torch.bool, device=idx.device)
-            if padding_mask.dtype != torch.bool or padding_mask.shape != (B, T):
-                raise ValueError(f"padding_mask must be bool of shape (B, T) = ({B}, {T}), "
-                                 f"got {padding_mask.dtype} {tuple(padding_mask.shape)}.")
-            before = cache.real_tokens()[:, None] if cache is not None else 0  # (B, 1): real tokens cached
-            positions = (before + padding_mask.cumsum(dim=1) - 1).clamp_min(0)  # (B, T); pads get 0
-        x = self._embed(idx, start, positions)  # (B, T, C)
-        if positions is not None:
-            keys_mask = cache.extend_mask(padding_mask) if cache is not None else padding_mask  # (B, T_k)
+        padded = padding_mask is not None or (cache is not None and cache.padded)
+        if padded and padding_mask is None:  # new tokens after a padded prompt: all real
+            padding_mask = torch.ones(B, T, dtype=torch.bool, device=idx.device)
+        if padded and (padding_mask.dtype != torch.bool or padding_mask.shape != (B, T)):
+            raise ValueError(f"padding_mask must be bool of shape (B, T) = ({B}, {T}), "
+                             f"got {padding_mask.dtype} {tuple(padding_mask.shape)}.")
+        positions = self._positions(padding_mask, cache) if padded else None  # (B, T) or None: in order
+        x = self._embed(idx, cache.pos if cache is not None else 0, positions)  # (B, T, C)
+        keys_mask = None  # (B, T_k): which keys hold real tokens, None when all do
+        if padded:
+            keys_mask = cache.extend_mask(padding_mask) if cache is not None else padding_mask
         for i, block in enumerate(self.blocks):
             x = block(x, kv_cache=cache.layer(i) if cache is not None else None, padding_mask=keys_mask)
         if cache is not None:
@@ -185,6 +183,13 @@ class GPT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.view(B * T, -1), targets.reshape(B * T))  # (B*T, V)
         return logits, loss
+
+    @staticmethod
+    def _positions(padding_mask: Tensor, cache=None) -> Tensor:
+        """Each token's position in a left-padded batch: how many real tokens precede it in its row (the cached
+        ones included), (B, T); pads get 0 (nothing attends to them)."""
+        before = cache.real_tokens()[:, None] if cache is not None else 0  # (B, 1): real tokens cached
+        return (before + padding_mask.cumsum(dim=1) - 1).clamp_min(0)  # (B, T)
 
     def attention_probe(self, idx: Tensor) -> list[dict[str, Tensor]]:
         """The opt-in look inside: run idx (B, T) through the model and return, per layer, its attention's
