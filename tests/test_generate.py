@@ -223,3 +223,13 @@ def test_a_padding_mask_of_the_wrong_shape_is_one_sentence():
     with pytest.raises(ValueError) as err:
         m(torch.zeros(1, 3, dtype=torch.long), padding_mask=torch.ones(1, 2, dtype=torch.bool))
     assert str(err.value) == "padding_mask must be bool of shape (B, T) = (1, 3), got torch.bool (1, 2)."
+
+
+def test_the_cache_refuses_more_than_it_holds_in_one_sentence():
+    cache = KVCache(n_layer=1, batch=1, n_head=1, max_len=4, head_dim=2)
+    message = r"the KV cache holds 4 positions \(model.block_size\); 5 were asked for."
+    with pytest.raises(ValueError, match=message):
+        cache.layer(0).extend(torch.zeros(1, 1, 5, 2), torch.zeros(1, 1, 5, 2))
+    with pytest.raises(ValueError, match=message):
+        cache.extend_mask(torch.ones(1, 5, dtype=torch.bool))
+    assert cache.pos == 0 and bool(cache.mask.all())  # nothing was written

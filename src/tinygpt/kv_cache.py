@@ -40,11 +40,16 @@ class KVCache:
         """(B,): how many real (not pad) tokens each row has cached."""
         return self.mask[:, : self.pos].sum(dim=1)
 
-    def extend_mask(self, new: Tensor) -> Tensor:
-        """Record the padding mask (B, T) of the T tokens about to be cached; the mask of all keys (B, pos + T)."""
-        end = self.pos + new.shape[1]
+    def end_after(self, n: int) -> int:
+        """The position after ``n`` more tokens, or one sentence if the cache cannot hold them."""
+        end = self.pos + n
         if end > self.max_len:
             raise ValueError(f"the KV cache holds {self.max_len} positions (model.block_size); {end} were asked for.")
+        return end
+
+    def extend_mask(self, new: Tensor) -> Tensor:
+        """Record the padding mask (B, T) of the T tokens about to be cached; the mask of all keys (B, pos + T)."""
+        end = self.end_after(new.shape[1])
         self.mask[:, self.pos:end] = new
         self.padded = self.padded or not bool(new.all())
         return self.mask[:, :end]
@@ -71,10 +76,8 @@ class _LayerView:
 
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """k, v (B, H, T, D) of the new tokens -> keys and values of all tokens so far (B, H, pos + T, D)."""
-        c, T = self.cache, k.shape[-2]
-        end = c.pos + T
-        if end > c.max_len:
-            raise ValueError(f"the KV cache holds {c.max_len} positions (model.block_size); {end} were asked for.")
+        c = self.cache
+        end = c.end_after(k.shape[-2])
         c.k[self.index, :, :, c.pos:end] = k
         c.v[self.index, :, :, c.pos:end] = v
         return c.k[self.index, :, :, :end], c.v[self.index, :, :, :end]  # (B, H, pos + T, D)

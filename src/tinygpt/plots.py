@@ -92,7 +92,3 @@ class LayerPlotter:
         return [self.figure.render(w, f"layer {layer}, step {step} (rows: queries, columns: keys)",
                                    out / f"step{step:06d}_layer{layer}.png") for layer, w in enumerate(weights)]
 
-
-def plot_layers(weights: np.ndarray, labels: list[str], step: int, out: Path) -> list[Path]:
-    """weights (n_layer, H, T, T) at ``step`` -> one PNG per layer under ``out``; their paths."""
-    return LayerPlotter()(weights, labels, step, out)
