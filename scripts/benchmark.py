@@ -52,6 +52,15 @@ def val_loss(model: GPT, dm: TextDataModule, batch: int = 64) -> float:
     return (torch.stack(losses).sum() / len(dm.val_x)).item()
 
 
+def train_step(model, opt, x, y) -> None:
+    """nanoGPT's step: forward, backward, clip the gradient norm to 1, AdamW, zero the gradients."""
+    _, loss = model(x, y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def plain_loop(dm: TextDataModule, steps: int, seed: int) -> dict:
     """nanoGPT's loop around tinygpt's GPT."""
     torch.manual_seed(seed)
@@ -67,11 +76,7 @@ def plain_loop(dm: TextDataModule, steps: int, seed: int) -> dict:
             g["lr"] = lr_at(step, lr=1e-3, min_lr=1e-4, warmup_steps=100, decay_steps=steps)
         ix = torch.randint(len(data) - T, (B,))
         w = data[ix[:, None] + offsets]  # (B, T+1)
-        _, loss = model(w[:, :-1], w[:, 1:])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        train_step(model, opt, w[:, :-1], w[:, 1:])
         t_train += time.perf_counter() - t0
     return {"tokens_per_sec": steps * B * T / t_train, "val_loss": val_loss(model, dm), "train_seconds": t_train}
 
@@ -113,11 +118,7 @@ def interleaved_steps(nanogpt: Path | None, steps: int = 300, turn: int = 10, se
         model, opt = variants[name]
         x, y = data[i, :, :-1].contiguous(), data[i, :, 1:].contiguous()  # (12, 64) each, as get_batch gives
         t0 = time.perf_counter()
-        _, loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        train_step(model, opt, x, y)
         if i >= len(names) * turn:  # the first turn of each warms up
             times[name].append(time.perf_counter() - t0)
     return {name: 1000 * sorted(t)[len(t) // 2] for name, t in times.items()}
