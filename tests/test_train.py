@@ -1,5 +1,7 @@
 """End-to-end: `python train.py` on the tiny model, as a user runs it."""
 
+import csv
+import io
 import json
 import subprocess
 import sys
@@ -59,7 +61,7 @@ def test_train_end_to_end_with_offline_wandb(tmp_path, corpus_file, cache_dir):
     home = tmp_path / "home"  # no ~/.netrc and no API key: the run must go offline by itself
     home.mkdir()
     env = {"HOME": str(home), "WANDB_API_KEY": None, "WANDB_MODE": None}
-    proc = run_train(tiny_args(out, corpus_file, cache_dir), env=env)
+    proc = run_train(tiny_args(out, corpus_file, cache_dir, "callbacks.stability.every_n_steps=5"), env=env)
     console = proc.stdout + proc.stderr
     assert "wandb sync" in console
 
@@ -81,6 +83,11 @@ def test_train_end_to_end_with_offline_wandb(tmp_path, corpus_file, cache_dir):
     for key in ("train/loss", "val/loss", "val/loss_autoregressive", "val/loss_probe", "train/grad_norm",
                 "train/loss_spikes", "stab/max_logit", "stab/entropy_min", "stab/q_rms/1", "stab/k_rms/0"):
         assert key in columns, key
+    rows = list(csv.DictReader(io.StringIO("\n".join(history))))
+    at = lambda key: [int(r["step"]) for r in rows if r.get(key)]  # noqa: E731
+    assert at("train/loss") == [9, 19]  # the steps Lightning logs at (every log_every_n_steps = 10)
+    assert at("train/grad_norm") == [0, 5, 10, 15]  # each probe once, at the batch it measured (every 5)
+    assert at("stab/max_logit") == at("train/loss_spikes") == [4, 9, 14, 19]  # after steps 5, 10, 15, 20
     assert [json.loads(line)["step"] for line in (out / "samples.jsonl").read_text().splitlines()] == [10, 20]
     with np.load(out / "attention" / "step000020.npz") as z:
         assert z["weights"].shape == (2, 2, 16, 16) and len(z["labels"]) == 16
@@ -88,6 +95,8 @@ def test_train_end_to_end_with_offline_wandb(tmp_path, corpus_file, cache_dir):
     assert ckpt.exists() and list((out / "checkpoints").glob("best-*.ckpt"))
     saved = torch.load(ckpt, map_location="cpu", weights_only=False)
     assert "tokenizer" in saved and saved["global_step"] == 20
+    logged = [float(r["train/loss"]) for r in rows if r.get("train/loss")]  # the loss of the step logged at
+    assert logged == pytest.approx(saved["train_losses"][[9, 19]].tolist(), rel=1e-6)
 
     pngs = sorted((out / "attention").glob("*.png"))
     assert [p.name for p in pngs] == [

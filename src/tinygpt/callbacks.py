@@ -87,6 +87,14 @@ class StepTimer(L.Callback):
         return self.tokens / self.seconds if self.seconds else None
 
 
+def log_at(trainer: L.Trainer, metrics: dict[str, float], step: int) -> None:
+    """Hand ``metrics`` to the loggers (W&B, history/metrics.csv) once, at ``step`` (a batch index, the step
+    Lightning writes its own metrics at). ``module.log`` from a callback would keep the value and Lightning would
+    send it again at every later logging step, so a probe taken every 50 steps would appear five times."""
+    for lg in trainer.loggers:  # the loggers write on rank 0 only
+        lg.log_metrics(metrics, step=step)
+
+
 def _wandb_loggers(trainer: L.Trainer) -> list[WandbLogger]:
     return [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
 
@@ -261,6 +269,8 @@ class StabilityMonitor(L.Callback):
     - ``train/grad_norm``: the global L2 norm of the gradients before clipping;
     - ``train/loss_spikes``: how many steps so far had a training loss above ``spike_factor`` x the mean of
       the previous ``spike_window`` steps (counted every step).
+
+    Each value reaches the loggers once, at the batch it was measured on (``log_at``).
     """
 
     def __init__(self, every_n_steps: int = 50, windows: int = 8, spike_factor: float = 1.5, spike_window: int = 50):
@@ -283,7 +293,7 @@ class StabilityMonitor(L.Callback):
         if total is not None:
             norm = float(total)
             self.max_grad_norm = max(self.max_grad_norm, norm) if math.isfinite(norm) else float("inf")
-            module.log("train/grad_norm", norm)
+            log_at(trainer, {"train/grad_norm": norm}, trainer.global_step)  # this batch: no step taken yet
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         loss = outputs["loss"].detach().item()
@@ -304,7 +314,7 @@ class StabilityMonitor(L.Callback):
         for name in ("max_logit", "entropy", "entropy_min", "q_rms", "k_rms"):
             for layer, v in enumerate(stats[f"attn_{name}_per_layer"]):
                 metrics[f"stab/{name}/{layer}"] = v
-        module.log_dict(metrics, rank_zero_only=True)
+        log_at(trainer, metrics, trainer.global_step - 1)  # this batch's index: its step is taken
 
 
 class Diverged(Exception):
