@@ -5,6 +5,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from tinygpt.fast_exit import exit_without_teardown
 from tinygpt.runs import register_resolvers
 
 register_resolvers(project_root=Path(__file__).parent)  # ${run_id:} in run dirs, ${project_root:} for the cache
@@ -18,4 +19,5 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    main()  # an error leaves through Hydra's sys.exit, with the interpreter's full teardown
+    exit_without_teardown(0)  # ~1 s less: a finished run skips freeing every module (tinygpt/fast_exit.py)

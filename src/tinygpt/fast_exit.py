@@ -1,0 +1,33 @@
+"""End `python train.py` without the interpreter's teardown of every imported module.
+
+After a run, Python's finalization frees torch's, Lightning's and dynamo's module state object by object: ~1 s
+here (a process that only imports torch and lightning takes 0.9 s to exit, one that imports nothing 0.01 s),
+on every run, sweep job and test. The process is ending anyway, so the work is skipped: what exiting must
+still do is done first, in the interpreter's own order (threading._shutdown joins non-daemon threads, e.g. an
+executor still writing files; atexit handlers, e.g. W&B's service shutdown and logging's final flush), then
+the standard streams are flushed and the process ends with os._exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+
+
+def exit_without_teardown(code: int = 0) -> None:
+    """Run what a normal exit runs (thread joins, atexit handlers, stream flushes), then end the process at
+    once with ``code``. Falls back to a normal exit on a Python without the hooks used here."""
+    join_threads = getattr(threading, "_shutdown", None)
+    run_atexit = getattr(atexit, "_run_exitfuncs", None)
+    if join_threads is None or run_atexit is None:
+        sys.exit(code)
+    join_threads()
+    run_atexit()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or broken pipe: nothing left to write to
+            pass
+    os._exit(code)
