@@ -114,9 +114,13 @@ def step_ab_lines(ab: dict) -> list[str]:
     lines += [f"| {name} | {ms:.2f} | {ms / base:.3f} |" for name, ms in ab.items()]
     ng = ab.get("nanoGPT's GPT and configure_optimizers")
     if ng:
+        clip = "tinygpt GPT, torch's clip_grad_norm_" in ab
         lines += ["", f"Per step, without the drift, our model and optimizer run at {ng / base:.3f}x nanoGPT's "
-                  "tokens/s: the same arithmetic (both GPTs do the same matmuls; fused AdamW is the difference "
-                  "the foreach row shows). A 1.1x target on the same model math would need faster kernels "
+                  "tokens/s: the same arithmetic (both GPTs do the same matmuls; "
+                  + ("the differences are fused AdamW and the clipping that skips multiplying by 1.0, which the "
+                     "foreach and clip_grad_norm_ rows show)" if clip else
+                     "fused AdamW is the difference the foreach row shows)")
+                  + ". A 1.1x target on the same model math would need faster kernels "
                   "than torch's on this CPU; `torch.compile` did not give them (levers). Where the rounds' medians "
                   "and this row disagree, trust this row for the per-step ratio: the rounds time whole programs "
                   "minutes apart on a machine whose speed moves (see the spread between rounds above)."]

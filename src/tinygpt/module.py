@@ -60,6 +60,18 @@ def check_optim(lr, min_lr, warmup_steps, decay_steps, betas=(0.9, 0.99), weight
         raise ValueError(f"optim.fused_adam={fused_adam!r} must be true or false.")
 
 
+def clip_grad_norm_cpu_(parameters, max_norm: float) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_ for gradients in CPU memory: the same norm and the same factor
+    min(1, max_norm / (norm + 1e-6)), but the gradients are multiplied only when the factor is below 1 (torch
+    multiplies every gradient by it on every step, so as not to read the norm back from a GPU; on the CPU
+    reading it costs nothing). Bit-identical gradients; returns the total norm."""
+    params = [p for p in parameters if p.grad is not None]
+    total = torch.nn.utils.get_total_norm([p.grad for p in params])
+    if not bool(float(max_norm) / (total + 1e-6) >= 1.0):  # a NaN norm scales too, as torch does
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return total
+
+
 class GPTModule(L.LightningModule):
     def __init__(
         self,
@@ -159,10 +171,7 @@ class GPTModule(L.LightningModule):
         is 1, where they would change nothing. Same norm, same factor, bit-identical gradients."""
         if not self._plain_cpu_clipping(gradient_clip_val, gradient_clip_algorithm):
             return super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
-        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        total = torch.nn.utils.get_total_norm([p.grad for p in params])
-        if not bool(float(gradient_clip_val) / (total + 1e-6) >= 1.0):  # a NaN norm scales too, as torch does
-            torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, total)
+        clip_grad_norm_cpu_([p for group in optimizer.param_groups for p in group["params"]], gradient_clip_val)
 
     def _plain_cpu_clipping(self, clip_val, algorithm) -> bool:
         """Clipping by norm of full fp32 gradients on the CPU, one process or DDP (each rank holds every full
