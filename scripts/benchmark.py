@@ -138,11 +138,13 @@ def median_of(runs: list[dict]) -> dict:
     return out
 
 
-def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run cmd under /usr/bin/time: (process, wall seconds, peak RSS in MiB)."""
+def timed(cmd: list[str], cwd: Path, env: dict | None = None,
+          cpu: int | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run cmd under /usr/bin/time: (process, wall seconds, peak RSS in MiB). ``cpu``: pinned to that core."""
+    pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
     with tempfile.NamedTemporaryFile("r", suffix=".time") as f:
         t0 = time.perf_counter()
-        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", f.name, *cmd], cwd=cwd, capture_output=True,
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", f.name, *pin, *cmd], cwd=cwd, capture_output=True,
                               text=True, env={**os.environ, **(env or {})})
         wall = time.perf_counter() - t0
         lines = [line for line in Path(f.name).read_text().splitlines() if line.strip().isdigit()]
@@ -152,13 +154,13 @@ def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[subproces
 
 
 def tinygpt_run(data_args: list[str], steps: int, seed: int, cache_dir: str, extra: list[str] = (),
-                env: dict | None = None) -> dict:
+                env: dict | None = None, cpu: int | None = None) -> dict:
     """`python train.py` on the default recipe as a user runs it, W&B offline, maps and samples included."""
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, str(ROOT / "train.py"), *data_args, f"seed={seed}", f"trainer.max_steps={steps}",
                f"data.cache_dir={cache_dir}", f"hydra.run.dir={out}/run", *extra]
         launched = time.time()
-        _, wall, peak = timed(cmd, ROOT, {"WANDB_MODE": "offline", **(env or {})})
+        _, wall, peak = timed(cmd, ROOT, {"WANDB_MODE": "offline", **(env or {})}, cpu)
         s = json.loads((Path(out) / "run" / "summary.json").read_text())
     tokens_per_step = 12 * 64
     return {"tokens_per_sec": tokens_per_step / s["step_seconds_median"],
@@ -173,20 +175,54 @@ NANOGPT_CPU = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=Fa
 ITER_LINE = re.compile(r"^iter (\d+): loss ([\d.]+), time ([\d.]+)ms")
 
 
-def nanogpt_run(nanogpt: Path, text: Path, steps: int) -> dict:
-    """nanoGPT's train.py on its README's CPU command, its data prepared from ``text``."""
+def prepare_nanogpt_data(nanogpt: Path, text: Path) -> None:
+    """nanoGPT's shakespeare_char data (train.bin, val.bin, meta.pkl) from ``text``, unless already there."""
     data_dir = nanogpt / "data" / "shakespeare_char"
     if not (data_dir / "train.bin").exists() or (data_dir / "input.txt").read_text() != text.read_text():
         shutil.copy(text, data_dir / "input.txt")
         subprocess.run([sys.executable, "prepare.py"], cwd=data_dir, check=True, capture_output=True)
+
+
+def nanogpt_run(nanogpt: Path, text: Path, steps: int, env: dict | None = None, cpu: int | None = None) -> dict:
+    """nanoGPT's train.py on its README's CPU command, its data prepared from ``text``."""
+    prepare_nanogpt_data(nanogpt, text)
     with tempfile.TemporaryDirectory() as out:
         args = [a.format(steps=steps) for a in NANOGPT_CPU] + [f"--out_dir={out}"]
-        proc, wall, peak = timed([sys.executable, "train.py", *args], nanogpt)
+        proc, wall, peak = timed([sys.executable, "train.py", *args], nanogpt, env, cpu)
     iters = [(int(m[1]), float(m[3]) / 1000) for m in map(ITER_LINE.match, proc.stdout.splitlines()) if m]
     times = sorted(dt for i, dt in iters if i > 0)  # iteration 0 includes start-up
     vals = re.findall(r"step \d+: train loss [\d.]+, val loss ([\d.]+)", proc.stdout)
     return {"tokens_per_sec": 12 * 64 / times[len(times) // 2], "wall_s": wall, "peak_rss_mib": peak,
             "val_loss": float(vals[-1]) if vals else None}
+
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def side_by_side(nanogpt: Path, text: Path, data_args: list[str], steps: int, seed: int, cache_dir: str,
+                 pairs: int) -> list[dict]:
+    """Both programs at the same time, each pinned to its own core with one thread, ``pairs`` times with the
+    cores swapped between pairs. Whatever the machine's speed does during a pair it does to both, so a pair's
+    ratios are free of the drift that moves back-to-back runs (up to 38% here). One thread each is not the
+    default's two: this compares the programs' own work (their steps, loops, evaluations, start-up and
+    extras), not how each uses two cores."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    prepare_nanogpt_data(nanogpt, text)  # before the clock starts for either
+    out = []
+    for i in range(pairs):
+        ours_cpu, ref_cpu = (0, 1) if i % 2 == 0 else (1, 0)
+        with ThreadPoolExecutor(max_workers=2) as pool:  # each thread waits on its own subprocess
+            ours = pool.submit(tinygpt_run, data_args, steps, seed, cache_dir, env=ONE_THREAD, cpu=ours_cpu)
+            ref = pool.submit(nanogpt_run, nanogpt, text, steps, env=ONE_THREAD, cpu=ref_cpu)
+            pair = {"tinygpt": ours.result(), "reference": ref.result()}
+        out.append({**{side: {k: pair[side].get(k) for k in ("wall_s", "tokens_per_sec", "peak_rss_mib", "val_loss")}
+                       for side in pair}, "tinygpt_core": ours_cpu, "reference_core": ref_cpu})
+        ours_r, ref_r = pair["tinygpt"], pair["reference"]
+        console.print(f"side by side {i + 1}/{pairs} (tinygpt on core {ours_cpu}, nanoGPT on core {ref_cpu}, one "
+                      f"thread each): tinygpt {ours_r['wall_s']:.1f} s, {ours_r['tokens_per_sec']:,.0f} tokens/s; "
+                      f"nanoGPT {ref_r['wall_s']:.1f} s, {ref_r['tokens_per_sec']:,.0f} tokens/s")
+    return out
 
 
 def attention_costs(lengths=(64, 256, 1024, 2048), heads: int = 4, head_dim: int = 32) -> dict:
@@ -324,11 +360,18 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2,
                     help="runs of each program, alternating (ABBA); the JSON's top-level figures are medians")
     ap.add_argument("--lever-steps", type=int, default=500, help="steps of each lever run")
+    ap.add_argument("--side-by-side", type=int, default=2, metavar="PAIRS",
+                    help="with --nanogpt: run both programs at once, each on its own core with one thread, this "
+                         "many times (cores swapped each time; 0: skip): ratios free of the machine's drift")
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error(f"--steps={args.steps} must be >= 1.")
     if args.rounds < 1:
         ap.error(f"--rounds={args.rounds} must be >= 1.")
+    if args.side_by_side < 0:
+        ap.error(f"--side-by-side={args.side_by_side} must be >= 0.")
+    if args.nanogpt and args.side_by_side and ((os.cpu_count() or 1) < 2 or not shutil.which("taskset")):
+        ap.error("--side-by-side needs 2 cores and taskset (util-linux); pass --side-by-side 0 to skip it.")
     if args.nanogpt and not (args.nanogpt / "train.py").is_file():
         ap.error(f"--nanogpt={args.nanogpt} is not a nanoGPT checkout (no train.py there).")
     if args.nanogpt and not args.data:
@@ -401,6 +444,15 @@ def main(argv=None) -> int:
             console.print(f"plain loop: {plain['tokens_per_sec']:,.0f} tokens/s (mean of its steps)")
         result["step_ab"] = interleaved_steps(args.nanogpt.resolve() if args.nanogpt else None,
                                               steps=40 if args.quick else 800)
+        if args.nanogpt and args.side_by_side:
+            pairs = side_by_side(args.nanogpt.resolve(), Path(args.data).resolve(), data_args, steps, args.seed,
+                                 args.cache_dir, args.side_by_side)
+            ratios = median_of([{k: p["tinygpt"][k] / p["reference"][k] for k in ("wall_s", "tokens_per_sec")}
+                                for p in pairs])  # the median pair's ratios
+            result.update({"side_by_side": pairs, "side_by_side_wall_ratio": ratios["wall_s"],
+                           "side_by_side_tokens_per_sec_ratio": ratios["tokens_per_sec"]})
+            console.print(f"side by side: wall ratio {result['side_by_side_wall_ratio']:.3f}, tokens/s ratio "
+                          f"{result['side_by_side_tokens_per_sec_ratio']:.3f} (medians over the pairs)")
         table = Table(title="one training step in this process, variants taking turns every 10 steps")
         for col in ("variant", "ms/step (median)", "vs the default"):
             table.add_column(col)

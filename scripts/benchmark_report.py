@@ -127,6 +127,40 @@ def step_ab_lines(ab: dict) -> list[str]:
     return [*lines, ""]
 
 
+def side_by_side_rows(r: dict) -> list[str]:
+    """The drift-free whole-program ratios as rows of the main table (with --nanogpt --side-by-side)."""
+    if not r.get("side_by_side"):
+        return []
+    n, tok, wall = len(r["side_by_side"]), r["side_by_side_tokens_per_sec_ratio"], r["side_by_side_wall_ratio"]
+    return [f"| tokens/s (median step), both programs at once, one core and one thread each (no drift; median of "
+            f"{n} pairs) | | | {tok:.2f} | >= 1.1: {mark(tok >= 1.1)} |",
+            f"| wall time, both programs at once, one core and one thread each (no drift; median of {n} pairs) | "
+            f"| | {wall:.3f} | < 1: {mark(wall < 1)} |"]
+
+
+def side_by_side_lines(r: dict, ref_name: str) -> list[str]:
+    """Each side-by-side pair: both programs launched together, each pinned to its own core, one thread."""
+    pairs = r["side_by_side"]
+    lines = ["### Side by side: both programs at once, each on its own core with one thread", "",
+             "The back-to-back rounds above compare runs minutes apart on a machine whose speed moves. Here both "
+             "programs start together, each pinned to one of the two cores (`taskset`) with one thread "
+             "(`OMP_NUM_THREADS=1`), the cores swapped between pairs: whatever the machine does during a pair it "
+             "does to both, so a pair's ratio holds. One thread each is not the default's two: this compares the "
+             "programs' own work (steps, loops, evaluations, start-up, extras), not how each uses two cores.", "",
+             f"| pair | tinygpt core | {ref_name} wall | tinygpt wall | ratio | {ref_name} tokens/s | "
+             "tinygpt tokens/s | ratio | tinygpt peak | " + ref_name + " peak |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for i, p in enumerate(pairs, 1):
+        ref, ours = p["reference"], p["tinygpt"]
+        lines.append(f"| {i} | {p['tinygpt_core']} | {ref['wall_s']:.1f} s | {ours['wall_s']:.1f} s | "
+                     f"{ours['wall_s'] / ref['wall_s']:.3f} | {ref['tokens_per_sec']:,.0f} | "
+                     f"{ours['tokens_per_sec']:,.0f} | {ours['tokens_per_sec'] / ref['tokens_per_sec']:.2f} | "
+                     f"{fmt(ours.get('peak_rss_mib'), ',.0f')} MiB | {fmt(ref.get('peak_rss_mib'), ',.0f')} MiB |")
+    lines += ["", f"Medians over the pairs: wall ratio {r['side_by_side_wall_ratio']:.3f}, tokens/s ratio "
+              f"{r['side_by_side_tokens_per_sec_ratio']:.2f}.", ""]
+    return lines
+
+
 def rounds_table(r: dict, ref_name: str) -> list[str]:
     """Each alternating round of the benchmark: both programs' wall time and tokens/s, and their ratios."""
     lines = [f"| round | {ref_name} wall | tinygpt wall | ratio | {ref_name} tokens/s | tinygpt tokens/s | ratio |",
@@ -171,6 +205,7 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
         f"| tokens/s (median step) | {r['reference_tokens_per_sec']:,.0f} | {r['lightning_tokens_per_sec']:,.0f} | "
         f"{tok_ratio:.2f} | >= 1.1: {mark(tok_ratio >= 1.1)} |",
         *step_ab_row(r),
+        *side_by_side_rows(r),
         f"| wall time | {r['reference_wall_s']:.1f} s | {r['wall_s']:.1f} s | {wall_ratio:.3f} | "
         f"< 1: {mark(wall_ratio < 1)} |",
         f"| time to the first training step | | {r['startup_s']:.1f} s | | < 10 s: {mark(r['startup_s'] < 10)} |",
@@ -186,6 +221,7 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
         f"| val loss | {fmt(r.get('reference_val_loss'), '.4f')} | {r['val_loss']:.4f} | | |",
         "",
         *(rounds_table(r, ref_name) if r.get("rounds") else []),
+        *(side_by_side_lines(r, ref_name) if r.get("side_by_side") else []),
         *(step_ab_lines(r["step_ab"]) if r.get("step_ab") else []),
         "Where the wall time goes: "
         f"{r['steps']} steps at the median step time take {r['steps'] * 768 / r['lightning_tokens_per_sec']:.1f} s "
@@ -253,22 +289,26 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
         "so its memory grows with T, not T², and training uses it.",
         "",
     ]
-    if r.get("levers"):
-        base = r["levers"][0]
+    lever_run = r if r.get("levers") else next((e for _, e in reversed(earlier) if e.get("levers")), None)
+    if lever_run:
+        base = lever_run["levers"][0]
+        source = "" if lever_run is r else (
+            " From `" + next(p.name for p, e in earlier if e is lever_run) + "`, the latest JSON with levers "
+            "(the run above did not repeat them).")
         lines += [
-            f"## Levers, one at a time ({r['lever_steps']} steps each, back to back)",
+            f"## Levers, one at a time ({lever_run['lever_steps']} steps each, back to back)",
             "",
             f"Each row is one `python train.py` run on the same data with one switch changed from the default "
-            f"(validation and attention maps every {r['lever_steps'] // 2} steps in all rows but the one that "
+            f"(validation and attention maps every {lever_run['lever_steps'] // 2} steps in all rows but the one that "
             "changes validation). A lever becomes a default only where the loss is unchanged: the training loss "
             "column shows it is (bit-identical where the arithmetic is the same). Single runs: differences of a few "
             "ms per step between rows whose step does the same arithmetic (maps, loggers, the heap trim) are this "
-            "machine's run-to-run noise, not the lever.",
+            "machine's run-to-run noise, not the lever." + source,
             "",
             "| lever | wall s | ms/step (median) | peak MiB | train loss | verdict |",
             "|---|---|---|---|---|---|",
         ]
-        for lv in r["levers"]:
+        for lv in lever_run["levers"]:
             dw = "" if lv is base else f" ({lv['wall_s'] - base['wall_s']:+.1f})"
             ds = "" if lv is base else f" ({lv['step_ms'] - base['step_ms']:+.1f})"
             dm = "" if lv is base else f" ({lv['peak_rss_mib'] - base['peak_rss_mib']:+.0f})"

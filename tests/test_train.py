@@ -287,6 +287,78 @@ def test_benchmark_quick_writes_every_key(tmp_path, corpus_file, cache_dir):
     assert (tmp_path / "docs" / "benchmark" / "attention.png").exists()
 
 
+FAKE_NANOGPT = {  # what scripts/benchmark.py uses of a nanoGPT checkout, with tinygpt's GPT as the model
+    "model.py": """
+from dataclasses import asdict, dataclass
+import torch
+from tinygpt.model import GPT as _GPT, GPTConfig as _Config
+
+@dataclass
+class GPTConfig:
+    vocab_size: int
+    n_layer: int
+    n_head: int
+    n_embd: int
+    block_size: int
+    dropout: float = 0.0
+    bias: bool = False
+
+class GPT(_GPT):
+    def __init__(self, config):
+        super().__init__(_Config(**asdict(config)))
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        return torch.optim.AdamW(self.parameters(), lr=learning_rate, betas=betas, weight_decay=weight_decay)
+""",
+    "train.py": """
+import os, sys, time
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
+steps = int(args["max_iters"])
+print("step 0: train loss 4.2000, val loss 4.2100")
+for i in range(steps + 1):
+    time.sleep(0.01)
+    print(f"iter {i}: loss 4.0000, time 10.00ms, mfu -100.00%")
+print(f"step {steps}: train loss 3.9000, val loss 3.9500")
+with open("../log.txt", "a") as f:
+    f.write(f"{os.environ.get('OMP_NUM_THREADS')} {sorted(os.sched_getaffinity(0))}\\n")
+""",
+    "data/shakespeare_char/prepare.py": "open('train.bin', 'wb').write(b'0')\n",
+}
+
+
+@pytest.mark.slow
+def test_benchmark_quick_against_a_nanogpt_checkout(tmp_path, corpus_file, cache_dir):
+    """--nanogpt: its train.py back to back with ours, and side by side (both at once, each pinned to its own
+    core with one thread, the cores swapped in the second pair); a stand-in checkout prints nanoGPT's lines."""
+    checkout = tmp_path / "nanoGPT"
+    for name, text in FAKE_NANOGPT.items():
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / name).write_text(text)
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--data", str(corpus_file), "--quick",
+         "--nanogpt", str(checkout), "--rounds", "1", "--side-by-side", "2", "--cache-dir", str(cache_dir),
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["reference"] == "nanoGPT train.py" and r["reference_tokens_per_sec"] == pytest.approx(768 / 0.01)
+    assert r["reference_val_loss"] == 3.95
+    pairs = r["side_by_side"]
+    assert [(p["tinygpt_core"], p["reference_core"]) for p in pairs] == [(0, 1), (1, 0)]
+    assert all(p["tinygpt"]["wall_s"] > 0 and p["reference"]["tokens_per_sec"] > 0 for p in pairs)
+    ratios = sorted(p["tinygpt"]["wall_s"] / p["reference"]["wall_s"] for p in pairs)
+    assert r["side_by_side_wall_ratio"] == pytest.approx(sum(ratios) / 2)
+    runs = (checkout.parent / "log.txt").read_text().splitlines()  # the rounds' run, then the pairs' runs
+    assert runs[0].split()[0] == "None" and runs[1:] == ["1 [1]", "1 [0]"]
+    assert "nanoGPT's GPT and configure_optimizers" in r["step_ab"]
+    report = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_report.py"), str(out), "--out",
+                             str(tmp_path / "docs" / "benchmarks.md")], capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "### Side by side" in (tmp_path / "docs" / "benchmarks.md").read_text()
+
+
 @pytest.mark.slow
 def test_a_diverging_job_ends_cleanly_and_the_sweep_goes_on(tmp_path, corpus_file, cache_dir):
     """A huge learning rate without the 1/sqrt(d_k) scale: the loss becomes NaN; that job stops, writes its
