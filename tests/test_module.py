@@ -126,3 +126,19 @@ def test_clipping_outside_the_plain_cpu_case_is_lightnings():
         with mock.patch("lightning.pytorch.LightningModule.configure_gradient_clipping") as lightning_clip:
             module.configure_gradient_clipping(torch.optim.SGD(module.parameters(), lr=0.1), 1.0, algorithm)
         assert lightning_clip.call_count == 1, (precision, strategy, algorithm)
+
+
+def test_the_training_loss_is_logged_on_the_steps_lightning_hands_to_the_loggers():
+    """Lightning's rule: every log_every_n_steps counted from the first step, or when stopping; with 0 nothing
+    reaches the loggers and every step is logged (the progress bar shows it)."""
+    from types import SimpleNamespace
+
+    module = GPTModule(model=MODEL, vocab_size=20)
+
+    def logged(step, every=10, stop=False):
+        module._trainer = SimpleNamespace(global_step=step, log_every_n_steps=every, should_stop=stop)
+        return module._logging_step()
+
+    assert [s for s in range(30) if logged(s)] == [9, 19, 29]
+    assert logged(4, stop=True) and all(logged(s, every=0) for s in range(5))
+    assert [s for s in range(6) if logged(s, every=1)] == list(range(6))
