@@ -88,6 +88,8 @@ def test_train_end_to_end_with_offline_wandb(tmp_path, corpus_file, cache_dir):
     assert at("train/loss") == [9, 19]  # the steps Lightning logs at (every log_every_n_steps = 10)
     assert at("train/grad_norm") == [0, 5, 10, 15]  # each probe once, at the batch it measured (every 5)
     assert at("stab/max_logit") == at("train/loss_spikes") == [4, 9, 14, 19]  # after steps 5, 10, 15, 20
+    assert at("diag/future_leak") == [20]  # the end-of-run diagnostics, after fit
+    assert float(next(r for r in rows if r.get("diag/future_leak"))["diag/future_leak"]) == summary["future_leak"]
     assert [json.loads(line)["step"] for line in (out / "samples.jsonl").read_text().splitlines()] == [10, 20]
     with np.load(out / "attention" / "step000020.npz") as z:
         assert z["weights"].shape == (2, 2, 16, 16) and len(z["labels"]) == 16

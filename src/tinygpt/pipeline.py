@@ -234,9 +234,10 @@ def probe_diagnostics(model, module: GPTModule, dm, n_windows: int) -> dict:
 
 def log_diagnostics(loggers: list, diag: dict, step: int) -> None:
     """Scalars as diag/<key>; the loss-by-position profiles as a W&B table (position, teacher-forced,
-    autoregressive) for a line plot."""
+    autoregressive) for a line plot. Saved at once: fit has ended, so Lightning will not flush the CSV again."""
     for lg in loggers:
         lg.log_metrics({f"diag/{k}": v for k, v in diag.items() if isinstance(v, (int, float))}, step=step)
+        lg.save()
         if isinstance(lg, WandbLogger) and diag.get("loss_by_position"):
             tf = diag["loss_by_position"]
             rows = [[t, tf[t], ar] for t, ar in zip(diag["autoregressive_at"], diag["loss_by_position_autoregressive"],
