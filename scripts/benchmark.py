@@ -128,6 +128,12 @@ def interleaved_steps(nanogpt: Path | None, steps: int = 300, turn: int = 10, se
     return {name: 1000 * sorted(t)[len(t) // 2] for name, t in times.items()}
 
 
+def kept(pair: dict) -> dict:
+    """What the JSON keeps of a pair of runs ({side: run}): each side's wall time, tokens/s, peak and val loss."""
+    return {side: {k: run.get(k) for k in ("wall_s", "tokens_per_sec", "peak_rss_mib", "val_loss")}
+            for side, run in pair.items()}
+
+
 def median_of(runs: list[dict]) -> dict:
     """Each numeric figure of several runs' dicts as its median (the mean of the middle two for an even count)."""
     out = {}
@@ -216,8 +222,7 @@ def side_by_side(nanogpt: Path, text: Path, data_args: list[str], steps: int, se
             ours = pool.submit(tinygpt_run, data_args, steps, seed, cache_dir, env=ONE_THREAD, cpu=ours_cpu)
             ref = pool.submit(nanogpt_run, nanogpt, text, steps, env=ONE_THREAD, cpu=ref_cpu)
             pair = {"tinygpt": ours.result(), "reference": ref.result()}
-        out.append({**{side: {k: pair[side].get(k) for k in ("wall_s", "tokens_per_sec", "peak_rss_mib", "val_loss")}
-                       for side in pair}, "tinygpt_core": ours_cpu, "reference_core": ref_cpu})
+        out.append({**kept(pair), "tinygpt_core": ours_cpu, "reference_core": ref_cpu})
         ours_r, ref_r = pair["tinygpt"], pair["reference"]
         console.print(f"side by side {i + 1}/{pairs} (tinygpt on core {ours_cpu}, nanoGPT on core {ref_cpu}, one "
                       f"thread each): tinygpt {ours_r['wall_s']:.1f} s, {ours_r['tokens_per_sec']:,.0f} tokens/s; "
@@ -413,8 +418,7 @@ def main(argv=None) -> int:
                           f"{pair['tinygpt']['tokens_per_sec']:,.0f} tokens/s; {reference.split(' (')[0]} "
                           f"{pair['reference']['wall_s']:.1f} s, {pair['reference']['tokens_per_sec']:,.0f} tokens/s")
         ref, ours = (median_of([r[side] for r in rounds]) for side in ("reference", "tinygpt"))
-        result["rounds"] = [{side: {k: r[side].get(k) for k in ("wall_s", "tokens_per_sec", "peak_rss_mib",
-                                                                "val_loss")} for side in r} for r in rounds]
+        result["rounds"] = [kept(r) for r in rounds]
         result.update({
             "reference": reference, "reference_tokens_per_sec": ref["tokens_per_sec"],
             "reference_wall_s": ref["wall_s"], "reference_peak_rss_mib": ref["peak_rss_mib"],

@@ -91,4 +91,3 @@ class LayerPlotter:
             self.figure = AttentionFigure(n_head, T, labels)
         return [self.figure.render(w, f"layer {layer}, step {step} (rows: queries, columns: keys)",
                                    out / f"step{step:06d}_layer{layer}.png") for layer, w in enumerate(weights)]
-
