@@ -33,9 +33,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from tinygpt.data import TextDataModule
-from tinygpt.model import GPT, GPTConfig
-from tinygpt.module import clip_grad_norm_cpu_, lr_at, param_groups
+from tinygpt.data.datamodule import TextDataModule
+from tinygpt.model.gpt import GPT, GPTConfig
+from tinygpt.train.module import clip_grad_norm_cpu_, lr_at, param_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
@@ -54,7 +54,7 @@ def val_loss(model: GPT, dm: TextDataModule, batch: int = 64) -> float:
 
 def train_step(model, opt, x, y, clip=clip_grad_norm_cpu_) -> None:
     """nanoGPT's step: forward, backward, clip the gradient norm to 1, AdamW, zero the gradients. ``clip``:
-    train.py's clipping on the CPU (tinygpt.module), or torch's (nanoGPT's)."""
+    train.py's clipping on the CPU (tinygpt.train.module), or torch's (nanoGPT's)."""
     _, loss = model(x, y)
     loss.backward()
     clip(model.parameters(), 1.0)
@@ -240,7 +240,7 @@ def attention_costs(lengths=(64, 256, 1024, 2048), heads: int = 4, head_dim: int
             code = (
                 "import time, torch\n"
                 "from pathlib import Path\n"
-                "from tinygpt.attention import CausalSelfAttention\n"
+                "from tinygpt.model.attention import CausalSelfAttention\n"
                 "def status(key):\n"
                 "    line = next(x for x in Path('/proc/self/status').read_text().splitlines() if x.startswith(key))\n"
                 "    return int(line.split()[1]) / 1024\n"
@@ -268,7 +268,7 @@ def generation_speed(arch: dict, new_tokens: int = 200, vocab: int = 65, repeats
                      prompt_len: int = 1) -> dict:
     """Greedy decoding at batch 1 from a ``prompt_len``-token prompt, with and without the KV cache (best
     of ``repeats``); the outputs must be identical."""
-    from tinygpt.generate import generate
+    from tinygpt.model.generate import generate
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=vocab, **arch)).eval()
@@ -485,7 +485,7 @@ def main(argv=None) -> int:
             table.add_row(T, f"{r['math']['fwd_bwd_ms']:.2f}", f"{r['sdpa']['fwd_bwd_ms']:.2f}",
                           f"{r['math']['peak_mib_above_start']:.0f}", f"{r['sdpa']['peak_mib_above_start']:.0f}")
         console.print(table)
-    from tinygpt.linear import Linear
+    from tinygpt.model.fast_linear import Linear
     result["decode_linear"] = {"max_rows": Linear.max_rows, "min_weight_elements": Linear.min_weight_elements}
     result["machine"] = machine()
     result["command"] = "python scripts/benchmark.py " + " ".join(argv if argv is not None else sys.argv[1:])

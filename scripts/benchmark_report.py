@@ -21,7 +21,7 @@ VERDICT = {
     "progress bar redrawn every step": "within noise here; the bar redraws every 5 steps (`refresh_rate`) anyway",
     "no heap trim": "kept the trim (`callbacks.heap_trim`): without it the resident size keeps growing",
     "no periodic attention maps": "kept the maps every 500 steps, drawn on a background thread by blitting "
-                                  "(`tinygpt.plots`)",
+                                  "(`tinygpt.train.plots`)",
     "validation twice as often": "dropped: validation every 500 steps (was 250) in the default recipe",
     "no loggers (W&B, CSV)": "kept W&B + CSV (what the project is for); `logger=none` is there for speed",
     "AdamW foreach instead of fused": "kept fused AdamW",
@@ -82,7 +82,7 @@ def span(values: list[float], spec: str) -> str:
 
 
 def before_split(earlier: list[tuple[Path, dict]]) -> str:
-    """The KV-cache figures of the earlier JSONs written before tinygpt.linear's split product existed."""
+    """The KV-cache figures of the earlier JSONs written before tinygpt.model.fast_linear's split product existed."""
     gens = [r["generate"] for _, r in earlier if "generate" in r and "decode_linear" not in r]
     if not gens:
         return ""
@@ -272,7 +272,7 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
         f"prompt) {filled['speedup']:.1f}x ({mark(filled['speedup'] >= 5)})." if filled else "",
         "A cached step reads every weight once for one token (10.7M fp32 weights, 43 MB), so it is bound by "
         "memory bandwidth, and torch's `F.linear` on one row (MKL here) reads a weight on one core, far below "
-        "what the memory gives two; `tinygpt.linear.Linear` computes such products (at most 8 rows, a big "
+        "what the memory gives two; `tinygpt.model.fast_linear.Linear` computes such products (at most 8 rows, a big "
         "weight, no gradients, CPU) as one `torch.bmm` over the weight's two row halves, on both cores (its "
         "docstring has the measurements). A cached token on the 10.7M model takes "
         f"{1000 / small['cached_tokens_per_sec']:.1f} ms in this run" + before_split(earlier) + ". The longer "

@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from report import Run, finish_axes, fmt, markdown_table, mean_spread, save, sweep_wall_seconds
 
-from tinygpt.init_stats import logits_at_init, slopes
+from tinygpt.analysis.init_stats import logits_at_init, slopes
 
 VARIANT_STYLE = {  # variant -> (label, colour, line style)
     ("sqrt_dk", False, "gpt2"): ("1/sqrt(d_k)", "tab:blue", "-"),

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tinygpt.runs import register_resolvers
+from tinygpt.runtime.run_dirs import register_resolvers
 
 ROOT = Path(__file__).resolve().parents[1]
 register_resolvers(project_root=ROOT)  # as train.py does: ${run_id:} in run dirs, ${project_root:} for the cache

@@ -6,7 +6,7 @@ import zlib
 import pytest
 import torch
 
-from tinygpt.attention import (
+from tinygpt.model.attention import (
     attention_from_scores,
     AdditiveScore,
     CausalSelfAttention,
@@ -579,7 +579,7 @@ def test_dropout_only_in_training_on_both_backends_and_both_sdpa_paths(backend):
 def test_with_a_kv_cache_the_padding_mask_covers_every_key():
     """The mask is over the cached keys and the new ones, (B, T_cached + T); a mask of the new tokens only is
     refused in one sentence naming the expected shape."""
-    from tinygpt.kv_cache import KVCache
+    from tinygpt.model.kv_cache import KVCache
 
     torch.manual_seed(0)
     attn = CausalSelfAttention(8, 2, bias=False).eval()

@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinygpt.attention import CausalSelfAttention, masked_softmax, scaled_dot_product_attention, visibility_mask
+from tinygpt.model.attention import CausalSelfAttention, masked_softmax, scaled_dot_product_attention, visibility_mask
 
 SCALES = st.sampled_from(["sqrt_dk", "none", "inv_dk", 0.37])
 

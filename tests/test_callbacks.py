@@ -4,8 +4,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tinygpt.callbacks import AttentionMaps, Diverged, DivergenceGuard, StabilityMonitor, TextSamples
-from tinygpt.plots import token_label
+from tinygpt.train.callbacks import AttentionMaps, Diverged, DivergenceGuard, StabilityMonitor, TextSamples
+from tinygpt.train.plots import token_label
 
 
 def fake(step=5, vocab=50):

@@ -5,9 +5,9 @@ import errno
 import pytest
 import torch
 
-from tinygpt import checkpoint
-from tinygpt.errors import ConfigError
-from tinygpt.model import GPT, GPTConfig
+from tinygpt.runtime import checkpoint
+from tinygpt.runtime.errors import ConfigError
+from tinygpt.model.gpt import GPT, GPTConfig
 
 
 def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):

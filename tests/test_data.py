@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from tinygpt import corpus, data
-from tinygpt.data import RandomWindows, TextDataModule, chunk_lines, fixed_windows, split_text
-from tinygpt.tokenizer import decode, encode, train_tokenizer
+from tinygpt.data import corpus
+from tinygpt.data import datamodule as data
+from tinygpt.data.datamodule import RandomWindows, TextDataModule, chunk_lines, fixed_windows, split_text
+from tinygpt.data.tokenizer import decode, encode, train_tokenizer
 
 from helpers import TEXT
 

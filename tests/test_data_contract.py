@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from helpers import compose_train
-from tinygpt import corpus, data
-from tinygpt.data import RandomWindows, TextDataModule, fixed_windows, tokenize_to_array
-from tinygpt.tokenizer import train_tokenizer
+from tinygpt.data import corpus
+from tinygpt.data import datamodule as data
+from tinygpt.data.datamodule import RandomWindows, TextDataModule, fixed_windows, tokenize_to_array
+from tinygpt.data.tokenizer import train_tokenizer
 
 
 def make_dm(corpus_file, cache_dir, **kw):
@@ -277,7 +278,7 @@ def test_a_warm_cache_is_used_without_importing_datasets(corpus_file, tmp_path):
     import sys
 
     make_dm(corpus_file, tmp_path / "cache").setup()  # build it
-    code = ("import sys\nfrom tinygpt.data import TextDataModule\n"
+    code = ("import sys\nfrom tinygpt.data.datamodule import TextDataModule\n"
             f"dm = TextDataModule(source='text_file', path={str(corpus_file)!r}, block_size=16, batch_size=4, "
             f"cache_dir={str(tmp_path / 'cache')!r})\n"
             "dm.setup()\nprint(len(dm.train_ids), 'datasets' in sys.modules)\n")

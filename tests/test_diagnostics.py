@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from tinygpt.attention import causal_mask
-from tinygpt.diagnostics import (
+from tinygpt.model.attention import causal_mask
+from tinygpt.train.diagnostics import (
     attention_stats,
     autoregressive_loss,
     autoregressive_loss_by_position,
@@ -13,7 +13,7 @@ from tinygpt.diagnostics import (
     run_all,
     teacher_forced_loss,
 )
-from tinygpt.model import GPT, GPTConfig
+from tinygpt.model.gpt import GPT, GPTConfig
 
 
 def model(causal=True, backend="sdpa", seed=0):
@@ -137,7 +137,7 @@ def test_run_all_has_the_position_profiles():
 
 
 def test_spread_positions_include_both_ends():
-    from tinygpt.diagnostics import spread_positions
+    from tinygpt.train.diagnostics import spread_positions
 
     assert spread_positions(64, 8) == [0, 9, 18, 27, 36, 45, 54, 63]
     assert spread_positions(5, 8) == [0, 1, 2, 3, 4]
@@ -191,7 +191,7 @@ def test_future_leak_of_a_causal_model_with_dropout_in_train_mode_is_zero():
 @pytest.mark.parametrize("T, n, expected", [(10, 3, [0, 4, 9]), (10, 2, [0, 9]), (10, 1, [9]), (5, 5, [0, 1, 2, 3, 4]),
                                             (5, 9, [0, 1, 2, 3, 4]), (64, 8, [0, 9, 18, 27, 36, 45, 54, 63])])
 def test_spread_positions_by_hand(T, n, expected):
-    from tinygpt.diagnostics import spread_positions
+    from tinygpt.train.diagnostics import spread_positions
 
     assert spread_positions(T, n) == expected
 
@@ -211,7 +211,7 @@ def test_the_cached_autoregressive_loss_equals_rerunning_each_prefix():
 
 
 def test_a_leaky_model_scores_a_spread_subset_of_positions_and_says_so():
-    from tinygpt import diagnostics
+    from tinygpt.train import diagnostics
 
     torch.manual_seed(0)
     m = GPT(GPTConfig(vocab_size=11, block_size=80, n_layer=1, n_head=2, n_embd=8, attn={"causal": False}))

@@ -14,8 +14,8 @@ import torch
 from omegaconf import OmegaConf
 
 from helpers import ROOT, TINY, compose_train, run_train
-from tinygpt import distributed
-from tinygpt.distributed import LocalRanks, processes_per_node, strategy_name
+from tinygpt.runtime import distributed
+from tinygpt.runtime.distributed import LocalRanks, processes_per_node, strategy_name
 
 DDP = ["trainer=ddp", "trainer.accelerator=cpu", "logger=[wandb,csv]"]
 
@@ -69,7 +69,7 @@ def test_fsdp_wraps_each_block():
     from lightning.pytorch.strategies import FSDPStrategy
 
     from hydra.utils import instantiate
-    from tinygpt.model import GPT, Block, GPTConfig
+    from tinygpt.model.gpt import GPT, Block, GPTConfig
 
     cfg = compose_train(["trainer=fsdp"])
     strategy = instantiate(cfg.trainer.strategy)
@@ -172,8 +172,8 @@ def test_a_rank_that_fails_is_named_and_a_rank_stopped_by_a_signal_is_not(tmp_pa
 
 
 def test_several_nodes_without_a_scheduler_is_one_sentence(monkeypatch):
-    from tinygpt.errors import ConfigError
-    from tinygpt.pipeline import setup
+    from tinygpt.runtime.errors import ConfigError
+    from tinygpt.train.run import setup
 
     for key in ("LOCAL_RANK", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(key, raising=False)

@@ -10,7 +10,7 @@ def test_exit_runs_threads_atexit_and_flushes_but_skips_teardown(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(f"""
         import atexit, pathlib, threading, time
-        from tinygpt.fast_exit import exit_without_teardown
+        from tinygpt.runtime.fast_exit import exit_without_teardown
 
         out = pathlib.Path({str(tmp_path)!r})
 

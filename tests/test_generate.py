@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from tinygpt.generate import generate, next_token_probs, pad_prompts
-from tinygpt.kv_cache import KVCache
-from tinygpt.model import GPT, GPTConfig
+from tinygpt.model.generate import generate, next_token_probs, pad_prompts
+from tinygpt.model.kv_cache import KVCache
+from tinygpt.model.gpt import GPT, GPTConfig
 
 
 def test_probs_are_softmax_of_logits_over_temperature_restricted_to_top_k():

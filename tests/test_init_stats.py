@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from tinygpt.init_stats import logits_at_init, loglog_slope, slopes
+from tinygpt.analysis.init_stats import logits_at_init, loglog_slope, slopes
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,7 @@ def test_slurm_launcher_asks_for_a_task_per_device_a_gpu_each_and_a_requeue_sign
 def test_a_slurm_job_uses_lightnings_slurm_environment_without_its_requeue(monkeypatch):
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
-    from tinygpt.distributed import cluster_plugins
+    from tinygpt.runtime.distributed import cluster_plugins
 
     monkeypatch.delenv("SLURM_NTASKS", raising=False)
     assert cluster_plugins() == []
@@ -70,7 +70,7 @@ def test_a_slurm_job_uses_lightnings_slurm_environment_without_its_requeue(monke
 
 
 def test_slurm_job_ids_as_scontrol_takes_them(monkeypatch):
-    from tinygpt.interrupts import slurm_job_id
+    from tinygpt.runtime.interrupts import slurm_job_id
 
     for key in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
         monkeypatch.delenv(key, raising=False)

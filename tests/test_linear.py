@@ -1,12 +1,12 @@
-"""The decoding path of tinygpt.linear.Linear: when it is taken, and that it computes F.linear."""
+"""The decoding path of tinygpt.model.fast_linear.Linear: when it is taken, and that it computes F.linear."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tinygpt.generate import generate
-from tinygpt.linear import Linear
-from tinygpt.model import GPT, GPTConfig
+from tinygpt.model.generate import generate
+from tinygpt.model.fast_linear import Linear
+from tinygpt.model.gpt import GPT, GPTConfig
 
 
 def big_linear(bias: bool, out_features: int = 1152) -> Linear:

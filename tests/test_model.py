@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from tinygpt.model import GPT, GPTConfig
+from tinygpt.model.gpt import GPT, GPTConfig
 
 
 def tiny(**kw):
@@ -147,7 +147,7 @@ def test_bad_qk_init_is_one_sentence():
 
 def test_block_wiring_is_two_residual_branches():
     """x + attn(ln_1(x)), then + mlp(ln_2(.)): each branch checked with the other one switched off."""
-    from tinygpt.model import Block
+    from tinygpt.model.gpt import Block
 
     torch.manual_seed(0)
     cfg = tiny(n_embd=16, n_head=2)

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from tinygpt.module import GPTModule, lr_at, param_groups
+from tinygpt.train.module import GPTModule, lr_at, param_groups
 
 MODEL = dict(n_layer=2, n_head=2, n_embd=8, block_size=8)
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from helpers import TINY, compose_train
-from tinygpt import pipeline
-from tinygpt.errors import ConfigError
+from tinygpt.train import run as pipeline
+from tinygpt.runtime.errors import ConfigError
 
 
 def setup_with(tmp_path, corpus_file, cache_dir, *overrides, data="text_file"):

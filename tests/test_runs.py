@@ -7,7 +7,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from helpers import TINY, compose_train, run_train
-from tinygpt.runs import holds_run, job_row, resumes_into
+from tinygpt.runtime.run_dirs import holds_run, job_row, resumes_into
 
 
 def test_default_run_and_sweep_dirs_are_unique():

@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from tinygpt import tracking
+from tinygpt.runtime import tracking
 
 KEY = "0123456789abcdef0123456789abcdef01234567"  # the 40-character form wandb accepts
 

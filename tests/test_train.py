@@ -293,7 +293,7 @@ FAKE_NANOGPT = {  # what scripts/benchmark.py uses of a nanoGPT checkout, with t
     "model.py": """
 from dataclasses import asdict, dataclass
 import torch
-from tinygpt.model import GPT as _GPT, GPTConfig as _Config
+from tinygpt.model.gpt import GPT as _GPT, GPTConfig as _Config
 
 @dataclass
 class GPTConfig:

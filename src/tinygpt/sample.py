@@ -11,11 +11,11 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from tinygpt import checkpoint
-from tinygpt.errors import ConfigError
-from tinygpt.generate import check_sampling, generate, pad_prompts
-from tinygpt.model import GPT, GPTConfig
-from tinygpt.tokenizer import decode, encode
+from tinygpt.runtime import checkpoint
+from tinygpt.runtime.errors import ConfigError
+from tinygpt.model.generate import check_sampling, generate, pad_prompts
+from tinygpt.model.gpt import GPT, GPTConfig
+from tinygpt.data.tokenizer import decode, encode
 
 
 def find_latest_checkpoint(roots=("outputs", "multirun")) -> Path | None:

@@ -29,12 +29,13 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from tinygpt import checkpoint, diagnostics, distributed, runs, tracking
-from tinygpt.callbacks import Diverged, DivergenceGuard, StabilityMonitor, StepTimer
-from tinygpt.errors import ConfigError, as_config_errors, cause_of, first_line
-from tinygpt.interrupts import GracefulStop, RunInterrupted
-from tinygpt.model import GPTConfig
-from tinygpt.module import GPTModule, check_optim
+from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
+from tinygpt.train import diagnostics
+from tinygpt.train.callbacks import Diverged, DivergenceGuard, StabilityMonitor, StepTimer
+from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line
+from tinygpt.runtime.interrupts import GracefulStop, RunInterrupted
+from tinygpt.model.gpt import GPTConfig
+from tinygpt.train.module import GPTModule, check_optim
 
 console = Console()
 LOGGERS = ("wandb", "csv")
@@ -309,7 +310,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model's initial weights
         prepare_data(run)
         ranks = distributed.launch_ranks(cfg, out_dir, list(HydraConfig.get().overrides.task),
-                                         runs.project_root() / "train.py")  # None unless this is rank 0 of DDP
+                                         run_dirs.project_root() / "train.py")  # None unless this is rank 0 of DDP
         with ranks or contextlib.nullcontext():
             module = build_module(run, run.dm.vocab_size)
             if distributed.is_rank_zero():

@@ -9,7 +9,7 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from torch import nn
 
-from tinygpt.model import GPT, GPTConfig
+from tinygpt.model.gpt import GPT, GPTConfig
 
 
 def lr_at(step: int, *, lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:

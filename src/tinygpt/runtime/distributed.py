@@ -217,7 +217,7 @@ def full_model(trainer, module):
     state = trainer.strategy.lightning_module_state_dict()  # the full state dict on rank 0 (collective)
     if not trainer.is_global_zero:
         return None
-    from tinygpt.model import GPT
+    from tinygpt.model.gpt import GPT
 
     copy = GPT(module.config)
     copy.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
@@ -229,7 +229,7 @@ def fsdp_strategy(**kwargs):
     for its forward and freed after), which the config cannot name as a class set by itself."""
     from lightning.pytorch.strategies import FSDPStrategy
 
-    from tinygpt.model import Block
+    from tinygpt.model.gpt import Block
 
     kwargs = OmegaConf.to_container(kwargs, resolve=True) if isinstance(kwargs, DictConfig) else kwargs
     return FSDPStrategy(auto_wrap_policy={Block}, **kwargs)

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tinygpt.attention import BACKENDS, CausalSelfAttention, resolve_scale
-from tinygpt.linear import Linear
+from tinygpt.model.attention import BACKENDS, CausalSelfAttention, resolve_scale
+from tinygpt.model.fast_linear import Linear
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from tinygpt.errors import ConfigError, first_line
+from tinygpt.runtime.errors import ConfigError, first_line
 
 LAST = "last.ckpt"
 

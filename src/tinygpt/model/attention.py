@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tinygpt.linear import Linear
+from tinygpt.model.fast_linear import Linear
 
 SCALES = ("sqrt_dk", "none", "inv_dk")
 BACKENDS = ("sdpa", "math")

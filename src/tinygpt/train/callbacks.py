@@ -19,11 +19,11 @@ from lightning.pytorch.utilities import grad_norm
 from rich.console import Console
 from rich.panel import Panel
 
-from tinygpt import diagnostics
-from tinygpt.diagnostics import evaluating
-from tinygpt.distributed import full_model
-from tinygpt.generate import check_sampling, generate
-from tinygpt.plots import LayerPlotter, token_label
+from tinygpt.train import diagnostics
+from tinygpt.train.diagnostics import evaluating
+from tinygpt.runtime.distributed import full_model
+from tinygpt.model.generate import check_sampling, generate
+from tinygpt.train.plots import LayerPlotter, token_label
 
 console = Console()
 
@@ -114,7 +114,7 @@ class AttentionMaps(L.Callback):
     weights go beside them as ``stepNNNNNN.npz`` (weights (n_layer, H, T, T), labels), for reports.
 
     The probe runs on the training thread (milliseconds); the PNGs are drawn on a background thread while
-    training goes on (~0.05 s a layer here once the figure is laid out: tinygpt.plots) and reach W&B, at
+    training goes on (~0.05 s a layer here once the figure is laid out: tinygpt.train.plots) and reach W&B, at
     the step they show, once drawn. The maps at the end are waited for."""
 
     def __init__(

@@ -61,7 +61,7 @@ def check_left_padded(padding_mask: Tensor, idx: Tensor) -> None:
                          f"got {padding_mask.dtype} {tuple(padding_mask.shape)}.")
     if not bool(padding_mask[:, -1].all()) or bool((padding_mask[:, 1:] < padding_mask[:, :-1]).any()):
         raise ValueError("padding_mask must be left padding: in each row the pads (False) first, then the "
-                         "prompt's tokens (True) up to the last position (tinygpt.generate.pad_prompts).")
+                         "prompt's tokens (True) up to the last position (tinygpt.model.generate.pad_prompts).")
 
 
 @torch.no_grad()
@@ -77,7 +77,7 @@ def generate(
 ) -> Tensor:
     """Sample max_new_tokens after idx (B, T) from ``model`` (idx -> (logits, loss)); returns (B, T + new).
     ``padding_mask`` (B, T): left-padded prompts of different lengths (pad_prompts); the pads stay in front."""
-    from tinygpt.kv_cache import KVCache
+    from tinygpt.model.kv_cache import KVCache
 
     block_size = model.config.block_size
     check_sampling(temperature, top_k)

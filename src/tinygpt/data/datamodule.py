@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
-from tinygpt import corpus
-from tinygpt.tokenizer import TOKENIZERS, decode, encode, load_tokenizer, train_tokenizer
+from tinygpt.data import corpus
+from tinygpt.data.tokenizer import TOKENIZERS, decode, encode, load_tokenizer, train_tokenizer
 
 SOURCES = ("shakespeare", "text_file", "hf_hub", "random_tokens")
 CACHE_VERSION = 1

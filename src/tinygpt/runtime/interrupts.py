@@ -123,7 +123,7 @@ class GracefulStop(L.Callback):
 
     def save(self, trainer) -> Path:
         """last.ckpt at the current step, where ModelCheckpoint keeps it."""
-        from tinygpt.checkpoint import last_path
+        from tinygpt.runtime.checkpoint import last_path
 
         self.saved_path = last_path(trainer)
         trainer.save_checkpoint(self.saved_path, weights_only=False)

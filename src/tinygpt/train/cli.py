@@ -19,16 +19,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from tinygpt.checkpoint import CheckpointWriteError
-from tinygpt.errors import ConfigError, first_line, full_traceback_requested, print_error
-from tinygpt.interrupts import RunInterrupted
-from tinygpt.runs import ERROR_FILE
+from tinygpt.runtime.checkpoint import CheckpointWriteError
+from tinygpt.runtime.errors import ConfigError, first_line, full_traceback_requested, print_error
+from tinygpt.runtime.interrupts import RunInterrupted
+from tinygpt.runtime.run_dirs import ERROR_FILE
 
 log = logging.getLogger(__name__)
 
 
 def run_task(cfg: DictConfig) -> float:
-    from tinygpt.pipeline import train  # imported here so `--help` and Hydra's own errors stay fast
+    from tinygpt.train.run import train  # imported here so `--help` and Hydra's own errors stay fast
 
     hc = HydraConfig.get()
     sweep = hc.mode == RunMode.MULTIRUN

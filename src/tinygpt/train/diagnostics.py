@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from tinygpt.attention import causal_mask
-from tinygpt.kv_cache import KVCache
-from tinygpt.model import GPT
+from tinygpt.model.attention import causal_mask
+from tinygpt.model.kv_cache import KVCache
+from tinygpt.model.gpt import GPT
 
 
 @contextmanager

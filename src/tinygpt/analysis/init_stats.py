@@ -14,8 +14,8 @@ import math
 import numpy as np
 import torch
 
-from tinygpt.attention import causal_mask
-from tinygpt.model import GPT, GPTConfig
+from tinygpt.model.attention import causal_mask
+from tinygpt.model.gpt import GPT, GPTConfig
 
 SCALES = ("none", "sqrt_dk", "inv_dk")
 INITS = ("gpt2", "unit")

@@ -62,7 +62,7 @@ class RunDirGuard(Callback):
     its .hydra/ files there); refuse a sweep dir that holds finished jobs."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        from tinygpt.distributed import is_rank_zero, requeued
+        from tinygpt.runtime.distributed import is_rank_zero, requeued
 
         if not is_rank_zero() or requeued():  # another rank of this run, or a requeued SLURM job: its own dir
             return
