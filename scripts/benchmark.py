@@ -35,7 +35,7 @@ from rich.table import Table
 
 from tinygpt.data.datamodule import TextDataModule
 from tinygpt.model.gpt import GPT, GPTConfig
-from tinygpt.train.module import clip_grad_norm_cpu_, lr_at, param_groups
+from tinygpt.train.optim import clip_grad_norm_cpu_, lr_at, param_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
@@ -268,10 +268,11 @@ def generation_speed(arch: dict, new_tokens: int = 200, vocab: int = 65, repeats
                      prompt_len: int = 1) -> dict:
     """Greedy decoding at batch 1 from a ``prompt_len``-token prompt, with and without the KV cache (best
     of ``repeats``); the outputs must be identical."""
+    from tinygpt.model.fast_linear import use_fast_decode
     from tinygpt.model.generate import generate
 
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=vocab, **arch)).eval()
+    model = use_fast_decode(GPT(GPTConfig(vocab_size=vocab, **arch)).eval())
     new_tokens = min(new_tokens, arch["block_size"] - prompt_len)  # within the context: the cache's whole point
     prompt = torch.randint(0, vocab, (1, prompt_len), generator=torch.Generator().manual_seed(0))
     out, best = {}, {}
@@ -485,8 +486,9 @@ def main(argv=None) -> int:
             table.add_row(T, f"{r['math']['fwd_bwd_ms']:.2f}", f"{r['sdpa']['fwd_bwd_ms']:.2f}",
                           f"{r['math']['peak_mib_above_start']:.0f}", f"{r['sdpa']['peak_mib_above_start']:.0f}")
         console.print(table)
-    from tinygpt.model.fast_linear import Linear
-    result["decode_linear"] = {"max_rows": Linear.max_rows, "min_weight_elements": Linear.min_weight_elements}
+    from tinygpt.model.fast_linear import FastDecodeLinear
+    result["decode_linear"] = {"max_rows": FastDecodeLinear.max_rows,
+                               "min_weight_elements": FastDecodeLinear.min_weight_elements}
     result["machine"] = machine()
     result["command"] = "python scripts/benchmark.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.out:

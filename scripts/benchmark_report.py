@@ -272,7 +272,7 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
         f"prompt) {filled['speedup']:.1f}x ({mark(filled['speedup'] >= 5)})." if filled else "",
         "A cached step reads every weight once for one token (10.7M fp32 weights, 43 MB), so it is bound by "
         "memory bandwidth, and torch's `F.linear` on one row (MKL here) reads a weight on one core, far below "
-        "what the memory gives two; `tinygpt.model.fast_linear.Linear` computes such products (at most 8 rows, a big "
+        "what the memory gives two; `tinygpt.model.fast_linear.FastDecodeLinear` computes such products (at most 8 rows, a big "
         "weight, no gradients, CPU) as one `torch.bmm` over the weight's two row halves, on both cores (its "
         "docstring has the measurements). A cached token on the 10.7M model takes "
         f"{1000 / small['cached_tokens_per_sec']:.1f} ms in this run" + before_split(earlier) + ". The longer "

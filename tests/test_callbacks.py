@@ -4,7 +4,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tinygpt.train.callbacks import AttentionMaps, Diverged, DivergenceGuard, StabilityMonitor, TextSamples
+from tinygpt.train.callbacks import AttentionMaps, StabilityMonitor, TextSamples
+from tinygpt.train.guards import Diverged, DivergenceGuard
 from tinygpt.train.plots import token_label
 
 
@@ -44,8 +45,10 @@ def test_stability_monitor_counts_loss_spikes():
 
 
 def test_stability_monitor_rejects_bad_settings():
-    with pytest.raises(ValueError, match="spike_factor=1.0 above 1"):
+    with pytest.raises(ValueError, match=r"^callbacks.stability.spike_factor=1.0 must be above 1.$"):
         StabilityMonitor(spike_factor=1.0)
+    with pytest.raises(ValueError, match=r"^callbacks.stability.windows=0 must be a positive integer.$"):
+        StabilityMonitor(windows=0)
 
 
 @pytest.mark.parametrize("make, message", [

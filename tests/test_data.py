@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from tinygpt.data import corpus
-from tinygpt.data import datamodule as data
-from tinygpt.data.datamodule import RandomWindows, TextDataModule, chunk_lines, fixed_windows, split_text
+from tinygpt.data import cache
+from tinygpt.data.cache import chunk_lines, split_text
+from tinygpt.data.datamodule import TextDataModule
+from tinygpt.data.windows import RandomWindows, fixed_windows
 from tinygpt.data.tokenizer import decode, encode, train_tokenizer
 
 from helpers import TEXT
@@ -106,8 +108,8 @@ def test_cache_is_reused(corpus_file, tmp_path, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("tokenized again instead of using the cache")
 
-    monkeypatch.setattr(data, "train_tokenizer", boom)
-    monkeypatch.setattr(data, "tokenize_to_array", boom)
+    monkeypatch.setattr(cache, "train_tokenizer", boom)
+    monkeypatch.setattr(cache, "tokenize_to_array", boom)
     dm = make_dm(corpus_file, tmp_path)
     dm.setup()
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.npy")} == files
@@ -277,7 +279,7 @@ def test_a_complete_cache_on_a_read_only_mount_is_used_without_writing(corpus_fi
     root = tmp_path / "cache"
     make_dm(corpus_file, root).setup()  # build it once
     before = listing(root)
-    monkeypatch.setattr(data, "unwritable", lambda path: f"{path} is not writable")  # root ignores chmod
+    monkeypatch.setattr(cache, "unwritable", lambda path: f"{path} is not writable")  # root ignores chmod
     dm = make_dm(corpus_file, root)
     dm.setup()
     assert len(dm.train_ids) > 0 and listing(root) == before  # no lock files, no Arrow cache, nothing

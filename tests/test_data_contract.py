@@ -1,4 +1,4 @@
-"""data.py's contract in detail: constructor defaults and messages, the random-window sampler's range,
+"""tinygpt.data's contract in detail: constructor defaults and messages, the random-window sampler's range,
 the cache's name, layout and build, the loaders. Written to close what a mutation run found unguarded."""
 
 import inspect
@@ -12,8 +12,10 @@ import torch
 
 from helpers import compose_train
 from tinygpt.data import corpus
-from tinygpt.data import datamodule as data
-from tinygpt.data.datamodule import RandomWindows, TextDataModule, fixed_windows, tokenize_to_array
+from tinygpt.data import cache
+from tinygpt.data.cache import tokenize_to_array
+from tinygpt.data.datamodule import TextDataModule
+from tinygpt.data.windows import RandomWindows, fixed_windows
 from tinygpt.data.tokenizer import train_tokenizer
 
 
@@ -180,8 +182,8 @@ def test_tokenize_to_array_dtype_and_empty_text():
 def test_unwritable_asks_for_write_and_search_permission(tmp_path, monkeypatch):
     import os
 
-    monkeypatch.setattr(data.os, "access", lambda path, mode: not (mode & os.W_OK))
-    assert data.unwritable(tmp_path / "new" / "cache") == f"{tmp_path} is not writable"
+    monkeypatch.setattr(cache.os, "access", lambda path, mode: not (mode & os.W_OK))
+    assert cache.unwritable(tmp_path / "new" / "cache") == f"{tmp_path} is not writable"
 
 
 def test_shakespeare_text_is_read_from_the_cache_or_converted_into_scratch(tmp_path, monkeypatch):

@@ -1,17 +1,18 @@
-"""The decoding path of tinygpt.model.fast_linear.Linear: when it is taken, and that it computes F.linear."""
+"""The decoding path of tinygpt.model.fast_linear: when it is taken, that it computes F.linear, and that it is
+swapped in explicitly (the architecture builds plain nn.Linear)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from tinygpt.model.generate import generate
-from tinygpt.model.fast_linear import Linear
+from tinygpt.model.fast_linear import FastDecodeLinear, use_fast_decode
 from tinygpt.model.gpt import GPT, GPTConfig
 
 
-def big_linear(bias: bool, out_features: int = 1152) -> Linear:
+def big_linear(bias: bool, out_features: int = 1152) -> FastDecodeLinear:
     torch.manual_seed(0)
-    layer = Linear(384, out_features, bias=bias)
+    layer = FastDecodeLinear(384, out_features, bias=bias)
     if bias:
         torch.nn.init.normal_(layer.bias)
     return layer
@@ -38,7 +39,7 @@ def test_the_split_is_for_few_rows_of_a_big_weight_without_gradients():
     with torch.no_grad():
         assert not layer.uses_split(torch.randn(9, 384))  # more than max_rows rows
         assert not big_linear(False, out_features=1151).uses_split(one)  # no even split of the rows
-        assert not Linear(128, 384).uses_split(torch.randn(1, 128))  # 49k weights: they stay in cache
+        assert not FastDecodeLinear(128, 384).uses_split(torch.randn(1, 128))  # 49k weights: they stay in cache
         assert layer.uses_split(one)
 
 
@@ -52,10 +53,25 @@ def test_cached_greedy_decoding_through_the_split_equals_recomputing():
     """A model wide enough for the split (c_attn 256 x 768 weights): KV-cache decoding takes it and the
     greedy tokens equal recomputing the context (which never takes it: its rows exceed max_rows)."""
     torch.manual_seed(0)
-    m = GPT(GPTConfig(vocab_size=31, block_size=24, n_layer=2, n_head=4, n_embd=256)).eval()
+    m = use_fast_decode(GPT(GPTConfig(vocab_size=31, block_size=24, n_layer=2, n_head=4, n_embd=256)).eval())
     with torch.no_grad():
         assert m.blocks[0].attn.c_attn.uses_split(torch.zeros(2, 1, 256))
     for prompt_len in (1, 5):
         prompt = torch.randint(0, 31, (2, prompt_len))
         cached = generate(m, prompt, 20, top_k=1)
         assert torch.equal(cached, generate(m, prompt, 20, top_k=1, use_cache=False))
+
+
+def test_the_architecture_builds_plain_linears_and_use_fast_decode_swaps_them_in_place():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=31, block_size=24, n_layer=2, n_head=4, n_embd=256))
+    assert not any(isinstance(mod, FastDecodeLinear) for mod in m.modules())
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    params = [id(p) for p in m.parameters()]
+    assert use_fast_decode(m) is m
+    swapped = [name for name, mod in m.named_modules() if isinstance(mod, FastDecodeLinear)]
+    assert swapped == [f"blocks.{i}.{n}" for i in range(2) for n in ("attn.c_attn", "attn.c_proj", "mlp.c_fc",
+                                                                     "mlp.c_proj")]
+    assert type(m.lm_head) is torch.nn.Linear  # the tied head stays as it is
+    assert [id(p) for p in m.parameters()] == params  # the same parameter objects
+    assert all(torch.equal(before[k], v) for k, v in m.state_dict().items()) and before.keys() == m.state_dict().keys()

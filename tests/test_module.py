@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from tinygpt.train.module import GPTModule, lr_at, param_groups
+from tinygpt.train.module import GPTModule
+from tinygpt.train.optim import AdamWCosine, lr_at, param_groups
 
 MODEL = dict(n_layer=2, n_head=2, n_embd=8, block_size=8)
 
@@ -33,7 +34,8 @@ def test_lr_schedule_values():
 
 
 def test_optimizer_and_scheduler_follow_the_schedule():
-    module = GPTModule(model=MODEL, vocab_size=20, lr=2e-3, min_lr=2e-4, warmup_steps=10, decay_steps=50)
+    module = GPTModule(model=MODEL, vocab_size=20, optim=AdamWCosine(lr=2e-3, min_lr=2e-4, warmup_steps=10,
+                                                                           decay_steps=50))
     conf = module.configure_optimizers()
     opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
     assert isinstance(opt, torch.optim.AdamW) and opt.defaults["betas"] == (0.9, 0.99)

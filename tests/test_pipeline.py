@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from helpers import TINY, compose_train
-from tinygpt.train import run as pipeline
+from tinygpt.train import run as run_phases
+from tinygpt.train import setup
 from tinygpt.runtime.errors import ConfigError
 
 
@@ -14,7 +15,7 @@ def setup_with(tmp_path, corpus_file, cache_dir, *overrides, data="text_file"):
     if data == "text_file":
         args.append(f"data.path={corpus_file}")
     cfg = compose_train([*args, *overrides], out_dir=tmp_path / "run")
-    return pipeline.setup(cfg, tmp_path / "run")
+    return setup.setup(cfg, tmp_path / "run")
 
 
 def test_a_good_config_sets_up_without_reading_data_or_writing(tmp_path, corpus_file, cache_dir):
@@ -53,7 +54,8 @@ BAD = [  # (overrides, the exact sentence)
     (["callbacks.text_samples.temperature=0"], "callbacks.text_samples.temperature=0"),
     (["callbacks.attention_maps.probe=''"], "callbacks.attention_maps.probe is empty"),
     (["callbacks.stability.every_n_steps=0"], "callbacks.stability"),
-    (["callbacks.autoregressive_loss.windows=0"], "callbacks.autoregressive_loss: windows=0"),
+    (["callbacks.autoregressive_loss.windows=0"],
+     "callbacks.autoregressive_loss.windows=0 must be a positive integer."),
     (["ckpt_path=/no/such.ckpt"], "ckpt_path='/no/such.ckpt' is not a checkpoint file or a run dir"),
     (["ckpt_path=last"], "ckpt_path=last but"),
     pytest.param(["trainer=gpu"], "trainer.accelerator='gpu' but no CUDA GPU is visible; use trainer=cpu",
@@ -75,7 +77,7 @@ def test_each_bad_value_is_one_sentence_before_any_work(tmp_path, corpus_file, c
 def test_a_missing_mandatory_path_names_the_key(tmp_path, corpus_file, cache_dir):
     cfg = compose_train([*TINY, "data=text_file", f"data.cache_dir={cache_dir}", "logger=none"], tmp_path / "r")
     with pytest.raises(ConfigError, match=r"^data.path is required but not set; pass data.path=<value> "):
-        pipeline.setup(cfg, tmp_path / "r")
+        setup.setup(cfg, tmp_path / "r")
 
 
 def test_an_unknown_key_is_one_sentence(tmp_path, corpus_file, cache_dir):
@@ -110,10 +112,10 @@ def test_input_mistakes_found_while_preparing_data_are_config_errors(tmp_path, c
     latin1.write_bytes("caf\u00e9 au lait\n".encode("latin-1") * 200)
     run = setup_with(tmp_path, corpus_file, cache_dir, f"data.path={latin1}")
     with pytest.raises(ConfigError, match=r"data.path='.*latin1.txt' is not UTF-8 text \(byte 0xe9 at offset 3\)"):
-        pipeline.prepare_data(run)
+        run_phases.prepare_data(run)
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     run = setup_with(tmp_path, corpus_file, f"{a_file}/cache")
     with pytest.raises(ConfigError, match=r"data.cache_dir='.*a_file/cache' cannot hold the token cache \(.*a_file "
                                           r"is not a directory\)"):
-        pipeline.prepare_data(run)
+        run_phases.prepare_data(run)

@@ -13,6 +13,7 @@ from tokenizers import Tokenizer
 
 from tinygpt.runtime import checkpoint
 from tinygpt.runtime.errors import ConfigError
+from tinygpt.model.fast_linear import use_fast_decode
 from tinygpt.model.generate import check_sampling, generate, pad_prompts
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.data.tokenizer import decode, encode
@@ -98,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--{err}".replace("top_k=", "top-k="))
     try:
         model, tok = load_checkpoint(ckpt, args.device)
+        use_fast_decode(model)  # KV-cache decoding's few-row products on both cores (tinygpt.model.fast_linear)
     except (FileNotFoundError, ConfigError) as e:
         ap.error(str(e))
     print(f"# {ckpt}", file=sys.stderr)

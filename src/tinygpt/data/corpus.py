@@ -96,8 +96,8 @@ def check_utf8(path: str | Path, key: str = "data.path") -> None:
 
 def read_text_files(paths: list[str | Path]) -> str:
     """Local UTF-8 files, joined by newlines: exactly what `datasets`' text loader gives for one row per file
-    (``sample_by="document"`` opens each file and reads it whole), without importing `datasets` (~90 MiB and
-    ~1 s here) just to find that the token cache for this text already exists."""
+    (``sample_by="document"`` opens each file and reads it whole), without importing `datasets` (large and slow
+    to import) just to find that the token cache for this text already exists."""
     files = [Path(p).expanduser().resolve() for p in paths]
     for f in files:
         check_utf8(f)

@@ -8,11 +8,10 @@ Read top to bottom:
 2. ``masked_softmax``: softmax over the visible keys only; a row with no visible key is all zeros.
 3. ``attention_from_scores``: weights = masked_softmax(scores), out = weights @ V.
 4. ``scaled_dot_product_attention``: scores = Q K^T * scale, then step 3.
-5. ``AdditiveScore``: the other classic score, a(q, k) = w_v^T tanh(W_q q + W_k k).
-6. ``nadaraya_watson``: attention pooling as kernel regression (the textbook's first example).
-7. ``CausalSelfAttention``: multi-head self-attention with a "math" path (the functions above,
+5. ``CausalSelfAttention``: multi-head self-attention with a "math" path (the functions above,
    can return the weights) and an "sdpa" path (torch's fused kernel with the same scale and mask).
 
+The textbook's other pieces (additive scoring, kernel regression, valid lengths) are in textbook.py.
 Masked scores are filled with -inf, never a finite constant that growing logits could outgrow.
 """
 
@@ -24,8 +23,6 @@ from numbers import Real
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-from tinygpt.model.fast_linear import Linear
 
 SCALES = ("sqrt_dk", "none", "inv_dk")
 BACKENDS = ("sdpa", "math")
@@ -72,37 +69,22 @@ def visibility_mask(
     return pad_mask if mask is None else pad_mask & mask
 
 
-def lengths_to_mask(valid_lens: Tensor, t_k: int) -> Tensor:
-    """Valid lengths (B,) or (B, T_q) -> bool mask (B, 1, T_k) or (B, T_q, T_k): key j visible if j < len."""
-    if valid_lens.dim() not in (1, 2):
-        raise ValueError(
-            f"valid_lens must have shape (B,) or (B, T_q), got {tuple(valid_lens.shape)}."
-        )
-    j = torch.arange(t_k, device=valid_lens.device)
-    if valid_lens.dim() == 1:
-        return j[None, None, :] < valid_lens[:, None, None]  # (B, 1, T_k)
-    return j[None, None, :] < valid_lens[:, :, None]  # (B, T_q, T_k)
-
-
 # ----------------------------------------------------------------------------- softmax
 
 
 def masked_softmax(scores: Tensor, mask: Tensor | None) -> Tensor:
-    """Softmax over the last dim, restricted to ``mask``.
+    """Softmax over the last dim, restricted to ``mask`` (bool, broadcastable to ``scores``, True = keep).
 
-    ``mask`` is either bool (broadcastable to ``scores``, True = keep) or integer valid lengths
-    of shape (B,) or (B, T_q) for scores (B, T_q, T_k), as the textbook's ``valid_lens``.
     Masked entries get weight exactly 0; a row with no kept entry is all zeros (not NaN),
-    in the forward and the backward pass.
+    in the forward and the backward pass. (The textbook's valid lengths: tinygpt.model.textbook.)
     """
     if mask is None:
         return torch.softmax(scores, dim=-1)
     if mask.dtype != torch.bool:
-        if scores.dim() != 3:
-            raise ValueError(
-                f"valid lengths need scores of shape (B, T_q, T_k), got {tuple(scores.shape)}."
-            )
-        mask = lengths_to_mask(mask, scores.shape[-1])
+        raise ValueError(
+            f"mask must be bool (True = keep), got {mask.dtype}; for valid lengths use "
+            "tinygpt.model.textbook.valid_length_softmax."
+        )
     try:
         mask = torch.broadcast_to(mask, scores.shape)
     except RuntimeError:
@@ -194,66 +176,6 @@ def _check_padding_mask(padding_mask: Tensor | None, scores: Tensor, t_k: int) -
         )
 
 
-# ----------------------------------------------------------------------------- other scores
-
-
-class AdditiveScore(nn.Module):
-    """Additive attention score a(q, k) = w_v^T tanh(W_q q + W_k k).
-
-    Queries and keys may have different sizes. ``forward(q, k)`` gives scores (..., T_q, T_k),
-    ``attend(q, k, v)`` runs the whole attention with these scores.
-    """
-
-    def __init__(self, query_dim: int, key_dim: int, hidden: int):
-        super().__init__()
-        self.W_q = nn.Linear(query_dim, hidden, bias=False)
-        self.W_k = nn.Linear(key_dim, hidden, bias=False)
-        self.w_v = nn.Linear(hidden, 1, bias=False)
-
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        if q.dim() != k.dim() or q.dim() < 2:
-            raise ValueError(
-                f"q and k must have the same rank, at least 2, got {tuple(q.shape)} and {tuple(k.shape)}."
-            )
-        q = self.W_q(q).unsqueeze(-2)  # (..., T_q, 1, h)
-        k = self.W_k(k).unsqueeze(-3)  # (..., 1, T_k, h)
-        return self.w_v(torch.tanh(q + k)).squeeze(-1)  # (..., T_q, T_k, 1) -> (..., T_q, T_k)
-
-    def attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        causal: bool = False,
-        padding_mask: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        return attention_from_scores(self(q, k), v, causal=causal, padding_mask=padding_mask)
-
-
-def nadaraya_watson(
-    queries: Tensor, keys: Tensor, values: Tensor, w: Tensor | float | None = None
-) -> tuple[Tensor, Tensor]:
-    """Attention pooling as kernel regression: f(x) = sum_i softmax_i(-((x - x_i) w)^2 / 2) y_i.
-
-    queries (n_q,), keys (n_k,), values (n_k,) or (n_k, d). ``w`` (the kernel's inverse width)
-    defaults to 1; pass a tensor with requires_grad (or an nn.Parameter) to learn it.
-    Returns (predictions (n_q,) or (n_q, d), weights (n_q, n_k)).
-    """
-    if queries.dim() != 1 or keys.dim() != 1 or values.dim() not in (1, 2):
-        raise ValueError(
-            "nadaraya_watson expects queries (n_q,), keys (n_k,), values (n_k,) or (n_k, d); got "
-            f"{tuple(queries.shape)}, {tuple(keys.shape)}, {tuple(values.shape)}."
-        )
-    if keys.shape[0] != values.shape[0]:
-        raise ValueError(f"{keys.shape[0]} keys but {values.shape[0]} values.")
-    if w is None:
-        w = 1.0
-    diff = (queries[:, None] - keys[None, :]) * w  # (n_q, n_k)
-    weights = torch.softmax(-(diff**2) / 2, dim=-1)  # (n_q, n_k)
-    return weights @ values, weights
-
-
 # ----------------------------------------------------------------------------- multi-head
 
 
@@ -314,8 +236,8 @@ class CausalSelfAttention(nn.Module):
         self.scale = resolve_scale(scale, self.head_dim)
         self.backend = backend
         self.dropout = dropout
-        self.c_attn = Linear(n_embd, 3 * n_embd, bias=bias)  # x -> q, k, v in one matmul
-        self.c_proj = Linear(n_embd, n_embd, bias=bias)
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)  # x -> q, k, v in one matmul
+        self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
         self.q_norm = nn.LayerNorm(self.head_dim, bias=bias) if qk_norm else None

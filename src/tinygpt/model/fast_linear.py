@@ -1,15 +1,16 @@
-"""nn.Linear with a faster CPU path for a few rows: the matrix-vector products of KV-cache decoding.
+"""A faster CPU path for the matrix-vector products of KV-cache decoding, swapped in explicitly.
 
 Decoding one token multiplies every weight by one row: each product reads its whole weight for 2 FLOPs a
-weight, so it is bound by memory, not arithmetic. Here (AMD EPYC, torch's MKL) ``F.linear`` on one row reads
-the weight at ~10 GB/s whatever the thread count; the same product split into two half-weight products and
-run as one ``torch.bmm`` reads it at ~30-40 GB/s on both cores: 2.7x faster over the 10.7M model's 24 weights
-(scripts/benchmark.py, docs/benchmarks.md). Nothing changes for training (gradients on), for more than
-``max_rows`` rows, for weights small enough to sit in a core's cache (the split then costs more than it
-saves: 0.23 vs 0.12 ms over the 0.8M model's 16 weights) or off the CPU.
+weight, so it is bound by memory, not arithmetic. ``F.linear`` on one row (MKL) reads the weight on one core;
+the same product split into two half-weight products and run as one ``torch.bmm`` reads it on both. Nothing
+changes for training (gradients on), for more than ``max_rows`` rows, for weights small enough to sit in a
+core's cache (the split then costs more than it saves) or off the CPU. Measured in docs/benchmarks.md.
 
 Same math, another summation kernel: the outputs agree with ``F.linear`` to float rounding (~1e-6 relative),
 as F.linear on one row and on a hundred rows already do with each other.
+
+The architecture never names this class: ``use_fast_decode(model)`` turns a built GPT's block Linears into
+``FastDecodeLinear`` in place (same parameters, same state dict), and the sampling CLI and the benchmark call it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-class Linear(nn.Linear):
+class FastDecodeLinear(nn.Linear):
+    """nn.Linear whose forward takes the split product for a few rows of a big weight without gradients."""
+
     max_rows = 8  # rows (B * T) up to which the split product is used
     min_weight_elements = 1 << 17  # 512 KiB of fp32: below this the weight stays in cache and F.linear wins
 
@@ -45,3 +48,12 @@ class Linear(nn.Linear):
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], out_features)  # (..., out)
+
+
+def use_fast_decode(model: nn.Module) -> nn.Module:
+    """Turn every plain ``nn.Linear`` inside the model's blocks into a ``FastDecodeLinear`` (in place; the
+    parameters are the same objects), and return the model. The tied output head is left as it is."""
+    for module in model.blocks.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = FastDecodeLinear
+    return model

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.model.attention import BACKENDS, CausalSelfAttention, resolve_scale
-from tinygpt.model.fast_linear import Linear
+from tinygpt.runtime.checks import one_of, positive_int
 
 
 @dataclass
@@ -41,21 +41,15 @@ class GPTConfig:
         if isinstance(self.attn, dict):
             self.attn = AttnConfig(**self.attn)
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"model.{name}={value!r} must be a positive integer.")
+            positive_int(f"model.{name}", getattr(self, name))
         if self.n_embd % self.n_head:
             raise ValueError(
                 f"model.n_embd={self.n_embd} must be divisible by model.n_head={self.n_head}."
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout={self.dropout!r} must be in [0, 1).")
-        if self.attn.backend not in BACKENDS:
-            raise ValueError(
-                f"model.attn.backend={self.attn.backend!r} is not one of {', '.join(BACKENDS)}."
-            )
-        if self.attn.qk_init not in QK_INITS:
-            raise ValueError(f"model.attn.qk_init={self.attn.qk_init!r} is not one of {', '.join(QK_INITS)}.")
+        one_of("model.attn.backend", self.attn.backend, BACKENDS)
+        one_of("model.attn.qk_init", self.attn.qk_init, QK_INITS)
         self.head_dim = self.n_embd // self.n_head
         resolve_scale(self.attn.scale, self.head_dim)  # raises on an unknown scale
 
@@ -68,9 +62,9 @@ class GPTConfig:
 class MLP(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.c_fc = Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
         self.gelu = nn.GELU()
-        self.c_proj = Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -29,7 +29,7 @@ import sys
 import threading
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from rich.console import Console
 
 console = Console(stderr=True)
@@ -201,35 +201,3 @@ def launch_ranks(cfg: DictConfig, run_dir: Path, overrides: list[str], script: P
     ranks = LocalRanks(n, run_dir, script)
     ranks.start(overrides)
     return ranks
-
-
-def full_model(trainer, module):
-    """The model with all of its weights, for what runs at the edges of training (attention maps, samples,
-    stability and autoregressive probes, the final diagnostics), on rank 0; None on the other ranks.
-
-    Call it on every rank: under FSDP the weights are sharded, so every rank takes part in gathering the full
-    state dict (a collective) and rank 0 runs the probe on a plain copy; under DDP or one process every rank
-    already holds the whole model (no copy is made). Rank 0 alone writes and logs what the probes give."""
-    from lightning.pytorch.strategies import FSDPStrategy
-
-    if not isinstance(trainer.strategy, FSDPStrategy):
-        return module.model if trainer.is_global_zero else None
-    state = trainer.strategy.lightning_module_state_dict()  # the full state dict on rank 0 (collective)
-    if not trainer.is_global_zero:
-        return None
-    from tinygpt.model.gpt import GPT
-
-    copy = GPT(module.config)
-    copy.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
-    return copy.to(module.device)
-
-
-def fsdp_strategy(**kwargs):
-    """Lightning's FSDPStrategy with the transformer Block as the unit that is wrapped (sharded, gathered
-    for its forward and freed after), which the config cannot name as a class set by itself."""
-    from lightning.pytorch.strategies import FSDPStrategy
-
-    from tinygpt.model.gpt import Block
-
-    kwargs = OmegaConf.to_container(kwargs, resolve=True) if isinstance(kwargs, DictConfig) else kwargs
-    return FSDPStrategy(auto_wrap_policy={Block}, **kwargs)

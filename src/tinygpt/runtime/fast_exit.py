@@ -1,11 +1,10 @@
 """End `python train.py` without the interpreter's teardown of every imported module.
 
-After a run, Python's finalization frees torch's, Lightning's and dynamo's module state object by object: ~1 s
-here (a process that only imports torch and lightning takes 0.9 s to exit, one that imports nothing 0.01 s),
-on every run, sweep job and test. The process is ending anyway, so the work is skipped: what exiting must
-still do is done first, in the interpreter's own order (threading._shutdown joins non-daemon threads, e.g. an
-executor still writing files; atexit handlers, e.g. W&B's service shutdown and logging's final flush), then
-the standard streams are flushed and the process ends with os._exit.
+After a run, Python's finalization frees torch's, Lightning's and dynamo's module state object by object, which
+takes most of a second on every run, sweep job and test (docs/benchmarks.md). The process is ending anyway, so the
+work is skipped: what exiting must still do is done first, in the interpreter's own order (threading._shutdown
+joins non-daemon threads, e.g. an executor still writing files; atexit handlers, e.g. W&B's service shutdown and
+logging's final flush), then the standard streams are flushed and the process ends with os._exit.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from tinygpt.runtime.errors import print_error
+
 RUN_MARKERS = ("summary.json", "config.yaml", "checkpoints")  # what a run writes into its dir
 ERROR_FILE = "error.txt"  # a failed sweep job's one-line error
 
@@ -53,7 +55,8 @@ def resumes_into(run_dir: Path, ckpt_path) -> bool:
 
 
 def _fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    """A Hydra callback cannot raise a ConfigError through train.py's task: the one line and exit 2 here."""
+    print_error(message)
     sys.exit(2)
 
 

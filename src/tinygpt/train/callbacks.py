@@ -1,11 +1,12 @@
-"""Callbacks: attention maps, text samples, the honest loss at each validation, stability metrics,
-divergence guard (Lightning's own do the rest)."""
+"""The probes: callbacks that look inside the model at the edges of training (attention maps, text samples, the
+honest loss at each validation, stability metrics). Each is a ``Probe``: it gets the model with all of its
+weights on every rank and looks on rank 0 alone. The guards (progress, step clock, divergence, heap) are in
+guards.py; Lightning's own callbacks do the rest."""
 
 from __future__ import annotations
 
 import json
 import math
-import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -13,78 +14,51 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import grad_norm
 from rich.console import Console
 from rich.panel import Panel
 
+from tinygpt.model.generate import check_sampling, generate
+from tinygpt.model.gpt import GPT
+from tinygpt.runtime.checks import non_negative_int, positive_int
 from tinygpt.train import diagnostics
 from tinygpt.train.diagnostics import evaluating
-from tinygpt.runtime.distributed import full_model
-from tinygpt.model.generate import check_sampling, generate
 from tinygpt.train.plots import LayerPlotter, token_label
 
 console = Console()
 
 
-def windows_in(batch) -> int:
-    """Samples in a batch, for Lightning's ThroughputMonitor."""
-    return batch[0].shape[0]
+def full_model(trainer: L.Trainer, module: L.LightningModule) -> GPT | None:
+    """The model with all of its weights, for what runs at the edges of training (attention maps, samples,
+    stability and autoregressive probes, the final diagnostics), on rank 0; None on the other ranks.
+
+    Call it on every rank: under FSDP the weights are sharded, so every rank takes part in gathering the full
+    state dict (a collective) and rank 0 runs the probe on a plain copy; under DDP or one process every rank
+    already holds the whole model (no copy is made). Rank 0 alone writes and logs what the probes give."""
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    if not isinstance(trainer.strategy, FSDPStrategy):
+        return module.model if trainer.is_global_zero else None
+    state = trainer.strategy.lightning_module_state_dict()  # the full state dict on rank 0 (collective)
+    if not trainer.is_global_zero:
+        return None
+    copy = GPT(module.config)
+    copy.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
+    return copy.to(module.device)
 
 
-def tokens_in(batch) -> int:
-    """Tokens in a batch, for Lightning's ThroughputMonitor (items_per_sec = tokens/s)."""
-    return batch[0].numel()
+class Probe(L.Callback):
+    """A callback that looks inside the model: its hooks call ``inspect(trainer, module)`` on every rank, which
+    gathers the full model (``full_model``) and calls ``look(trainer, module, model)`` on rank 0 alone."""
 
+    def inspect(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        model = full_model(trainer, module)  # on every rank: under FSDP the ranks gather it together
+        if model is not None:  # rank 0, which alone looks, writes and logs
+            self.look(trainer, module, model)
 
-class StepProgressBar(RichProgressBar):
-    """Lightning's rich bar, labelled by steps: training here is step-based, one endless 'epoch'. No
-    logger version (`v_num`): the run dir says which run this is."""
-
-    def get_metrics(self, trainer, pl_module):
-        items = super().get_metrics(trainer, pl_module)
-        items.pop("v_num", None)
-        return items
-
-    def _get_train_description(self, current_epoch: int) -> str:
-        return f"{'train':{len(self.validation_description)}}"
-
-
-class StepTimer(L.Callback):
-    """Wall time spent in training steps and tokens trained, for tokens/s in summary.json.
-
-    The pipeline puts it first among the callbacks, so the other callbacks' work
-    (attention maps, samples, checkpoints) is not counted as training time.
-    """
-
-    def __init__(self):
-        self.seconds, self.tokens, self._t0 = 0.0, 0, None
-        self.first_step_at: float | None = None  # wall clock (time.time()) when the first step began
-        self.step_seconds: list[float] = []
-
-    def on_train_batch_start(self, trainer, module, batch, batch_idx):
-        if self.first_step_at is None:
-            self.first_step_at = time.time()
-        self._t0 = time.perf_counter()
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        dt = time.perf_counter() - self._t0
-        self.seconds += dt
-        self.step_seconds.append(dt)
-        self.tokens += batch[0].numel() * trainer.world_size
-
-    @property
-    def median_step_seconds(self) -> float | None:
-        """The steady-state step time (the median is not moved by the first steps or a validation's hiccup)."""
-        if not self.step_seconds:
-            return None
-        ordered = sorted(self.step_seconds)
-        return ordered[len(ordered) // 2]
-
-    @property
-    def tokens_per_sec(self) -> float | None:
-        return self.tokens / self.seconds if self.seconds else None
+    def look(self, trainer: L.Trainer, module: L.LightningModule, model: GPT) -> None:
+        raise NotImplementedError
 
 
 def log_at(trainer: L.Trainer, metrics: dict[str, float], step: int) -> None:
@@ -108,13 +82,13 @@ def probe_tokens(dm, text: str, block_size: int) -> tuple[torch.Tensor, list[str
     return torch.tensor([ids]), [token_label(dm.decode([i])) for i in ids]
 
 
-class AttentionMaps(L.Callback):
+class AttentionMaps(Probe):
     """Every ``every_n_steps`` (0: never) and at the end, run a fixed probe through the math path and
     save one heatmap grid per layer under ``<run dir>/attention/``, logged to W&B as images. The raw
     weights go beside them as ``stepNNNNNN.npz`` (weights (n_layer, H, T, T), labels), for reports.
 
     The probe runs on the training thread (milliseconds); the PNGs are drawn on a background thread while
-    training goes on (~0.05 s a layer here once the figure is laid out: tinygpt.train.plots) and reach W&B, at
+    training goes on (the figure is laid out once and blitted: tinygpt.train.plots) and reach W&B, at
     the step they show, once drawn. The maps at the end are waited for."""
 
     def __init__(
@@ -122,9 +96,7 @@ class AttentionMaps(L.Callback):
     ):
         if not probe:
             raise ValueError("callbacks.attention_maps.probe is empty; give a line of text to draw attention on.")
-        if every_n_steps < 0:
-            raise ValueError(
-                f"callbacks.attention_maps.every_n_steps={every_n_steps} must be >= 0 (0: only at the end).")
+        non_negative_int("callbacks.attention_maps.every_n_steps", every_n_steps, " (0: only at the end)")
         self.every_n_steps, self.probe = every_n_steps, probe
         self._last_step = -1
         self._renderer: ThreadPoolExecutor | None = None
@@ -132,13 +104,12 @@ class AttentionMaps(L.Callback):
         self._pending: list[tuple[int, Future]] = []  # (step, future of that step's PNG paths)
 
     def _log_maps(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if trainer.global_step != self._last_step:  # once a step (the end may fall on a periodic step)
+            self._last_step = trainer.global_step
+            self.inspect(trainer, module)
+
+    def look(self, trainer: L.Trainer, module: L.LightningModule, model: GPT) -> None:
         step = trainer.global_step
-        if step == self._last_step:
-            return
-        self._last_step = step
-        model = full_model(trainer, module)  # on every rank: under FSDP the ranks gather it together
-        if model is None:  # not rank 0
-            return
         idx, labels = probe_tokens(trainer.datamodule, self.probe, model.config.block_size)
         with evaluating(model):
             maps = [p["weights"] for p in model.attention_probe(idx.to(module.device))]  # n_layer x (1, H, T, T)
@@ -180,7 +151,7 @@ class AttentionMaps(L.Callback):
             self._renderer = None
 
 
-class TextSamples(L.Callback):
+class TextSamples(Probe):
     """After every validation (``final_only``: only the one at max_steps), sample text from a prompt:
     printed, added to a W&B table, and appended to ``<run dir>/samples.jsonl`` as {"step", "text"}."""
 
@@ -207,9 +178,9 @@ class TextSamples(L.Callback):
             return
         if self.final_only and trainer.global_step < trainer.max_steps:
             return
-        full = full_model(trainer, module)  # on every rank: under FSDP the ranks gather it together
-        if full is None:  # not rank 0
-            return
+        self.inspect(trainer, module)
+
+    def look(self, trainer: L.Trainer, module: L.LightningModule, full: GPT) -> None:
         dm = trainer.datamodule
         ids = dm.encode(self.prompt) if dm.tokenizer is not None else [int(dm.val_ids[0])]
         idx = torch.tensor([ids or [0]], device=module.device)
@@ -230,28 +201,26 @@ class TextSamples(L.Callback):
             lg.log_text(key="samples", columns=["step", "text"], data=self.rows, step=step)
 
 
-class AutoregressiveLoss(L.Callback):
+class AutoregressiveLoss(Probe):
     """At every validation, the honest loss ``val/loss_autoregressive`` (each scored position predicted from
     its prefix alone) and ``val/loss_probe`` (the teacher-forced loss at the same positions), on ``windows``
     fixed validation windows at ``positions`` positions spread over the window, first and last included.
     The two coincide for a causal model; a model that reads the future separates them.
 
-    Costs ``positions`` forward passes of at most T tokens on ``windows`` windows: at the defaults (16 windows,
-    8 positions) ~6% of a 1024-window validation at T = 64 (0.06 s vs 1.0 s here).
+    Costs ``positions`` forward passes of at most T tokens on ``windows`` windows: a few percent of a default
+    validation (docs/benchmarks.md).
     """
 
     def __init__(self, windows: int = 16, positions: int = 8):
-        if windows < 1 or positions < 1:
-            raise ValueError(f"callbacks.autoregressive_loss: windows={windows!r} and positions={positions!r} "
-                             "must be positive integers.")
+        positive_int("callbacks.autoregressive_loss.windows", windows)
+        positive_int("callbacks.autoregressive_loss.positions", positions)
         self.windows, self.positions = windows, positions
 
     def on_validation_epoch_end(self, trainer, module):
-        if trainer.sanity_checking:
-            return
-        model = full_model(trainer, module)  # on every rank: under FSDP the ranks gather it together
-        if model is None:  # not rank 0, which alone probes and logs
-            return
+        if not trainer.sanity_checking:
+            self.inspect(trainer, module)
+
+    def look(self, trainer: L.Trainer, module: L.LightningModule, model: GPT) -> None:
         x, y = (t.to(module.device) for t in trainer.datamodule.probe_windows(self.windows))
         positions = diagnostics.spread_positions(x.shape[1], self.positions)
         ar = diagnostics.autoregressive_loss(model, x, y, positions)
@@ -259,7 +228,7 @@ class AutoregressiveLoss(L.Callback):
         module.log_dict({"val/loss_autoregressive": ar, "val/loss_probe": tf}, batch_size=len(x), rank_zero_only=True)
 
 
-class StabilityMonitor(L.Callback):
+class StabilityMonitor(Probe):
     """What precedes a divergence, every ``every_n_steps`` steps (to W&B and history/metrics.csv):
 
     - on ``windows`` fixed validation windows, per layer L: ``stab/max_logit/L`` (largest pre-softmax logit),
@@ -274,10 +243,10 @@ class StabilityMonitor(L.Callback):
     """
 
     def __init__(self, every_n_steps: int = 50, windows: int = 8, spike_factor: float = 1.5, spike_window: int = 50):
-        if every_n_steps < 1 or windows < 1 or spike_window < 1 or spike_factor <= 1:
-            raise ValueError(
-                f"callbacks.stability: every_n_steps={every_n_steps}, windows={windows} and spike_window="
-                f"{spike_window} must be positive integers and spike_factor={spike_factor} above 1.")
+        for key, value in (("every_n_steps", every_n_steps), ("windows", windows), ("spike_window", spike_window)):
+            positive_int(f"callbacks.stability.{key}", value)
+        if not spike_factor > 1:
+            raise ValueError(f"callbacks.stability.spike_factor={spike_factor!r} must be above 1.")
         self.every_n_steps, self.windows = every_n_steps, windows
         self.spike_factor, self.spike_window = spike_factor, spike_window
         self.spikes, self.max_grad_norm = 0, 0.0
@@ -302,11 +271,10 @@ class StabilityMonitor(L.Callback):
             self.spikes += 1
         if math.isfinite(loss):
             self._recent.append(loss)
-        if not self._due(trainer):
-            return
-        model = full_model(trainer, module)  # on every rank: under FSDP the ranks gather it together
-        if model is None:  # not rank 0, which alone probes and logs
-            return
+        if self._due(trainer):
+            self.inspect(trainer, module)
+
+    def look(self, trainer: L.Trainer, module: L.LightningModule, model: GPT) -> None:
         x, _ = trainer.datamodule.probe_windows(self.windows)
         stats = diagnostics.attention_stats(model, x.to(module.device))
         metrics = {"train/loss_spikes": float(self.spikes), "stab/max_logit": stats["attn_max_logit"],
@@ -317,26 +285,3 @@ class StabilityMonitor(L.Callback):
         log_at(trainer, metrics, trainer.global_step - 1)  # this batch's index: its step is taken
 
 
-class Diverged(Exception):
-    """Raised by DivergenceGuard to end fit at once: no validation, checkpoint or sample of a broken model."""
-
-
-class DivergenceGuard(L.Callback):
-    """Stop cleanly when the training loss is non-finite or exceeds ``factor`` x ln(vocab): the pipeline
-    then writes the summary with ``diverged: true`` and the reason, keeps the last good checkpoint and
-    exits 0, so a sweep goes on."""
-
-    def __init__(self, factor: float = 3.0, every_n_steps: int = 1):
-        self.factor, self.every_n_steps = factor, every_n_steps
-        self.diverged, self.reason = False, None
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        if trainer.global_step % self.every_n_steps:
-            return
-        loss = outputs["loss"].detach()
-        limit = self.factor * math.log(module.config.vocab_size)
-        if not torch.isfinite(loss) or loss.item() > limit:
-            self.diverged = True
-            self.reason = f"training loss {loss.item():.4g} at step {trainer.global_step} (limit {limit:.3g})"
-            console.print(f"[bold red]diverged:[/] {self.reason}; stopping.")
-            raise Diverged(self.reason)

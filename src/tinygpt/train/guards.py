@@ -1,20 +1,118 @@
-"""Giving freed heap memory back to the system during training.
+"""What keeps a run healthy and tells how it goes, beside the probes: the progress bar, the step clock (the one
+throughput meter: tokens/s to the loggers and summary.json), the divergence guard, and giving freed heap memory
+back to the system.
 
-PyTorch's CPU allocator returns tensors to glibc's malloc, which keeps freed memory in its heaps; with
-steps, validations, samples and maps each freeing differently sized blocks, the resident size of a default
-run grew by ~400 MiB over 2,000 steps here (Python objects and live tensors stayed flat: 13 MiB of
-tensors). ``malloc_trim(0)`` hands the free pages back; called every 50 steps
-(``callbacks.heap_trim.every_n_steps``) and after each validation, it held the same run near its start-up
-size. Elsewhere than glibc (macOS, musl) it does nothing.
+Heap: PyTorch's CPU allocator returns tensors to glibc's malloc, which keeps freed memory in its heaps; with
+steps, validations, samples and maps each freeing differently sized blocks, a default run's resident size grew
+over its 2,000 steps while Python objects and live tensors stayed flat. ``malloc_trim(0)`` hands the free pages
+back (every 50 steps, ``callbacks.heap_trim.every_n_steps``, and after each validation); elsewhere than glibc
+(macOS, musl) it does nothing. Measured in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
+import time
 from functools import cache
 
 import lightning as L
+import torch
+from lightning.pytorch.callbacks import RichProgressBar, ThroughputMonitor
+from rich.console import Console
+
+from tinygpt.runtime.checks import positive_int
+
+console = Console()
+
+
+def windows_in(batch) -> int:
+    """Samples in a batch, for the throughput meter."""
+    return batch[0].shape[0]
+
+
+def tokens_in(batch) -> int:
+    """Tokens in a batch, for the throughput meter (items_per_sec = tokens/s)."""
+    return batch[0].numel()
+
+
+class StepProgressBar(RichProgressBar):
+    """Lightning's rich bar, labelled by steps: training here is step-based, one endless 'epoch'. No
+    logger version (`v_num`): the run dir says which run this is."""
+
+    def get_metrics(self, trainer, pl_module):
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        return items
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        return f"{'train':{len(self.validation_description)}}"
+
+
+class StepClock(ThroughputMonitor):
+    """The one throughput meter: Lightning's ThroughputMonitor (``train/*_per_sec`` and, where the device's peak
+    is known, MFU, to the loggers; items = tokens) that also times each training step alone for summary.json:
+    ``tokens_per_sec``, ``seconds``, the median step and when the first step began.
+
+    Set-up puts it first among the callbacks, so the other callbacks' work (attention maps, samples, checkpoints)
+    is not counted as training time in the summary's figures."""
+
+    def __init__(self, batch_size_fn=None, length_fn=None, **kwargs):
+        super().__init__(batch_size_fn or windows_in, length_fn or tokens_in, **kwargs)
+        self.seconds, self.tokens, self._t0 = 0.0, 0, None
+        self.first_step_at: float | None = None  # wall clock (time.time()) when the first step began
+        self.step_seconds: list[float] = []
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if self.first_step_at is None:
+            self.first_step_at = time.time()
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        dt = time.perf_counter() - self._t0
+        self.seconds += dt
+        self.step_seconds.append(dt)
+        self.tokens += batch[0].numel() * trainer.world_size
+        if trainer.loggers:  # Lightning's meter only feeds the loggers
+            super().on_train_batch_end(trainer, module, outputs, batch, batch_idx)
+
+    @property
+    def median_step_seconds(self) -> float | None:
+        """The steady-state step time (the median is not moved by the first steps or a validation's hiccup)."""
+        if not self.step_seconds:
+            return None
+        ordered = sorted(self.step_seconds)
+        return ordered[len(ordered) // 2]
+
+    @property
+    def tokens_per_sec(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds else None
+
+
+class Diverged(Exception):
+    """Raised by DivergenceGuard to end fit at once: no validation, checkpoint or sample of a broken model."""
+
+
+class DivergenceGuard(L.Callback):
+    """Stop cleanly when the training loss is non-finite or exceeds ``factor`` x ln(vocab): the pipeline
+    then writes the summary with ``diverged: true`` and the reason, keeps the last good checkpoint and
+    exits 0, so a sweep goes on."""
+
+    def __init__(self, factor: float = 3.0, every_n_steps: int = 1):
+        self.factor, self.every_n_steps = factor, every_n_steps
+        self.diverged, self.reason = False, None
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step % self.every_n_steps:
+            return
+        loss = outputs["loss"].detach()
+        limit = self.factor * math.log(module.config.vocab_size)
+        if not torch.isfinite(loss) or loss.item() > limit:
+            self.diverged = True
+            self.reason = f"training loss {loss.item():.4g} at step {trainer.global_step} (limit {limit:.3g})"
+            console.print(f"[bold red]diverged:[/] {self.reason}; stopping.")
+            raise Diverged(self.reason)
 
 
 @cache
@@ -39,8 +137,7 @@ class HeapTrim(L.Callback):
     """``release_free_heap`` every ``every_n_steps`` steps and after each validation (a few ms each)."""
 
     def __init__(self, every_n_steps: int = 50):
-        if not isinstance(every_n_steps, int) or every_n_steps < 1:
-            raise ValueError(f"callbacks.heap_trim.every_n_steps={every_n_steps!r} must be a positive integer.")
+        positive_int("callbacks.heap_trim.every_n_steps", every_n_steps)
         self.every_n_steps = every_n_steps
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):

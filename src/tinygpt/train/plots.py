@@ -2,9 +2,8 @@
 
 A layer's figure (its heads side by side, token labels, colorbar) is laid out and drawn once per probe; each
 later layer and step redraws only the heatmaps and the title over that background bitmap (matplotlib's
-blitting) and writes the PNG with light compression. Measured here on the default probe (4 layers of 4 heads,
-57 tokens): a round of 4 PNGs 0.22 s after a first round of 0.79 s, against 1.31 s every round for a full
-savefig per layer, most of which went into the 128 tick labels.
+blitting) and writes the PNG with light compression: most of a full savefig's time goes into the tick labels,
+which are drawn once per probe this way (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,0 +1,132 @@
+"""The token-id cache: a corpus tokenized once per (corpus content, tokenizer) and kept under the cache root as
+.npy files (uint16 when the vocab fits) beside the tokenizer's JSON and a meta.json, then memory-mapped.
+
+A cache is built in a private temporary dir and renamed into place (``publish``), so processes that build the
+same cache at once (sweep jobs, DDP ranks) never see a half-written one; a read-only cache root is used as it
+is when it holds the cache, and named in one sentence when it does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from tinygpt.data.tokenizer import train_tokenizer
+
+CACHE_VERSION = 1
+
+
+def split_text(text: str, train_fraction: float) -> tuple[str, str]:
+    """Contiguous split, as nanoGPT: the first ``train_fraction`` of the characters train."""
+    n = int(len(text) * train_fraction)
+    return text[:n], text[n:]
+
+
+def chunk_lines(text: str, size: int = 1 << 16) -> list[str]:
+    """Cut text into ~size-character pieces at line ends (so BPE never merges across a cut)."""
+    chunks, start = [], 0
+    while start < len(text):
+        end = text.find("\n", min(start + size, len(text))) + 1 or len(text)
+        chunks.append(text[start:end])
+        start = end
+    return chunks
+
+
+def tokenize_to_array(tok, text: str, dtype) -> np.ndarray:
+    """Token ids of ``text`` via a batched `datasets` map over line chunks."""
+    from datasets import Dataset
+
+    chunks = chunk_lines(text)
+    if not chunks:  # `datasets` drops the column of an empty map
+        return np.zeros(0, dtype)
+    ds = Dataset.from_dict({"text": chunks})
+    ds = ds.map(
+        lambda b: {"ids": [np.asarray(e.ids, dtype) for e in tok.encode_batch(b["text"], add_special_tokens=False)]},
+        batched=True,
+        remove_columns=["text"],
+        desc="tokenizing",
+    )
+    return np.concatenate(list(ds.with_format("numpy")["ids"])).astype(dtype)
+
+
+def unwritable(path: Path) -> str | None:
+    """None when ``path`` is a writable dir or can be created; else why not (for one sentence)."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
+def default_mode(path: Path) -> None:
+    """tempfile.mkdtemp makes 0700 dirs; a shared cache gets the mode the user's umask gives."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o777 & ~umask)
+
+
+def cache_dir_for(root: Path, source: str, text: str | None, *, tokenizer: str, vocab_size: int,
+                  train_fraction: float, n_tokens: int, seed: int) -> Path:
+    """The cache's own dir under ``root``: named by the source, a hash of the text and the tokenizer (or, for
+    random tokens, by what draws them), so another corpus or tokenizer never reads this one's ids."""
+    if source == "random_tokens":
+        key = f"random_tokens-v{vocab_size}-n{n_tokens}-s{seed}"
+    else:
+        h = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+        tok = tokenizer + (f"{vocab_size}" if tokenizer == "bpe" else "")
+        key = f"{source}-{h}-{tok}-f{train_fraction}"
+    return root / f"{key}-c{CACHE_VERSION}"
+
+
+def build(out: Path, source: str, text: str | None, *, tokenizer: str, vocab_size: int, train_fraction: float,
+          n_tokens: int, seed: int) -> None:
+    """Write the cache into ``out``: train.npy, val.npy, tokenizer.json (text sources) and meta.json. Text is
+    split contiguously (the first ``train_fraction`` trains) and the tokenizer is trained on the train split."""
+    if source == "random_tokens":
+        rng = np.random.default_rng(seed)
+        ids = rng.integers(0, vocab_size, size=n_tokens).astype(np.uint16 if vocab_size <= 65536 else np.int32)
+        n = int(len(ids) * train_fraction)
+        train, val, vocab = ids[:n], ids[n:], vocab_size
+    else:
+        if not text.strip():
+            raise ValueError(f"the corpus for data.source={source!r} is empty.")
+        train_text, val_text = split_text(text, train_fraction)
+        tok = train_tokenizer(tokenizer, chunk_lines(train_text), vocab_size)
+        vocab = tok.get_vocab_size()
+        dtype = np.uint16 if vocab <= 65536 else np.int32
+        train, val = tokenize_to_array(tok, train_text, dtype), tokenize_to_array(tok, val_text, dtype)
+        tok.save(str(out / "tokenizer.json"))
+    np.save(out / "train.npy", train)
+    np.save(out / "val.npy", val)
+    meta = {"source": source, "tokenizer": None if text is None else tokenizer,
+            "vocab_size": int(vocab), "train_tokens": int(len(train)), "val_tokens": int(len(val))}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+
+
+def publish(out: Path, write: Callable[[Path], None]) -> None:
+    """``write`` the cache into a private temporary dir beside ``out`` and rename it into place; when another
+    process finished the same cache first, its copy (identical) is kept."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    try:
+        write(tmp)
+        default_mode(tmp)
+        try:
+            tmp.rename(out)
+        except OSError:  # another process finished first; its cache is the same
+            if not (out / "meta.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

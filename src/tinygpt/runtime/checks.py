@@ -1,0 +1,45 @@
+"""The value checks every object's constructor needs, each raising one sentence that names the key, the bad
+value and what is expected (the object that owns a setting checks it; these helpers keep the sentences alike)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+
+def is_int(value) -> bool:
+    """An integer, and not a bool (True is an int to Python, never a count to a user)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """A finite int or float, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def positive_int(key: str, value, why: str = "") -> int:
+    """``value`` when it is an integer >= 1; else ``<key>=<value> must be a positive integer<why>.``"""
+    if not is_int(value) or value < 1:
+        raise ValueError(f"{key}={value!r} must be a positive integer{why}.")
+    return value
+
+
+def non_negative_int(key: str, value, why: str = "") -> int:
+    """``value`` when it is an integer >= 0; else ``<key>=<value> must be >= 0<why>.``"""
+    if not is_int(value) or value < 0:
+        raise ValueError(f"{key}={value!r} must be >= 0{why}.")
+    return value
+
+
+def number(key: str, value) -> float:
+    """``value`` when it is a finite number; else ``<key>=<value> must be a number.``"""
+    if not is_number(value):
+        raise ValueError(f"{key}={value!r} must be a number.")
+    return value
+
+
+def one_of(key: str, value, options: Iterable) -> None:
+    """Nothing when ``value`` is one of ``options``; else ``<key>=<value> is not one of a, b.``"""
+    options = tuple(options)
+    if value not in options:
+        raise ValueError(f"{key}={value!r} is not one of {', '.join(map(str, options))}.")

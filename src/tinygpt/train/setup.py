@@ -1,0 +1,207 @@
+"""A run's set-up: every value checked and every object built from the config, before any data is read or
+anything written. Each object checks its own settings on construction (Hydra's instantiate builds them);
+``validate_config`` checks only what spans groups or belongs to no object. Any mistake is one ConfigError.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import LearningRateMonitor, ThroughputMonitor
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from omegaconf import DictConfig, OmegaConf
+
+from tinygpt.model.gpt import Block, GPTConfig
+from tinygpt.runtime import checkpoint, distributed, tracking
+from tinygpt.runtime.checks import positive_int
+from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line
+from tinygpt.runtime.interrupts import GracefulStop
+from tinygpt.train.guards import StepClock
+from tinygpt.train.optim import AdamWCosine
+
+LOGGERS = ("wandb", "csv")
+
+# Library messages that say nothing about this run, silenced by exact text; every other warning stays visible.
+KNOWN_HARMLESS = (
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # torch's pytree deprecation, inside Lightning
+    r"Your `IterableDataset` has `__len__` defined",  # num_workers=0 here: __len__ is exact (data.windows)
+    # batches are a pure function of the global step (data.windows.RandomWindows), so a mid-epoch resume is exact
+    r"You're resuming from a checkpoint that ended before the epoch ended",
+)
+
+
+class _DropTips(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "💡 Tip" not in record.getMessage()  # Lightning's promotional tips
+
+
+def quiet_libraries() -> None:
+    for message in KNOWN_HARMLESS:
+        warnings.filterwarnings("ignore", message=message)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch"):
+        logging.getLogger(name).addFilter(_DropTips())
+
+
+def validate_config(cfg: DictConfig) -> None:
+    """What spans groups or belongs to no object: each other fact is checked by the object that owns it."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        key = missing[0]
+        hint = " (one or more UTF-8 text files)" if key == "data.path" else ""
+        raise ConfigError(f"{key} is required but not set; pass {key}=<value>{hint}.")
+    positive_int("trainer.max_steps", cfg.trainer.get("max_steps", -1), " (training is step-based)")
+    if cfg.data.block_size != cfg.model.block_size:
+        raise ConfigError(
+            f"data.block_size={cfg.data.block_size} must equal model.block_size={cfg.model.block_size}."
+        )
+    for name in (cfg.get("logger") or {}):
+        if name not in LOGGERS:
+            raise ConfigError(f"logger {name!r} is not one of {', '.join(LOGGERS)} (or logger=none).")
+    if cfg.trainer.get("accelerator") in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={cfg.trainer.accelerator!r} but no CUDA GPU is visible; "
+            "use trainer=cpu or trainer.accelerator=auto."
+        )
+    positive_int("diagnostics.windows", cfg.get("diagnostics", {}).get("windows", 32),
+                 " (validation windows to probe)")
+    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**32:
+        raise ConfigError(f"seed={cfg.seed!r} must be an integer in [0, 2**32).")
+
+
+@dataclass
+class Run:
+    """What ``setup`` built for one run: the config (as given and resolved), its output dir, the objects built
+    from it, and the checkpoint it resumes from (path and contents) if any."""
+
+    cfg: DictConfig
+    out_dir: Path
+    resolved: dict
+    dm: Any
+    optim: AdamWCosine
+    trainer: L.Trainer
+    ckpt_path: Path | None = None
+    ckpt: dict | None = None
+
+    def callback(self, kind: type):
+        """This run's callback of that kind, or None (the config may leave it out)."""
+        return next((c for c in self.trainer.callbacks if isinstance(c, kind)), None)
+
+    @property
+    def timer(self) -> StepClock:
+        return self.callback(StepClock)
+
+    @property
+    def stop(self) -> GracefulStop:
+        return self.callback(GracefulStop)
+
+    @property
+    def loggers(self) -> list:
+        return self.trainer.loggers
+
+
+def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | None = None) -> Run:
+    """Check every value and build the objects that own them (data module, optimizer recipe, callbacks, loggers,
+    trainer); reads no data, starts no W&B run and writes nothing. Any mistake is one ConfigError."""
+    with as_config_errors(TypeError, MisconfigurationException):
+        validate_config(cfg)
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        GPTConfig(vocab_size=1, **resolved["model"])  # checks model.* (the vocab size comes with the data)
+        optim = build("optim", cfg.optim)  # checks optim.*
+        distributed.check_launch(cfg.trainer)
+        dm = build("data", cfg.data)  # checks data.*
+        ckpt_path, ckpt = resume_point(cfg, out_dir)
+        callbacks = [build(f"callbacks.{k}", c) for k, c in (cfg.get("callbacks") or {}).items()]
+        loggers = build_loggers(cfg, group, name)
+        callbacks = in_run_order(only_with_logger(callbacks, bool(loggers)))
+        trainer = build("trainer", cfg.trainer, callbacks=callbacks, logger=loggers or False,
+                        plugins=[checkpoint.AtomicCheckpointIO(), *distributed.cluster_plugins()])
+    return Run(cfg, out_dir, resolved, dm, optim, trainer, ckpt_path, ckpt)
+
+
+def resume_point(cfg: DictConfig, out_dir: Path) -> tuple[Path | None, dict | None]:
+    """The checkpoint this run resumes from (ckpt_path, or last.ckpt for a requeued SLURM job), loaded and
+    checked against trainer.max_steps; (None, None) for a fresh run."""
+    ckpt_arg = cfg.get("ckpt_path")
+    if ckpt_arg is None and distributed.requeued() and checkpoint.last_path_in(out_dir).exists():
+        ckpt_arg = "last"  # a requeued SLURM job goes on from where its signal stopped it
+    ckpt_path = checkpoint.resolve_ckpt_path(ckpt_arg, out_dir)
+    if ckpt_path is None:
+        return None, None
+    ckpt = checkpoint.load(ckpt_path)
+    checkpoint.check_resume_steps(ckpt, ckpt_path, cfg.trainer.max_steps)
+    return ckpt_path, ckpt
+
+
+def build(key: str, node: DictConfig, **kwargs):
+    """instantiate(node); an error names the group it came from (its own sentence names the value)."""
+    try:
+        return instantiate(node, **kwargs)
+    except ConfigError:
+        raise
+    except Exception as err:
+        message = first_line(cause_of(err))
+        if message.startswith(key):  # the object's own sentence already names the key
+            raise ConfigError(message) from err
+        target = str(node.get("_target_", "")).rsplit(".", 1)[-1]
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", message)
+        if unknown:
+            raise ConfigError(f"{key}.{unknown.group(1)} is not a setting of {target}; check the spelling.") from err
+        raise ConfigError(f"{key}: {message.removeprefix(target + '.')}") from err
+
+
+def run_identity() -> tuple[Path, str | None, str | None]:
+    """(output dir, W&B group, W&B run name) from Hydra: one group per sweep, one run per job."""
+    hc = HydraConfig.get()
+    out = Path(hc.runtime.output_dir)
+    if hc.mode == RunMode.MULTIRUN:
+        group = "sweep-" + "-".join(Path(hc.sweep.dir).parts[-2:])
+        name = hc.job.override_dirname or f"job{hc.job.num}"
+        return out, group, name
+    return out, None, None
+
+
+def build_loggers(cfg: DictConfig, group: str | None, name: str | None) -> list:
+    loggers = []
+    for key, lcfg in (cfg.get("logger") or {}).items():
+        if key == "wandb":
+            mode = tracking.choose_mode(lcfg.get("mode")) if distributed.is_rank_zero() else "offline"  # no run there
+            loggers.append(
+                instantiate(lcfg, mode=mode, group=lcfg.get("group") or group, name=lcfg.get("name") or name)
+            )
+        else:
+            loggers.append(instantiate(lcfg))
+    return loggers
+
+
+def only_with_logger(callbacks: list, with_logger: bool) -> list:
+    """LearningRateMonitor and Lightning's plain ThroughputMonitor only feed a logger (and the first refuses to run
+    without one); the step clock stays, summary.json needs it."""
+    if with_logger:
+        return callbacks
+    return [c for c in callbacks if not isinstance(c, LearningRateMonitor) and type(c) is not ThroughputMonitor]
+
+
+def in_run_order(callbacks: list) -> list:
+    """The step clock first, so it times the step alone (a default one when the config leaves it out: the
+    summary's tokens/s come from it), and the signal handler last, so a signal stops after every other hook."""
+    clocks = [c for c in callbacks if isinstance(c, StepClock)] or [StepClock()]
+    return [clocks[0], *(c for c in callbacks if c is not clocks[0]), GracefulStop()]
+
+
+def fsdp_strategy(**kwargs):
+    """Lightning's FSDPStrategy with the transformer Block as the unit that is wrapped (sharded, gathered
+    for its forward and freed after), which the config cannot name as a class set by itself."""
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    kwargs = OmegaConf.to_container(kwargs, resolve=True) if isinstance(kwargs, DictConfig) else kwargs
+    return FSDPStrategy(auto_wrap_policy={Block}, **kwargs)

@@ -1,0 +1,92 @@
+"""summary.json: what a run leaves for reports, sweeps and benchmarks to read (its schema in one place).
+
+Every run writes it into its output dir, atomically: at the end (status ``completed`` or ``diverged``, with the
+end-of-run diagnostics) or when a signal stops it (``interrupted``, with the signal). Non-finite numbers are
+written as null. The keys other code relies on are in ../shared/design.md and README's "What a run writes".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+STATUSES = ("completed", "diverged", "interrupted")
+
+# the end-of-run diagnostics copied to the top level (all of them are also under "diagnostics")
+DIAGNOSTIC_KEYS = (
+    "val_loss_autoregressive",
+    "autoregressive_positions",  # scored positions per probe window
+    "val_loss_probe",  # teacher-forced, on the same probe windows
+    "future_leak",
+    "attn_entropy",
+    "attn_max_logit",
+    "attn_future_mass",
+    "loss_by_position",  # teacher-forced, one value per position
+)
+
+
+def write_summary(out_dir: Path, values: dict[str, Any]) -> Path:
+    """summary.json in the run's output dir; non-finite floats become null. Written atomically."""
+    def clean(v):
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    path = out_dir / "summary.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({k: clean(v) for k, v in values.items()}, indent=2, default=str))
+    tmp.replace(path)
+    return path
+
+
+def base_summary(status: str, *, module, trainer, timer, guard, stability, dm, ckpt_path: Path | None,
+                 resolved: dict) -> dict[str, Any]:
+    """What every summary holds, from the module (losses), the trainer (steps, world size), the step clock
+    (tokens/s), the divergence guard and stability monitor (either may be left out of the config), the data
+    (vocab size) and the resolved config."""
+    if status not in STATUSES:
+        raise ValueError(f"summary status {status!r} is not one of {', '.join(STATUSES)}.")
+    return {
+        "status": status,
+        "train_loss": module.tail_train_loss(0.1),
+        "val_loss": module.last_val_loss,
+        "diverged": bool(guard and guard.diverged),
+        "divergence": guard.reason if guard and guard.diverged else None,
+        "loss_spikes": stability.spikes if stability else None,
+        "grad_norm_max": stability.max_grad_norm if stability else None,  # before clipping, sampled
+        "steps": trainer.global_step,
+        "tokens_per_sec": timer.tokens_per_sec,
+        "train_seconds": timer.seconds,
+        "step_seconds_median": timer.median_step_seconds,
+        "first_step_unix_time": timer.first_step_at,  # for the start-up time (scripts/benchmark.py)
+        "threads": torch.get_num_threads(),
+        "world_size": trainer.world_size,
+        "n_params": module.model.num_params(),
+        "vocab_size": dm.vocab_size,
+        "resumed_from": str(ckpt_path) if ckpt_path else None,  # also set by a requeued SLURM job
+        "config": resolved,
+    }
+
+
+def with_diagnostics(summary: dict[str, Any], diag: dict, wandb: dict | None) -> dict[str, Any]:
+    """A finished run's summary: the diagnostics' headline values at the top level (None for a diverged run,
+    which has none), where its W&B run lives, and the whole diagnostics block."""
+    summary.update({key: diag.get(key) for key in DIAGNOSTIC_KEYS})
+    summary["wandb"] = wandb
+    summary["diagnostics"] = diag  # the above on the probe windows, plus per-layer values
+    return summary
+
+
+def done_line(summary: dict[str, Any], path: Path) -> str:
+    """The line a finished run prints (rich markup)."""
+    def fmt(v, spec: str) -> str:
+        return "n/a" if v is None or not math.isfinite(v) else format(v, spec)
+
+    return (
+        f"[bold green]done[/]: {summary['steps']} steps, train loss {fmt(summary['train_loss'], '.4f')}, "
+        f"val loss {fmt(summary['val_loss'], '.4f')} (autoregressive "
+        f"{fmt(summary['val_loss_autoregressive'], '.4f')}, future leak {fmt(summary['future_leak'], '.3g')}), "
+        f"{summary['tokens_per_sec'] or 0:,.0f} tokens/s -> {path}"
+    )
