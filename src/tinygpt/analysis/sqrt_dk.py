@@ -12,9 +12,11 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
-from report import Run, finish_axes, fmt, markdown_table, mean_spread, save, sweep_wall_seconds
 
+from tinygpt.analysis.figures import finish_axes, fmt, markdown_table, save
 from tinygpt.analysis.init_stats import logits_at_init, slopes
+from tinygpt.analysis.stats import mean_spread
+from tinygpt.analysis.sweep import Run, sweep_wall_seconds
 
 VARIANT_STYLE = {  # variant -> (label, colour, line style)
     ("sqrt_dk", False, "gpt2"): ("1/sqrt(d_k)", "tab:blue", "-"),

@@ -15,7 +15,10 @@ import numpy as np
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-from report import Run, band, finish_axes, fmt, markdown_table, mean_spread, save, smooth, sweep_wall_seconds
+
+from tinygpt.analysis.figures import finish_axes, fmt, markdown_table, save
+from tinygpt.analysis.stats import band, mean_spread, smooth
+from tinygpt.analysis.sweep import Run, sweep_wall_seconds
 
 COLORS = {True: "tab:blue", False: "tab:red"}
 LABELS = {True: "causal (masked)", False: "leaky (no mask)"}

@@ -10,6 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from helpers import ROOT, TINY, run_train
+from tinygpt.analysis import report
 
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
 
@@ -93,11 +94,7 @@ def test_causal_mask_sweep_shows_the_effect(tiny_causal_mask_sweep):
 @pytest.mark.slow
 def test_report_runs_on_the_sweep(tiny_causal_mask_sweep, tmp_path):
     out = tmp_path / "report"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "report.py"), "causal_mask", str(tiny_causal_mask_sweep),
-         "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report.main(["causal_mask", str(tiny_causal_mask_sweep), "--out", str(out)]) == 0  # in-process
     text = (out / "README.md").read_text()
     for png in ("curves.png", "loss_by_position.png", "attention.png", "control_T16.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
@@ -105,10 +102,18 @@ def test_report_runs_on_the_sweep(tiny_causal_mask_sweep, tmp_path):
     assert "## Finding" in text and "ln(16)" in text and "| random_tokens (vocab 16) | 16 |" in text
 
 
-def test_report_refuses_a_dir_without_runs(tmp_path):
+def test_report_refuses_a_dir_without_runs_in_one_line(tmp_path, capsys):
+    assert report.main(["causal_mask", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"error: report: no summary.json under {tmp_path}; is it a sweep dir?\n"
+    assert report.main(["sqrt_dk", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err == f"error: report: {tmp_path / 'nowhere'} does not exist.\n"
+
+
+def test_the_report_script_is_a_thin_cli_over_the_package(tmp_path):
+    """scripts/report.py runs as a plain script (no sys.path tricks) and hands its exit status on."""
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "report.py"), "causal_mask", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert proc.returncode != 0 and "no summary.json under" in proc.stderr
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: report: no summary.json under")
 
 
 def test_sqrt_dk_sweep_arms_and_grid():
@@ -144,9 +149,7 @@ def test_sqrt_dk_sweep_and_report(tmp_path, cache_dir, corpus_file):
     diverged = {(s["config"]["model"]["attn"]["scale"], s["config"]["optim"]["lr"]): s["diverged"] for s in summaries}
     assert diverged == {("sqrt_dk", 1e-2): False, ("none", 1e-2): False, ("sqrt_dk", 1e8): True, ("none", 1e8): True}
     out = tmp_path / "report"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "report.py"), "sqrt_dk", str(sweep), "--out",
-                           str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report.main(["sqrt_dk", str(sweep), "--out", str(out)]) == 0  # in-process
     text = (out / "README.md").read_text()
     for png in ("init_slopes.png", "loss_vs_lr.png", "lr_sensitivity.png", "gap_vs_dk.png", "stability.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png

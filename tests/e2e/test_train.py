@@ -13,6 +13,8 @@ import torch
 from omegaconf import OmegaConf
 
 from helpers import ROOT, TINY, compose_train, run_train
+from tinygpt.analysis import report
+from tinygpt.bench import report as bench_report
 
 SUMMARY_KEYS = {"train_loss", "val_loss", "val_loss_autoregressive", "future_leak", "attn_entropy",
                 "attn_max_logit", "diverged", "steps", "tokens_per_sec", "config"}  # design.md
@@ -166,9 +168,7 @@ def test_sweep_gives_separate_runs_in_one_group(tmp_path, corpus_file, cache_dir
         record = next(Path(info["dir"]).glob("run-*.wandb")).read_bytes()
         assert group.encode() in record
     # experiment 1's report also reads a plain `-m model.attn.causal=true,false` sweep on another corpus
-    report = subprocess.run([sys.executable, str(ROOT / "scripts" / "report.py"), "causal_mask", str(sweep),
-                             "--out", str(tmp_path / "report")], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert report.returncode == 0, report.stderr[-3000:]
+    assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "report")]) == 0  # in-process
     text = (tmp_path / "report" / "README.md").read_text()
     assert "| text_file:tiny.txt | 16 | causal (masked) |" in text and (tmp_path / "report" / "curves.png").exists()
 
@@ -281,9 +281,7 @@ def test_benchmark_quick_writes_every_key(tmp_path, corpus_file, cache_dir):
     assert list(r["step_ab"]) == ["tinygpt GPT, fused AdamW (the default)", "tinygpt GPT, foreach AdamW",
                                   "tinygpt GPT, torch's clip_grad_norm_", "tinygpt GPT, math attention path"]
     assert min(r["step_ab"].values()) > 0
-    report = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_report.py"), str(out), "--out",
-                             str(tmp_path / "docs" / "benchmarks.md")], capture_output=True, text=True, timeout=120)
-    assert report.returncode == 0, report.stderr[-3000:]
+    assert bench_report.main([str(out), "--out", str(tmp_path / "docs" / "benchmarks.md")]) == 0  # in-process
     md = (tmp_path / "docs" / "benchmarks.md").read_text()
     assert f"{r['lightning_tokens_per_sec']:,.0f}" in md
     assert (tmp_path / "docs" / "benchmark" / "attention.png").exists()
@@ -355,9 +353,7 @@ def test_benchmark_quick_against_a_nanogpt_checkout(tmp_path, corpus_file, cache
     runs = (checkout.parent / "log.txt").read_text().splitlines()  # the rounds' run, then the pairs' runs
     assert runs[0].split()[0] == "None" and runs[1:] == ["1 [1]", "1 [0]"]
     assert "nanoGPT's GPT and configure_optimizers" in r["step_ab"]
-    report = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_report.py"), str(out), "--out",
-                             str(tmp_path / "docs" / "benchmarks.md")], capture_output=True, text=True, timeout=120)
-    assert report.returncode == 0, report.stderr[-3000:]
+    assert bench_report.main([str(out), "--out", str(tmp_path / "docs" / "benchmarks.md")]) == 0  # in-process
     assert "### Side by side" in (tmp_path / "docs" / "benchmarks.md").read_text()
 
 

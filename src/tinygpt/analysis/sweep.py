@@ -1,0 +1,95 @@
+"""A sweep's runs, read from the files each job left in its directory: summary.json (final numbers, the resolved
+config), history/metrics.csv (per-step metrics), attention/stepNNNNNN.npz (the attention weights) and
+samples.jsonl (text samples). Never W&B, so a report works offline and from a copied sweep dir.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+class ReportError(ValueError):
+    """Input a report cannot be made from (a missing dir, no runs): one sentence, exit status 2."""
+
+
+@dataclass
+class Run:
+    """One job's files."""
+
+    dir: Path
+    summary: dict
+    history: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)  # key -> (steps, values)
+
+    @property
+    def config(self) -> dict:
+        return self.summary["config"]
+
+    @property
+    def seed(self) -> int:
+        return self.config["seed"]
+
+    def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        steps, values = self.history.get(key, ([], []))
+        return np.asarray(steps), np.asarray(values, dtype=float)
+
+    def attention(self) -> dict | None:
+        """The last saved attention weights: {"weights": (n_layer, H, T, T), "labels": [...], "step"}."""
+        files = sorted((self.dir / "attention").glob("step*.npz"))
+        if not files:
+            return None
+        with np.load(files[-1]) as z:
+            return {"weights": z["weights"], "labels": list(z["labels"]), "step": int(files[-1].stem[4:])}
+
+    def last_sample(self) -> str | None:
+        path = self.dir / "samples.jsonl"
+        if not path.exists():
+            return None
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return json.loads(lines[-1])["text"] if lines else None
+
+
+def read_history(path: Path) -> dict[str, tuple[list[int], list[float]]]:
+    """Lightning's CSVLogger file -> {metric: (steps, values)}, skipping empty cells."""
+    out: dict[str, tuple[list[int], list[float]]] = {}
+    if not path.exists():
+        return out
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            step = int(row["step"])
+            for key, value in row.items():
+                if key in ("step", "epoch") or value in ("", None):
+                    continue
+                steps, values = out.setdefault(key, ([], []))
+                steps.append(step)
+                values.append(float(value))
+    return out
+
+
+def load_runs(sweep_dirs: list[Path]) -> list[Run]:
+    """Every job dir (one holding summary.json) under the given dirs, in a stable order."""
+    runs = []
+    for root in sweep_dirs:
+        if not root.exists():
+            raise ReportError(f"{root} does not exist.")
+        for summary in sorted(root.rglob("summary.json")):
+            run = Run(summary.parent, json.loads(summary.read_text()))
+            run.history = read_history(summary.parent / "history" / "metrics.csv")
+            runs.append(run)
+    if not runs:
+        raise ReportError(f"no summary.json under {', '.join(map(str, sweep_dirs))}; is it a sweep dir?")
+    return runs
+
+
+# ----------------------------------------------------------------------------- numbers
+
+
+def sweep_wall_seconds(runs: list[Run]) -> float:
+    """From the first job's config.yaml to the last job's summary.json (file times)."""
+    starts = [(r.dir / "config.yaml").stat().st_mtime for r in runs if (r.dir / "config.yaml").exists()]
+    ends = [(r.dir / "summary.json").stat().st_mtime for r in runs]
+    return max(ends) - min(starts) if starts else float("nan")

@@ -1,0 +1,164 @@
+"""Whole programs, timed from outside: ``python train.py`` and nanoGPT's own train.py on the same recipe, in
+alternating rounds and side by side (each pinned to its own core with one thread, cores swapped between pairs,
+so whatever the machine does during a pair it does to both), the levers (one train.py run per switch) and the
+wall time of ``debug=fast``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from rich.console import Console
+
+ROOT = Path(__file__).resolve().parents[3]  # the checkout that holds train.py
+console = Console()
+
+def kept(pair: dict) -> dict:
+    """What the JSON keeps of a pair of runs ({side: run}): each side's wall time, tokens/s, peak and val loss."""
+    return {side: {k: run.get(k) for k in ("wall_s", "tokens_per_sec", "peak_rss_mib", "val_loss")}
+            for side, run in pair.items()}
+
+
+def median_of(runs: list[dict]) -> dict:
+    """Each numeric figure of several runs' dicts as its median (the mean of the middle two for an even count)."""
+    out = {}
+    for key in runs[0]:
+        values = sorted(r[key] for r in runs if isinstance(r.get(key), (int, float)))
+        n = len(values)
+        out[key] = None if not n else values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+    return out
+
+
+def timed(cmd: list[str], cwd: Path, env: dict | None = None,
+          cpu: int | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run cmd under /usr/bin/time: (process, wall seconds, peak RSS in MiB). ``cpu``: pinned to that core."""
+    pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as f:
+        t0 = time.perf_counter()
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", f.name, *pin, *cmd], cwd=cwd, capture_output=True,
+                              text=True, env={**os.environ, **(env or {})})
+        wall = time.perf_counter() - t0
+        lines = [line for line in Path(f.name).read_text().splitlines() if line.strip().isdigit()]
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd[:3])} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return proc, wall, int(lines[-1]) / 1024 if lines else float("nan")
+
+
+def tinygpt_run(data_args: list[str], steps: int, seed: int, cache_dir: str, extra: list[str] = (),
+                env: dict | None = None, cpu: int | None = None) -> dict:
+    """`python train.py` on the default recipe as a user runs it, W&B offline, maps and samples included."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, str(ROOT / "train.py"), *data_args, f"seed={seed}", f"trainer.max_steps={steps}",
+               f"data.cache_dir={cache_dir}", f"hydra.run.dir={out}/run", *extra]
+        launched = time.time()
+        _, wall, peak = timed(cmd, ROOT, {"WANDB_MODE": "offline", **(env or {})}, cpu)
+        s = json.loads((Path(out) / "run" / "summary.json").read_text())
+    tokens_per_step = 12 * 64
+    return {"tokens_per_sec": tokens_per_step / s["step_seconds_median"],
+            "mean_tokens_per_sec": s["tokens_per_sec"], "val_loss": s["val_loss"], "train_loss": s["train_loss"],
+            "train_seconds": s["train_seconds"], "wall_s": wall, "peak_rss_mib": peak,
+            "startup_s": s["first_step_unix_time"] - launched}
+
+
+NANOGPT_CPU = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
+               "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128",
+               "--lr_decay_iters={steps}", "--max_iters={steps}", "--dropout=0.0"]  # nanoGPT README's CPU command
+ITER_LINE = re.compile(r"^iter (\d+): loss ([\d.]+), time ([\d.]+)ms")
+
+
+def prepare_nanogpt_data(nanogpt: Path, text: Path) -> None:
+    """nanoGPT's shakespeare_char data (train.bin, val.bin, meta.pkl) from ``text``, unless already there."""
+    data_dir = nanogpt / "data" / "shakespeare_char"
+    if not (data_dir / "train.bin").exists() or (data_dir / "input.txt").read_text() != text.read_text():
+        shutil.copy(text, data_dir / "input.txt")
+        subprocess.run([sys.executable, "prepare.py"], cwd=data_dir, check=True, capture_output=True)
+
+
+def nanogpt_run(nanogpt: Path, text: Path, steps: int, env: dict | None = None, cpu: int | None = None) -> dict:
+    """nanoGPT's train.py on its README's CPU command, its data prepared from ``text``."""
+    prepare_nanogpt_data(nanogpt, text)
+    with tempfile.TemporaryDirectory() as out:
+        args = [a.format(steps=steps) for a in NANOGPT_CPU] + [f"--out_dir={out}"]
+        proc, wall, peak = timed([sys.executable, "train.py", *args], nanogpt, env, cpu)
+    iters = [(int(m[1]), float(m[3]) / 1000) for m in map(ITER_LINE.match, proc.stdout.splitlines()) if m]
+    times = sorted(dt for i, dt in iters if i > 0)  # iteration 0 includes start-up
+    vals = re.findall(r"step \d+: train loss [\d.]+, val loss ([\d.]+)", proc.stdout)
+    return {"tokens_per_sec": 12 * 64 / times[len(times) // 2], "wall_s": wall, "peak_rss_mib": peak,
+            "val_loss": float(vals[-1]) if vals else None}
+
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def side_by_side(nanogpt: Path, text: Path, data_args: list[str], steps: int, seed: int, cache_dir: str,
+                 pairs: int) -> list[dict]:
+    """Both programs at the same time, each pinned to its own core with one thread, ``pairs`` times with the
+    cores swapped between pairs. Whatever the machine's speed does during a pair it does to both, so a pair's
+    ratios are free of the drift that moves back-to-back runs (up to 38% here). One thread each is not the
+    default's two: this compares the programs' own work (their steps, loops, evaluations, start-up and
+    extras), not how each uses two cores."""
+
+    prepare_nanogpt_data(nanogpt, text)  # before the clock starts for either
+    out = []
+    for i in range(pairs):
+        ours_cpu, ref_cpu = (0, 1) if i % 2 == 0 else (1, 0)
+        with ThreadPoolExecutor(max_workers=2) as pool:  # each thread waits on its own subprocess
+            ours = pool.submit(tinygpt_run, data_args, steps, seed, cache_dir, env=ONE_THREAD, cpu=ours_cpu)
+            ref = pool.submit(nanogpt_run, nanogpt, text, steps, env=ONE_THREAD, cpu=ref_cpu)
+            pair = {"tinygpt": ours.result(), "reference": ref.result()}
+        out.append({**kept(pair), "tinygpt_core": ours_cpu, "reference_core": ref_cpu})
+        ours_r, ref_r = pair["tinygpt"], pair["reference"]
+        console.print(f"side by side {i + 1}/{pairs} (tinygpt on core {ours_cpu}, nanoGPT on core {ref_cpu}, one "
+                      f"thread each): tinygpt {ours_r['wall_s']:.1f} s, {ours_r['tokens_per_sec']:,.0f} tokens/s; "
+                      f"nanoGPT {ref_r['wall_s']:.1f} s, {ref_r['tokens_per_sec']:,.0f} tokens/s")
+    return out
+
+
+LEVERS = [
+    ("default", [], {}),
+    ("progress bar redrawn every step", ["callbacks.progress_bar.refresh_rate=1"], {}),
+    ("no heap trim", ["~callbacks.heap_trim"], {}),
+    ("no periodic attention maps", ["callbacks.attention_maps.every_n_steps=0"], {}),
+    ("validation twice as often", ["trainer.val_check_interval=125"], {}),
+    ("no loggers (W&B, CSV)", ["logger=none"], {}),
+    ("AdamW foreach instead of fused", ["optim.fused_adam=false"], {}),
+    ("one thread", [], {"OMP_NUM_THREADS": "1"}),
+    ("torch.compile (compile time counted)", ["compile=true"], {}),
+]
+
+
+def levers(data_args: list[str], steps: int, seed: int, cache_dir: str, quick: bool) -> list[dict]:
+    """Each lever as a train.py run of ``steps`` steps (validation every steps/2, maps every steps/2)."""
+    rows = []
+    for name, overrides, env in LEVERS[:2] if quick else LEVERS:
+        extra = [f"trainer.val_check_interval={max(1, steps // 2)}",
+                 f"callbacks.attention_maps.every_n_steps={max(1, steps // 2)}", *overrides]
+        if name == "validation twice as often":
+            extra = [o for o in extra if not o.startswith("trainer.val_check_interval=")] + [
+                f"trainer.val_check_interval={max(1, steps // 4)}"]
+        r = tinygpt_run(data_args, steps, seed, cache_dir, extra, env)
+        rows.append({"lever": name, "overrides": overrides, "env": env, "wall_s": r["wall_s"],
+                     "step_ms": 1000 * 12 * 64 / r["tokens_per_sec"], "peak_rss_mib": r["peak_rss_mib"],
+                     "train_loss": r["train_loss"], "val_loss": r["val_loss"]})
+        console.print(f"lever {name}: {rows[-1]['wall_s']:.1f} s wall, {rows[-1]['step_ms']:.1f} ms/step, "
+                      f"{rows[-1]['peak_rss_mib']:.0f} MiB, train loss {r['train_loss']:.4f}")
+    return rows
+
+
+def debug_fast_wall(cache_dir: str) -> float:
+    """`python train.py debug=fast` (10 steps, no logger) on the embedded corpus, cache warm, launch to exit."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, str(ROOT / "train.py"), "debug=fast", f"data.cache_dir={cache_dir}",
+               f"hydra.run.dir={out}/run"]
+        timed(cmd, ROOT)  # warms the cache (the embedded corpus is converted and tokenized once)
+        shutil.rmtree(f"{out}/run")
+        return timed(cmd, ROOT)[1]

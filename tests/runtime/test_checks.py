@@ -1,0 +1,40 @@
+"""The shared value checks: what passes, and the one sentence for what does not."""
+
+import math
+
+import pytest
+
+from tinygpt.runtime.checks import is_number, non_negative_int, number, one_of, positive_int
+
+
+@pytest.mark.parametrize("value", [1, 7, 2**40])
+def test_positive_int_returns_a_positive_integer(value):
+    assert positive_int("data.batch_size", value) == value
+
+
+@pytest.mark.parametrize("value", [0, -3, 1.0, "2", True, None])
+def test_positive_int_names_the_key_and_the_value(value):
+    with pytest.raises(ValueError) as err:
+        positive_int("data.batch_size", value, " (windows per step)")
+    assert str(err.value) == f"data.batch_size={value!r} must be a positive integer (windows per step)."
+
+
+def test_non_negative_int_takes_zero_and_refuses_negatives_and_bools():
+    assert non_negative_int("every_n_steps", 0) == 0
+    for bad in (-1, False, 0.5):
+        with pytest.raises(ValueError, match=rf"^every_n_steps={bad!r} must be >= 0.$"):
+            non_negative_int("every_n_steps", bad)
+
+
+def test_number_is_finite_and_not_a_bool():
+    assert number("optim.lr", 3e-4) == 3e-4 and is_number(2)
+    for bad in (math.inf, math.nan, "fast", True):
+        with pytest.raises(ValueError, match=r"^optim.lr=.* must be a number.$"):
+            number("optim.lr", bad)
+
+
+def test_one_of_lists_the_choices():
+    one_of("model.attn.backend", "math", ("sdpa", "math"))
+    with pytest.raises(ValueError) as err:
+        one_of("model.attn.backend", "flash", ("sdpa", "math"))
+    assert str(err.value) == "model.attn.backend='flash' is not one of sdpa, math."

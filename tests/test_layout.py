@@ -1,0 +1,72 @@
+"""The house's layout: the layers import one way (import-linter's contract in pyproject.toml), scripts/ holds only
+thin CLIs over the package, and README's layout section names paths that exist."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+
+LINT = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
+
+
+def lint(config: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([LINT, "--config", str(config), "--no-cache"], cwd=ROOT / "src", capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_layers_import_one_way_down():
+    proc = lint(ROOT / "pyproject.toml")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "1 kept, 0 broken" in proc.stdout
+
+
+def test_the_contract_can_fail(tmp_path):
+    """The same tool with the layers upside down reports the real imports as broken (so the check above is live)."""
+    config = tmp_path / "upside_down.toml"
+    config.write_text('[tool.importlinter]\nroot_package = "tinygpt"\n\n[[tool.importlinter.contracts]]\n'
+                      'name = "upside down"\ntype = "layers"\nlayers = ["tinygpt.runtime", "tinygpt.model"]\n')
+    proc = lint(config)
+    assert proc.returncode != 0 and "BROKEN" in proc.stdout and "tinygpt.model" in proc.stdout
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "scripts").glob("*.py")))
+def test_scripts_are_thin_clis(script):
+    """Each script imports its main from the package and runs it: no logic, no sys.path tricks."""
+    text = (ROOT / "scripts" / script).read_text()
+    code = [line for line in text.splitlines() if line.strip() and not line.startswith(('"""', "#"))]
+    assert len(code) <= 5, code
+    assert re.search(r"^from tinygpt\.[\w.]+ import main$", text, re.M) and "sys.path" not in text
+
+
+def readme_layout_paths() -> list[str]:
+    """The paths README's layout table names: each row's path, and the files its description names (``x.py``,
+    ``dir/``), taken relative to that row's dir."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Layout", 1)[1].split("\n## ", 1)[0]
+    paths = []
+    for row in re.findall(r"^\| `([\w./-]+)` \| (.*) \|$", section, re.M):
+        where, what = row
+        paths.append(where)
+        base = where if where.endswith("/") else ""
+        paths += [base + name for name in re.findall(r"`([\w-]+(?:\.\w+|/))`", what)]
+    return paths
+
+
+def test_readme_layout_names_paths_that_exist():
+    paths = readme_layout_paths()
+    assert len(paths) >= 40, paths  # the table really lists the layout
+    missing = [p for p in paths if not (ROOT / p).exists()]
+    assert not missing, missing
+
+
+def test_every_package_module_is_named_in_the_readme_layout():
+    named = set(readme_layout_paths())
+    modules = [p.relative_to(ROOT).as_posix() for p in (ROOT / "src" / "tinygpt").rglob("*.py")
+               if p.name != "__init__.py"]
+    unnamed = [m for m in modules if m not in named]
+    assert not unnamed, unnamed
