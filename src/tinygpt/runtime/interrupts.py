@@ -3,13 +3,13 @@ notice before the time limit: stop, checkpoint and requeue).
 
 During training the first signal lets the current step finish, then last.ckpt is written at that step and
 the run ends with RunInterrupted (under DDP/FSDP the ranks agree after every step whether any of them was
-signalled, so all stop after the same step); the pipeline writes a partial summary, prints how to resume and exits
+signalled, so all stop after the same step); the run writes a partial summary, prints how to resume and exits
 128 + the signal number (143, 130, 138, 140), as shells expect. A second signal stops at once. Outside the
 training loop (data preparation, the final diagnostics) a signal stops at once.
 
 Requeue on SLURM: SIGUSR2 (sent ``signal_delay_s`` before the time limit, configs/hydra/launcher/slurm.yaml)
 in a SLURM job also asks SLURM to requeue the job (``scontrol requeue``, from rank 0, after the checkpoint
-is written). The job starts again in the same run dir and resumes from that last.ckpt (pipeline.setup).
+is written). The job starts again in the same run dir and resumes from that last.ckpt (tinygpt.train.setup).
 This replaces Lightning's own auto-requeue, which saves from inside its signal handler wherever the step
 is (rank by rank under DDP), so a resume could repeat or skip part of a step; here it is exact.
 """

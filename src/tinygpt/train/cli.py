@@ -1,4 +1,4 @@
-"""train.py's task around pipeline.train: how a run ends, as the shell and a sweep see it.
+"""train.py's task around tinygpt.train.run.train: how a run ends, as the shell and a sweep see it.
 
 - a mistake in the config or input: `error: <sentence>`, exit status 2, no traceback
   (HYDRA_FULL_ERROR=1 shows it);

@@ -95,7 +95,7 @@ class Diverged(Exception):
 
 
 class DivergenceGuard(L.Callback):
-    """Stop cleanly when the training loss is non-finite or exceeds ``factor`` x ln(vocab): the pipeline
+    """Stop cleanly when the training loss is non-finite or exceeds ``factor`` x ln(vocab): the run
     then writes the summary with ``diverged: true`` and the reason, keeps the last good checkpoint and
     exits 0, so a sweep goes on."""
 
