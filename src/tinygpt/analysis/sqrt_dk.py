@@ -17,7 +17,7 @@ from tinygpt.analysis.figures import finish_axes, fmt, markdown_table, save
 from tinygpt.analysis.init_stats import logits_at_init, slopes
 from tinygpt.analysis.stats import mean_spread
 from tinygpt.analysis.sweep import Run, sweep_wall_seconds
-from tinygpt.analysis.templates import prose
+from tinygpt.analysis.templates import Report, prose
 
 VARIANT_STYLE = {  # variant -> (label, colour, line style)
     ("sqrt_dk", False, "gpt2"): ("1/sqrt(d_k)", "tab:blue", "-"),
@@ -282,27 +282,24 @@ def logit_at(arms, arm, x) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
-    arms = arms_of(runs)
+def setup_text(runs: list[Run], arms) -> str:
+    """The **Setup.** paragraph: the recipe from the first run's config, the grid, the sweep's wall time."""
     cfg = runs[0].config
     wall = sweep_wall_seconds(runs)
     lrs = sorted({x for by_lr in arms.values() for x in by_lr})
     dks = sorted({d for d, _ in arms})
-    head = [
-        prose("sqrt_dk", "intro", n_runs=len(runs), sweeps=", ".join(f"`{s}`" for s in sweeps)),
-        "",
+    return (
         f"**Setup.** {cfg['model']['n_layer']} layers, {cfg['model']['n_embd']} wide, context "
         f"{cfg['model']['block_size']}, batch {cfg['data']['batch_size']}, {cfg['trainer']['max_steps']} steps of "
         f"AdamW ({cfg['optim']['warmup_steps']} warmup steps, cosine to {cfg['optim']['min_lr']:g}), grad clip "
         f"{cfg['trainer']['gradient_clip_val']}, fp32, on the embedded Shakespeare corpus (characters). Head dims "
         f"{', '.join(map(str, dks))} at a fixed width; peak learning rates {', '.join(f'{x:g}' for x in lrs)}. "
-        f"Sweep wall time: {wall / 60:.1f} min.",
-        "",
-        prose("sqrt_dk", "terms"),
-        "",
-    ]
-    body, findings, compare, limits = [], [], [], []
+        f"Sweep wall time: {wall / 60:.1f} min."
+    )
 
+
+def init_section(rep: Report, cfg: dict, out: Path) -> None:
+    """Logits at initialisation against d_k, measured on a fresh model of the sweep's width."""
     width = cfg["model"]["n_embd"]
     head_dims = tuple(d for d in (8, 16, 32, 64, 128, 256, 512) if d <= width and width % d == 0)
     init_rows = logits_at_init(n_embd=width, head_dims=head_dims, block_size=cfg["model"]["block_size"])
@@ -311,7 +308,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     fig_init(init_rows, width, out / "init_slopes.png")
     std = {(r["init"], r["scale"], r["d_k"]): r["logit_std"] for r in init_rows}
     ent = {(r["init"], r["scale"], r["d_k"]): r["entropy"] for r in init_rows}
-    body += [
+    rep.sections += [
         "## At initialisation",
         "",
         "![init](init_slopes.png)",
@@ -333,11 +330,17 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         "",
     ]
 
+
+def lr_section(rep: Report, arms, out: Path) -> None:
+    """Final loss against learning rate, LR sensitivity and the arm table."""
     fig_loss_vs_lr(arms, out / "loss_vs_lr.png")
     fig_sensitivity(arms, out / "lr_sensitivity.png")
-    body += ["## Final loss against learning rate", "", "![loss vs lr](loss_vs_lr.png)", "",
+    rep.sections += ["## Final loss against learning rate", "", "![loss vs lr](loss_vs_lr.png)", "",
              "## LR sensitivity", "", "![sensitivity](lr_sensitivity.png)", "", arm_table(arms), ""]
 
+
+def sensitivity_section(rep: Report, arms, dks: list[int], lrs: list[float]) -> dict[str, list[tuple[int, float]]]:
+    """Per init, the unscaled arm's extra LR sensitivity and best-loss gap against d_k; returns the gaps by init."""
     best_gap_by_init: dict[str, list[tuple[int, float]]] = {}
     for init in ("gpt2", "unit"):
         extra = []  # (d_k, extra sensitivity of the unscaled arm, real?)
@@ -351,7 +354,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
             best_a, lr_a = best(a)
             best_b, lr_b = best(b)
             extra.append((dk, sa[0] - sb[0], real))
-            findings.append(
+            rep.findings.append(
                 f"d_k = {dk}{', unit-variance init' if init == 'unit' else ', GPT-2 init'}: LR sensitivity "
                 f"{sb[0]:.3f} ± {sb[1]:.3f} with 1/sqrt(d_k) vs {sa[0]:.3f} ± {sa[1]:.3f} unscaled: "
                 + ("**a real difference**" if real else "no difference beyond twice the seed spread" if seeds >= 2
@@ -364,7 +367,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
             best_gaps = [(d, best(arms[(d, ("none", False, init))])[0] - best(arms[(d, ("sqrt_dk", False, init))])[0])
                          for d, _, _ in extra]
             best_grows = all(x[1] < y[1] for x, y in zip(best_gaps, best_gaps[1:], strict=False))
-            findings.append(
+            rep.findings.append(
                 f"Does the benefit grow with d_k ({'GPT-2' if init == 'gpt2' else 'unit-variance'} init)? The unscaled "
                 "arm's extra LR sensitivity is " + ", ".join(f"{e:+.3f} at d_k = {d}" for d, e, _ in extra) + ": "
                 + ("it rises monotonically with d_k" if grows else "not monotonic in d_k")
@@ -372,15 +375,19 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
                 + ", ".join(f"{g:+.3f} at d_k = {d}" for d, g in best_gaps) + ": "
                 + ("it rises monotonically with d_k." if best_grows else "not monotonic in d_k."))
             best_gap_by_init[init] = best_gaps
+    return best_gap_by_init
 
+
+def gap_section(rep: Report, arms, out: Path) -> dict[str, list[dict]]:
+    """Where dropping the factor costs: the (d_k, lr) cells whose final-loss gap is beyond the seed spread."""
     gaps = {init: gap_rows(arms, init) for init in ("gpt2", "unit")}
     gaps = {k: v for k, v in gaps.items() if v}
     if gaps:
         fig_gap(gaps, out / "gap_vs_dk.png")
-        body += ["## Where dropping the factor costs", "", "![gap](gap_vs_dk.png)", ""]
+        rep.sections += ["## Where dropping the factor costs", "", "![gap](gap_vs_dk.png)", ""]
         for init, rows in gaps.items():
             real = [r for r in rows if r["real"]]
-            body += [
+            rep.sections += [
                 f"{'GPT-2 init' if init == 'gpt2' else 'Unit-variance init'}: of {len(rows)} (d_k, learning rate) "
                 f"cells, {len(real)} show a final-loss gap beyond twice the seed spread"
                 + (": " + "; ".join(f"d_k = {r['d_k']}, lr {r['lr']:g}: {r['gap']:+.3f}" for r in real)
@@ -389,7 +396,11 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
                    else ""),
                 "",
             ]
+    return gaps
 
+
+def stability_section(rep: Report, arms, dks: list[int], lrs: list[float], gaps, out: Path) -> None:
+    """Logit growth and entropy collapse at the largest d_k."""
     big = max(dks)
     if big:
         at_big = {v: by_lr for (d, v), by_lr in arms.items() if d == big}
@@ -405,20 +416,20 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
             if vals:
                 ends.append(f"{variant_label(v)}: {np.mean(vals):.2f}")
         if ends:
-            findings.append(
+            rep.findings.append(
                 f"Saturation: at d_k = {big} and lr {stable:g} (a stable rate), the mean normalised attention "
                 f"entropy at the end of training is {'; '.join(ends)} (1 = uniform, 0 = one-hot).")
-        body += [f"## Logit growth and entropy collapse at d_k = {big}", "", "![stability](stability.png)", ""]
+        rep.sections += [f"## Logit growth and entropy collapse at d_k = {big}", "", "![stability](stability.png)", ""]
         for x in shown:
             parts = [f"{variant_label(v)} {logit_at(arms, (big, v), x):.1f}" for v in sorted(at_big, key=str)
                      if logit_at(arms, (big, v), x) is not None]
-            body.append(f"Max logit at the end, lr {x:g}: " + ", ".join(parts) + ".")
-        body.append("")
+            rep.sections.append(f"Max logit at the end, lr {x:g}: " + ", ".join(parts) + ".")
+        rep.sections.append("")
         qk, none = (big, ("none", True, "gpt2")), (big, ("none", False, "gpt2"))
         if qk in arms and none in arms:
             sq_, sn_ = mean_spread(sensitivity_per_seed(arms[qk])), mean_spread(sensitivity_per_seed(arms[none]))
             lq, ln_ = logit_at(arms, qk, unstable), logit_at(arms, none, unstable)
-            findings.append(
+            rep.findings.append(
                 f"The positive control (d_k = {big}, unscaled + qk-layernorm): LR sensitivity {sq_[0]:.3f} ± "
                 f"{sq_[1]:.3f} vs {sn_[0]:.3f} ± {sn_[1]:.3f} unscaled without it; max logit at lr {unstable:g}: "
                 f"{nan_if_none(lq):.1f} vs {nan_if_none(ln_):.1f}; but its best loss on the grid is "
@@ -427,7 +438,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
                 f"factor its logits start with std ~sqrt(d_k) = {math.sqrt(big):.0f} (the unit-init row of the table "
                 "below): bounded and stable across learning rates, but saturated from the first step.")
             dq, dn = diverged_fraction(arms[qk]), diverged_fraction(arms[none])
-            compare.append(
+            rep.comparison.append(
                 f"Wortsman et al.: attention-logit growth precedes instability and qk-layernorm removes it. Here, at "
                 f"d_k = {big} and lr {unstable:g}, the unscaled arm ends with max logit "
                 f"{nan_if_none(ln_):.1f}, the qk-norm arm {nan_if_none(lq):.1f} (|q.k| <= d_k = {big} while the "
@@ -438,27 +449,34 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         inv = (big, ("inv_dk", False, "gpt2"))
         sq = (big, ("sqrt_dk", False, "gpt2"))
         if inv in arms and sq in arms:
-            compare.append(
+            rep.comparison.append(
                 f"muP (Yang et al. 2022) argues for 1/d_k. At d_k = {big}: LR sensitivity 1/d_k "
                 f"{mean_spread(sensitivity_per_seed(arms[inv]))[0]:.3f} vs 1/sqrt(d_k) "
                 f"{mean_spread(sensitivity_per_seed(arms[sq]))[0]:.3f}; best final loss 1/d_k "
                 f"{best(arms[inv])[0]:.3f} (lr {best(arms[inv])[1]:g}) vs {best(arms[sq])[0]:.3f} "
                 f"(lr {best(arms[sq])[1]:g}).")
 
+
+def huge_logits_comparison(rep: Report, runs: list[Run]) -> None:
+    """Runs whose max logit passed 1e4, against Wortsman et al.'s divergence threshold."""
     huge = [r for r in runs if (r.summary.get("attn_max_logit") or 0) > 1e4]
     if huge:
         ok = [v for r in huge if math.isfinite(v := final_loss(r))]
-        compare.append(
+        rep.comparison.append(
             f"Wortsman et al. saw runs diverge once the max logit passed ~1e4. Here {len(huge)} of {len(runs)} runs "
             f"ended with a max logit above 1e4 (largest {max(r.summary['attn_max_logit'] for r in huge):.3g}); "
             f"{len(huge) - len(ok)} of them diverged"
             + (f", the others ended at a final loss of {min(ok):.2f} to {max(ok):.2f} (near-one-hot attention: a "
                "degraded model rather than NaNs, in fp32 with gradient clipping at 1.0)." if ok else "."))
+
+
+def summary_and_literature(rep: Report, runs: list[Run], arms, dks: list[int], best_gap_by_init) -> None:
+    """The finding at the top (in short; diverged runs) and the comparison with the literature."""
     n_div = sum(diverged_fraction(by_lr)[0] for by_lr in arms.values())
     if best_gap_by_init:
         shifted = [d for d in dks if (d, ("none", False, "gpt2")) in arms and (d, ("sqrt_dk", False, "gpt2")) in arms
                    and best(arms[(d, ("none", False, "gpt2"))])[1] < best(arms[(d, ("sqrt_dk", False, "gpt2"))])[1]]
-        findings.insert(0, (
+        rep.findings.insert(0, (
             f"**In short.** {n_div} of {len(runs)} runs diverged. What dropping 1/sqrt(d_k) changes is the best "
             "reachable loss: the unscaled arm's best loss on the grid minus the scaled arm's is "
             + "; ".join(("GPT-2 init: " if init == "gpt2" else "unit-variance init: ")
@@ -467,9 +485,9 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
             + " (nats)"
             + (f", and its best learning rate is lower at d_k = {', '.join(map(str, shifted))}" if shifted else "")
             + ". Details and where the difference is within seed noise below."))
-    findings.append(f"Diverged runs (non-finite or exploding loss, stopped cleanly): {n_div} of {len(runs)}"
+    rep.findings.append(f"Diverged runs (non-finite or exploding loss, stopped cleanly): {n_div} of {len(runs)}"
                     + (", by arm in the table above." if n_div else "."))
-    compare += [
+    rep.comparison += [
         "Vaswani et al.'s footnote assumes unit-variance q and k; the init table above shows that GPT-2's init "
         "does not meet it, which is why the scaled and unscaled arms start alike. The unit-init arms test the "
         "premise itself.",
@@ -478,7 +496,11 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         "(arXiv 2303.06296); Henry et al. 2020 (arXiv 2010.04245). Small models train without the factor: GPT-Neo "
         "applies none (transformers issue 20828), and TinyStories-1M (d_k = 4) trains fine.",
     ]
-    limits += [
+
+
+def limits(rep: Report, cfg: dict) -> None:
+    """What this sweep cannot tell."""
+    rep.limits += [
         f"Short runs ({cfg['trainer']['max_steps']} steps) of a {cfg['model']['n_layer']}-layer character model on "
         "2 CPU cores: instabilities that need long training or large models are out of reach; the learning-rate "
         "grid stands in for them, as in Wortsman et al.",
@@ -487,9 +509,29 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         "boundary rather than removing logit growth.",
         "fp32 with gradient clipping at 1.0: NaNs are rarer than in bf16 without clipping.",
     ]
-    sections = head + ["## Finding", ""] + [f"- {f}" for f in findings] + [""] + body
-    sections += ["## How this compares with the literature", ""] + [f"- {c}" for c in compare] + [""]
-    sections += ["## Limits", ""] + [f"- {x}" for x in limits] + [""]
+
+
+def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
+    """The report (README.md and its PNGs in ``out``) from experiment 2's runs, each section drawn where the runs
+    support it."""
+    arms = arms_of(runs)
+    cfg = runs[0].config
+    lrs = sorted({x for by_lr in arms.values() for x in by_lr})
+    dks = sorted({d for d, _ in arms})
+    head = [prose("sqrt_dk", "intro", n_runs=len(runs), sweeps=", ".join(f"`{s}`" for s in sweeps)), "",
+            setup_text(runs, arms), "", prose("sqrt_dk", "terms"), ""]
+    rep = Report()
+    init_section(rep, cfg, out)
+    lr_section(rep, arms, out)
+    best_gap_by_init = sensitivity_section(rep, arms, dks, lrs)
+    gaps = gap_section(rep, arms, out)
+    stability_section(rep, arms, dks, lrs, gaps, out)
+    huge_logits_comparison(rep, runs)
+    summary_and_literature(rep, runs, arms, dks, best_gap_by_init)
+    limits(rep, cfg)
+    sections = head + ["## Finding", ""] + [f"- {f}" for f in rep.findings] + [""] + rep.sections
+    sections += ["## How this compares with the literature", ""] + [f"- {c}" for c in rep.comparison] + [""]
+    sections += ["## Limits", ""] + [f"- {x}" for x in rep.limits] + [""]
     path = out / "README.md"
     path.write_text("\n".join(sections))
     return path

@@ -6,6 +6,7 @@ blocks' own figures are the literature's, cited."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -24,3 +25,14 @@ def blocks(experiment: str) -> dict[str, str]:
 def prose(experiment: str, name: str, **values) -> str:
     """Block ``name`` of ``<experiment>.md`` with its placeholders filled; a missing value is a KeyError."""
     return blocks(experiment)[name].format_map(values)
+
+
+@dataclass
+class Report:
+    """The report's parts as the sections fill them: the body, the findings list at the top, the comparison with
+    the published cases and the limits."""
+
+    sections: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    comparison: list[str] = field(default_factory=list)
+    limits: list[str] = field(default_factory=list)

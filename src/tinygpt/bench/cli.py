@@ -40,7 +40,8 @@ TINY_SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.
 console = Console()
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line, every value checked before any work."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(TINY_SHAKESPEARE) if TINY_SHAKESPEARE.exists() else None,
                     help="a text file (default: Tiny Shakespeare from ../shared, else the embedded corpus)")
@@ -71,7 +72,11 @@ def main(argv=None) -> int:
         ap.error(f"--nanogpt={args.nanogpt} is not a nanoGPT checkout (no train.py there).")
     if args.nanogpt and not args.data:
         ap.error("--nanogpt needs --data (a text file nanoGPT can prepare as shakespeare_char).")
-    steps = 10 if args.quick else args.steps
+    return args
+
+
+def generation(args) -> dict:
+    """KV-cache decoding against recomputing, on the GPU recipe's model and the default one."""
     new_tokens = 8 if args.quick else 200
     gen = {name: generation_speed(arch, new_tokens) for name, arch in (("small (10.7M, context 256)", SMALL),
                                                                        ("baby (0.8M, context 64)", BABY))}
@@ -81,100 +86,135 @@ def main(argv=None) -> int:
     result: dict = {"generate": gen,
                     "generate_cached_tokens_per_sec": gen["small (10.7M, context 256)"]["cached_tokens_per_sec"],
                     "generate_uncached_tokens_per_sec": gen["small (10.7M, context 256)"]["uncached_tokens_per_sec"]}
+    return result
+
+
+def whole_programs(args, steps: int, data_args: list[str], result: dict) -> tuple[dict, dict]:
+    """train.py and the reference (nanoGPT's train.py, or the plain loop) in alternating rounds; their medians
+    into ``result``; returns (reference, ours) medians."""
+    if not args.nanogpt:
+        dm_kwargs = dict(source="text_file", path=args.data) if args.data else dict(source="shakespeare")
+        dm = TextDataModule(**dm_kwargs, block_size=64, batch_size=12, cache_dir=args.cache_dir)
+        dm.setup()
+    reference = "nanoGPT train.py" if args.nanogpt else \
+        "plain loop (nanoGPT's loop around tinygpt's GPT, in this process)"
+    rounds = []
+    for i in range(args.rounds):  # ABBA: the machine's drift falls on both sides alike
+        pair = {}
+        for side in (("reference", "tinygpt") if i % 2 == 0 else ("tinygpt", "reference")):
+            if side == "tinygpt":
+                pair[side] = tinygpt_run(data_args, steps, args.seed, args.cache_dir)
+            elif args.nanogpt:
+                pair[side] = nanogpt_run(args.nanogpt.resolve(), Path(args.data).resolve(), steps)
+            else:
+                t0 = time.perf_counter()
+                pair[side] = plain_loop(dm, steps, args.seed)
+                pair[side].update(wall_s=time.perf_counter() - t0, peak_rss_mib=None)
+        rounds.append(pair)
+        console.print(f"round {i + 1}/{args.rounds}: tinygpt {pair['tinygpt']['wall_s']:.1f} s, "
+                      f"{pair['tinygpt']['tokens_per_sec']:,.0f} tokens/s; {reference.split(' (')[0]} "
+                      f"{pair['reference']['wall_s']:.1f} s, {pair['reference']['tokens_per_sec']:,.0f} tokens/s")
+    ref, ours = (median_of([r[side] for r in rounds]) for side in ("reference", "tinygpt"))
+    result["rounds"] = [kept(r) for r in rounds]
+    result.update({
+        "reference": reference, "reference_tokens_per_sec": ref["tokens_per_sec"],
+        "reference_wall_s": ref["wall_s"], "reference_peak_rss_mib": ref["peak_rss_mib"],
+        "reference_val_loss": ref.get("val_loss"),
+        "lightning_tokens_per_sec": ours["tokens_per_sec"], "wall_s": ours["wall_s"],
+        "startup_s": ours["startup_s"], "peak_rss_mib": ours["peak_rss_mib"], "val_loss": ours["val_loss"],
+        "steps": steps,
+    })
+    return ref, ours
+
+
+def show_programs(args, steps: int, result: dict, ref: dict, ours: dict) -> None:
+    reference = result["reference"]
+    table = Table(title=f"train.py vs {reference}, {steps} steps, medians of {args.rounds} alternating rounds")
+    for col in ("", "tokens/s (median step)", "wall s", "peak RSS MiB", "val loss"):
+        table.add_column(col)
+    fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    table.add_row(reference.split(" (")[0], fmt(ref["tokens_per_sec"], ",.0f"), fmt(ref["wall_s"], ".1f"),
+                  fmt(ref["peak_rss_mib"], ",.0f"), fmt(ref.get("val_loss"), ".4f"))
+    table.add_row("tinygpt train.py", fmt(ours["tokens_per_sec"], ",.0f"), fmt(ours["wall_s"], ".1f"),
+                  fmt(ours["peak_rss_mib"], ",.0f"), fmt(ours["val_loss"], ".4f"))
+    console.print(table)
+    console.print(f"tinygpt: first training step {ours['startup_s']:.1f} s after launch; tokens/s ratio "
+                  f"{ours['tokens_per_sec'] / ref['tokens_per_sec']:.3f}; wall ratio "
+                  f"{ours['wall_s'] / ref['wall_s']:.3f}")
+
+
+def per_step(args, steps: int, data_args: list[str], result: dict) -> None:
+    """The plain loop's bound on Lightning's own cost, the in-process step comparison and, with nanoGPT, both
+    programs side by side."""
+    if args.nanogpt:  # the plain loop bounds Lightning's own cost per step (same model, same windows source)
+        dm = TextDataModule(source="text_file", path=args.data, block_size=64, batch_size=12,
+                            cache_dir=args.cache_dir)
+        dm.setup()
+        plain = plain_loop(dm, 20 if args.quick else 300, args.seed)
+        result["plain_loop_tokens_per_sec"] = plain["tokens_per_sec"]
+        console.print(f"plain loop: {plain['tokens_per_sec']:,.0f} tokens/s (mean of its steps)")
+    result["step_ab"] = interleaved_steps(args.nanogpt.resolve() if args.nanogpt else None,
+                                          steps=40 if args.quick else 800)
+    if args.nanogpt and args.side_by_side:
+        pairs = side_by_side(args.nanogpt.resolve(), Path(args.data).resolve(), data_args, steps, args.seed,
+                             args.cache_dir, args.side_by_side)
+        ratios = median_of([{k: p["tinygpt"][k] / p["reference"][k] for k in ("wall_s", "tokens_per_sec")}
+                            for p in pairs])  # the median pair's ratios
+        result.update({"side_by_side": pairs, "side_by_side_wall_ratio": ratios["wall_s"],
+                       "side_by_side_tokens_per_sec_ratio": ratios["tokens_per_sec"]})
+        console.print(f"side by side: wall ratio {result['side_by_side_wall_ratio']:.3f}, tokens/s ratio "
+                      f"{result['side_by_side_tokens_per_sec_ratio']:.3f} (medians over the pairs)")
+    table = Table(title="one training step in this process, variants taking turns every 10 steps")
+    for col in ("variant", "ms/step (median)", "vs the default"):
+        table.add_column(col)
+    base = next(iter(result["step_ab"].values()))
+    for name, ms in result["step_ab"].items():
+        table.add_row(name, f"{ms:.2f}", f"{ms / base:.3f}")
+    console.print(table)
+
+
+def efficiency(args, result: dict, ref: dict, ours: dict) -> None:
+    """MFU against this machine's matmul peak, and the wall time of debug=fast."""
+    peak = matmul_peak_gflops(512 if args.quick else 2048)
+    fpt = baby_flops_per_token()
+    result.update({"matmul_peak_gflops": peak, "flops_per_token": fpt,
+                   "mfu": ours["tokens_per_sec"] * fpt / (peak * 1e9),
+                   "reference_mfu": ref["tokens_per_sec"] * fpt / (peak * 1e9),
+                   "debug_fast_wall_s": debug_fast_wall(args.cache_dir)})
+    console.print(f"MFU: tinygpt {result['mfu']:.1%}, reference {result['reference_mfu']:.1%} of "
+                  f"{peak:.0f} GFLOP/s (a {512 if args.quick else 2048}^3 fp32 matmul here); "
+                  f"debug=fast {result['debug_fast_wall_s']:.1f} s")
+
+
+def levers_and_attention(args, data_args: list[str], result: dict) -> None:
+    """One train.py run per speed lever (with --levers) and the attention paths' cost."""
+    if args.levers:
+        result["levers"] = levers(data_args, 20 if args.quick else args.lever_steps, args.seed, args.cache_dir,
+                                  args.quick)
+        result["lever_steps"] = 20 if args.quick else args.lever_steps
+    result["attention"] = attention_costs((64, 256) if args.quick else (64, 256, 1024, 2048))
+    table = Table(title="attention forward + backward, batch 1, 4 heads of 32: math path vs fused kernel")
+    for col in ("T", "math ms", "sdpa ms", "math MiB", "sdpa MiB"):
+        table.add_column(col)
+    for T, r in result["attention"].items():
+        table.add_row(T, f"{r['math']['fwd_bwd_ms']:.2f}", f"{r['sdpa']['fwd_bwd_ms']:.2f}",
+                      f"{r['math']['peak_mib_above_start']:.0f}", f"{r['sdpa']['peak_mib_above_start']:.0f}")
+    console.print(table)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    steps = 10 if args.quick else args.steps
+    result = generation(args)
     if not args.generate_only:
         data_args = ["data=text_file", f"data.path={args.data}"] if args.data else []
         console.print(f"data: {args.data or 'embedded shakespeare'}; {steps} steps; torch threads "
                       f"{torch.get_num_threads()}")
-        if not args.nanogpt:
-            dm_kwargs = dict(source="text_file", path=args.data) if args.data else dict(source="shakespeare")
-            dm = TextDataModule(**dm_kwargs, block_size=64, batch_size=12, cache_dir=args.cache_dir)
-            dm.setup()
-        reference = "nanoGPT train.py" if args.nanogpt else \
-            "plain loop (nanoGPT's loop around tinygpt's GPT, in this process)"
-        rounds = []
-        for i in range(args.rounds):  # ABBA: the machine's drift falls on both sides alike
-            pair = {}
-            for side in (("reference", "tinygpt") if i % 2 == 0 else ("tinygpt", "reference")):
-                if side == "tinygpt":
-                    pair[side] = tinygpt_run(data_args, steps, args.seed, args.cache_dir)
-                elif args.nanogpt:
-                    pair[side] = nanogpt_run(args.nanogpt.resolve(), Path(args.data).resolve(), steps)
-                else:
-                    t0 = time.perf_counter()
-                    pair[side] = plain_loop(dm, steps, args.seed)
-                    pair[side].update(wall_s=time.perf_counter() - t0, peak_rss_mib=None)
-            rounds.append(pair)
-            console.print(f"round {i + 1}/{args.rounds}: tinygpt {pair['tinygpt']['wall_s']:.1f} s, "
-                          f"{pair['tinygpt']['tokens_per_sec']:,.0f} tokens/s; {reference.split(' (')[0]} "
-                          f"{pair['reference']['wall_s']:.1f} s, {pair['reference']['tokens_per_sec']:,.0f} tokens/s")
-        ref, ours = (median_of([r[side] for r in rounds]) for side in ("reference", "tinygpt"))
-        result["rounds"] = [kept(r) for r in rounds]
-        result.update({
-            "reference": reference, "reference_tokens_per_sec": ref["tokens_per_sec"],
-            "reference_wall_s": ref["wall_s"], "reference_peak_rss_mib": ref["peak_rss_mib"],
-            "reference_val_loss": ref.get("val_loss"),
-            "lightning_tokens_per_sec": ours["tokens_per_sec"], "wall_s": ours["wall_s"],
-            "startup_s": ours["startup_s"], "peak_rss_mib": ours["peak_rss_mib"], "val_loss": ours["val_loss"],
-            "steps": steps,
-        })
-        table = Table(title=f"train.py vs {reference}, {steps} steps, medians of {args.rounds} alternating rounds")
-        for col in ("", "tokens/s (median step)", "wall s", "peak RSS MiB", "val loss"):
-            table.add_column(col)
-        fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
-        table.add_row(reference.split(" (")[0], fmt(ref["tokens_per_sec"], ",.0f"), fmt(ref["wall_s"], ".1f"),
-                      fmt(ref["peak_rss_mib"], ",.0f"), fmt(ref.get("val_loss"), ".4f"))
-        table.add_row("tinygpt train.py", fmt(ours["tokens_per_sec"], ",.0f"), fmt(ours["wall_s"], ".1f"),
-                      fmt(ours["peak_rss_mib"], ",.0f"), fmt(ours["val_loss"], ".4f"))
-        console.print(table)
-        console.print(f"tinygpt: first training step {ours['startup_s']:.1f} s after launch; tokens/s ratio "
-                      f"{ours['tokens_per_sec'] / ref['tokens_per_sec']:.3f}; wall ratio "
-                      f"{ours['wall_s'] / ref['wall_s']:.3f}")
-        if args.nanogpt:  # the plain loop bounds Lightning's own cost per step (same model, same windows source)
-            dm = TextDataModule(source="text_file", path=args.data, block_size=64, batch_size=12,
-                                cache_dir=args.cache_dir)
-            dm.setup()
-            plain = plain_loop(dm, 20 if args.quick else 300, args.seed)
-            result["plain_loop_tokens_per_sec"] = plain["tokens_per_sec"]
-            console.print(f"plain loop: {plain['tokens_per_sec']:,.0f} tokens/s (mean of its steps)")
-        result["step_ab"] = interleaved_steps(args.nanogpt.resolve() if args.nanogpt else None,
-                                              steps=40 if args.quick else 800)
-        if args.nanogpt and args.side_by_side:
-            pairs = side_by_side(args.nanogpt.resolve(), Path(args.data).resolve(), data_args, steps, args.seed,
-                                 args.cache_dir, args.side_by_side)
-            ratios = median_of([{k: p["tinygpt"][k] / p["reference"][k] for k in ("wall_s", "tokens_per_sec")}
-                                for p in pairs])  # the median pair's ratios
-            result.update({"side_by_side": pairs, "side_by_side_wall_ratio": ratios["wall_s"],
-                           "side_by_side_tokens_per_sec_ratio": ratios["tokens_per_sec"]})
-            console.print(f"side by side: wall ratio {result['side_by_side_wall_ratio']:.3f}, tokens/s ratio "
-                          f"{result['side_by_side_tokens_per_sec_ratio']:.3f} (medians over the pairs)")
-        table = Table(title="one training step in this process, variants taking turns every 10 steps")
-        for col in ("variant", "ms/step (median)", "vs the default"):
-            table.add_column(col)
-        base = next(iter(result["step_ab"].values()))
-        for name, ms in result["step_ab"].items():
-            table.add_row(name, f"{ms:.2f}", f"{ms / base:.3f}")
-        console.print(table)
-        peak = matmul_peak_gflops(512 if args.quick else 2048)
-        fpt = baby_flops_per_token()
-        result.update({"matmul_peak_gflops": peak, "flops_per_token": fpt,
-                       "mfu": ours["tokens_per_sec"] * fpt / (peak * 1e9),
-                       "reference_mfu": ref["tokens_per_sec"] * fpt / (peak * 1e9),
-                       "debug_fast_wall_s": debug_fast_wall(args.cache_dir)})
-        console.print(f"MFU: tinygpt {result['mfu']:.1%}, reference {result['reference_mfu']:.1%} of "
-                      f"{peak:.0f} GFLOP/s (a {512 if args.quick else 2048}^3 fp32 matmul here); "
-                      f"debug=fast {result['debug_fast_wall_s']:.1f} s")
-        if args.levers:
-            result["levers"] = levers(data_args, 20 if args.quick else args.lever_steps, args.seed, args.cache_dir,
-                                      args.quick)
-            result["lever_steps"] = 20 if args.quick else args.lever_steps
-        result["attention"] = attention_costs((64, 256) if args.quick else (64, 256, 1024, 2048))
-        table = Table(title="attention forward + backward, batch 1, 4 heads of 32: math path vs fused kernel")
-        for col in ("T", "math ms", "sdpa ms", "math MiB", "sdpa MiB"):
-            table.add_column(col)
-        for T, r in result["attention"].items():
-            table.add_row(T, f"{r['math']['fwd_bwd_ms']:.2f}", f"{r['sdpa']['fwd_bwd_ms']:.2f}",
-                          f"{r['math']['peak_mib_above_start']:.0f}", f"{r['sdpa']['peak_mib_above_start']:.0f}")
-        console.print(table)
+        ref, ours = whole_programs(args, steps, data_args, result)
+        show_programs(args, steps, result, ref, ours)
+        per_step(args, steps, data_args, result)
+        efficiency(args, result, ref, ours)
+        levers_and_attention(args, data_args, result)
     from tinygpt.model.fast_linear import FastDecodeLinear
     result["decode_linear"] = {"max_rows": FastDecodeLinear.max_rows,
                                "min_weight_elements": FastDecodeLinear.min_weight_elements}

@@ -199,6 +199,18 @@ def rounds_table(r: dict, ref_name: str) -> list[str]:
 
 
 def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]] = ()) -> str:
+    """docs/benchmarks.md (and its attention plot) from the run ``r`` read from ``json_path``; ``earlier`` runs
+    fill the table of runs and stand in for sections this run lacks."""
+    lines = [*training_lines(r, json_path, earlier), *generation_lines(r, earlier), *attention_lines(r),
+             *lever_lines(r, earlier), *gpu_lines()]
+    lines += while_building(out.parent / "benchmark" / WHILE_BUILDING)
+    out.write_text("\n".join(lines))
+    plot_attention(r["attention"], out.parent / "benchmark" / "attention.png")
+    return "\n".join(lines)
+
+
+def training_lines(r: dict, json_path: Path, earlier) -> list[str]:
+    """The targets table, how the programs were run, the rounds, side by side, the step comparison, the runs."""
     ref_name = r["reference"].split(" (")[0]
     tok_ratio = r["lightning_tokens_per_sec"] / r["reference_tokens_per_sec"]
     wall_ratio = r["wall_s"] / r["reference_wall_s"]
@@ -264,6 +276,13 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
            *runs_table([*earlier, (json_path, r)]), "",
            "The same program's speed moves between runs on this shared machine (nanoGPT's own tokens/s too), so "
            "a single ratio is one draw, not a property of the code.", ""] if earlier else []),
+    ]
+    return lines
+
+
+def generation_lines(r: dict, earlier) -> list[str]:
+    """KV-cache decoding against recomputing."""
+    lines = [
         "## Generation with the KV cache",
         "",
         "Greedy decoding at batch 1, the cache against recomputing the whole context for every new token; "
@@ -294,6 +313,13 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
         "loop recomputes the last block_size tokens (`src/tinygpt/model/generate.py`); a leaky model (no mask) "
         "never caches.",
         "",
+    ]
+    return lines
+
+
+def attention_lines(r: dict) -> list[str]:
+    """The math path against the fused kernel."""
+    lines = [
         "## Attention: the math path against the fused kernel",
         "",
         "![attention time and memory against T](benchmark/attention.png)",
@@ -310,6 +336,12 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
         "so its memory grows with T, not T², and training uses it.",
         "",
     ]
+    return lines
+
+
+def lever_lines(r: dict, earlier) -> list[str]:
+    """One run per speed lever (this run's, else the latest earlier run that has them) and what became of each."""
+    lines: list[str] = []
     lever_run = r if r.get("levers") else next((e for _, e in reversed(earlier) if e.get("levers")), None)
     if lever_run:
         base = lever_run["levers"][0]
@@ -350,7 +382,11 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
             "teardown of the imported modules (`src/tinygpt/runtime/fast_exit.py`).",
             "",
         ]
-    lines += [
+    return lines
+
+
+def gpu_lines() -> list[str]:
+    return [
         "## GPU",
         "",
         "`experiment=gpu_small` is nanoGPT's GPU recipe (10.7M model, context 256, batch 64): bf16-mixed, the fused "
@@ -359,10 +395,6 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
         "more. nanoGPT reaches val loss 1.4697 in about 3 minutes on one A100.",
         "",
     ]
-    lines += while_building(out.parent / "benchmark" / WHILE_BUILDING)
-    out.write_text("\n".join(lines))
-    plot_attention(r["attention"], out.parent / "benchmark" / "attention.png")
-    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
