@@ -147,3 +147,47 @@ def test_parallel_jobs_share_one_fresh_cache_and_split_the_cores(tmp_path, corpu
     assert [s["threads"] for s in runs] == [max(1, os.cpu_count() // 2)] * 2  # joblib splits the cores
     caches = [p for p in cache.iterdir() if p.is_dir() and p.name.startswith("text_file-")]
     assert len(caches) == 1 and not [p for p in cache.iterdir() if ".tmp-" in p.name]  # one cache, no leftovers
+
+
+def start_parallel_sweep(sweep, corpus_file, cache_dir, *extra, new_session=False) -> subprocess.Popen:
+    argv = ["-m", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2", *TINY, "trainer.max_steps=3000",
+            "trainer.val_check_interval=100", "logger=csv", "callbacks.attention_maps.every_n_steps=0",
+            "callbacks.text_samples.final_only=true", "data=text_file", f"data.path={corpus_file}",
+            f"data.cache_dir={cache_dir}", "seed=1,2,3,4", f"hydra.sweep.dir={sweep}", *extra]
+    return subprocess.Popen([sys.executable, str(ROOT / "train.py"), *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=new_session)
+
+
+def wait_for_two_checkpoints(proc, sweep) -> None:
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline and not all(
+            (sweep / j / "checkpoints" / "last.ckpt").exists() for j in ("0", "1")):
+        time.sleep(0.05)
+    assert proc.poll() is None, "the sweep ended before the signal"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, group", [(signal.SIGTERM, False), (signal.SIGINT, True)],
+                         ids=["SIGTERM to the sweep", "Ctrl-C to the process group"])
+def test_a_signal_stops_a_parallel_sweep_with_checkpoints_and_its_table(tmp_path, corpus_file, cache_dir, sig, group):
+    """A scheduler's SIGTERM to the sweep's process, or Ctrl-C to the whole process group (the workers get it
+    too): the running jobs stop after their step with a checkpoint, a partial summary and a resume command, the
+    jobs not started are skipped, the table lists them all and the sweep exits 128 + the signal."""
+    sweep = tmp_path / "sweep"
+    proc = start_parallel_sweep(sweep, corpus_file, cache_dir, new_session=group)
+    wait_for_two_checkpoints(proc, sweep)
+    if group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + sig, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    for job in ("0", "1"):
+        s = summary(sweep / job)
+        assert s["status"] == "interrupted" and s["interrupted"] == signal.Signals(sig).name
+        assert 100 <= s["steps"] < 3000
+        assert torch.load(sweep / job / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == s["steps"]
+        assert f"hydra.run.dir={sweep / job} ckpt_path=last" in stdout  # its resume command
+    assert not (sweep / "2" / "summary.json").exists() and not (sweep / "3" / "summary.json").exists()
+    assert "not started" in stderr and f"stopped by {signal.Signals(sig).name}: 2 interrupted" in stderr

@@ -50,6 +50,46 @@ def requeue_slurm_job(job_id: str) -> bool:
     return done.returncode == 0
 
 
+STOP_FILE = ".stop"  # in a parallel sweep's dir: the signal that stopped the sweep (its number)
+
+
+def sweep_stop_signal(sweep_dir: Path | str) -> int | None:
+    """The signal that stopped this parallel sweep (written by SweepStop), or None while it runs."""
+    try:
+        return int((Path(sweep_dir) / STOP_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class SweepStop:
+    """Signals for a sweep whose jobs run at once in worker processes (hydra/launcher=parallel): the sweep's own
+    process records the first SIGTERM / SIGINT / SIGUSR1 / SIGUSR2 in ``<sweep dir>/.stop`` and lets the jobs
+    stop themselves. A running job sees it after its current step (GracefulStop polls the file), writes its
+    checkpoint, partial summary and resume command; a job not started yet is skipped; the table then ends the
+    sweep with exit status 128 + the signal. Signals reach the workers through the file, not again as
+    signals, so a worker that also got the signal from the terminal (Ctrl-C reaches the whole process group)
+    counts it once. A second signal to the sweep's process stops it at once."""
+
+    def __init__(self, sweep_dir: Path):
+        self.path = Path(sweep_dir) / STOP_FILE
+        self.signum: int | None = None
+
+    def install(self) -> None:
+        for sig in SIGNALS:
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:  # the second: at once
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self.signum = signum
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(str(int(signum)))
+        console.print(f"[yellow]{signal.Signals(signum).name}: the running jobs stop after their current step "
+                      "and save a checkpoint; the others are not started (send it again to stop at once).[/]")
+
+
 class RunInterrupted(Exception):
     def __init__(self, signum: int):
         self.signum = signum
@@ -73,6 +113,7 @@ class GracefulStop(L.Callback):
         self.signum: int | None = None
         self.training = False
         self.saved_path: Path | None = None
+        self.sweep_dir: Path | None = None  # a parallel sweep's dir: its stop file is polled after every step
         self._previous: dict[int, object] = {}
 
     # ------------------------------------------------------------------ handlers
@@ -108,6 +149,8 @@ class GracefulStop(L.Callback):
         self.training = False
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if self.sweep_dir is not None and self.signum is None:
+            self.signum = sweep_stop_signal(self.sweep_dir)  # the parallel sweep was signalled
         if trainer.world_size > 1:  # every rank stops after the same step, even if the signal reached one
             seen = int(trainer.strategy.reduce(torch.tensor(float(self.signum or 0)), reduce_op="max").item())
             if not seen:  # a signal that lands during this all-reduce is counted after the next step, by all

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import secrets
 import sys
@@ -25,6 +26,8 @@ def register_resolvers(project_root: str | Path | None = None) -> None:
     train.py (the data cache lives there, whichever directory train.py is started from)."""
     if not OmegaConf.has_resolver("run_id"):
         OmegaConf.register_new_resolver("run_id", lambda: secrets.token_hex(3), use_cache=True)
+    if not OmegaConf.has_resolver("parallel_jobs"):
+        OmegaConf.register_new_resolver("parallel_jobs", parallel_jobs)
     global _PROJECT_ROOT
     _PROJECT_ROOT = Path(project_root).resolve() if project_root else Path.cwd()
     root = str(_PROJECT_ROOT)
@@ -34,9 +37,38 @@ def register_resolvers(project_root: str | Path | None = None) -> None:
 _PROJECT_ROOT: Path | None = None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask and cgroup quota, as joblib counts them)."""
+    try:
+        from joblib import cpu_count
+
+        return max(1, cpu_count())
+    except ImportError:
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def parallel_jobs(threads_per_job: int | str = 1) -> int:
+    """``${parallel_jobs:T}``: how many sweep jobs to run at once so each gets T threads of this machine's cores
+    (at least 1)."""
+    return max(1, usable_cores() // max(1, int(threads_per_job)))
+
+
 def project_root() -> Path:
     """The dir of train.py (as registered by train.py), else the current dir."""
     return _PROJECT_ROOT or Path.cwd()
+
+
+def in_parallel_sweep() -> bool:
+    """Whether this process runs a job of a sweep whose jobs run at once (hydra/launcher=parallel, joblib) on this
+    machine: such a job shares the terminal with the others."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return False
+    hc = HydraConfig.get()
+    target = str(hc.launcher.get("_target_", "")) if hc.get("launcher") else ""
+    return hc.mode == RunMode.MULTIRUN and "joblib" in target.lower() and int(hc.launcher.get("n_jobs", 1)) != 1
 
 
 def holds_run(path: Path) -> bool:
@@ -93,10 +125,12 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
     return sorted(dirs, key=key)
 
 
-def job_row(job_dir: Path) -> dict:
-    """overrides, status (completed | diverged | interrupted | failed | unknown), val loss, error."""
+def job_row(job_dir: Path, stopped: bool = False) -> dict:
+    """overrides, status (completed | diverged | interrupted | failed | not started | unknown), val loss, error.
+    ``stopped``: the sweep was stopped by a signal, so a job that left nothing was not started."""
     overrides = OmegaConf.to_container(OmegaConf.load(job_dir / ".hydra" / "overrides.yaml"))
-    row = {"dir": job_dir, "overrides": " ".join(overrides), "status": "unknown", "val_loss": None, "error": None}
+    row = {"dir": job_dir, "overrides": " ".join(overrides), "status": "not started" if stopped else "unknown",
+           "val_loss": None, "error": None}
     if (job_dir / ERROR_FILE).exists():
         row.update(status="failed", error=(job_dir / ERROR_FILE).read_text().strip())
     elif (job_dir / "summary.json").exists():
@@ -108,14 +142,24 @@ def job_row(job_dir: Path) -> dict:
 
 class SweepReport(Callback):
     """At the end of a sweep: a table of its jobs (overrides, status, val loss, run dir); the sweep exits 1
-    when any job failed, after every job has run."""
+    when any job failed, after every job has run, and 128 + the signal when a parallel sweep was stopped by one
+    (runtime.interrupts.SweepStop, installed here when the jobs run at once)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        if "joblib" in str(config.hydra.launcher.get("_target_", "")).lower():
+            from tinygpt.runtime.interrupts import SweepStop
+
+            SweepStop(Path(str(config.hydra.sweep.dir))).install()
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         from rich.console import Console
         from rich.table import Table
 
+        from tinygpt.runtime.interrupts import sweep_stop_signal
+
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        rows = [job_row(d) for d in job_dirs(sweep_dir)]
+        signum = sweep_stop_signal(sweep_dir)
+        rows = [job_row(d, stopped=signum is not None) for d in job_dirs(sweep_dir)]
         if not rows:
             return
         table = Table(title=f"sweep {sweep_dir}", title_justify="left")
@@ -130,9 +174,20 @@ class SweepReport(Callback):
             )
         console = Console(stderr=True)
         console.print(table)
+        if any(sweep_dir.glob("*/wandb/offline-run-*")):
+            console.print(f"W&B ran offline. To upload every job: [bold]wandb sync "
+                          f"{sweep_dir}/*/wandb/offline-run-*[/]", soft_wrap=True)
         failed = [r for r in rows if r["status"] == "failed"]
         if failed:
             console.print(f"[bold red]{len(failed)} of {len(rows)} jobs failed[/]:")
             for r in failed:
                 console.print(f"  job {r['dir'].name} ({r['overrides']}): {r['error']}", soft_wrap=True)
+        if signum is not None:
+            import signal
+
+            counts = {s: sum(r["status"] == s for r in rows) for s in ("interrupted", "not started")}
+            console.print(f"[bold yellow]stopped by {signal.Signals(signum).name}[/]: {counts['interrupted']} "
+                          f"interrupted (each printed its resume command), {counts['not started']} not started.")
+            sys.exit(128 + signum)
+        if failed:
             sys.exit(1)

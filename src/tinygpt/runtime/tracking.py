@@ -11,6 +11,8 @@ from pathlib import Path
 from lightning.pytorch.loggers import WandbLogger
 from rich.console import Console
 
+from tinygpt.runtime.console import is_quiet
+
 console = Console(stderr=True)
 REACH_TIMEOUT_S = 3.0
 
@@ -71,12 +73,14 @@ def choose_mode(requested: str | None) -> str:
 
 class QuietWandbLogger(WandbLogger):
     """Lightning's WandbLogger without the deprecated `anonymous` setting (wandb warns about it on every run)
-    and with wandb's console output limited to warnings and errors; our own lines say where the run is."""
+    and with wandb's console output limited to warnings and errors; our own lines say where the run is.
+    ``silent``: nothing at all (a job of a parallel sweep, beside others on the same terminal)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, silent: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self._wandb_init.pop("anonymous", None)
-        self._wandb_init.setdefault("settings", {"quiet": True, "show_info": False})
+        quiet = {"quiet": True, "show_info": False}
+        self._wandb_init.setdefault("settings", {**quiet, "silent": True} if silent else quiet)
 
 
 def run_info() -> dict | None:
@@ -100,7 +104,7 @@ def finish(loggers: list, exit_code: int | None = None) -> None:
     offline = mode in ("offline", "dryrun")
     url = None if offline else wandb.run.url
     wandb.finish(exit_code=exit_code)
-    if offline:
+    if offline and not is_quiet():  # a parallel sweep's table gives the hint once for all its jobs
         console.print(f"W&B ran offline. To upload: [bold]wandb sync {run_dir}[/]", soft_wrap=True)
     elif url:
         console.print(f"W&B run: {url}")

@@ -16,17 +16,15 @@ import numpy as np
 import torch
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import grad_norm
-from rich.console import Console
 from rich.panel import Panel
 
 from tinygpt.model.generate import check_sampling, generate
 from tinygpt.model.gpt import GPT
 from tinygpt.runtime.checks import non_negative_int, positive_int
+from tinygpt.runtime.console import out as console
 from tinygpt.train import diagnostics
 from tinygpt.train.diagnostics import evaluating
 from tinygpt.train.plots import LayerPlotter, token_label
-
-console = Console()
 
 
 def full_model(trainer: L.Trainer, module: L.LightningModule) -> GPT | None:

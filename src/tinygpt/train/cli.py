@@ -21,8 +21,8 @@ from omegaconf import DictConfig
 
 from tinygpt.runtime.checkpoint import CheckpointWriteError
 from tinygpt.runtime.errors import ConfigError, first_line, full_traceback_requested, print_error
-from tinygpt.runtime.interrupts import RunInterrupted
-from tinygpt.runtime.run_dirs import ERROR_FILE
+from tinygpt.runtime.interrupts import RunInterrupted, sweep_stop_signal
+from tinygpt.runtime.run_dirs import ERROR_FILE, in_parallel_sweep
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +32,14 @@ def run_task(cfg: DictConfig) -> float:
 
     hc = HydraConfig.get()
     sweep = hc.mode == RunMode.MULTIRUN
+    parallel = in_parallel_sweep()
+    if parallel and sweep_stop_signal(hc.sweep.dir) is not None:
+        return math.nan  # the sweep was stopped before this job began: not started (the sweep's table says so)
     try:
         return train(cfg)["val_loss"]
     except RunInterrupted as stop:
+        if parallel:  # a worker of a parallel sweep: the job has saved and said how to resume; the sweep goes on
+            return math.nan
         sys.exit(stop.exit_code)
     except (ConfigError, CheckpointWriteError) as err:
         if full_traceback_requested():

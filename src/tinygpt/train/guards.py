@@ -20,11 +20,9 @@ from functools import cache
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import RichProgressBar, ThroughputMonitor
-from rich.console import Console
 
 from tinygpt.runtime.checks import positive_int
-
-console = Console()
+from tinygpt.runtime.console import say
 
 
 def windows_in(batch) -> int:
@@ -111,7 +109,7 @@ class DivergenceGuard(L.Callback):
         if not torch.isfinite(loss) or loss.item() > limit:
             self.diverged = True
             self.reason = f"training loss {loss.item():.4g} at step {trainer.global_step} (limit {limit:.3g})"
-            console.print(f"[bold red]diverged:[/] {self.reason}; stopping.")
+            say(f"[bold red]diverged:[/] {self.reason}; stopping.")
             raise Diverged(self.reason)
 
 

@@ -18,9 +18,10 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
-from rich.console import Console
 
 from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
+from tinygpt.runtime.console import out as console
+from tinygpt.runtime.console import is_quiet, say, set_quiet
 from tinygpt.runtime.errors import as_config_errors
 from tinygpt.runtime.interrupts import RunInterrupted
 from tinygpt.train import diagnostics
@@ -30,16 +31,18 @@ from tinygpt.train.module import GPTModule
 from tinygpt.train.setup import Run, quiet_libraries, run_identity, setup
 from tinygpt.train.summary import base_summary, done_line, with_diagnostics, write_summary
 
-console = Console()
-
 
 def train(cfg: DictConfig) -> dict[str, Any]:
     """One run: check, prepare, fit, final validation and diagnostics, summary.json. Under DDP/FSDP on one
     machine this process is rank 0 and starts the others once the data is ready (runtime/distributed.py)."""
-    quiet_libraries()
+    parallel = run_dirs.in_parallel_sweep()
+    quiet_libraries(parallel)
+    set_quiet(parallel)  # a job beside others says its done line only
     out_dir, group, name = run_identity()
     run = setup(cfg, out_dir, group, name)
     trainer, loggers, stop = run.trainer, run.loggers, run.stop
+    if parallel:  # the sweep's own process records a signal in its dir; the job polls it after every step
+        stop.sweep_dir = Path(HydraConfig.get().sweep.dir)
     stop.install()
     exit_code = None
     try:
@@ -130,6 +133,12 @@ def save_last_checkpoint(trainer) -> None:
         trainer.save_checkpoint(checkpoint.last_path(trainer), weights_only=False)
 
 
+def job_label() -> str:
+    """'job N: overrides', for the one line a job of a parallel sweep prints."""
+    job = HydraConfig.get().job
+    return f"job {job.num}: {job.override_dirname or 'no overrides'}"
+
+
 def resume_command(out_dir: Path) -> str:
     """The command that continues this run in its own dir."""
     overrides = [o for o in HydraConfig.get().overrides.task
@@ -152,7 +161,7 @@ def interrupted(run: Run, module: GPTModule, signalled: RunInterrupted) -> None:
     summary["interrupted"] = signalled.signal_name
     if trainer.is_global_zero:
         write_summary(run.out_dir, summary)
-        console.print(
+        say(
             f"[bold yellow]interrupted[/] by {signalled.signal_name} at step {trainer.global_step}; "
             f"checkpoint {stop.saved_path}. Resume with:\n  {resume_command(run.out_dir)}",
             soft_wrap=True,
@@ -176,5 +185,5 @@ def finish_run(run: Run, module: GPTModule) -> dict[str, Any]:
     summary = with_diagnostics(summary_of(run, module, "diverged" if diverged else "completed"), diag, wandb)
     if trainer.is_global_zero:
         path = write_summary(run.out_dir, summary)
-        console.print(done_line(summary, path))
+        say(done_line(summary, path, job_label() if is_quiet() else None), soft_wrap=is_quiet())
     return summary

@@ -17,12 +17,12 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import LearningRateMonitor, ThroughputMonitor
+from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar, ThroughputMonitor
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.model.gpt import Block, GPTConfig
-from tinygpt.runtime import checkpoint, distributed, tracking
+from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
 from tinygpt.runtime.checks import positive_int
 from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line
 from tinygpt.runtime.interrupts import GracefulStop
@@ -45,11 +45,18 @@ class _DropTips(logging.Filter):
         return "💡 Tip" not in record.getMessage()  # Lightning's promotional tips
 
 
-def quiet_libraries() -> None:
+def quiet_libraries(parallel: bool = False) -> None:
+    """Known-harmless library messages off; in a job of a parallel sweep also Lightning's info lines (they stay
+    in the job's train.log)."""
     for message in KNOWN_HARMLESS:
         warnings.filterwarnings("ignore", message=message)
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch"):
         logging.getLogger(name).addFilter(_DropTips())
+    if parallel:  # Lightning's own console handlers (on "lightning" and its subpackages) show warnings only
+        for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+            for handler in logging.getLogger(name).handlers:
+                if type(handler) is logging.StreamHandler:
+                    handler.setLevel(logging.WARNING)
 
 
 def validate_config(cfg: DictConfig) -> None:
@@ -123,7 +130,11 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         callbacks = [build(f"callbacks.{k}", c) for k, c in (cfg.get("callbacks") or {}).items()]
         loggers = build_loggers(cfg, group, name)
         callbacks = in_run_order(only_with_logger(callbacks, bool(loggers)))
-        trainer = build("trainer", cfg.trainer, callbacks=callbacks, logger=loggers or False,
+        quiet = {}
+        if run_dirs.in_parallel_sweep():  # jobs at once share the terminal: no progress bars, one line each
+            callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+            quiet = {"enable_progress_bar": False}
+        trainer = build("trainer", cfg.trainer, callbacks=callbacks, logger=loggers or False, **quiet,
                         plugins=[checkpoint.AtomicCheckpointIO(), *distributed.cluster_plugins()])
     return Run(cfg, out_dir, resolved, dm, optim, trainer, ckpt_path, ckpt)
 
@@ -175,9 +186,9 @@ def build_loggers(cfg: DictConfig, group: str | None, name: str | None) -> list:
     for key, lcfg in (cfg.get("logger") or {}).items():
         if key == "wandb":
             mode = tracking.choose_mode(lcfg.get("mode")) if distributed.is_rank_zero() else "offline"  # no run there
-            loggers.append(
-                instantiate(lcfg, mode=mode, group=lcfg.get("group") or group, name=lcfg.get("name") or name)
-            )
+            silent = {"silent": True} if run_dirs.in_parallel_sweep() else {}  # one line per job
+            loggers.append(instantiate(lcfg, mode=mode, group=lcfg.get("group") or group,
+                                       name=lcfg.get("name") or name, **silent))
         else:
             loggers.append(instantiate(lcfg))
     return loggers

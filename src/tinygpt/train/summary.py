@@ -79,13 +79,14 @@ def with_diagnostics(summary: dict[str, Any], diag: dict, wandb: dict | None) ->
     return summary
 
 
-def done_line(summary: dict[str, Any], path: Path) -> str:
-    """The line a finished run prints (rich markup)."""
+def done_line(summary: dict[str, Any], path: Path, job: str | None = None) -> str:
+    """The line a finished run prints (rich markup); ``job`` names a sweep job that runs beside others."""
     def fmt(v, spec: str) -> str:
         return "n/a" if v is None or not math.isfinite(v) else format(v, spec)
 
     return (
-        f"[bold green]done[/]: {summary['steps']} steps, train loss {fmt(summary['train_loss'], '.4f')}, "
+        f"[bold green]done[/]{f' ({job})' if job else ''}: {summary['steps']} steps, "
+        f"train loss {fmt(summary['train_loss'], '.4f')}, "
         f"val loss {fmt(summary['val_loss'], '.4f')} (autoregressive "
         f"{fmt(summary['val_loss_autoregressive'], '.4f')}, future leak {fmt(summary['future_leak'], '.3g')}), "
         f"{summary['tokens_per_sec'] or 0:,.0f} tokens/s -> {path}"

@@ -1,0 +1,31 @@
+"""Where a run talks: ``out``, the rich console for what it says as it goes (the data and model lines, text
+samples, W&B's sync hint), and ``say`` for the lines that must always show (a run's done line, a divergence).
+
+A job of a parallel sweep runs beside others that share the terminal, so it keeps ``out`` quiet and says only its
+done line (``set_quiet``); the sweep's table at the end lists every job. Errors and warnings go to stderr
+elsewhere and are never quieted.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+out = Console()
+
+
+def set_quiet(quiet: bool) -> None:
+    """Silence (or restore) ``out`` for this process."""
+    out.quiet = quiet
+
+
+def is_quiet() -> bool:
+    return bool(out.quiet)
+
+
+def say(*objects, **kwargs) -> None:
+    """Print on ``out`` even when it is quiet."""
+    quiet, out.quiet = out.quiet, False
+    try:
+        out.print(*objects, **kwargs)
+    finally:
+        out.quiet = quiet
