@@ -397,3 +397,24 @@ def test_mixed_precision_trains_with_gradient_clipping(tmp_path, corpus_file, ca
                         "trainer.gradient_clip_val=1.0"))
     s = json.loads((out / "summary.json").read_text())
     assert s["status"] == "completed" and s["steps"] == 6 and 0 < s["val_loss"] < 10
+
+
+@pytest.mark.slow
+def test_benchmark_times_a_sweep_one_by_one_and_at_once(tmp_path, cache_dir):
+    out = tmp_path / "sweep.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--sweep-only", "--quick",
+                           "--cache-dir", str(cache_dir), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sweep = json.loads(out.read_text())["sweep"]
+    one, many = sweep["runs"]["one by one"], sweep["runs"]["at once"]
+    assert one["jobs"] == many["jobs"] == 2 and one["threads_per_job"] == torch.get_num_threads()
+    assert many["threads_per_job"] == max(1, torch.get_num_threads() // 2)  # 2 jobs at once split the cores
+    assert sweep["speedup"] == pytest.approx(one["wall_s"] / many["wall_s"])
+    assert one["tokens_per_sec"] == pytest.approx(2 * 10 * 4 * 64 / one["wall_s"])  # 2 jobs x 10 steps x 4 x 64
+    assert sweep["max_loss_difference"] < 1e-3  # the same jobs either way, up to summation order
+    docs = tmp_path / "docs" / "benchmarks.md"
+    full = ROOT / "docs" / "benchmark" / "2026-11-30d.json"  # a full run to report; the sweep section from ours
+    assert bench_report.main([str(full), str(out), "--out", str(docs)]) == 0  # sweep-only last
+    text = docs.read_text()
+    assert "## Sweeps: jobs one by one against jobs at once" in text and f"{one['wall_s']:.1f}" in text

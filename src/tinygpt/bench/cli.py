@@ -33,8 +33,18 @@ from rich.table import Table
 from tinygpt.data.datamodule import TextDataModule
 from tinygpt.bench.micro import (BABY, SMALL, attention_costs, baby_flops_per_token, generation_speed,
                                  interleaved_steps, matmul_peak_gflops, plain_loop)
-from tinygpt.bench.programs import (ROOT, debug_fast_wall, kept, levers, median_of, nanogpt_run,
-                                    side_by_side, tinygpt_run)
+from tinygpt.bench.programs import (
+    ROOT,
+    SWEEP_QUICK,
+    debug_fast_wall,
+    kept,
+    levers,
+    median_of,
+    nanogpt_run,
+    side_by_side,
+    sweep_comparison,
+    tinygpt_run,
+)
 
 TINY_SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 console = Console()
@@ -52,6 +62,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", "--json", dest="out", help="write the results here as JSON")
     ap.add_argument("--quick", action="store_true", help="a few steps and short sequences (for tests)")
     ap.add_argument("--generate-only", action="store_true", help="only the KV-cache generation benchmark")
+    ap.add_argument("--sweep", action="store_true",
+                    help="also time a small sweep of experiment 1 one job after another and with its jobs at once")
+    ap.add_argument("--sweep-only", action="store_true", help="only that sweep comparison")
+    ap.add_argument("--sweep-steps", type=int, default=800, help="steps of each job of that sweep")
     ap.add_argument("--levers", action="store_true", help="also one train.py run per lever (docs/benchmarks.md)")
     ap.add_argument("--rounds", type=int, default=2,
                     help="runs of each program, alternating (ABBA); the JSON's top-level figures are medians")
@@ -60,8 +74,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="with --nanogpt: run both programs at once, each on its own core with one thread, this "
                          "many times (cores swapped each time; 0: skip): ratios free of the machine's drift")
     args = ap.parse_args(argv)
-    if args.steps < 1:
-        ap.error(f"--steps={args.steps} must be >= 1.")
+    if args.steps < 1 or args.sweep_steps < 1:
+        ap.error(f"--steps={args.steps} and --sweep-steps={args.sweep_steps} must be >= 1.")
     if args.rounds < 1:
         ap.error(f"--rounds={args.rounds} must be >= 1.")
     if args.side_by_side < 0:
@@ -202,9 +216,23 @@ def levers_and_attention(args, data_args: list[str], result: dict) -> None:
     console.print(table)
 
 
+def sweep_small(args) -> dict:
+    """The sweep comparison: experiment 1's recipe on 8 jobs, or 2 tiny ones with --quick."""
+    if args.quick:
+        return sweep_comparison(10, args.cache_dir, SWEEP_QUICK)
+    return sweep_comparison(args.sweep_steps, args.cache_dir)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     steps = 10 if args.quick else args.steps
+    if args.sweep_only:
+        result = {"sweep": sweep_small(args)}
+        result.update(machine=machine(), command="python scripts/benchmark.py " + " ".join(
+            argv if argv is not None else sys.argv[1:]))
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=2))
+        return 0
     result = generation(args)
     if not args.generate_only:
         data_args = ["data=text_file", f"data.path={args.data}"] if args.data else []
@@ -215,6 +243,8 @@ def main(argv=None) -> int:
         per_step(args, steps, data_args, result)
         efficiency(args, result, ref, ours)
         levers_and_attention(args, data_args, result)
+        if args.sweep:
+            result["sweep"] = sweep_small(args)
     from tinygpt.model.fast_linear import FastDecodeLinear
     result["decode_linear"] = {"max_rows": FastDecodeLinear.max_rows,
                                "min_weight_elements": FastDecodeLinear.min_weight_elements}

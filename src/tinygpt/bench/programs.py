@@ -69,6 +69,47 @@ def tinygpt_run(data_args: list[str], steps: int, seed: int, cache_dir: str, ext
             "startup_s": s["first_step_unix_time"] - launched}
 
 
+# A small sweep timed both ways: experiment 1's recipe on two arms, causal and leaky, 2 seeds (8 jobs).
+SWEEP = ["experiment=causal_mask", "arm/causal_mask=shakespeare_t64,random_t64", "model.attn.causal=true,false",
+         "seed=1,2"]
+LAUNCHERS = {"one by one": "hydra/launcher=basic", "at once": "hydra/launcher=parallel"}
+
+
+SWEEP_QUICK = ["experiment=causal_mask", "arm/causal_mask=random_t64", "model.attn.causal=true,false", "seed=1",
+               "model=tiny", "data.batch_size=4", "data.val_windows=32", "diagnostics.windows=4"]  # 2 jobs (tests)
+
+
+def sweep_run(launcher: str, steps: int, cache_dir: str, sweep: list[str] = SWEEP) -> dict:
+    """``python train.py -m`` of SWEEP with ``launcher``, W&B offline as a user runs it: wall time from the
+    command to its exit, jobs per hour, tokens per second summed over jobs (all tokens trained / wall), and
+    each job's final losses (to compare the two ways)."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, str(ROOT / "train.py"), "-m", *sweep, launcher, f"trainer.max_steps={steps}",
+               f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={out}/sweep"]
+        _, wall, _ = timed(cmd, ROOT, {"WANDB_MODE": "offline"})
+        summaries = [json.loads(p.read_text()) for p in sorted(Path(out).glob("sweep/*/summary.json"),
+                                                               key=lambda p: int(p.parent.name))]
+    tokens = sum(s["steps"] * s["config"]["data"]["batch_size"] * s["config"]["model"]["block_size"]
+                 for s in summaries)
+    return {"wall_s": wall, "jobs": len(summaries), "jobs_per_hour": 3600 * len(summaries) / wall,
+            "tokens_per_sec": tokens / wall, "threads_per_job": summaries[0]["threads"],
+            "job_tokens_per_sec": [s["tokens_per_sec"] for s in summaries],
+            "val_loss": [s["val_loss"] for s in summaries], "train_loss": [s["train_loss"] for s in summaries]}
+
+
+def sweep_comparison(steps: int, cache_dir: str, sweep: list[str] = SWEEP) -> dict:
+    """The same small sweep one job after another and with its jobs at once, back to back; the largest
+    difference of any job's final losses between the two ways (other thread counts sum in another order)."""
+    runs = {name: sweep_run(launcher, steps, cache_dir, sweep) for name, launcher in LAUNCHERS.items()}
+    one, many = runs["one by one"], runs["at once"]
+    diff = max(abs(a - b) for key in ("val_loss", "train_loss") for a, b in zip(one[key], many[key], strict=True))
+    console.print(f"sweep of {one['jobs']} jobs x {steps} steps: one by one {one['wall_s']:.1f} s, at once "
+                  f"{many['wall_s']:.1f} s ({one['wall_s'] / many['wall_s']:.2f}x); losses differ by at most "
+                  f"{diff:.2g}")
+    return {"command": " ".join(["python train.py -m", *sweep, f"trainer.max_steps={steps}"]), "steps": steps,
+            "runs": runs, "speedup": one["wall_s"] / many["wall_s"], "max_loss_difference": diff}
+
+
 NANOGPT_CPU = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
                "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128",
                "--lr_decay_iters={steps}", "--max_iters={steps}", "--dropout=0.0"]  # nanoGPT README's CPU command

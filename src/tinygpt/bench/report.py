@@ -198,11 +198,13 @@ def rounds_table(r: dict, ref_name: str) -> list[str]:
     return [*lines, ""]
 
 
-def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]] = ()) -> str:
-    """docs/benchmarks.md (and its attention plot) from the run ``r`` read from ``json_path``; ``earlier`` runs
-    fill the table of runs and stand in for sections this run lacks."""
-    lines = [*training_lines(r, json_path, earlier), *generation_lines(r, earlier), *attention_lines(r),
-             *lever_lines(r, earlier), *gpu_lines()]
+def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]] = (),
+           others: list[tuple[Path, dict]] = ()) -> str:
+    """docs/benchmarks.md (and its attention plot) from the run ``r`` read from ``json_path``; ``earlier`` full
+    runs fill the table of runs and stand in for sections this run lacks, and ``others`` (any earlier JSON, a
+    ``--sweep-only`` one included) for the sweep section."""
+    lines = [*training_lines(r, json_path, earlier), *sweep_lines(r, others), *generation_lines(r, earlier),
+             *attention_lines(r), *lever_lines(r, earlier), *gpu_lines()]
     lines += while_building(out.parent / "benchmark" / WHILE_BUILDING)
     out.write_text("\n".join(lines))
     plot_attention(r["attention"], out.parent / "benchmark" / "attention.png")
@@ -278,6 +280,31 @@ def training_lines(r: dict, json_path: Path, earlier) -> list[str]:
            "a single ratio is one draw, not a property of the code.", ""] if earlier else []),
     ]
     return lines
+
+
+def sweep_lines(r: dict, earlier) -> list[str]:
+    """A small sweep one job after another against its jobs at once (this run's, else the latest earlier run
+    that timed one: ``scripts/benchmark.py --sweep`` or ``--sweep-only``)."""
+    sweep = r.get("sweep") or next((e["sweep"] for _, e in reversed(earlier) if e.get("sweep")), None)
+    if sweep is None:
+        return []
+    rows = [f"| {name} | {run['jobs']} | {run['threads_per_job']} | {run['wall_s']:.1f} | {run['jobs_per_hour']:.0f} "
+            f"| {run['tokens_per_sec']:,.0f} |" for name, run in sweep["runs"].items()]
+    return [
+        "## Sweeps: jobs one by one against jobs at once",
+        "",
+        f"`{sweep['command']}`, W&B offline, as a user runs it: the basic launcher (one job after another, all "
+        "cores each) against `hydra/launcher=parallel`, the experiments' default (as many jobs at once as cores, "
+        "one thread each). Tokens/s are summed over the jobs: all tokens trained over the sweep's wall time.",
+        "",
+        "| jobs | count | threads each | wall s | jobs per hour | tokens/s (all jobs) |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+        f"At once: {sweep['speedup']:.2f}x the throughput. The final losses of each job differ between the two ways "
+        f"by at most {sweep['max_loss_difference']:.2g} (one thread sums in another order than two).",
+        "",
+    ]
 
 
 def generation_lines(r: dict, earlier) -> list[str]:
@@ -397,11 +424,15 @@ def gpu_lines() -> list[str]:
     ]
 
 
+FULL = ("reference", "wall_s", "generate", "attention", "mfu", "machine")  # what a full benchmark run writes
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/benchmark_report.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("json", type=Path, nargs="+",
-                    help="JSONs written by scripts/benchmark.py --out; the last is reported, all in the runs table")
+                    help="JSONs written by scripts/benchmark.py --out: the last full run is reported, every full run "
+                         "is in the runs table, and partial runs (--sweep-only) fill the sections they measured")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = ap.parse_args(argv)
     runs = []
@@ -409,13 +440,15 @@ def main(argv=None) -> int:
         if not path.is_file():
             ap.error(f"{path} is not a file written by scripts/benchmark.py --out.")
         runs.append((path, json.loads(path.read_text())))
-    (last_path, r) = runs[-1]
-    missing = [k for k in ("reference", "wall_s", "generate", "attention", "mfu", "machine") if k not in r]
-    if missing:
-        ap.error(f"{last_path} lacks {', '.join(missing)}: write it with scripts/benchmark.py (not --generate-only).")
+    full = [i for i, (_, r) in enumerate(runs) if all(k in r for k in FULL)]
+    if not full:
+        missing = [k for k in FULL if k not in runs[-1][1]]
+        ap.error(f"{runs[-1][0]} lacks {', '.join(missing)}: write a full run with scripts/benchmark.py "
+                 "(not --generate-only or --sweep-only).")
+    last_path, r = runs[full[-1]]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     (args.out.parent / "benchmark").mkdir(exist_ok=True)
-    report(r, last_path, args.out, [run for run in runs[:-1] if "wall_s" in run[1]])
+    others = [run for i, run in enumerate(runs) if i != full[-1]]
+    report(r, last_path, args.out, [runs[i] for i in full[:-1]], others)
     print(f"wrote {args.out} and {args.out.parent / 'benchmark' / 'attention.png'}")
     return 0
-
