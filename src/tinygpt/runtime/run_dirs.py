@@ -59,8 +59,9 @@ def project_root() -> Path:
 
 
 def in_parallel_sweep() -> bool:
-    """Whether this process runs a job of a sweep whose jobs run at once (hydra/launcher=parallel, joblib) on this
-    machine: such a job shares the terminal with the others."""
+    """Whether this process runs a job of a sweep whose jobs run in worker processes on this machine
+    (hydra/launcher=parallel, joblib): such a job shares the terminal with the others, and signals reach it
+    through the sweep (runtime.interrupts.SweepStop)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -68,7 +69,7 @@ def in_parallel_sweep() -> bool:
         return False
     hc = HydraConfig.get()
     target = str(hc.launcher.get("_target_", "")) if hc.get("launcher") else ""
-    return hc.mode == RunMode.MULTIRUN and "joblib" in target.lower() and int(hc.launcher.get("n_jobs", 1)) != 1
+    return hc.mode == RunMode.MULTIRUN and "joblib" in target.lower()
 
 
 def holds_run(path: Path) -> bool:
