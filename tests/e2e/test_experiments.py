@@ -155,3 +155,28 @@ def test_sqrt_dk_sweep_and_report(tmp_path, cache_dir, corpus_file):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
         assert f"({png})" in text
     assert "## Finding" in text and "Diverged runs" in text and "2 of 4" in text
+
+
+def test_a_sweep_experiment_without_m_says_it_runs_one_job():
+    from tinygpt.train.cli import one_job_of_a_sweep
+
+    note = one_job_of_a_sweep(compose_hydra(["experiment=causal_mask"]).hydra)
+    assert note == ("experiment=causal_mask is a sweep (arm/causal_mask, model.attn.causal, seed); this runs one job "
+                    "of it. To run the whole sweep: python train.py -m experiment=causal_mask")
+    assert one_job_of_a_sweep(compose_hydra([]).hydra) is None  # not a sweep
+    assert one_job_of_a_sweep(compose_hydra(["experiment=gpu_small"]).hydra) is None
+
+
+@pytest.mark.parametrize("experiment", ["causal_mask", "sqrt_dk"])
+def test_experiments_run_their_jobs_at_once_unless_another_launcher_is_named(experiment):
+    from tinygpt.runtime.run_dirs import parallel_jobs, usable_cores
+
+    default = compose_hydra([f"experiment={experiment}"]).hydra.launcher
+    assert default._target_.endswith("JoblibLauncher") and default.n_jobs == parallel_jobs(1) == usable_cores()
+    assert parallel_jobs(2) == max(1, usable_cores() // 2) and parallel_jobs(10**6) == 1
+    for launcher, target in (("basic", "BasicLauncher"), ("slurm", "SlurmLauncher")):
+        cfg = compose_hydra([f"experiment={experiment}", f"hydra/launcher={launcher}"])
+        assert cfg.hydra.launcher._target_.endswith(target)
+    slurm = compose_hydra([f"experiment={experiment}", "hydra/launcher=slurm"])
+    # the slurm launcher reads trainer.num_nodes, which the default trainer has (it was ddp/fsdp's only)
+    assert slurm.hydra.launcher.nodes == 1 and slurm.hydra.launcher.tasks_per_node == 1

@@ -27,11 +27,25 @@ from tinygpt.runtime.run_dirs import ERROR_FILE, in_parallel_sweep
 log = logging.getLogger(__name__)
 
 
+def one_job_of_a_sweep(hc) -> str | None:
+    """A note when a run without -m picks an experiment that is a sweep (it has sweeper params): one job of it
+    runs, and the note says how to run them all."""
+    if hc.mode == RunMode.MULTIRUN or not hc.sweeper.get("params"):
+        return None
+    experiment = hc.runtime.choices.get("experiment")
+    name = f"experiment={experiment}" if experiment else "this config"
+    return (f"{name} is a sweep ({', '.join(hc.sweeper.params)}); this runs one job of it. "
+            f"To run the whole sweep: python train.py -m {name if experiment else '...'}")
+
+
 def run_task(cfg: DictConfig) -> float:
     from tinygpt.train.run import train  # imported here so `--help` and Hydra's own errors stay fast
 
     hc = HydraConfig.get()
     sweep = hc.mode == RunMode.MULTIRUN
+    note = one_job_of_a_sweep(hc)
+    if note:
+        print(f"note: {note}", file=sys.stderr, flush=True)
     parallel = in_parallel_sweep()
     if parallel and sweep_stop_signal(hc.sweep.dir) is not None:
         return math.nan  # the sweep was stopped before this job began: not started (the sweep's table says so)
