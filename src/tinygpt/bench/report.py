@@ -449,6 +449,6 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     (args.out.parent / "benchmark").mkdir(exist_ok=True)
     others = [run for i, run in enumerate(runs) if i != full[-1]]
-    report(r, last_path, args.out, [runs[i] for i in full[:-1]], others)
+    report(r, last_path, args.out, [run for run in others[:full[-1]] if "wall_s" in run[1]], others)
     print(f"wrote {args.out} and {args.out.parent / 'benchmark' / 'attention.png'}")
     return 0
