@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import secrets
 import sys
@@ -38,13 +37,11 @@ _PROJECT_ROOT: Path | None = None
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask and cgroup quota, as joblib counts them)."""
-    try:
-        from joblib import cpu_count
+    """The cores this process may run on (its affinity mask and cgroup quota), as joblib counts them when it
+    splits the threads between the parallel launcher's workers."""
+    from joblib import cpu_count
 
-        return max(1, cpu_count())
-    except ImportError:
-        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return max(1, cpu_count())
 
 
 def parallel_jobs(threads_per_job: int | str = 1) -> int:
@@ -68,8 +65,12 @@ def in_parallel_sweep() -> bool:
     if not HydraConfig.initialized():
         return False
     hc = HydraConfig.get()
-    target = str(hc.launcher.get("_target_", "")) if hc.get("launcher") else ""
-    return hc.mode == RunMode.MULTIRUN and "joblib" in target.lower()
+    return hc.mode == RunMode.MULTIRUN and runs_jobs_in_workers(hc.get("launcher"))
+
+
+def runs_jobs_in_workers(launcher) -> bool:
+    """Whether this launcher config (hydra.launcher) runs jobs in worker processes here: joblib's."""
+    return bool(launcher) and "joblib" in str(launcher.get("_target_", "")).lower()
 
 
 def holds_run(path: Path) -> bool:
@@ -147,7 +148,7 @@ class SweepReport(Callback):
     (runtime.interrupts.SweepStop, installed here when the jobs run at once)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        if "joblib" in str(config.hydra.launcher.get("_target_", "")).lower():
+        if runs_jobs_in_workers(config.hydra.launcher):
             from tinygpt.runtime.interrupts import SweepStop
 
             SweepStop(Path(str(config.hydra.sweep.dir))).install()
@@ -175,7 +176,8 @@ class SweepReport(Callback):
             )
         console = Console(stderr=True)
         console.print(table)
-        if any(sweep_dir.glob("*/wandb/offline-run-*")):
+        # quiet workers leave the hint to the table; a job run in this process printed its own
+        if runs_jobs_in_workers(config.hydra.launcher) and any(sweep_dir.glob("*/wandb/offline-run-*")):
             console.print(f"W&B ran offline. To upload every job: [bold]wandb sync "
                           f"{sweep_dir}/*/wandb/offline-run-*[/]", soft_wrap=True)
         failed = [r for r in rows if r["status"] == "failed"]
