@@ -7,6 +7,8 @@
   its target from the input has ~0 everywhere except the last position, whose target lies outside.
 - ``future_leak``: max |change in logits at positions <= t| when the tokens after t are replaced.
   Exactly 0 for a correct causal model.
+- ``window_losses``: the teacher-forced loss of every window at every position (what reports bootstrap over).
+- ``count_baselines``: the unigram and bigram count models' loss on the same windows (what "trained" means).
 - ``attention_stats``: mean attention entropy (each query row divided by log(number of visible
   keys): 1 = uniform, 0 = one-hot) and the largest pre-softmax logit, on a probe batch, through the
   math path.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -37,16 +40,16 @@ def evaluating(model: torch.nn.Module):
         model.train(was_training)
 
 
-def autoregressive_loss_by_position(model: GPT, x: Tensor, y: Tensor, positions: list[int] | None = None) -> Tensor:
-    """Mean cross-entropy of y[:, t] given x[:, :t+1] only, for each t in ``positions`` (default: all T).
-    x, y: (N, T). Returns a float64 tensor of len(positions).
+def autoregressive_losses(model: GPT, x: Tensor, y: Tensor, positions: list[int] | None = None) -> Tensor:
+    """Cross-entropy of y[n, t] given x[n, :t+1] only, per window n and each t in ``positions`` (default: all
+    T). x, y: (N, T). Returns a float64 (N, len(positions)) tensor on the CPU.
 
     A causal model is decoded with the KV cache, one token per step (T one-token passes instead of T
     passes over growing prefixes; the same numbers: a token's keys and values never depend on later ones).
     A model without the mask has no valid cache: each scored position reruns its prefix."""
     N, T = x.shape
     positions = list(range(T)) if positions is None else list(positions)
-    losses = torch.empty(len(positions), dtype=torch.float64)
+    losses = torch.empty(N, len(positions), dtype=torch.float64)
     with evaluating(model):
         if model.config.attn.causal:
             cache = KVCache.for_model(model, N)
@@ -54,12 +57,18 @@ def autoregressive_loss_by_position(model: GPT, x: Tensor, y: Tensor, positions:
             for t in range(max(positions) + 1):
                 logits, _ = model(x[:, t : t + 1], cache=cache)  # (N, 1, V): position t from its prefix
                 if t in where:
-                    losses[where[t]] = F.cross_entropy(logits[:, -1].double(), y[:, t]).item()
+                    losses[:, where[t]] = F.cross_entropy(logits[:, -1].double(), y[:, t], reduction="none").cpu()
         else:
             for i, t in enumerate(positions):
                 logits, _ = model(x[:, : t + 1])  # (N, t+1, V): only the last position is scored
-                losses[i] = F.cross_entropy(logits[:, -1].double(), y[:, t]).item()
+                losses[:, i] = F.cross_entropy(logits[:, -1].double(), y[:, t], reduction="none").cpu()
     return losses
+
+
+def autoregressive_loss_by_position(model: GPT, x: Tensor, y: Tensor, positions: list[int] | None = None) -> Tensor:
+    """Mean cross-entropy of y[:, t] given x[:, :t+1] only, for each t in ``positions`` (default: all T).
+    x, y: (N, T). Returns a float64 tensor of len(positions): ``autoregressive_losses`` averaged over windows."""
+    return autoregressive_losses(model, x, y, positions).mean(0)
 
 
 def autoregressive_loss(model: GPT, x: Tensor, y: Tensor, positions: list[int] | None = None) -> float:
@@ -74,13 +83,35 @@ def spread_positions(T: int, n: int) -> list[int]:
     return sorted({round(i * (T - 1) / (n - 1)) for i in range(n)}) if n > 1 else [T - 1]
 
 
+def window_losses(model: GPT, x: Tensor, y: Tensor, batch_size: int = 64) -> Tensor:
+    """(N, T) float64 teacher-forced cross-entropy of every window n at every position t, on the CPU; x, y: (N, T),
+    scored ``batch_size`` windows at a time. Its mean is the teacher-forced loss on these windows."""
+    N, T = x.shape
+    out = torch.empty(N, T, dtype=torch.float64)
+    with evaluating(model):
+        for i in range(0, N, batch_size):
+            logits, _ = model(x[i : i + batch_size])  # (b, T, V)
+            ce = F.cross_entropy(logits.double().flatten(0, 1), y[i : i + batch_size].flatten(), reduction="none")
+            out[i : i + batch_size] = ce.view(-1, T).cpu()  # (b*T,) -> (b, T)
+    return out
+
+
 def loss_by_position(model: GPT, x: Tensor, y: Tensor) -> Tensor:
     """(T,) teacher-forced cross-entropy at each position, averaged over the N windows. x, y: (N, T)."""
-    N, T = x.shape
-    with evaluating(model):
-        logits, _ = model(x)  # (N, T, V)
-        ce = F.cross_entropy(logits.double().flatten(0, 1), y.flatten(), reduction="none")  # (N*T,)
-    return ce.view(N, T).mean(0).cpu()  # (T,)
+    return window_losses(model, x, y, batch_size=len(x)).mean(0)  # (N, T) -> (T,)
+
+
+def count_baselines(train_ids, x: Tensor, y: Tensor, vocab_size: int) -> dict[str, float]:
+    """The loss of two count models fitted on the training ids, on the targets y of windows x, y (N, T):
+    unigram (each token's frequency) and bigram (the next token's frequency given the current one), both with
+    add-one smoothing. A model that does not beat the unigram baseline has learned only character frequencies."""
+    ids = torch.as_tensor(np.asarray(train_ids), dtype=torch.long)
+    uni = torch.bincount(ids, minlength=vocab_size).double() + 1  # (V,)
+    bi = torch.bincount(ids[:-1] * vocab_size + ids[1:], minlength=vocab_size**2).double().view(vocab_size, -1) + 1
+    x, y = x.cpu().long(), y.cpu().long()
+    unigram = -(uni / uni.sum()).log()[y]  # (N, T)
+    bigram = -(bi / bi.sum(1, keepdim=True)).log()[x, y]  # (N, T): row = current token, column = next
+    return {"unigram_loss": unigram.mean().item(), "bigram_loss": bigram.mean().item()}
 
 
 def teacher_forced_loss(model: GPT, x: Tensor, y: Tensor) -> float:
@@ -146,6 +177,7 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     return out
 
 
+ARRAYS = "arrays"  # run_all's key for per-window arrays: saved to diagnostics.npz, not to summary.json
 LEAKY_AR_POSITIONS = 64  # a model without the mask reruns a prefix per scored position: at most this many
 
 
@@ -155,7 +187,8 @@ def run_all(model: GPT, x: Tensor, y: Tensor) -> dict:
     LEAKY_AR_POSITIONS positions spread over the window (first and last included), and says how many."""
     T = x.shape[1]
     positions = None if model.config.attn.causal else spread_positions(T, LEAKY_AR_POSITIONS)
-    ar = autoregressive_loss_by_position(model, x, y, positions)  # (T,) or (len(positions),)
+    ar_windows = autoregressive_losses(model, x, y, positions)  # (N, T) or (N, len(positions))
+    ar = ar_windows.mean(0)  # (T,) or (len(positions),)
     tf = loss_by_position(model, x, y)  # (T,): its mean is the teacher-forced loss (every position has N windows)
     out = {
         "val_loss_autoregressive": ar.mean().item(),
@@ -165,6 +198,7 @@ def run_all(model: GPT, x: Tensor, y: Tensor) -> dict:
         "future_leak": future_leak(model, x),
         "loss_by_position": tf.tolist(),
         "loss_by_position_autoregressive": ar.tolist(),  # at the scored positions
+        ARRAYS: {"autoregressive_window_position": ar_windows.float().numpy()},  # per window: for diagnostics.npz
     }
     out.update(attention_stats(model, x))
     return out

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig, OmegaConf
@@ -106,9 +107,26 @@ def build_module(run: Run) -> GPTModule:
 
 
 def probe_diagnostics(model, module: GPTModule, dm, n_windows: int) -> dict:
-    """diagnostics.run_all on n validation windows spread evenly over the split."""
+    """diagnostics.run_all on n validation windows spread evenly over the split, and on every validation window:
+    the teacher-forced loss of each window at each position and the count baselines (unigram, bigram). The
+    per-window arrays are under diagnostics.ARRAYS (for diagnostics.npz), with which windows the probe used."""
     x, y = (t.to(module.device) for t in dm.probe_windows(n_windows))
-    return diagnostics.run_all(model, x, y)
+    diag = diagnostics.run_all(model, x, y)
+    val_x, val_y = dm.val_x.to(module.device), dm.val_y.to(module.device)
+    every = diagnostics.window_losses(model, val_x, val_y, dm.val_batch_size)  # (N_val, T)
+    diag["val_loss_all_windows"] = every.mean().item()
+    diag["val_windows"] = len(every)
+    diag.update(diagnostics.count_baselines(dm.train_ids, val_x, val_y, dm.vocab_size))
+    diag[diagnostics.ARRAYS].update(val_window_position=every.float().numpy(),
+                                    probe_index=dm.probe_index(n_windows).numpy())
+    return diag
+
+
+def save_arrays(out_dir: Path, diag: dict) -> None:
+    """diagnostics.npz: the per-window losses the reports bootstrap over (atomically, beside summary.json)."""
+    tmp = out_dir / "diagnostics.tmp.npz"
+    np.savez_compressed(tmp, **diag[diagnostics.ARRAYS])
+    tmp.replace(out_dir / "diagnostics.npz")
 
 
 def log_diagnostics(loggers: list, diag: dict, step: int) -> None:
@@ -180,6 +198,9 @@ def finish_run(run: Run, module: GPTModule) -> dict[str, Any]:
     n_probe = run.cfg.get("diagnostics", {}).get("windows", 32)
     model = full_model(trainer, module) if not diverged else None  # every rank (FSDP gathers)
     diag = probe_diagnostics(model, module, dm, n_probe) if model is not None else {}
+    if diag and trainer.is_global_zero:
+        save_arrays(run.out_dir, diag)
+    diag.pop(diagnostics.ARRAYS, None)
     log_diagnostics(run.loggers, diag, trainer.global_step)
     wandb = tracking.run_info() if any(isinstance(lg, WandbLogger) for lg in run.loggers) else None
     summary = with_diagnostics(summary_of(run, module, "diverged" if diverged else "completed"), diag, wandb)
