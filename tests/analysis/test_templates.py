@@ -1,24 +1,43 @@
 """The reports' prose templates: named blocks read from the .md beside the code, placeholders filled."""
 
+import re
+
 import pytest
 
 from tinygpt.analysis.templates import blocks, prose
 
 
-@pytest.mark.parametrize("experiment, names", [("causal_mask", {"intro", "terms", "literature"}),
-                                               ("sqrt_dk", {"intro", "terms"})])
+@pytest.mark.parametrize("experiment, names", [("causal_mask", {"intro", "terms", "changes", "literature"}),
+                                               ("sqrt_dk", {"intro", "terms", "changes"})])
 def test_each_experiment_has_its_blocks(experiment, names):
     assert set(blocks(experiment)) == names
     assert all(body.strip() and not body.endswith("\n") for body in blocks(experiment).values())
 
 
 def test_placeholders_are_filled_and_a_missing_one_is_named():
-    text = prose("causal_mask", "intro", n_runs=7, sweeps="`multirun/x`")
+    text = prose("causal_mask", "intro", n_runs=7, sweeps="`multirun/x`", lo=0.5, hi=2)
     assert text.startswith("# Experiment 1: what the causal mask prevents\n")
     assert "(7 runs; sweep dirs: `multirun/x`)" in text and "{" not in text
+    assert "between 0.5 and 2 at every" in text
     with pytest.raises(KeyError, match="n_runs"):
         prose("sqrt_dk", "intro", sweeps="`s`")
 
 
 def test_doubled_braces_stay_literal():
     assert "{" not in prose("causal_mask", "literature")  # no placeholder there: any brace would be a typo
+
+
+# the formula's own symbols and the names of things: not measurements
+SYMBOLS = re.compile(r"Experiment \d|et al\. \d{4}|1/sqrt\(d_k\)|1/d_k|1/T|x\[t\+1\]|x\[:t\+1\]|T-1|t\+1"
+                     r"|\b[01] = (uniform|one-hot)|excludes 0|above 0|below 0|contains 0|\(0 for|\{\w+(:[^}]*)?\}")
+
+
+@pytest.mark.parametrize("experiment", ["causal_mask", "sqrt_dk"])
+def test_the_report_prose_has_no_typed_numbers(experiment):
+    """Every number a report states comes from the runs or the config through a placeholder; the literature
+    block, which cites published figures, is the only exception."""
+    for name, body in blocks(experiment).items():
+        if name == "literature":
+            continue
+        left = SYMBOLS.sub("", body)
+        assert not re.search(r"\d", left), (name, re.findall(r".{20}\d.{20}", left))

@@ -154,7 +154,8 @@ def test_sqrt_dk_sweep_and_report(tmp_path, cache_dir, corpus_file):
     for png in ("init_slopes.png", "loss_vs_lr.png", "lr_sensitivity.png", "gap_vs_dk.png", "stability.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
         assert f"({png})" in text
-    assert "## Finding" in text and "Diverged runs" in text and "2 of 4" in text
+    assert "## Finding" in text and "2 of 4 runs diverged" in text and "[" in text  # intervals
+    assert "## Changes since the last version" in text and "(1 diverged)" in text
 
 
 def test_a_sweep_experiment_without_m_says_it_runs_one_job():

@@ -1,6 +1,7 @@
 """A sweep's runs, read from the files each job left in its directory: summary.json (final numbers, the resolved
-config), history/metrics.csv (per-step metrics), attention/stepNNNNNN.npz (the attention weights) and
-samples.jsonl (text samples). Never W&B, so a report works offline and from a copied sweep dir.
+config), diagnostics.npz (every validation window's loss at every position, and the honest loss of the probe
+windows: what the reports bootstrap over), history/metrics.csv (per-step metrics), attention/stepNNNNNN.npz (the
+attention weights) and samples.jsonl (text samples). Never W&B, so a report works offline and from a copied sweep dir.
 """
 
 from __future__ import annotations
@@ -32,6 +33,20 @@ class Run:
     @property
     def seed(self) -> int:
         return self.config["seed"]
+
+    @property
+    def status(self) -> str:
+        return self.summary.get("status", "completed")
+
+    def windows(self, key: str = "val_window_position") -> np.ndarray | None:
+        """A per-window array of diagnostics.npz: ``val_window_position`` (N_val, T), the teacher-forced loss
+        of every validation window at every position; ``autoregressive_window_position`` (n_probe, P), the
+        honest loss of the probe windows; ``probe_index`` (n_probe,). None for a run without the file."""
+        path = self.dir / "diagnostics.npz"
+        if not path.exists():
+            return None
+        with np.load(path) as z:
+            return z[key].astype(np.float64) if key in z else None
 
     def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         steps, values = self.history.get(key, ([], []))

@@ -105,7 +105,7 @@ def count_baselines(train_ids, x: Tensor, y: Tensor, vocab_size: int) -> dict[st
     """The loss of two count models fitted on the training ids, on the targets y of windows x, y (N, T):
     unigram (each token's frequency) and bigram (the next token's frequency given the current one), both with
     add-one smoothing. A model that does not beat the unigram baseline has learned only character frequencies."""
-    ids = torch.as_tensor(np.asarray(train_ids), dtype=torch.long)
+    ids = torch.from_numpy(np.array(train_ids, dtype=np.int64))  # a copy: the cache is a read-only memmap
     uni = torch.bincount(ids, minlength=vocab_size).double() + 1  # (V,)
     bi = torch.bincount(ids[:-1] * vocab_size + ids[1:], minlength=vocab_size**2).double().view(vocab_size, -1) + 1
     x, y = x.cpu().long(), y.cpu().long()

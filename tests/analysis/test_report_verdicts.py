@@ -1,0 +1,171 @@
+"""Both reports on synthetic sweeps whose answers are known by construction: run dirs written as a real job
+writes them (summary.json, diagnostics.npz, history/metrics.csv), read back by the report code."""
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+
+from tinygpt.analysis import causal_mask, sqrt_dk
+from tinygpt.analysis.sweep import load_runs
+
+N = 128  # validation windows per run
+VOCAB = 65
+
+
+def out_dir(path):
+    path.mkdir()
+    return path
+
+
+def write_run(path, *, config, summary, windows, honest=None, train_loss=None):
+    """One job's files: summary.json (with its config), diagnostics.npz, history/metrics.csv."""
+    path.mkdir(parents=True)
+    T = windows.shape[1]
+    honest = windows[:32] if honest is None else honest
+    np.savez(path / "diagnostics.npz", val_window_position=windows.astype(np.float32),
+             autoregressive_window_position=honest.astype(np.float32),
+             probe_index=np.linspace(0, len(windows) - 1, 32).astype(np.int64))
+    diag = {"autoregressive_at": list(range(honest.shape[1])), "unigram_loss": 3.3, "bigram_loss": 2.5,
+            "loss_by_position": windows.mean(0).tolist()}
+    full = {"status": "completed", "diverged": False, "vocab_size": VOCAB, "threads": 1, "config": config,
+            "val_loss": float(windows.mean()), "val_loss_autoregressive": float(honest.mean()), "future_leak": 0.0,
+            "attn_future_mass": 0.0, "attn_entropy": 0.5, "attn_max_logit": 5.0, "diagnostics": diag, **summary}
+    (path / "summary.json").write_text(json.dumps(full))
+    (path / "history").mkdir()
+    with open(path / "history" / "metrics.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step", "train/loss", "val/loss"])
+        for step, loss in enumerate(train_loss if train_loss is not None else []):
+            w.writerow([step, loss, loss if step % 100 == 99 else ""])
+
+
+def cm_config(T, causal, seed):
+    return {"seed": seed, "model": {"n_layer": 1, "n_head": 1, "n_embd": 8, "block_size": T,
+                                    "attn": {"causal": causal}},
+            "data": {"source": "shakespeare", "val_windows": N, "batch_size": 768 // T},
+            "trainer": {"max_steps": 800, "val_check_interval": 100, "log_every_n_steps": 1},
+            "optim": {"lr": 1e-3, "warmup_steps": 100, "min_lr": 1e-4}, "diagnostics": {"windows": 32},
+            "callbacks": {"autoregressive_loss": {"windows": 16, "positions": 8}},
+            "prediction": {"level_ratio": [0.667, 1.5], "slope": [-1.3, -0.7], "onset_fraction": 0.5,
+                           "drop_from": 0.75, "drop_to": 0.25}}
+
+
+def causal_mask_sweep(root, last_loss):
+    """Causal runs: 2.0 at every position, ``last_loss(T)`` at the last. Leaky runs: 0 where the target is in the
+    window, the same last-position loss as the causal model's, so leaky loss = last_loss(T) / T exactly; their
+    training loss drops from 2.5 to 0.05 at step 300."""
+    rng = np.random.default_rng(0)
+    steps = np.arange(800)
+    job = 0
+    for T in (16, 32, 64):
+        window_effect = rng.normal(0, 0.3, N)  # the same windows for both arms at this T
+        for causal in (True, False):
+            for seed in (1, 2, 3):
+                w = np.full((N, T), 2.0) if causal else np.zeros((N, T))
+                w[:, -1] = last_loss(T) + window_effect + rng.normal(0, 0.01, N)
+                train = np.full(800, 2.0) if causal else np.where(steps < 300, 2.5, 0.05)
+                write_run(root / str(job), config=cm_config(T, causal, seed), windows=w, train_loss=train,
+                          summary={"train_loss": float(train[-80:].mean())})
+                job += 1
+    return load_runs([root])
+
+
+def one_over_t(runs):
+    arms = causal_mask.group_runs(runs)
+    est = causal_mask.bootstrap(causal_mask.arm_samples(arms))
+    corpus = {T: by_c for (label, T), by_c in arms.items()}
+    return causal_mask.one_over_t_rows(corpus, "shakespeare", est)
+
+
+def test_an_exact_one_over_t_sweep_has_ratio_one_and_slope_minus_one(tmp_path):
+    rows = one_over_t(causal_mask_sweep(tmp_path, lambda T: 2.4))
+    for r in rows:
+        assert r["ratio"].value == pytest.approx(1, abs=1e-3) and r["ratio"].lo <= 1 <= r["ratio"].hi
+        assert r["measured"].value == pytest.approx(r["causal_last"].value / r["T"], rel=1e-3)
+        assert r["copy"].value == 0
+    slope = causal_mask.slope_estimate([16, 32, 64], [r["measured"] for r in rows])
+    assert slope.value == pytest.approx(-1, abs=0.02)
+
+
+def test_the_report_says_holds_for_an_exact_law_and_fails_for_a_flat_one(tmp_path):
+    runs = causal_mask_sweep(tmp_path / "exact", lambda T: 2.4)
+    text = causal_mask.write_report(runs, out_dir(tmp_path / "r1"), [tmp_path / "exact"]).read_text()
+    assert "The level prediction holds; the 1/T scaling holds" in text
+    # a leaky loss that does not fall with T: the last-position loss grows like T
+    runs = causal_mask_sweep(tmp_path / "flat", lambda T: 2.4 * T / 16)
+    text = causal_mask.write_report(runs, out_dir(tmp_path / "r2"), [tmp_path / "flat"]).read_text()
+    assert "The level prediction holds; the 1/T scaling fails" in text
+    assert "rises monotonically" in text  # the causal last-position loss, against T
+
+
+def test_the_onset_is_the_step_of_the_drop_on_the_raw_series(tmp_path):
+    runs = causal_mask_sweep(tmp_path, lambda T: 2.4)
+    by_causal = causal_mask.group_runs(runs)[("shakespeare", 64)]
+    text, found = causal_mask.onset_text(by_causal, runs[0].config["prediction"])
+    assert found == [300, 300, 300]
+    assert "logged every 1 step)" in text and "0, 0, 0 steps" in text  # a step function drops in one step
+
+
+def sq_config(dk, scale, lr, seed, init="gpt2"):
+    return {"seed": seed, "model": {"n_layer": 2, "n_head": 256 // dk, "n_embd": 256, "block_size": 64,
+                                    "attn": {"scale": scale, "qk_norm": False, "qk_init": init}},
+            "data": {"batch_size": 12, "val_windows": N}, "diagnostics": {"windows": 16},
+            "trainer": {"max_steps": 300, "gradient_clip_val": 1.0},
+            "optim": {"lr": lr, "warmup_steps": 30, "min_lr": 1e-5},
+            "callbacks": {"stability": {"windows": 8, "every_n_steps": 20}},
+            "prediction": {"sensitivity_gap": "rises", "best_loss_gap": "rises", "failed_to_train": 0.5}}
+
+
+LRS = (1e-4, 1e-3, 1e-2)
+
+
+def sqrt_dk_sweep(root, loss, noise=0.01):
+    """loss(dk, scale, lr) -> the final loss of every window (plus window noise shared by all runs and seed noise)."""
+    rng = np.random.default_rng(1)
+    window_effect = rng.normal(0, 0.2, N)
+    job = 0
+    for dk in (32, 128, 256):
+        for scale in ("sqrt_dk", "none"):
+            for lr in LRS:
+                for seed in (1, 2, 3):
+                    w = loss(dk, scale, lr) + window_effect + rng.normal(0, noise, N)
+                    write_run(root / str(job), config=sq_config(dk, scale, lr, seed), windows=w[:, None].repeat(4, 1),
+                              summary={"train_loss": float(w.mean())})
+                    job += 1
+    return load_runs([root])
+
+
+def falling_gap(dk, scale, lr):
+    """Scaled: 2.2 at lr 1e-3, 2.5 at the ends. Unscaled: worse at high lr by 0.6 / log2(dk): the sensitivity gap
+    falls with d_k (the shape the old one-sided test called 'not monotonic')."""
+    base = {1e-4: 2.5, 1e-3: 2.2, 1e-2: 2.5}[lr]
+    return base + (0.6 / math.log2(dk) if scale == "none" and lr == 1e-2 else 0.0)
+
+
+def test_a_sensitivity_gap_that_falls_with_dk_is_called_falls_and_the_prediction_fails(tmp_path):
+    runs = sqrt_dk_sweep(tmp_path, falling_gap)
+    nums = sqrt_dk.numbers(sqrt_dk.arms_of(runs), 0.5)
+    a, b = nums[(32, ("none", False, "gpt2"))], nums[(32, ("sqrt_dk", False, "gpt2"))]
+    assert a.best_lr == b.best_lr == 1e-3
+    assert (a.sensitivity - b.sensitivity).value == pytest.approx(0.6 / 5 / 3, abs=1e-3)  # (0.12 at one of 3 rates)
+    text = sqrt_dk.write_report(runs, out_dir(tmp_path / "r"), [tmp_path]).read_text()
+    assert "extra LR sensitivity falls monotonically" in text
+    assert "the prediction (above 0 at every d_k and rises) **fails**" in text
+    assert "not monotonic" not in text.split("## Changes since")[0]
+
+
+def test_a_gap_inside_noise_is_no_difference_and_flat(tmp_path):
+    runs = sqrt_dk_sweep(tmp_path, lambda dk, scale, lr: {1e-4: 2.5, 1e-3: 2.2, 1e-2: 2.5}[lr], noise=0.5)
+    text = sqrt_dk.write_report(runs, out_dir(tmp_path / "r"), [tmp_path]).read_text()
+    assert "unscaled minus scaled" in text and "no difference at the 95% level" in text
+    assert "flat within noise" in text and "**undecided**" in text
+
+
+def test_failed_and_diverged_are_counted_apart(tmp_path):
+    runs = sqrt_dk_sweep(tmp_path, lambda dk, scale, lr: 3.25 if lr == 1e-2 else 2.2)  # 3.25 > 2.9: failed
+    nums = sqrt_dk.numbers(sqrt_dk.arms_of(runs), 0.5)
+    a = nums[(256, ("none", False, "gpt2"))]
+    assert a.failed == {1e-4: 0, 1e-3: 0, 1e-2: 3} and a.diverged == {1e-4: 0, 1e-3: 0, 1e-2: 0}
