@@ -23,7 +23,6 @@ def out_dir(path):
 def write_run(path, *, config, summary, windows, honest=None, train_loss=None):
     """One job's files: summary.json (with its config), diagnostics.npz, history/metrics.csv."""
     path.mkdir(parents=True)
-    T = windows.shape[1]
     honest = windows[:32] if honest is None else honest
     np.savez(path / "diagnostics.npz", val_window_position=windows.astype(np.float32),
              autoregressive_window_position=honest.astype(np.float32),
@@ -106,7 +105,7 @@ def test_the_onset_is_the_step_of_the_drop_on_the_raw_series(tmp_path):
     by_causal = causal_mask.group_runs(runs)[("shakespeare", 64)]
     text, found = causal_mask.onset_text(by_causal, runs[0].config["prediction"])
     assert found == [300, 300, 300]
-    assert "logged every 1 step)" in text and "0, 0, 0 steps" in text  # a step function drops in one step
+    assert "logged at every step)" in text and "0, 0, 0 steps" in text  # a step function drops in one step
 
 
 def sq_config(dk, scale, lr, seed, init="gpt2"):

@@ -415,8 +415,8 @@ def sensitivity_section(rep: Report, nums: dict, dks: list[int], pred: dict) -> 
         v_best = growth_verdict(best_gaps, t_best, pred["best_loss_gap"])
         rep.sections += [
             f"Does the benefit grow with d_k ({INITS[init]})? The unscaled arm's extra LR sensitivity "
-            f"{t_sens.words()} with d_k; the prediction (above 0 at every d_k and {pred['sensitivity_gap']}) "
-            f"**{v_sens}**. Its best-loss gap {t_best.words()}; the prediction (above 0 and "
+            f"{t_sens.words('d_k')} with d_k; the prediction (above 0 at every d_k and {pred['sensitivity_gap']}) "
+            f"**{v_sens}**. Its best-loss gap {t_best.words('d_k')}; the prediction (above 0 and "
             f"{pred['best_loss_gap']}) **{v_best}**.",
             "",
         ]

@@ -170,8 +170,10 @@ class Trend:
     slope: Estimate  # of the values against log x
     monotonic: bool  # every consecutive step's interval excludes 0 in the word's direction
 
-    def words(self) -> str:
-        return f"{self.word}{' monotonically' if self.monotonic else ''} (slope against ln x {self.slope.format()})"
+    def words(self, x: str = "x") -> str:
+        """'rises monotonically (slope against ln T +0.247 [+0.085, +0.415])'."""
+        return (f"{self.word}{' monotonically' if self.monotonic else ''} "
+                f"(slope against ln {x} {self.slope.format(signed=True)})")
 
 
 def trend(xs, estimates: Sequence[Estimate]) -> Trend:

@@ -29,10 +29,11 @@ def prose(experiment: str, name: str, **values) -> str:
 
 @dataclass
 class Report:
-    """The report's parts as the sections fill them: the body, the findings list at the top, the comparison with
-    the published cases and the limits."""
+    """The report's parts as the sections fill them: the body, the findings list at the top, what changed since the
+    last version (computed lines, after the template's), the comparison with the published cases and the limits."""
 
     sections: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
     comparison: list[str] = field(default_factory=list)
     limits: list[str] = field(default_factory=list)
