@@ -120,8 +120,9 @@ def test_sqrt_dk_sweep_arms_and_grid():
     cfg = compose_hydra(["experiment=sqrt_dk"])
     params = cfg.hydra.sweeper.params
     lrs = [float(x) for x in params["optim.lr"].split(",")]
-    assert lrs == sorted(lrs) and lrs[0] <= 3e-4 and lrs[-1] >= 1e-1 and len(lrs) >= 5
-    assert len(params["seed"].split(",")) >= 2
+    assert lrs == sorted(lrs) and lrs[0] <= 1e-4 and lrs[-1] >= 3e-2 and len(lrs) >= 5
+    assert len(params["seed"].split(",")) >= 3  # the science issue: at least 3 seeds
+    assert cfg.prediction.sensitivity_gap == "rises" and cfg.prediction.failed_to_train == 0.5
     assert cfg.hydra.sweep.dir.startswith("multirun/sqrt_dk/")
     seen = set()
     for arm in params["arm/sqrt_dk"].split(","):

@@ -113,6 +113,11 @@ def test_train_end_to_end_with_offline_wandb(tmp_path, corpus_file, cache_dir):
     assert len(images) >= 4  # the attention maps, inside the W&B run
     tables = list((runs[0] / "files" / "media" / "table").rglob("*.json"))
     assert tables, "text samples table missing from the W&B run"
+    grids = list((runs[0] / "files" / "media" / "plotly").rglob("*.json"))
+    assert len(grids) >= 2, "the interactive attention grid of each probe step is missing from the W&B run"
+    pages = list((runs[0] / "files" / "media" / "html").rglob("*.html"))
+    assert pages and b"tinygptExplorer" in pages[0].read_bytes()  # the explorer, at the end
+    assert (out / "attention" / "explorer.html").stat().st_size > 1_000_000  # plotly inside: works offline
 
     # sampling from the produced checkpoint
     s = subprocess.run(

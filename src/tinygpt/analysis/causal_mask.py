@@ -16,7 +16,7 @@ from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from tinygpt.analysis.figures import finish_axes, fmt, markdown_table, save
+from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, save
 from tinygpt.analysis.stats import (
     LEVEL,
     N_BOOT,
@@ -408,6 +408,11 @@ def main_arm_section(rep: Report, by_causal: dict[bool, list[Run]], label: str, 
             "target). The titles give the future mass and the mean weight on key i+1.",
             "",
         ]
+    links = explorers({LABELS[c]: by_causal[c][0] for c in (True, False) if by_causal.get(c)}, out)
+    if links:
+        rep.sections += [
+            "Interactive, every layer and head with the weight under the pointer (open from a clone; the pages "
+            "work offline): " + ", ".join(links) + ".", ""]
     samples = [(c, by_causal[c][0].last_sample()) for c in (True, False)]
     if all(s for _, s in samples):
         rep.sections += ["## Text samples (first seed, end of training)", ""]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from tinygpt.train import explorer
+
 
 def save(fig, path: Path) -> Path:
     """Lay out and write a matplotlib Figure as a PNG."""
@@ -35,3 +37,17 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def explorers(runs: dict[str, object], out: Path) -> list[str]:
+    """One interactive attention explorer per named run (its saved weights), in ``out``/explorers/ with one shared
+    copy of plotly.js; returns Markdown links to them (the runs without saved weights are left out)."""
+    links = []
+    for name, run in runs.items():
+        steps = explorer.load_steps(run.dir / "attention")
+        if not steps:
+            continue
+        slug = "_".join("".join(c if c.isalnum() else " " for c in name).split())
+        explorer.write(out / "explorers" / f"{slug}.html", steps, f"{name} (seed {run.seed})", library="directory")
+        links.append(f"[{name}](explorers/{slug}.html)")
+    return links

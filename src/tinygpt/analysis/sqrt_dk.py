@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from tinygpt.analysis.figures import finish_axes, fmt, markdown_table, save
+from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, save
 from tinygpt.analysis.init_stats import logits_at_init, slopes
 from tinygpt.analysis.stats import (
     LEVEL,
@@ -493,6 +493,12 @@ def stability_section(rep: Report, arms, nums: dict, dks: list[int], lrs: list[f
             f"Saturation: at d_k = {big} and lr {stable:g}, the mean normalised attention entropy at the end of "
             f"training ({n_stab} probe windows, ± seed sd) is {'; '.join(ends)} (1 = uniform, 0 = one-hot).")
     rep.sections += [f"## Logit growth and entropy collapse at d_k = {big}", "", "![stability](stability.png)", ""]
+    links = explorers({f"d_k = {big}, {variant_label(v)}, lr {x:g}": at_big[v][x][0]
+                       for v in (("sqrt_dk", False, "gpt2"), ("none", False, "gpt2")) for x in shown
+                       if x in at_big.get(v, {})}, out)
+    if links:
+        rep.sections += ["The final attention, interactive (every head, the weight under the pointer; open from a "
+                         "clone, the pages work offline): " + ", ".join(links) + ".", ""]
     for x in shown:
         rep.sections.append(f"Max logit at the end ({n_diag} diagnostics windows, ± seed sd), lr {x:g}: " + ", ".join(
             f"{variant_label(v)} {logit_words(arms, (big, v), x)}" for v in sorted(at_big, key=str)) + ".")

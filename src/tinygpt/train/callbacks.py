@@ -22,7 +22,7 @@ from tinygpt.model.generate import check_sampling, generate
 from tinygpt.model.gpt import GPT
 from tinygpt.runtime.checks import non_negative_int, positive_int
 from tinygpt.runtime.console import out as console
-from tinygpt.train import diagnostics
+from tinygpt.train import diagnostics, explorer
 from tinygpt.train.diagnostics import evaluating
 from tinygpt.train.plots import LayerPlotter, token_label
 
@@ -65,6 +65,13 @@ def log_at(trainer: L.Trainer, metrics: dict[str, float], step: int) -> None:
     send it again at every later logging step, so a probe taken every 50 steps would appear five times."""
     for lg in trainer.loggers:  # the loggers write on rank 0 only
         lg.log_metrics(metrics, step=step)
+
+
+def wandb_media():
+    """The wandb module, imported only when a W&B logger is on (its media types: Plotly, Html)."""
+    import wandb
+
+    return wandb
 
 
 def _wandb_loggers(trainer: L.Trainer) -> list[WandbLogger]:
@@ -117,7 +124,13 @@ class AttentionMaps(Probe):
         np.savez_compressed(out / f"step{step:06d}.npz", weights=weights, labels=np.array(labels))
         if self._renderer is None:
             self._renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attention-maps")
-        self._pending.append((step, self._renderer.submit(self._plotter, weights, labels, step, out)))
+        wandb = bool(_wandb_loggers(trainer))
+        self._pending.append((step, self._renderer.submit(self._render, weights, labels, step, out, wandb)))
+
+    def _render(self, weights, labels, step: int, out: Path, wandb: bool):
+        """On the renderer thread: the PNGs, and for W&B the interactive grid of this step (a Plotly figure)."""
+        paths = self._plotter(weights, labels, step, out)
+        return paths, explorer.grid_figure(weights, labels, step) if wandb else None
 
     def _log_ready(self, trainer: L.Trainer, wait: bool = False) -> None:
         """Send the drawn maps to W&B (all of them, once drawn, with ``wait``)."""
@@ -126,10 +139,12 @@ class AttentionMaps(Probe):
             if not (wait or future.done()):
                 waiting.append((step, future))
                 continue
-            paths = future.result()
+            paths, grid = future.result()
             for lg in _wandb_loggers(trainer):
                 lg.log_image(key="attention", images=[str(p) for p in paths],
                              caption=[f"layer {i}" for i in range(len(paths))], step=step)
+                if grid is not None:
+                    lg.log_metrics({"attention/interactive": wandb_media().Plotly(grid)}, step=step)
         self._pending = waiting
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
@@ -141,6 +156,11 @@ class AttentionMaps(Probe):
     def on_train_end(self, trainer, module):
         self._log_maps(trainer, module)
         self._log_ready(trainer, wait=True)
+        if trainer.is_global_zero:  # every probe step in one page: <run>/attention/explorer.html, and in W&B
+            root = Path(trainer.default_root_dir)
+            page = explorer.write_run_explorer(root, f"attention, run {root.name}")
+            for lg in _wandb_loggers(trainer) if page else []:
+                lg.log_metrics({"attention/explorer": wandb_media().Html(str(page))}, step=trainer.global_step)
 
     def teardown(self, trainer, module, stage):
         """Whatever ended the run (the end, a divergence, a signal), the PNGs being drawn are finished."""

@@ -1,0 +1,8 @@
+"""Draw a checkpoint's attention on any text as an interactive page. See `python scripts/attention.py --help`."""
+
+import sys
+
+from tinygpt.attention import main
+
+if __name__ == "__main__":
+    sys.exit(main())

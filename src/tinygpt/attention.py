@@ -1,0 +1,96 @@
+"""Look at a trained model's attention on any text: `python scripts/attention.py --ckpt <run dir> --text "..."`.
+
+Writes the interactive explorer (tinygpt.train.explorer) for the text through the checkpoint's model: every layer and
+head, hover for query, key and weight, a query picked on the text. A leaky checkpoint (trained without the mask)
+shows its weights on the future. ``--png DIR`` also draws the static heatmaps, one PNG per layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from tinygpt.data.tokenizer import UNK, decode, encode
+from tinygpt.model.gpt import GPT
+from tinygpt.runtime.errors import ConfigError, print_error
+from tinygpt.sample import find_latest_checkpoint, load_checkpoint
+from tinygpt.train import explorer
+from tinygpt.train.diagnostics import evaluating
+from tinygpt.train.plots import LayerPlotter, token_label
+
+
+def tokens(tok, text: str, block_size: int) -> tuple[list[int], list[str], list[str]]:
+    """The text's ids clipped to block_size, a label per token (a character outside the vocabulary shows as
+    '<unk>:c'), and notes for the user (clipping, unknown characters)."""
+    notes = []
+    if tok is None:  # a checkpoint without a tokenizer: the text is space-separated ids
+        ids = [int(t) for t in text.split()]
+        labels = [str(i) for i in ids]
+    else:
+        ids = encode(tok, text)
+        unk = tok.token_to_id(UNK)
+        chars = iter(text)
+        labels = []
+        for i in ids:
+            piece = decode(tok, [i])
+            if unk is not None and i == unk:
+                piece = f"<unk>:{next(chars, '?')}"
+            else:
+                for _ in piece:
+                    next(chars, None)
+            labels.append(token_label(piece))
+        missing = sorted({c for c in text if tok.token_to_id(c) is None}) if unk is not None else []
+        if missing:
+            notes.append(f"note: {''.join(missing)!r} not in the vocabulary; the model sees <unk> there")
+    if not ids:
+        raise ValueError(f"the text {text!r} has no tokens; give some text.")
+    if len(ids) > block_size:
+        notes.append(f"note: the text has {len(ids)} tokens, clipped to the model's block_size {block_size}")
+        ids, labels = ids[:block_size], labels[:block_size]
+    return ids, labels, notes
+
+
+def weights_of(model: GPT, ids: list[int]) -> torch.Tensor:
+    """(n_layer, H, T, T) attention weights of the text, through the math path."""
+    with evaluating(model):
+        maps = [p["weights"] for p in model.attention_probe(torch.tensor([ids]))]  # n_layer x (1, H, T, T)
+    return torch.cat(maps).float()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="scripts/attention.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ckpt", help="checkpoint or run dir (default: the newest last.ckpt under outputs/ and multirun/)")
+    ap.add_argument("--text", required=True, help="the text to look at (clipped to the model's block_size)")
+    ap.add_argument("--out", type=Path, default=Path("attention.html"), help="the page to write (default: "
+                    "attention.html)")
+    ap.add_argument("--png", type=Path, default=None, help="also write one heatmap PNG per layer into this dir")
+    args = ap.parse_args(argv)
+    ckpt = args.ckpt or find_latest_checkpoint()
+    if ckpt is None:
+        print_error("attention: no --ckpt given and none found under outputs/ or multirun/; run `python train.py` "
+                    "first.")
+        return 2
+    try:
+        model, tok = load_checkpoint(ckpt)
+        ids, labels, notes = tokens(tok, args.text, model.config.block_size)
+    except (FileNotFoundError, ConfigError, ValueError) as err:
+        print_error(f"attention: {err}")
+        return 2
+    except Exception as err:  # a file that is not a checkpoint (torch raises many kinds)
+        print_error(f"attention: {ckpt} is not a train.py checkpoint ({type(err).__name__}).")
+        return 2
+    for note in notes:
+        print(f"# {note}", file=sys.stderr)
+    w = weights_of(model, ids).numpy()  # (n_layer, H, T, T)
+    kind = "causal" if model.config.attn.causal else "no mask: the future is visible"
+    page = explorer.write(args.out, [(0, w, labels)], f"{Path(str(ckpt)).name} ({kind})")
+    print(f"attention: {len(ids)} tokens, {w.shape[0]} layers x {w.shape[1]} heads -> {page}")
+    if args.png:
+        args.png.mkdir(parents=True, exist_ok=True)
+        paths = LayerPlotter()(w, labels, 0, args.png)
+        print(f"attention: {len(paths)} PNGs -> {args.png}")
+    return 0
