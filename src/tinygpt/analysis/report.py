@@ -4,32 +4,101 @@
     python scripts/report.py sqrt_dk multirun/sqrt_dk/<date_time> [--out DIR]
 
 Reads only what each run left in its directory (tinygpt.analysis.sweep); each experiment's module writes its
-report (tinygpt.analysis.causal_mask, tinygpt.analysis.sqrt_dk).
+report (tinygpt.analysis.causal_mask, tinygpt.analysis.sqrt_dk). Only completed (and diverged) runs are results:
+any other run is named in a warning and listed in the report as excluded. Runs of another experiment are refused.
+Without --out the committed report (docs/experiments/<experiment>/) is replaced only by a full sweep of that
+experiment as its config defines it; any other sweep's report goes to <first sweep dir>/report/.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 from pathlib import Path
 
-from tinygpt.analysis.sweep import ReportError, load_runs
+from omegaconf import OmegaConf
+
+from tinygpt.analysis.sweep import ReportError, Run, load_runs
 from tinygpt.runtime.errors import print_error
 
 EXPERIMENTS = ("causal_mask", "sqrt_dk")
-DOCS = Path(__file__).resolve().parents[3] / "docs" / "experiments"  # the committed reports (a source checkout)
+ROOT = Path(__file__).resolve().parents[3]  # a source checkout
+DOCS = ROOT / "docs" / "experiments"  # the committed reports
+CONFIGS = ROOT / "configs" / "experiment"
+
+
+def family(name: str | None) -> str | None:
+    """The report an experiment belongs to: causal_mask_quick -> causal_mask."""
+    return name.removesuffix("_quick") if name else None
+
+
+def refuse_foreign(runs: list[Run], experiment: str) -> None:
+    """Runs made with another experiment= are not this report's (a plain sweep, with none, is accepted)."""
+    for r in runs:
+        if r.experiment and family(r.experiment) != experiment:
+            raise ReportError(f"{r.dir} is a run of experiment={r.experiment}, not of {experiment}; give "
+                              f"{experiment}'s sweep dir (python train.py -m experiment={experiment}).")
+
+
+def results(runs: list[Run]) -> tuple[list[Run], list[tuple[Run, str]]]:
+    """The runs that are results (completed or diverged), and the others with why they are not."""
+    excluded = [(r, why) for r in runs if (why := r.not_a_result())]
+    kept = [r for r in runs if not r.not_a_result()]
+    if not kept:
+        raise ReportError(f"none of the {len(runs)} runs completed ({excluded[0][1]}, ...); nothing to report.")
+    return kept, excluded
+
+
+def full_sweep_gap(runs: list[Run], excluded: list, experiment: str) -> str | None:
+    """None when the runs are exactly the full sweep its config defines (every job of the grid, completed, no other
+    overrides); otherwise what is different."""
+    cfg_path = CONFIGS / f"{experiment}.yaml"
+    if excluded:
+        return f"{len(excluded)} of its runs did not complete"
+    if not cfg_path.exists():
+        return f"no {cfg_path.name} to compare with"
+    names = sorted({str(r.experiment) for r in runs})
+    if names != [experiment]:
+        return f"its runs are of experiment={', '.join(names)}"
+    params = OmegaConf.load(cfg_path).hydra.sweeper.params
+    jobs = 1
+    for values in params.values():
+        jobs *= len(str(values).split(","))
+    if len(runs) != jobs:
+        return f"it has {len(runs)} runs, the full sweep {jobs}"
+    allowed = set(params) | {"experiment"}
+    extra = sorted({o.split("=")[0] for r in runs for o in r.overrides} - allowed)
+    if extra:
+        return f"it overrides {', '.join(extra)}"
+    return None
 
 
 def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple[Path, int]:
     """Write ``experiment``'s report from the runs under ``sweeps`` into ``out`` (default: its committed place,
-    docs/experiments/<experiment>/). Returns (the report's path, how many runs it read)."""
+    docs/experiments/<experiment>/, for the full sweep; else <first sweep>/report/). Returns (the report's path,
+    how many runs it read)."""
     if experiment not in EXPERIMENTS:
         raise ReportError(f"experiment {experiment!r} is not one of {', '.join(EXPERIMENTS)}.")
     runs = load_runs(sweeps)
-    out = out or DOCS / experiment
+    refuse_foreign(runs, experiment)
+    runs, excluded = results(runs)
+    for r, why in excluded:
+        print(f"warning: report: {r.dir} excluded: {why}", file=sys.stderr)
+    if out is None:
+        gap = full_sweep_gap(runs, excluded, experiment)
+        out = DOCS / experiment if gap is None else sweeps[0] / "report"
+        if gap:
+            print(f"report: not the full experiment={experiment} sweep ({gap}): the committed report is left alone "
+                  f"(--out docs/experiments/{experiment} to replace it anyway)", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     module = importlib.import_module(f"tinygpt.analysis.{experiment}")
-    return module.write_report(runs, out, sweeps), len(runs)
+    path = module.write_report(runs, out, sweeps)
+    if excluded:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("\n## Excluded runs\n\nNot results, so left out of every number above:\n\n"
+                    + "".join(f"- `{r.dir}`: {why}\n" for r, why in excluded))
+    return path, len(runs)
 
 
 def main(argv: list[str] | None = None) -> int:

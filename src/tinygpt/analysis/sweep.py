@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 
 
 class ReportError(ValueError):
@@ -37,6 +38,30 @@ class Run:
     @property
     def status(self) -> str:
         return self.summary.get("status", "completed")
+
+    @property
+    def experiment(self) -> str | None:
+        """The ``experiment=`` the job ran (Hydra's record in .hydra/hydra.yaml), None for a plain run."""
+        path = self.dir / ".hydra" / "hydra.yaml"
+        if not path.exists():
+            return None
+        choices = OmegaConf.load(path).hydra.runtime.get("choices", {})
+        return choices.get("experiment")
+
+    @property
+    def overrides(self) -> list[str]:
+        """The job's command-line overrides (.hydra/overrides.yaml), e.g. ['seed=1', 'experiment=sqrt_dk']."""
+        path = self.dir / ".hydra" / "overrides.yaml"
+        return [str(o) for o in OmegaConf.load(path)] if path.exists() else []
+
+    def not_a_result(self) -> str | None:
+        """Why this run is not a result (None for a completed or diverged run): 'interrupted by SIGTERM at step
+        36 of 300'."""
+        if self.status in ("completed", "diverged"):
+            return None
+        why = self.status + (f" by {self.summary['interrupted']}" if self.summary.get("interrupted") else "")
+        steps, total = self.summary.get("steps"), self.config.get("trainer", {}).get("max_steps")
+        return why + (f" at step {steps}" if steps is not None else "") + (f" of {total}" if total else "")
 
     def windows(self, key: str = "val_window_position") -> np.ndarray | None:
         """A per-window array of diagnostics.npz: ``val_window_position`` (N_val, T), the teacher-forced loss
