@@ -191,3 +191,16 @@ def test_a_signal_stops_a_parallel_sweep_with_checkpoints_and_its_table(tmp_path
         assert f"hydra.run.dir={sweep / job} ckpt_path=last" in stdout  # its resume command
     assert not (sweep / "2" / "summary.json").exists() and not (sweep / "3" / "summary.json").exists()
     assert "not started" in stderr and f"stopped by {signal.Signals(sig).name}: 2 interrupted" in stderr
+
+
+def test_the_slurm_launcher_without_sbatch_says_so_in_one_line(tmp_path):
+    """No sbatch on the PATH (this machine, a laptop): one line and exit 2 before anything is written."""
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable)}  # the venv's python, no sbatch
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=slurm",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: hydra/launcher=slurm submits each job with sbatch, and this machine has no sbatch on its PATH; run "
+        "on a SLURM login node, or drop hydra/launcher=slurm to run the sweep here."]
+    assert not (tmp_path / "sweep").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import re
 import secrets
 import sys
@@ -148,6 +149,13 @@ class SweepReport(Callback):
     (runtime.interrupts.SweepStop, installed here when the jobs run at once)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        target = str(config.hydra.launcher.get("_target_", ""))
+        if target.endswith("SlurmLauncher") and shutil.which("sbatch") is None:
+            from tinygpt.runtime.errors import print_error
+
+            print_error("hydra/launcher=slurm submits each job with sbatch, and this machine has no sbatch on its "
+                        "PATH; run on a SLURM login node, or drop hydra/launcher=slurm to run the sweep here.")
+            raise SystemExit(2)
         if runs_jobs_in_workers(config.hydra.launcher):
             from tinygpt.runtime.interrupts import SweepStop
 
