@@ -5,6 +5,7 @@ Several ``--prompt``s decode together as one left-padded batch (each continues a
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -25,12 +26,30 @@ def find_latest_checkpoint(roots=("outputs", "multirun")) -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
+def checkpoint_in(d: Path) -> Path:
+    """A run dir's last checkpoint; a sweep dir, or a run that wrote none, is named as what it is."""
+    for candidate in (d / "checkpoints" / "last.ckpt", d / "last.ckpt"):
+        if candidate.is_file():
+            return candidate
+    summary = d / "summary.json"
+    if summary.is_file():
+        s = json.loads(summary.read_text())
+        raise FileNotFoundError(f"{d} is a run dir without a checkpoint (status {s.get('status')!r} at step "
+                                f"{s.get('steps')}: it stopped before its first checkpoint); pass another run.")
+    jobs = sorted(p.parent.parent.name for p in d.glob("*/checkpoints/last.ckpt"))
+    if (d / "multirun.yaml").exists() or jobs:
+        example = f" e.g. --ckpt {d / jobs[0]}" if jobs else ""
+        raise FileNotFoundError(f"{d} is a sweep dir ({len(jobs)} jobs with a checkpoint); pass one job's dir,"
+                                f"{example}.")
+    raise FileNotFoundError(f"{d} holds no checkpoint (no checkpoints/last.ckpt); pass a run dir or a .ckpt file.")
+
+
 def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer | None]:
     """The GPT (eval mode) and its tokenizer from a Lightning checkpoint written by train.py, loaded with
     ``weights_only=True`` (an untrusted file cannot run code)."""
     path = Path(path)
     if path.is_dir():  # a run dir: use its last checkpoint
-        path = path / "checkpoints" / "last.ckpt" if (path / "checkpoints").is_dir() else path / "last.ckpt"
+        path = checkpoint_in(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist.")
     ckpt = checkpoint.load(path, map_location=device)
@@ -45,7 +64,11 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokeniz
 def prompt_ids(tok: Tokenizer | None, prompt: str) -> list[int]:
     """A prompt as token ids (space-separated ids for a checkpoint without a tokenizer)."""
     if tok is None:
-        return [int(t) for t in prompt.split()] or [0]
+        try:
+            return [int(t) for t in prompt.split()] or [0]
+        except ValueError:
+            raise ValueError(f"this checkpoint has no tokenizer (its data were token ids, e.g. random_tokens): give "
+                             f"the prompt as space-separated ids, e.g. --prompt '3 14 15', not {prompt!r}.") from None
     ids = encode(tok, prompt)
     if not ids:
         raise ValueError(f"the prompt {prompt!r} encodes to no tokens; give a non-empty prompt.")
