@@ -64,6 +64,31 @@ def test_mode_as_asked_wins(no_credentials, monkeypatch):
     assert tracking.choose_mode(None) == "offline"
 
 
+def test_forced_online_and_unreachable_stops_at_once_in_one_line(no_credentials, monkeypatch):
+    """A closed local port stands in for no network: the same 3-second check as the automatic mode, then one
+    ConfigError instead of wandb's minute of retries and its 45-line CommError."""
+    monkeypatch.setenv("WANDB_API_KEY", KEY)
+    monkeypatch.setattr(tracking, "_wandb_settings", lambda: SimpleNamespace(base_url="http://127.0.0.1:9"))
+    t0 = time.perf_counter()
+    with pytest.raises(tracking.ConfigError, match=r"^logger.wandb.mode=online but http://127.0.0.1:9 is "
+                                                   r"unreachable \(.*\); log offline with WANDB_MODE=offline"):
+        tracking.choose_mode("online")
+    assert time.perf_counter() - t0 < tracking.REACH_TIMEOUT_S * 3
+    monkeypatch.setenv("WANDB_MODE", "online")
+    with pytest.raises(tracking.ConfigError, match="^WANDB_MODE=online but"):
+        tracking.choose_mode(None)
+
+
+def test_forced_online_without_credentials_and_a_bogus_mode_are_one_line(no_credentials, monkeypatch):
+    monkeypatch.setattr(tracking, "unreachable", lambda url, timeout=0: pytest.fail("no probe without credentials"))
+    with pytest.raises(tracking.ConfigError, match="WANDB_MODE=online but wandb has no credentials; run `wandb "
+                                                   "login`"):
+        monkeypatch.setenv("WANDB_MODE", "online")
+        tracking.choose_mode(None)
+    with pytest.raises(tracking.ConfigError, match="logger.wandb.mode='bogus' is not one of online, offline"):
+        tracking.choose_mode("bogus")
+
+
 def test_the_logger_drops_the_deprecated_anonymous_setting(tmp_path):
     lg = tracking.QuietWandbLogger(project="p", save_dir=str(tmp_path), mode="offline")
     assert "anonymous" not in lg._wandb_init and lg._wandb_init["settings"]["quiet"] is True

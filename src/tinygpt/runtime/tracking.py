@@ -12,6 +12,7 @@ from lightning.pytorch.loggers import WandbLogger
 from rich.console import Console
 
 from tinygpt.runtime.console import is_quiet
+from tinygpt.runtime.errors import ConfigError
 
 console = Console(stderr=True)
 REACH_TIMEOUT_S = 3.0
@@ -54,13 +55,28 @@ def unreachable(url: str, timeout: float = REACH_TIMEOUT_S) -> str | None:
         return str(err) or type(err).__name__
 
 
+MODES = ("online", "offline", "disabled", "dryrun", "shared")
+
+
 def choose_mode(requested: str | None) -> str:
     """The logger's mode: as asked (config, then WANDB_MODE); else online when wandb has credentials and
-    its server answers within seconds; else offline, saying why when credentials exist."""
-    if requested:
-        return requested
-    if os.environ.get("WANDB_MODE"):
-        return os.environ["WANDB_MODE"]
+    its server answers within seconds; else offline, saying why when credentials exist. A mode forced online
+    gets the same checks, and a ConfigError (one line) when either fails: no waiting for wandb's retries."""
+    where = "logger.wandb.mode" if requested else "WANDB_MODE"
+    forced = requested or os.environ.get("WANDB_MODE")
+    if forced:
+        if forced not in MODES:
+            raise ConfigError(f"{where}={forced!r} is not one of {', '.join(MODES)}.")
+        if forced == "online":
+            if not has_credentials():
+                raise ConfigError(f"{where}=online but wandb has no credentials; run `wandb login` (or set "
+                                  "WANDB_API_KEY), or log offline: WANDB_MODE=offline.")
+            url = _wandb_settings().base_url
+            reason = unreachable(url)
+            if reason:
+                raise ConfigError(f"{where}=online but {url} is unreachable ({reason}); log offline with "
+                                  "WANDB_MODE=offline and upload later with `wandb sync`.")
+        return forced
     if not has_credentials():
         return "offline"
     url = _wandb_settings().base_url
