@@ -25,7 +25,7 @@ from tinygpt.runtime.console import out as console
 from tinygpt.runtime.console import is_quiet, say, set_quiet
 from tinygpt.runtime.errors import as_config_errors
 from tinygpt.runtime.interrupts import RunInterrupted
-from tinygpt.train import diagnostics
+from tinygpt.train import diagnostics, memory
 from tinygpt.train.callbacks import StabilityMonitor, full_model
 from tinygpt.train.guards import Diverged, DivergenceGuard
 from tinygpt.train.module import GPTModule
@@ -94,6 +94,8 @@ def build_module(run: Run) -> GPTModule:
     """The LightningModule for the data's vocabulary, with the optimizer recipe built at set-up; a resumed
     checkpoint must hold the same model shape and tokenizer."""
     cfg, vocab_size = run.cfg, run.dm.vocab_size
+    if cfg.get("check_memory", True):  # before anything is allocated (tinygpt.train.memory)
+        memory.check(run.resolved["model"], vocab_size, cfg.data.batch_size, cfg.trainer.get("accelerator"))
     module = GPTModule(model=run.resolved["model"], vocab_size=vocab_size, optim=run.optim)
     if run.ckpt is not None:
         tok = run.dm.tokenizer.to_str() if run.dm.tokenizer is not None else None

@@ -1,0 +1,45 @@
+"""The memory check: the parameter count from the config is exact, an impossible model is refused in one line
+without allocating anything, a normal one passes."""
+
+import time
+import tracemalloc
+
+import pytest
+
+from tinygpt.model.gpt import GPT, GPTConfig
+from tinygpt.runtime.errors import ConfigError
+from tinygpt.train import memory
+
+
+@pytest.mark.parametrize("kw", [
+    dict(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128),
+    dict(vocab_size=65, block_size=64, n_layer=2, n_head=2, n_embd=32, bias=True),
+    dict(vocab_size=50, block_size=16, n_layer=1, n_head=1, n_embd=8, attn={"qk_norm": True}),
+    dict(vocab_size=50, block_size=16, n_layer=3, n_head=2, n_embd=8, bias=True, attn={"qk_norm": True}),
+])
+def test_the_parameter_count_from_the_config_is_the_models(kw):
+    attn = kw.get("attn", {})
+    count = memory.parameters(kw["n_layer"], kw["n_embd"], kw["n_head"], kw["block_size"], kw["vocab_size"],
+                              kw.get("bias", False), attn.get("qk_norm", False))
+    assert count == GPT(GPTConfig(**kw)).num_params(False)
+
+
+def test_an_impossible_model_is_refused_in_one_line_without_allocating(monkeypatch):
+    monkeypatch.setattr(memory, "available_bytes", lambda accelerator: (24 * 2**30, "this machine"))
+    huge = {"n_layer": 48, "n_embd": 16384, "n_head": 64, "block_size": 64}
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        memory.check(huge, 65, 12, "cpu")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert time.perf_counter() - t0 < 1 and peak < 10 * 2**20  # arithmetic only
+    msg = str(err.value)
+    assert "\n" not in msg and "154,623M parameters" in msg and "more than the 24.0 GiB of this machine" in msg
+    assert "check_memory=false" in msg
+
+
+def test_the_default_model_passes(monkeypatch):
+    monkeypatch.setattr(memory, "available_bytes", lambda accelerator: (2**30, "this machine"))
+    memory.check({"n_layer": 4, "n_embd": 128, "n_head": 4, "block_size": 64}, 65, 12, "cpu")
+    assert memory.available_bytes("cpu")[0] > 0  # this machine reports its memory
