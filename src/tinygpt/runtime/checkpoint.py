@@ -118,7 +118,15 @@ def check_resume_model(ckpt: dict, path: Path, state_dict: dict[str, torch.Tenso
             f"ckpt_path={str(path)!r} holds a model with {describe(hp.get('model', {}), hp.get('vocab_size'))}, "
             f"but this run builds {describe(model, vocab_size)}; resume with the checkpoint's model and data settings."
         )
-    if tokenizer_json is not None and ckpt.get("tokenizer") not in (None, tokenizer_json):
+    theirs_tok = ckpt.get("tokenizer")
+    if (theirs_tok is None) != (tokenizer_json is None):
+        trained, here = (("text through a tokenizer", "token ids without one (data.source=random_tokens)")
+                         if theirs_tok else ("token ids without a tokenizer", "text through a tokenizer"))
+        raise ConfigError(
+            f"ckpt_path={str(path)!r} was trained on {trained}, but this run's data are {here}, with the same vocab "
+            f"size {vocab_size}; resume on the data it was trained on."
+        )
+    if tokenizer_json is not None and theirs_tok != tokenizer_json:
         raise ConfigError(
             f"ckpt_path={str(path)!r} was trained with another tokenizer than this run's data "
             f"(same vocab size {vocab_size}, different symbols); resume on the data it was trained on."
