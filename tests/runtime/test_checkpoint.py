@@ -86,3 +86,13 @@ def test_ckpt_path_forms(tmp_path):
     assert checkpoint.resolve_ckpt_path(str(last), tmp_path) == last
     with pytest.raises(ConfigError, match="ckpt_path=last but .* does not exist"):
         checkpoint.resolve_ckpt_path("last", tmp_path / "other")
+
+
+def test_a_resume_on_another_process_count_says_the_global_batch_changes(tmp_path):
+    ckpt = fake_ckpt(16, 30)
+    assert checkpoint.world_size_note(ckpt, tmp_path, 1, 12) is None  # an old checkpoint: unknown, no note
+    ckpt["world_size"] = 2
+    assert checkpoint.world_size_note(ckpt, tmp_path, 2, 12) is None
+    note = checkpoint.world_size_note(ckpt, tmp_path / "last.ckpt", 1, 12)
+    assert note.startswith("note: ckpt_path=") and "was trained on 2 process(es) (global batch 24), this run has 1 " \
+        "(global batch 12): each step from here sees a smaller batch" in note

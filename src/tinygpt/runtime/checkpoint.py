@@ -131,3 +131,15 @@ def check_resume_model(ckpt: dict, path: Path, state_dict: dict[str, torch.Tenso
             f"ckpt_path={str(path)!r} was trained with another tokenizer than this run's data "
             f"(same vocab size {vocab_size}, different symbols); resume on the data it was trained on."
         )
+
+
+def world_size_note(ckpt: dict, path: Path, world_size: int, batch_size: int) -> str | None:
+    """A note when a checkpoint trained on another number of processes is resumed: the global batch (processes x
+    data.batch_size) changes, so the run does not continue as it would have. None when it matches (or is unknown)."""
+    theirs = ckpt.get("world_size")
+    if theirs is None or theirs == world_size:
+        return None
+    return (f"note: ckpt_path={str(path)!r} was trained on {theirs} process(es) (global batch {theirs * batch_size}), "
+            f"this run has {world_size} (global batch {world_size * batch_size}): each step from here sees a "
+            f"{'smaller' if world_size < theirs else 'larger'} batch than before; resume with the same trainer "
+            "settings to continue exactly.")

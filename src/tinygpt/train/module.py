@@ -67,13 +67,14 @@ class GPTModule(L.LightningModule):
             self.last_val_step = self.trainer.global_step
 
     def on_save_checkpoint(self, checkpoint):
-        """Every checkpoint carries its tokenizer, so sampling needs nothing else, and the per-step training
-        losses, so a resumed run's summary covers the whole run."""
+        """Every checkpoint carries its tokenizer, so sampling needs nothing else, the per-step training
+        losses, so a resumed run's summary covers the whole run, and the process count it was trained with."""
         dm = getattr(self.trainer, "datamodule", None)
         if dm is not None and dm.tokenizer is not None:
             checkpoint["tokenizer"] = dm.tokenizer.to_str()
         if self.train_losses:
             checkpoint["train_losses"] = torch.stack(self.train_losses).float().cpu()  # (steps,)
+        checkpoint["world_size"] = self.trainer.world_size  # a resume on another count changes the global batch
 
     def on_load_checkpoint(self, checkpoint):
         losses = checkpoint.get("train_losses")

@@ -101,6 +101,9 @@ def build_module(run: Run) -> GPTModule:
         tok = run.dm.tokenizer.to_str() if run.dm.tokenizer is not None else None
         checkpoint.check_resume_model(run.ckpt, run.ckpt_path, module.model.state_dict(), run.resolved["model"],
                                       vocab_size, tok)
+        note = checkpoint.world_size_note(run.ckpt, run.ckpt_path, run.trainer.world_size, cfg.data.batch_size)
+        if note:
+            console.print(f"[yellow]{note}[/]", soft_wrap=True)
     module.flops_per_batch = module.model.flops_per_token() * cfg.data.batch_size * cfg.model.block_size
     if cfg.get("compile"):
         module.compile_model()
