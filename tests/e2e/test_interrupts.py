@@ -76,3 +76,43 @@ def test_ctrl_c_exits_130_with_a_checkpoint_and_a_partial_summary(tmp_path, corp
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"] == "SIGINT" and summary["steps"] >= 100
     assert weights(out / "checkpoints" / "last.ckpt")["global_step"] == summary["steps"]
+
+
+@pytest.mark.slow
+def test_a_sweep_stopped_by_sigterm_is_continued_in_place_to_the_same_results(tmp_path, corpus_file, cache_dir):
+    """SIGTERM in job 0 of 3 (one by one): the sweep's table marks jobs 1 and 2 as not started and prints the
+    command that continues it; that command skips nothing yet, resumes job 0 exactly, starts 1 and 2; the final
+    summaries equal an uninterrupted sweep's. Run again, it skips all three."""
+    def sweep_args(sweep_dir):
+        return ["-m", *LONG, "trainer.max_steps=300", "data=text_file", f"data.path={corpus_file}",
+                f"data.cache_dir={cache_dir}", "seed=1,2,3", "hydra/launcher=basic", f"hydra.sweep.dir={sweep_dir}"]
+
+    stopped = tmp_path / "stopped"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *sweep_args(stopped)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    last = stopped / "0" / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 300
+    while not last.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err
+    assert err.count("not started") >= 2 and "stopped by SIGTERM: 1 interrupted, 2 not started" in err
+    hint = err.split("Continue the whole sweep")[1].splitlines()[1].strip()
+    assert hint.startswith("python train.py -m ") and hint.endswith("ckpt_path=last")
+    assert not (stopped / "1").exists()
+
+    cont = subprocess.run([sys.executable, str(ROOT / "train.py"), *shlex.split(hint)[2:]], cwd=ROOT, text=True,
+                          capture_output=True, timeout=600)
+    assert cont.returncode == 0, cont.stderr[-3000:]
+    straight = tmp_path / "straight"
+    run_train(sweep_args(straight))
+    for job in ("0", "1", "2"):
+        a = json.loads((stopped / job / "summary.json").read_text())
+        b = json.loads((straight / job / "summary.json").read_text())
+        assert a["status"] == b["status"] == "completed" and a["steps"] == b["steps"] == 300
+        assert a["train_loss"] == b["train_loss"] and a["val_loss"] == b["val_loss"], job
+    again = subprocess.run([sys.executable, str(ROOT / "train.py"), *shlex.split(hint)[2:]], cwd=ROOT, text=True,
+                           capture_output=True, timeout=300)
+    assert again.returncode == 0 and again.stderr.count("already completed, skipped") == 3

@@ -114,8 +114,12 @@ class RunDirGuard(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         if sweep_dir.is_dir() and any(holds_run(p) for p in sweep_dir.iterdir() if p.is_dir()):
-            _fail(f"hydra.sweep.dir={str(sweep_dir)!r} already holds a sweep's runs; choose another dir "
-                  "(the default is unique).")
+            if str(config.get("ckpt_path")) == "last":  # continuing this sweep in place
+                print(f"continuing the sweep in {sweep_dir}: completed jobs are skipped, interrupted ones resume "
+                      "from their checkpoint, the others start.", file=sys.stderr, flush=True)
+                return
+            _fail(f"hydra.sweep.dir={str(sweep_dir)!r} already holds a sweep's runs; choose another dir (the "
+                  "default is unique), or continue that sweep: the same command with ckpt_path=last.")
 
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
@@ -162,43 +166,88 @@ class SweepReport(Callback):
             SweepStop(Path(str(config.hydra.sweep.dir))).install()
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        from rich.console import Console
-        from rich.table import Table
-
         from tinygpt.runtime.interrupts import sweep_stop_signal
 
         sweep_dir = Path(str(config.hydra.sweep.dir))
         signum = sweep_stop_signal(sweep_dir)
-        rows = [job_row(d, stopped=signum is not None) for d in job_dirs(sweep_dir)]
-        if not rows:
-            return
-        table = Table(title=f"sweep {sweep_dir}", title_justify="left")
-        for col in ("job", "overrides", "status", "val loss", "run dir"):
-            table.add_column(col, overflow="fold")
-        colours = {"completed": "green", "diverged": "yellow", "interrupted": "yellow", "failed": "red"}
-        for row in rows:
-            v = row["val_loss"]
-            table.add_row(
-                row["dir"].name, row["overrides"], f"[{colours.get(row['status'], 'white')}]{row['status']}[/]",
-                "-" if v is None or not math.isfinite(v) else f"{v:.4f}", str(row["dir"]),
-            )
-        console = Console(stderr=True)
-        console.print(table)
-        # quiet workers leave the hint to the table; a job run in this process printed its own
-        if runs_jobs_in_workers(config.hydra.launcher) and any(sweep_dir.glob("*/wandb/offline-run-*")):
-            console.print(f"W&B ran offline. To upload every job: [bold]wandb sync "
-                          f"{sweep_dir}/*/wandb/offline-run-*[/]", soft_wrap=True)
-        failed = [r for r in rows if r["status"] == "failed"]
-        if failed:
-            console.print(f"[bold red]{len(failed)} of {len(rows)} jobs failed[/]:")
-            for r in failed:
-                console.print(f"  job {r['dir'].name} ({r['overrides']}): {r['error']}", soft_wrap=True)
-        if signum is not None:
-            import signal
+        print_sweep_table(sweep_dir, signum, workers=runs_jobs_in_workers(config.hydra.launcher))
 
-            counts = {s: sum(r["status"] == s for r in rows) for s in ("interrupted", "not started")}
-            console.print(f"[bold yellow]stopped by {signal.Signals(signum).name}[/]: {counts['interrupted']} "
-                          f"interrupted (each printed its resume command), {counts['not started']} not started.")
+
+def sweep_jobs(sweep_dir: Path) -> list[list[str]] | None:
+    """Every job's overrides in Hydra's order, expanded from the sweep's multirun.yaml as the basic sweeper
+    expands them (its params, then the command line's); None when that cannot be done."""
+    path = sweep_dir / "multirun.yaml"
+    if not path.exists():
+        return None
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        cfg = OmegaConf.load(path)
+        params = cfg.hydra.sweeper.get("params") or {}
+        args = [f"{k}={v}" for k, v in params.items()] + [str(o) for o in cfg.hydra.overrides.task]
+        parsed = OverridesParser.create().parse_overrides(args)
+        return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    except Exception:  # another sweeper, or syntax this expansion does not know: the table shows what ran
+        return None
+
+
+def continue_command(sweep_dir: Path) -> str:
+    """The command that continues a sweep in place: the same overrides, the same dir, ckpt_path=last."""
+    import shlex
+
+    cfg = OmegaConf.load(sweep_dir / "multirun.yaml")
+    hydra_args = [str(o) for o in cfg.hydra.overrides.hydra if not str(o).startswith(("hydra.sweep.dir=",
+                                                                                     "hydra.mode="))]
+    task = [str(o) for o in cfg.hydra.overrides.task if not str(o).startswith("ckpt_path=")]
+    return " ".join(["python train.py -m", *map(shlex.quote, task + hydra_args),
+                     shlex.quote(f"hydra.sweep.dir={sweep_dir}"), "ckpt_path=last"])
+
+
+def print_sweep_table(sweep_dir: Path, signum: int | None, workers: bool, exit: bool = True) -> list[dict]:
+    """The sweep's table: one row per job (the jobs a stopped sweep never started included, when its grid can be
+    expanded); on a stop, the counts and the command that continues the sweep; the sweep's exit status."""
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = [job_row(d, stopped=signum is not None) for d in job_dirs(sweep_dir)]
+    jobs = sweep_jobs(sweep_dir) if signum is not None else None
+    for i in range(len(rows), len(jobs or [])):  # never started, so Hydra made no dir for them
+        rows.append({"dir": sweep_dir / str(i), "overrides": " ".join(jobs[i]), "status": "not started",
+                     "val_loss": None, "error": None})
+    if not rows:
+        return rows
+    table = Table(title=f"sweep {sweep_dir}", title_justify="left")
+    for col in ("job", "overrides", "status", "val loss", "run dir"):
+        table.add_column(col, overflow="fold")
+    colours = {"completed": "green", "diverged": "yellow", "interrupted": "yellow", "failed": "red"}
+    for row in rows:
+        v = row["val_loss"]
+        table.add_row(
+            row["dir"].name, row["overrides"], f"[{colours.get(row['status'], 'white')}]{row['status']}[/]",
+            "-" if v is None or not math.isfinite(v) else f"{v:.4f}", str(row["dir"]),
+        )
+    console = Console(stderr=True)
+    console.print(table)
+    # quiet workers leave the hint to the table; a job run in this process printed its own
+    if workers and any(sweep_dir.glob("*/wandb/offline-run-*")):
+        console.print(f"W&B ran offline. To upload every job: [bold]wandb sync "
+                      f"{sweep_dir}/*/wandb/offline-run-*[/]", soft_wrap=True)
+    failed = [r for r in rows if r["status"] == "failed"]
+    if failed:
+        console.print(f"[bold red]{len(failed)} of {len(rows)} jobs failed[/]:")
+        for r in failed:
+            console.print(f"  job {r['dir'].name} ({r['overrides']}): {r['error']}", soft_wrap=True)
+    if signum is not None:
+        import signal
+
+        counts = {s: sum(r["status"] == s for r in rows) for s in ("interrupted", "not started")}
+        console.print(f"[bold yellow]stopped by {signal.Signals(signum).name}[/]: {counts['interrupted']} "
+                      f"interrupted, {counts['not started']} not started. Continue the whole sweep (completed jobs "
+                      f"skipped, interrupted ones resumed, the others started):\n  {continue_command(sweep_dir)}",
+                      soft_wrap=True)
+        if exit:
             sys.exit(128 + signum)
-        if failed:
-            sys.exit(1)
+    if failed and exit:
+        sys.exit(1)
+    return rows

@@ -3,13 +3,16 @@
 - a mistake in the config or input: `error: <sentence>`, exit status 2, no traceback
   (HYDRA_FULL_ERROR=1 shows it);
 - a checkpoint that cannot be written: one line, exit status 1;
-- SIGTERM / SIGINT / SIGUSR1: a partial summary, the resume command, exit status 128 + signal;
+- SIGTERM / SIGINT / SIGUSR1: a partial summary, the resume command, exit status 128 + signal; in a sweep, the
+  sweep's table (the jobs it never started marked) and the command that continues the whole sweep in place
+  (the same command with ckpt_path=last: finished jobs skipped, interrupted ones resumed, the others started);
 - in a sweep (-m), a failing job prints its error at once, writes it to <job dir>/error.txt and the sweep
   goes on; the sweep ends with a table of jobs and exits 1 if any failed (runs.SweepReport).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import sys
@@ -17,12 +20,12 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
-from tinygpt.runtime.checkpoint import CheckpointWriteError
+from tinygpt.runtime.checkpoint import CheckpointWriteError, last_path_in
 from tinygpt.runtime.errors import ConfigError, first_line, full_traceback_requested, print_error
 from tinygpt.runtime.interrupts import RunInterrupted, sweep_stop_signal
-from tinygpt.runtime.run_dirs import ERROR_FILE, in_parallel_sweep
+from tinygpt.runtime.run_dirs import ERROR_FILE, in_parallel_sweep, print_sweep_table
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +52,17 @@ def run_task(cfg: DictConfig) -> float:
     parallel = in_parallel_sweep()
     if parallel and sweep_stop_signal(hc.sweep.dir) is not None:
         return math.nan  # the sweep was stopped before this job began: not started (the sweep's table says so)
+    if sweep and str(cfg.get("ckpt_path")) == "last":  # continuing a sweep in place
+        done = continued_job(cfg, hc)
+        if done is not None:
+            return done
     try:
         return train(cfg)["val_loss"]
     except RunInterrupted as stop:
         if parallel:  # a worker of a parallel sweep: the job has saved and said how to resume; the sweep goes on
             return math.nan
+        if sweep:  # a serial sweep ends here: its table, with the jobs it never started, and how to continue it
+            print_sweep_table(Path(hc.sweep.dir), stop.signum, workers=False, exit=False)
         sys.exit(stop.exit_code)
     except (ConfigError, CheckpointWriteError) as err:
         if full_traceback_requested():
@@ -68,6 +77,25 @@ def run_task(cfg: DictConfig) -> float:
         log.exception("job failed")  # the traceback goes to the job's train.log
         log_file = Path(hc.runtime.output_dir) / f"{hc.job.name}.log"
         return _job_failed(hc, f"{type(err).__name__}: {first_line(err)} (traceback in {log_file})")
+
+
+def continued_job(cfg: DictConfig, hc) -> float | None:
+    """One job of a sweep continued in place (ckpt_path=last): a job that finished is skipped (its val loss
+    returned); one with a checkpoint resumes from it; one without (never started, or stopped before its first
+    checkpoint) starts afresh. None: go on and train."""
+    out = Path(hc.runtime.output_dir)
+    summary = out / "summary.json"
+    label = f"job {hc.job.num} ({hc.job.override_dirname or 'no overrides'})"
+    if summary.exists():
+        s = json.loads(summary.read_text())
+        if s.get("status") in ("completed", "diverged"):
+            print(f"{label}: already {s['status']}, skipped", file=sys.stderr, flush=True)
+            return s.get("val_loss") if s.get("val_loss") is not None else math.nan
+    (out / ERROR_FILE).unlink(missing_ok=True)  # a job that failed before runs again
+    if not last_path_in(out).exists():
+        with open_dict(cfg):
+            cfg.ckpt_path = None  # nothing to resume: this job starts
+    return None
 
 
 def _job_failed(hc, message: str) -> float:
