@@ -114,6 +114,8 @@ class GracefulStop(L.Callback):
         self.training = False
         self.saved_path: Path | None = None
         self.sweep_dir: Path | None = None  # a parallel sweep's dir: its stop file is polled after every step
+        self.stopping = False  # the checkpoint and summary of a stop are being written: more signals wait for it
+        self._noted = False
         self._previous: dict[int, object] = {}
 
     # ------------------------------------------------------------------ handlers
@@ -124,11 +126,19 @@ class GracefulStop(L.Callback):
             self._previous.setdefault(sig, previous)
 
     def uninstall(self) -> None:
+        """The handlers from before; after a stop, a handler that only notes further signals, so the few lines
+        left (W&B, the exit) are not cut into a traceback: the run exits 128 + the first signal either way."""
         for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+            signal.signal(sig, self._handle if self.stopping else previous)
         self._previous = {}
 
     def _handle(self, signum, frame) -> None:
+        if self.stopping:  # already stopping: a second Ctrl-C must not cut the checkpoint or the summary short
+            if not self._noted:
+                self._noted = True
+                console.print(f"[yellow]{signal.Signals(signum).name}: already stopping; the checkpoint and summary "
+                              "are being written, then the run exits.[/]")
+            return
         if self.signum is not None or not self.training:
             self.signum = signum
             raise RunInterrupted(signum)
@@ -158,6 +168,7 @@ class GracefulStop(L.Callback):
             self.signum = self.signum or seen
         if self.signum is not None:
             self.training = False
+            self.stopping = True
             self.save(trainer)
             job = slurm_job_id()
             if self.signum == REQUEUE_SIGNAL and job and trainer.is_global_zero and requeue_slurm_job(job):

@@ -66,6 +66,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                 pass  # the guard said why; no validation or checkpoint of a broken model, the last good one stays
             except RunInterrupted as signalled:
                 exit_code = signalled.exit_code
+                stop.stopping = True  # from here a further signal is noted, not obeyed: nothing is cut short
                 interrupted(run, module, signalled)
                 raise
             return finish_run(run, module)
