@@ -1,6 +1,7 @@
 """Run dirs and sweeps: unique default dirs, no run written over another, failing sweep jobs reported."""
 
 import json
+from pathlib import Path
 
 import pytest
 from hydra.core.hydra_config import HydraConfig
@@ -65,3 +66,20 @@ def test_a_failing_sweep_job_is_reported_at_once_and_in_the_table_and_the_sweep_
     assert failed["status"] == "failed" and "val_batch_size=0" in failed["error"]
     assert ok["status"] == "completed" and ok["val_loss"] > 0
     HydraConfig.instance().cfg = None
+
+
+def test_a_run_dir_that_is_a_file_or_cannot_be_written_is_one_line(tmp_path, capsys):
+    from tinygpt.runtime.run_dirs import writable_dir
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(SystemExit) as exit_:
+        writable_dir("hydra.run.dir", tmp_path / "afile")
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip() == (f"error: hydra.run.dir='{tmp_path / 'afile'}' is a file, not a "
+                                               "directory; give a directory for the run's files.")
+    with pytest.raises(SystemExit):
+        writable_dir("hydra.sweep.dir", Path("/proc/tinygpt-not-here"))  # not even root can write there
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: hydra.sweep.dir='/proc/tinygpt-not-here' cannot be written (") and "\n" not in err
+    writable_dir("hydra.run.dir", tmp_path / "new" / "run")  # created, probed, left empty
+    assert list((tmp_path / "new" / "run").iterdir()) == []

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinygpt.runtime.errors import ConfigError
 from tinygpt.data.tokenizer import train_tokenizer
 
 CACHE_VERSION = 1
@@ -57,7 +58,8 @@ def tokenize_to_array(tok, text: str, dtype) -> np.ndarray:
 
 
 def unwritable(path: Path) -> str | None:
-    """None when ``path`` is a writable dir or can be created; else why not (for one sentence)."""
+    """None when ``path`` is a writable dir or can be created; else why not (for one sentence). Tried, not
+    guessed from permission bits: root passes every access check, yet cannot create a dir under /proc."""
     probe = path
     while not probe.exists():
         if probe.parent == probe:
@@ -67,6 +69,13 @@ def unwritable(path: Path) -> str | None:
         return f"{probe} is not a directory"
     if not os.access(probe, os.W_OK | os.X_OK):
         return f"{probe} is not writable"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        test = path / f".write-test-{os.getpid()}"
+        test.write_bytes(b"")
+        test.unlink()
+    except OSError as err:
+        return f"{path}: {err.strerror or err}"
     return None
 
 
@@ -118,8 +127,12 @@ def build(out: Path, source: str, text: str | None, *, tokenizer: str, vocab_siz
 def publish(out: Path, write: Callable[[Path], None]) -> None:
     """``write`` the cache into a private temporary dir beside ``out`` and rename it into place; when another
     process finished the same cache first, its copy (identical) is kept."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    except OSError as err:
+        raise ConfigError(f"the token cache cannot be written under {str(out.parent)!r} ({err.strerror or err}); "
+                          "set data.cache_dir to a writable directory.") from None
     try:
         write(tmp)
         default_mode(tmp)

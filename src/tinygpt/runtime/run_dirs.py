@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import re
 import secrets
@@ -89,6 +90,19 @@ def resumes_into(run_dir: Path, ckpt_path) -> bool:
         return False
 
 
+def writable_dir(key: str, path: Path) -> None:
+    """One line and exit 2 when ``path`` is a file or cannot be created and written (read-only, /proc, ...)."""
+    if path.exists() and not path.is_dir():
+        _fail(f"{key}={str(path)!r} is a file, not a directory; give a directory for the run's files.")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        _fail(f"{key}={str(path)!r} cannot be written ({err.strerror or err}); give a writable directory.")
+
+
 def _fail(message: str) -> None:
     """A Hydra callback cannot raise a ConfigError through train.py's task: the one line and exit 2 here."""
     print_error(message)
@@ -105,6 +119,7 @@ class RunDirGuard(Callback):
         if not is_rank_zero() or requeued():  # another rank of this run, or a requeued SLURM job: its own dir
             return
         run_dir = Path(str(config.hydra.run.dir))
+        writable_dir("hydra.run.dir", run_dir)
         if holds_run(run_dir) and not resumes_into(run_dir, config.get("ckpt_path")):
             _fail(
                 f"hydra.run.dir={str(run_dir)!r} already holds a run; choose another dir (the default is unique) "
@@ -113,6 +128,7 @@ class RunDirGuard(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
+        writable_dir("hydra.sweep.dir", sweep_dir)
         if sweep_dir.is_dir() and any(holds_run(p) for p in sweep_dir.iterdir() if p.is_dir()):
             if str(config.get("ckpt_path")) == "last":  # continuing this sweep in place
                 print(f"continuing the sweep in {sweep_dir}: completed jobs are skipped, interrupted ones resume "
