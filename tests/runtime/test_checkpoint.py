@@ -22,11 +22,39 @@ def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypa
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(checkpoint.torch, "save", disk_full)
-    with pytest.raises(checkpoint.CheckpointWriteError, match="No space left on device.*previous file there is "
-                                                              "unchanged"):
+    with pytest.raises(checkpoint.CheckpointWriteError, match=r"^could not write checkpoint .*best.ckpt \(no space "
+                                                              r"left on the disk holding .*: \d+ MiB free\); the last "
+                                                              r"good checkpoint is .*best.ckpt, unchanged\.$"):
         io.save_checkpoint({"state_dict": {"w": torch.zeros(3)}}, path)
     assert path.read_bytes() == good
     assert [p.name for p in tmp_path.iterdir()] == ["best.ckpt"]  # no temporary file left behind
+
+
+def test_torchs_cxx_stream_error_on_a_full_disk_is_named_as_a_full_disk(tmp_path, monkeypatch):
+    """torch's C++ writer reports a full disk as 'basic_ios::clear: iostream error' (a RuntimeError): with little
+    space left the sentence says so instead of quoting it."""
+    def stream_error(obj, f):
+        raise RuntimeError("[enforce fail at inline_container.cc:595] . unexpected pos 0 vs 64\nbasic_ios::clear")
+
+    monkeypatch.setattr(checkpoint.torch, "save", stream_error)
+    monkeypatch.setattr("shutil.disk_usage", lambda p: type("U", (), {"free": 3 * 2**20})())
+    with pytest.raises(checkpoint.CheckpointWriteError) as err:
+        checkpoint.AtomicCheckpointIO().save_checkpoint({"w": 1}, tmp_path / "last.ckpt")
+    assert "\n" not in str(err.value) and "(no space left on the disk holding" in str(err.value)
+    assert ": 3 MiB free); no earlier checkpoint exists, unchanged." in str(err.value)
+
+
+def test_a_failed_run_marks_its_summary_failed(tmp_path):
+    """After an in-place resume that fails, summary.json must not keep the earlier run's 'completed'."""
+    import json
+
+    from tinygpt.train.summary import mark_failed
+
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "completed", "steps": 20}))
+    mark_failed(tmp_path, "could not write checkpoint x (no space left)")
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["status"] == "failed" and s["error"].startswith("could not write") and s["steps"] == 20
+    mark_failed(tmp_path / "missing", "x")  # best effort: no dir, no error
 
 
 def test_checkpoints_load_with_weights_only_and_code_is_refused(tmp_path):

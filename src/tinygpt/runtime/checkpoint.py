@@ -32,12 +32,30 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         try:
             torch.save(checkpoint, tmp)
             os.replace(tmp, path)
-        except OSError as err:
-            raise CheckpointWriteError(
-                f"could not write checkpoint {path} ({err.strerror or err}); the previous file there is unchanged."
-            ) from err
+        except (OSError, RuntimeError) as err:  # torch's C++ writer reports a full disk as a RuntimeError
+            tmp.unlink(missing_ok=True)
+            raise CheckpointWriteError(write_failure(path, err)) from err
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def write_failure(path: Path, err: BaseException) -> str:
+    """One sentence for a checkpoint that could not be written: why (a full disk named as such, with the space
+    left), and which checkpoint is the last good one."""
+    import errno
+    import shutil
+
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        free = None
+    full = getattr(err, "errno", None) == errno.ENOSPC or (free is not None and free < 64 * 2**20)
+    why = (f"no space left on the disk holding {path.parent}: {free / 2**20:.0f} MiB free" if full and free is not None
+           else (getattr(err, "strerror", None) or str(err).strip().splitlines()[0] if str(err).strip() else
+                 type(err).__name__))
+    good = sorted((p for p in path.parent.glob("*.ckpt") if p.is_file()), key=lambda p: p.stat().st_mtime)
+    last = f"the last good checkpoint is {good[-1]}" if good else "no earlier checkpoint exists"
+    return f"could not write checkpoint {path} ({why}); {last}, unchanged."
 
 
 def last_path(trainer) -> Path:

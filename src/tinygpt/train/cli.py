@@ -26,6 +26,7 @@ from tinygpt.runtime.checkpoint import CheckpointWriteError, last_path_in
 from tinygpt.runtime.errors import ConfigError, first_line, full_traceback_requested, print_error
 from tinygpt.runtime.interrupts import RunInterrupted, sweep_stop_signal
 from tinygpt.runtime.run_dirs import ERROR_FILE, in_parallel_sweep, print_sweep_table
+from tinygpt.train.summary import mark_failed
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ def run_task(cfg: DictConfig) -> float:
             print_sweep_table(Path(hc.sweep.dir), stop.signum, workers=False, exit=False)
         sys.exit(stop.exit_code)
     except (ConfigError, CheckpointWriteError) as err:
+        if isinstance(err, CheckpointWriteError):  # the run failed: its summary must not say otherwise
+            mark_failed(Path(hc.runtime.output_dir), str(err))
         if full_traceback_requested():
             raise
         if not sweep:

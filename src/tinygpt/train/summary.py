@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-STATUSES = ("completed", "diverged", "interrupted")
+STATUSES = ("completed", "diverged", "interrupted")  # a run's own; "failed" is set by mark_failed
 
 # the end-of-run diagnostics copied to the top level (all of them are also under "diagnostics")
 DIAGNOSTIC_KEYS = (
@@ -39,6 +39,18 @@ def write_summary(out_dir: Path, values: dict[str, Any]) -> Path:
     tmp.write_text(json.dumps({k: clean(v) for k, v in values.items()}, indent=2, default=str))
     tmp.replace(path)
     return path
+
+
+def mark_failed(out_dir: Path, message: str) -> None:
+    """summary.json says ``failed`` (with the error), so a ``completed`` left by an earlier run in the same dir never
+    stands for one that then failed. Best effort: on a full disk even this may not be written."""
+    path = out_dir / "summary.json"
+    try:
+        values = json.loads(path.read_text()) if path.exists() else {}
+        values.update(status="failed", error=message)
+        write_summary(out_dir, values)
+    except (OSError, ValueError):
+        pass
 
 
 def base_summary(status: str, *, module, trainer, timer, guard, stability, dm, ckpt_path: Path | None,
