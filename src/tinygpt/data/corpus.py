@@ -108,6 +108,32 @@ def read_text_files(paths: list[str | Path]) -> str:
     return "\n".join(texts)
 
 
+HUB_TIMEOUT_S = 3.0
+
+
+def hub_reachable_or_cached(name: str, hf_cache: Path) -> None:
+    """Fail at once, in one sentence, when the Hub does not answer within seconds and this dataset has no local
+    copy (``datasets`` would retry for half a minute, then print a long traceback)."""
+    import os
+    import urllib.error
+    import urllib.request
+
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1":
+        return  # the user chose offline: datasets looks in its cache itself
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    try:
+        with urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=HUB_TIMEOUT_S):
+            return
+    except urllib.error.HTTPError:
+        return  # it answered
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        reason = str(getattr(err, "reason", "") or err) or type(err).__name__
+    if any(hf_cache.glob(name.replace("/", "___") + "*")):
+        return  # a local copy from an earlier run: datasets finds it
+    raise ValueError(f"data.name={name!r}: the Hugging Face Hub ({endpoint}) is unreachable ({reason}) and there is "
+                     f"no local copy under {hf_cache}; connect to the network, or give a local dir of data files.")
+
+
 def read_hf_dataset(
     name: str, *, config: str | None, split: str, text_column: str, cache_dir: Path
 ) -> str:
@@ -128,12 +154,18 @@ def read_hf_dataset(
                 raise ValueError(f"data.split={split!r} is not in {name} (has {list(ds)}).")
             ds = ds[split]
     else:
-        ds = load_dataset(
-            str(local) if local.exists() else name,
-            config,
-            split=split,
-            cache_dir=str(Path(cache_dir) / "hf"),
-        )
+        if not local.exists():
+            hub_reachable_or_cached(name, Path(cache_dir) / "hf")
+        try:
+            ds = load_dataset(
+                str(local) if local.exists() else name,
+                config,
+                split=split,
+                cache_dir=str(Path(cache_dir) / "hf"),
+            )
+        except ConnectionError as err:
+            raise ValueError(f"data.name={name!r}: {err}; connect to the network, or give a local copy "
+                             "(a dir of data files or one written by save_to_disk).") from None
     assert isinstance(ds, Dataset)
     if text_column not in ds.column_names:
         raise ValueError(
