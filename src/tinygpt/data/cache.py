@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tinygpt.runtime.errors import ConfigError
+from tinygpt.runtime.run_dirs import cannot_write
 from tinygpt.data.tokenizer import train_tokenizer
 
 CACHE_VERSION = 1
@@ -58,8 +59,7 @@ def tokenize_to_array(tok, text: str, dtype) -> np.ndarray:
 
 
 def unwritable(path: Path) -> str | None:
-    """None when ``path`` is a writable dir or can be created; else why not (for one sentence). Tried, not
-    guessed from permission bits: root passes every access check, yet cannot create a dir under /proc."""
+    """None when ``path`` is a writable dir or can be created; else why not (for one sentence)."""
     probe = path
     while not probe.exists():
         if probe.parent == probe:
@@ -69,14 +69,8 @@ def unwritable(path: Path) -> str | None:
         return f"{probe} is not a directory"
     if not os.access(probe, os.W_OK | os.X_OK):
         return f"{probe} is not writable"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        test = path / f".write-test-{os.getpid()}"
-        test.write_bytes(b"")
-        test.unlink()
-    except OSError as err:
-        return f"{path}: {err.strerror or err}"
-    return None
+    reason = cannot_write(path)
+    return f"{path}: {reason}" if reason else None
 
 
 def default_mode(path: Path) -> None:

@@ -94,13 +94,22 @@ def writable_dir(key: str, path: Path) -> None:
     """One line and exit 2 when ``path`` is a file or cannot be created and written (read-only, /proc, ...)."""
     if path.exists() and not path.is_dir():
         _fail(f"{key}={str(path)!r} is a file, not a directory; give a directory for the run's files.")
+    reason = cannot_write(path)
+    if reason:
+        _fail(f"{key}={str(path)!r} cannot be written ({reason}); give a writable directory.")
+
+
+def cannot_write(path: Path) -> str | None:
+    """None when ``path`` is (or can be made) a dir a file can be written into; else why not. Tried, not guessed
+    from permission bits: root passes every access check, yet cannot create a dir under /proc."""
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".write-test-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:
-        _fail(f"{key}={str(path)!r} cannot be written ({err.strerror or err}); give a writable directory.")
+        return err.strerror or str(err)
+    return None
 
 
 def _fail(message: str) -> None:
