@@ -416,12 +416,25 @@ def sensitivity_section(rep: Report, nums: dict, dks: list[int], pred: dict) -> 
         rep.sections += [
             f"Does the benefit grow with d_k ({INITS[init]})? The unscaled arm's extra LR sensitivity "
             f"{t_sens.words('d_k')} with d_k; the prediction (above 0 at every d_k and {pred['sensitivity_gap']}) "
-            f"**{v_sens}**. Its best-loss gap {t_best.words('d_k')}; the prediction (above 0 and "
-            f"{pred['best_loss_gap']}) **{v_best}**.",
+            f"**{v_sens}**{why_not(v_sens, at, sens_gaps, t_sens, pred['sensitivity_gap'])}. Its best-loss gap "
+            f"{t_best.words('d_k')}; the prediction (above 0 and {pred['best_loss_gap']}) "
+            f"**{v_best}**{why_not(v_best, at, best_gaps, t_best, pred['best_loss_gap'])}.",
             "",
         ]
         result[init].update(t_sens=t_sens, t_best=t_best, v_sens=v_sens, v_best=v_best)
     return result
+
+
+def why_not(verdict: str, dks: list[int], gaps: list[Estimate], t, predicted: str) -> str:
+    """Why a growth prediction did not hold: where the gap is not above 0, and whether the trend went the other
+    way or stayed inside the noise."""
+    if verdict == "holds":
+        return ""
+    parts = [f"{'below' if direction(g) < 0 else 'not above'} 0 at d_k = {d}" for d, g in zip(dks, gaps, strict=True)
+             if direction(g) <= 0]
+    if t.word != predicted:
+        parts.append("the trend " + ("is flat within noise" if t.word == "flat within noise" else t.word))
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def gap_rows(nums: dict, init: str) -> list[dict]:

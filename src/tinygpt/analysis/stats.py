@@ -172,7 +172,8 @@ class Trend:
 
     def words(self, x: str = "x") -> str:
         """'rises monotonically (slope against ln T +0.247 [+0.085, +0.415])'."""
-        return (f"{self.word}{' monotonically' if self.monotonic else ''} "
+        verb = "is flat within noise" if self.word == "flat within noise" else self.word
+        return (f"{verb}{' monotonically' if self.monotonic else ''} "
                 f"(slope against ln {x} {self.slope.format(signed=True)})")
 
 
