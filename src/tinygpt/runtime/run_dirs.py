@@ -102,11 +102,13 @@ def writable_dir(key: str, path: Path) -> None:
 def cannot_write(path: Path) -> str | None:
     """None when ``path`` is (or can be made) a dir a file can be written into; else why not. Tried, not guessed
     from permission bits: root passes every access check, yet cannot create a dir under /proc."""
+    import tempfile
+
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)  # unique: jobs and threads probe at once
+        os.close(fd)
+        os.unlink(probe)
     except OSError as err:
         return err.strerror or str(err)
     return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import lightning as L
@@ -94,7 +94,9 @@ class AttentionMaps(Probe):
 
     The probe runs on the training thread (milliseconds); the PNGs are drawn on a background thread while
     training goes on (the figure is laid out once and blitted: tinygpt.train.plots) and reach W&B, at
-    the step they show, once drawn. The maps at the end are waited for."""
+    the step they show, once drawn, with a hoverable Plotly grid of the same weights. The maps at the end are
+    waited for; then every probe step becomes one interactive page, attention/explorer.html (tinygpt.train.explorer),
+    also logged to W&B."""
 
     def __init__(
         self, every_n_steps: int = 500, probe: str = "ROMEO:\nBut soft, what light through yonder window breaks?"
@@ -106,7 +108,7 @@ class AttentionMaps(Probe):
         self._last_step = -1
         self._renderer: ThreadPoolExecutor | None = None
         self._plotter = LayerPlotter()  # used on the renderer's one thread only
-        self._pending: list[tuple[int, Future]] = []  # (step, future of that step's PNG paths)
+        self._pending: list[tuple] = []  # (step, weights, labels, future of that step's PNG paths)
 
     def _log_maps(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         if trainer.global_step != self._last_step:  # once a step (the end may fall on a periodic step)
@@ -124,27 +126,23 @@ class AttentionMaps(Probe):
         np.savez_compressed(out / f"step{step:06d}.npz", weights=weights, labels=np.array(labels))
         if self._renderer is None:
             self._renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attention-maps")
-        wandb = bool(_wandb_loggers(trainer))
-        self._pending.append((step, self._renderer.submit(self._render, weights, labels, step, out, wandb)))
-
-    def _render(self, weights, labels, step: int, out: Path, wandb: bool):
-        """On the renderer thread: the PNGs, and for W&B the interactive grid of this step (a Plotly figure)."""
-        paths = self._plotter(weights, labels, step, out)
-        return paths, explorer.grid_figure(weights, labels, step) if wandb else None
+        self._pending.append((step, weights, labels, self._renderer.submit(self._plotter, weights, labels, step, out)))
 
     def _log_ready(self, trainer: L.Trainer, wait: bool = False) -> None:
         """Send the drawn maps to W&B (all of them, once drawn, with ``wait``)."""
         waiting = []
-        for step, future in self._pending:
+        for step, weights, labels, future in self._pending:
             if not (wait or future.done()):
-                waiting.append((step, future))
+                waiting.append((step, weights, labels, future))
                 continue
-            paths, grid = future.result()
+            paths = future.result()
             for lg in _wandb_loggers(trainer):
                 lg.log_image(key="attention", images=[str(p) for p in paths],
                              caption=[f"layer {i}" for i in range(len(paths))], step=step)
-                if grid is not None:
-                    lg.log_metrics({"attention/interactive": wandb_media().Plotly(grid)}, step=step)
+                # the hoverable grid, built here on the training thread: Plotly reads pandas from sys.modules,
+                # and on the renderer thread it could meet a pandas half-imported by this one
+                grid = explorer.grid_figure(weights, labels, step)
+                lg.log_metrics({"attention/interactive": wandb_media().Plotly(grid)}, step=step)
         self._pending = waiting
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
