@@ -138,6 +138,10 @@ class RunDirGuard(Callback):
             )
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        target = str(config.hydra.launcher.get("_target_", ""))
+        if target.endswith("SlurmLauncher") and shutil.which("sbatch") is None:  # before anything is written
+            _fail("hydra/launcher=slurm submits each job with sbatch, and this machine has no sbatch on its PATH; "
+                  "run on a SLURM login node, or drop hydra/launcher=slurm to run the sweep here.")
         sweep_dir = Path(str(config.hydra.sweep.dir))
         writable_dir("hydra.sweep.dir", sweep_dir)
         if sweep_dir.is_dir() and any(holds_run(p) for p in sweep_dir.iterdir() if p.is_dir()):
@@ -180,13 +184,6 @@ class SweepReport(Callback):
     (runtime.interrupts.SweepStop, installed here when the jobs run at once)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        target = str(config.hydra.launcher.get("_target_", ""))
-        if target.endswith("SlurmLauncher") and shutil.which("sbatch") is None:
-            from tinygpt.runtime.errors import print_error
-
-            print_error("hydra/launcher=slurm submits each job with sbatch, and this machine has no sbatch on its "
-                        "PATH; run on a SLURM login node, or drop hydra/launcher=slurm to run the sweep here.")
-            raise SystemExit(2)
         if runs_jobs_in_workers(config.hydra.launcher):
             from tinygpt.runtime.interrupts import SweepStop
 
