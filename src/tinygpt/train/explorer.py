@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 
 QUANT = 65535  # weights are stored as round(w * QUANT) in uint16
-PLOTLY_FILE = "plotly.min.js"
 
 
 def load_steps(attention_dir: Path) -> list[tuple[int, np.ndarray, list[str]]]:
@@ -311,4 +309,4 @@ def quantisation_error(steps) -> float:
     worst = 0.0
     for _, w, _ in steps:
         worst = max(worst, float(np.abs(dequantise(quantise(w), w.shape) - w).max()))
-    return worst if math.isfinite(worst) else float("nan")
+    return worst
