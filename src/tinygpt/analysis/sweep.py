@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,7 @@ class Run:
     def status(self) -> str:
         return self.summary.get("status", "completed")
 
-    @property
+    @cached_property
     def experiment(self) -> str | None:
         """The ``experiment=`` the job ran (Hydra's record in .hydra/hydra.yaml), None for a plain run."""
         path = self.dir / ".hydra" / "hydra.yaml"
@@ -67,11 +68,16 @@ class Run:
         """A per-window array of diagnostics.npz: ``val_window_position`` (N_val, T), the teacher-forced loss
         of every validation window at every position; ``autoregressive_window_position`` (n_probe, P), the
         honest loss of the probe windows; ``probe_index`` (n_probe,). None for a run without the file."""
+        return None if self._arrays is None else self._arrays.get(key)
+
+    @cached_property
+    def _arrays(self) -> dict[str, np.ndarray] | None:
+        """diagnostics.npz, read once (the reports ask for its arrays many times)."""
         path = self.dir / "diagnostics.npz"
         if not path.exists():
             return None
         with np.load(path) as z:
-            return z[key].astype(np.float64) if key in z else None
+            return {k: z[k].astype(np.float64) for k in z.files}
 
     def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         steps, values = self.history.get(key, ([], []))
