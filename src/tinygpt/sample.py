@@ -55,6 +55,10 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokeniz
     ckpt = checkpoint.load(path, map_location=device)
     hp = ckpt["hyper_parameters"]
     model = GPT(GPTConfig(vocab_size=hp["vocab_size"], **hp["model"]))
+    if hp.get("attention_bug"):  # experiment 3's deliberate mask bug: the model as it was trained
+        from hydra.utils import instantiate
+
+        instantiate(hp["attention_bug"])(model)
     state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
     model.load_state_dict(state)
     tok = Tokenizer.from_str(ckpt["tokenizer"]) if "tokenizer" in ckpt else None

@@ -41,7 +41,7 @@ def full_model(trainer: L.Trainer, module: L.LightningModule) -> GPT | None:
     state = trainer.strategy.lightning_module_state_dict()  # the full state dict on rank 0 (collective)
     if not trainer.is_global_zero:
         return None
-    copy = GPT(module.config)
+    copy = module.new_model()
     copy.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
     return copy.to(module.device)
 
@@ -221,7 +221,8 @@ class AutoregressiveLoss(Probe):
     """At every validation, the honest loss ``val/loss_autoregressive`` (each scored position predicted from
     its prefix alone) and ``val/loss_probe`` (the teacher-forced loss at the same positions), on ``windows``
     fixed validation windows at ``positions`` positions spread over the window, first and last included.
-    The two coincide for a causal model; a model that reads the future separates them.
+    The two coincide for a causal model; a model that reads the future separates them (the per-window gaps are
+    kept for the leak alarm, tinygpt.train.leak_alarm).
 
     Costs ``positions`` forward passes of at most T tokens on ``windows`` windows: a few percent of a default
     validation (docs/benchmarks.md).
@@ -231,6 +232,7 @@ class AutoregressiveLoss(Probe):
         positive_int("callbacks.autoregressive_loss.windows", windows)
         positive_int("callbacks.autoregressive_loss.positions", positions)
         self.windows, self.positions = windows, positions
+        self.gaps: torch.Tensor | None = None  # (windows,) autoregressive - teacher-forced, the last validation
 
     def on_validation_epoch_end(self, trainer, module):
         if not trainer.sanity_checking:
@@ -239,8 +241,10 @@ class AutoregressiveLoss(Probe):
     def look(self, trainer: L.Trainer, module: L.LightningModule, model: GPT) -> None:
         x, y = (t.to(module.device) for t in trainer.datamodule.probe_windows(self.windows))
         positions = diagnostics.spread_positions(x.shape[1], self.positions)
-        ar = diagnostics.autoregressive_loss(model, x, y, positions)
-        tf = diagnostics.loss_by_position(model, x, y)[positions].mean().item()
+        ar_windows = diagnostics.autoregressive_losses(model, x, y, positions)  # (N, P)
+        tf_windows = diagnostics.window_losses(model, x, y, batch_size=len(x))[:, positions]  # (N, T) -> (N, P)
+        self.gaps = (ar_windows - tf_windows).mean(1)  # (N,): each window's gap, for the leak alarm
+        ar, tf = ar_windows.mean().item(), tf_windows.mean().item()
         module.log_dict({"val/loss_autoregressive": ar, "val/loss_probe": tf}, batch_size=len(x), rank_zero_only=True)
 
 
@@ -249,8 +253,10 @@ class StabilityMonitor(Probe):
 
     - on ``windows`` fixed validation windows, per layer L: ``stab/max_logit/L`` (largest pre-softmax logit),
       ``stab/entropy/L`` and ``stab/entropy_min/L`` (normalised attention entropy, mean and min over rows),
-      ``stab/q_rms/L`` and ``stab/k_rms/L``; and ``stab/max_logit``, ``stab/entropy``, ``stab/entropy_min``
-      over all layers;
+      ``stab/q_rms/L``, ``stab/k_rms/L`` and ``stab/mask_margin/L`` (the largest future score minus the largest
+      past score of any row: what a finite mask fill must outweigh); ``stab/max_logit``, ``stab/entropy``,
+      ``stab/entropy_min``, ``stab/mask_margin`` over all layers, ``stab/future_mass`` (the attention weight on
+      keys after the query, per layer and averaged) and ``stab/future_leak`` (the perturbation probe);
     - ``train/grad_norm``: the global L2 norm of the gradients before clipping;
     - ``train/loss_spikes``: how many steps so far had a training loss above ``spike_factor`` x the mean of
       the previous ``spike_window`` steps (counted every step).
@@ -294,8 +300,10 @@ class StabilityMonitor(Probe):
         x, _ = trainer.datamodule.probe_windows(self.windows)
         stats = diagnostics.attention_stats(model, x.to(module.device))
         metrics = {"train/loss_spikes": float(self.spikes), "stab/max_logit": stats["attn_max_logit"],
-                   "stab/entropy": stats["attn_entropy"], "stab/entropy_min": stats["attn_entropy_min"]}
-        for name in ("max_logit", "entropy", "entropy_min", "q_rms", "k_rms"):
+                   "stab/entropy": stats["attn_entropy"], "stab/entropy_min": stats["attn_entropy_min"],
+                   "stab/mask_margin": stats["attn_mask_margin"], "stab/future_mass": stats["attn_future_mass"],
+                   "stab/future_leak": diagnostics.future_leak(model, x.to(module.device))}
+        for name in ("max_logit", "entropy", "entropy_min", "mask_margin", "future_mass", "q_rms", "k_rms"):
             for layer, v in enumerate(stats[f"attn_{name}_per_layer"]):
                 metrics[f"stab/{name}/{layer}"] = v
         log_at(trainer, metrics, trainer.global_step - 1)  # this batch's index: its step is taken

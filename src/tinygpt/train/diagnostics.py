@@ -11,7 +11,8 @@
 - ``count_baselines``: the unigram and bigram count models' loss on the same windows (what "trained" means).
 - ``attention_stats``: mean attention entropy (each query row divided by log(number of visible
   keys): 1 = uniform, 0 = one-hot) and the largest pre-softmax logit, on a probe batch, through the
-  math path.
+  math path; and the mask margin, the largest (future score - largest past score) of any row: how far a
+  finite mask fill added to the scores must reach to keep the future out (-inf always does).
 """
 
 from __future__ import annotations
@@ -155,8 +156,10 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     n_visible = visible.sum(-1)  # (T,)
     rows = n_visible > 1  # a row with one visible key has no choice to make: skip it
     future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # (T, T): key j > query i
+    past = causal_mask(T, T, x.device)  # (T, T): what a causal mask leaves visible, for the margin
+    has_future = ~past.all(-1)  # (T,): every row but the last has a masked key
     layers: dict[str, list[float]] = {k: [] for k in ("entropy", "entropy_min", "max_logit", "future_mass",
-                                                       "q_rms", "k_rms")}
+                                                       "mask_margin", "q_rms", "k_rms")}
     for w, s, (q, k) in zip(maps, logits, qk, strict=True):
         p = w.clamp_min(1e-30)
         h = -(w * p.log()).sum(-1)  # (N, H, T)
@@ -165,6 +168,9 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
         layers["entropy_min"].append(h.min().item())
         layers["max_logit"].append(s.masked_fill(~visible, float("-inf")).max().item())
         layers["future_mass"].append((w * future).sum(-1).mean().item())  # (N, H, T) -> mean
+        masked_max = s.masked_fill(past, float("-inf")).amax(-1)  # (N, H, T): the largest future score per row
+        visible_max = s.masked_fill(~past, float("-inf")).amax(-1)  # (N, H, T): the largest past score
+        layers["mask_margin"].append((masked_max - visible_max)[..., has_future].max().item())
         layers["q_rms"].append(q.pow(2).mean().sqrt().item())
         layers["k_rms"].append(k.pow(2).mean().sqrt().item())
     out = {
@@ -172,6 +178,7 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
         "attn_entropy_min": min(layers["entropy_min"]),
         "attn_max_logit": max(layers["max_logit"]),
         "attn_future_mass": sum(layers["future_mass"]) / len(layers["future_mass"]),
+        "attn_mask_margin": max(layers["mask_margin"]),
     }
     out.update({f"attn_{k}_per_layer": v for k, v in layers.items()})
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import lightning as L
 import torch
+from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 
 from tinygpt.model.gpt import GPT, GPTConfig
@@ -12,16 +13,24 @@ from tinygpt.train.optim import AdamWCosine, clip_grad_norm_cpu_
 
 
 class GPTModule(L.LightningModule):
-    def __init__(self, model: dict, vocab_size: int, optim: AdamWCosine | None = None):
+    def __init__(self, model: dict, vocab_size: int, optim: AdamWCosine | None = None,
+                 attention_bug: dict | None = None):
         """``model``: the model.* settings; ``optim``: the optimizer recipe, built and checked from optim.* at
-        set-up (its default settings when None)."""
+        set-up (its default settings when None); ``attention_bug``: experiment 3's deliberate mask bug (a Hydra
+        node, tinygpt.experiments.leaky_masks), None in every real run."""
         super().__init__()
         self.optim = optim if optim is not None else AdamWCosine()
-        self.save_hyperparameters({"model": model, "vocab_size": vocab_size, "optim": self.optim.settings()})
+        self.save_hyperparameters({"model": model, "vocab_size": vocab_size, "optim": self.optim.settings(),
+                                   "attention_bug": attention_bug})
         self.config = GPTConfig(vocab_size=vocab_size, **model)
-        self.model = GPT(self.config)
+        self.attention_bug = attention_bug
+        self.model = self.new_model()
         self.train_losses: list[torch.Tensor] = []  # detached, kept on device: no sync per step
         self.last_val_loss, self.last_val_step = float("nan"), -1
+
+    def new_model(self) -> GPT:
+        """A GPT of this module's config, with the experiment's attention bug in it if the run names one."""
+        return with_bug(GPT(self.config), self.attention_bug)
 
     def forward(self, idx, targets=None):
         return self.model(idx, targets)
@@ -113,3 +122,8 @@ class GPTModule(L.LightningModule):
             return float("nan")
         n = max(1, int(len(self.train_losses) * fraction))
         return torch.stack(self.train_losses[-n:]).float().mean().item()
+
+
+def with_bug(model: GPT, attention_bug: dict | None) -> GPT:
+    """``model`` with the attention bug a run's config names (``attention_bug``, built by Hydra), or unchanged."""
+    return instantiate(attention_bug)(model) if attention_bug else model

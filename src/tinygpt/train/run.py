@@ -28,6 +28,7 @@ from tinygpt.runtime.interrupts import RunInterrupted
 from tinygpt.train import diagnostics, memory
 from tinygpt.train.callbacks import StabilityMonitor, full_model
 from tinygpt.train.guards import Diverged, DivergenceGuard
+from tinygpt.train.leak_alarm import LeakAlarm
 from tinygpt.train.module import GPTModule
 from tinygpt.train.setup import Run, quiet_libraries, run_identity, setup
 from tinygpt.train.summary import base_summary, done_line, with_diagnostics, write_summary
@@ -97,7 +98,8 @@ def build_module(run: Run) -> GPTModule:
     cfg, vocab_size = run.cfg, run.dm.vocab_size
     if cfg.get("check_memory", True):  # before anything is allocated (tinygpt.train.memory)
         memory.check(run.resolved["model"], vocab_size, cfg.data.batch_size, cfg.trainer.get("accelerator"))
-    module = GPTModule(model=run.resolved["model"], vocab_size=vocab_size, optim=run.optim)
+    module = GPTModule(model=run.resolved["model"], vocab_size=vocab_size, optim=run.optim,
+                       attention_bug=run.resolved.get("attention_bug"))
     if run.ckpt is not None:
         tok = run.dm.tokenizer.to_str() if run.dm.tokenizer is not None else None
         checkpoint.check_resume_model(run.ckpt, run.ckpt_path, module.model.state_dict(), run.resolved["model"],
@@ -173,7 +175,7 @@ def resume_command(out_dir: Path) -> str:
 def summary_of(run: Run, module: GPTModule, status: str) -> dict[str, Any]:
     return base_summary(status, module=module, trainer=run.trainer, timer=run.timer,
                         guard=run.callback(DivergenceGuard), stability=run.callback(StabilityMonitor), dm=run.dm,
-                        ckpt_path=run.ckpt_path, resolved=run.resolved)
+                        ckpt_path=run.ckpt_path, resolved=run.resolved, alarm=run.callback(LeakAlarm))
 
 
 def interrupted(run: Run, module: GPTModule, signalled: RunInterrupted) -> None:
@@ -209,7 +211,9 @@ def finish_run(run: Run, module: GPTModule) -> dict[str, Any]:
     diag.pop(diagnostics.ARRAYS, None)
     log_diagnostics(run.loggers, diag, trainer.global_step)
     wandb = tracking.run_info() if any(isinstance(lg, WandbLogger) for lg in run.loggers) else None
-    summary = with_diagnostics(summary_of(run, module, "diverged" if diverged else "completed"), diag, wandb)
+    alarm = run.callback(LeakAlarm)
+    status = "diverged" if diverged else "leaky" if alarm and alarm.stopped else "completed"
+    summary = with_diagnostics(summary_of(run, module, status), diag, wandb)
     if trainer.is_global_zero:
         path = write_summary(run.out_dir, summary)
         say(done_line(summary, path, job_label() if is_quiet() else None), soft_wrap=is_quiet())

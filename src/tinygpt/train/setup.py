@@ -124,6 +124,8 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         resolved = OmegaConf.to_container(cfg, resolve=True)
         GPTConfig(vocab_size=1, **resolved["model"])  # checks model.* (the vocab size comes with the data)
         optim = build("optim", cfg.optim)  # checks optim.*
+        if cfg.get("attention_bug"):  # experiment 3's deliberate bug: its settings checked here
+            build("attention_bug", cfg.attention_bug)
         distributed.check_launch(cfg.trainer)
         dm = build("data", cfg.data)  # checks data.*
         ckpt_path, ckpt = resume_point(cfg, out_dir)

@@ -1,6 +1,6 @@
 """summary.json: what a run leaves for reports, sweeps and benchmarks to read (its schema in one place).
 
-Every run writes it into its output dir, atomically: at the end (status ``completed`` or ``diverged``, with the
+Every run writes it into its output dir, atomically: at the end (status ``completed``, ``diverged`` or ``leaky``: stopped by the leak alarm, with the
 end-of-run diagnostics) or when a signal stops it (``interrupted``, with the signal). Non-finite numbers are
 written as null. The keys other code relies on are in ../shared/design.md and README's "What a run writes".
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-STATUSES = ("completed", "diverged", "interrupted")  # a run's own; "failed" is set by mark_failed
+STATUSES = ("completed", "diverged", "leaky", "interrupted")  # a run's own; "failed" is set by mark_failed
 
 # the end-of-run diagnostics copied to the top level (all of them are also under "diagnostics")
 DIAGNOSTIC_KEYS = (
@@ -25,6 +25,7 @@ DIAGNOSTIC_KEYS = (
     "attn_entropy",
     "attn_max_logit",
     "attn_future_mass",
+    "attn_mask_margin",  # largest future score - largest past score of any row (what a finite fill must outweigh)
     "loss_by_position",  # teacher-forced, one value per position
 )
 
@@ -54,10 +55,10 @@ def mark_failed(out_dir: Path, message: str) -> None:
 
 
 def base_summary(status: str, *, module, trainer, timer, guard, stability, dm, ckpt_path: Path | None,
-                 resolved: dict) -> dict[str, Any]:
+                 resolved: dict, alarm=None) -> dict[str, Any]:
     """What every summary holds, from the module (losses), the trainer (steps, world size), the step clock
-    (tokens/s), the divergence guard and stability monitor (either may be left out of the config), the data
-    (vocab size) and the resolved config."""
+    (tokens/s), the divergence guard, stability monitor and leak alarm (any may be left out of the config), the
+    data (vocab size) and the resolved config."""
     if status not in STATUSES:
         raise ValueError(f"summary status {status!r} is not one of {', '.join(STATUSES)}.")
     return {
@@ -78,6 +79,7 @@ def base_summary(status: str, *, module, trainer, timer, guard, stability, dm, c
         "n_params": module.model.num_params(),
         "vocab_size": dm.vocab_size,
         "resumed_from": str(ckpt_path) if ckpt_path else None,  # also set by a requeued SLURM job
+        **(alarm.summary() if alarm else {"leak_detected_step": None}),
         "config": resolved,
     }
 

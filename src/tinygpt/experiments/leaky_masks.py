@@ -1,0 +1,124 @@
+"""The attention-mask bugs real code has had, for experiment 3 (configs/experiment/partial_leaks.yaml).
+
+The production attention (tinygpt.model.attention) has one mask path: bottom-right causal, filled with -inf.
+These are the slips that path avoids, each a ``mask`` function and one attention module that uses it:
+
+- ``no_mask``: no mask at all (experiment 1's leak), here for single layers ("one layer leaky");
+- ``off_by_one``: query i also sees key i+1, the classic ``triu(diagonal=2)`` where ``triu(diagonal=1)`` was meant;
+- ``sliding_window``: a local window |i - j| < w without its causal half (transformers issue 31673 reported a
+  sliding-window mask that let queries see the future);
+- ``finite_fill``: the causal mask *added* as a finite value (``scores + fill * masked``, fill = -1e4, as in the
+  extended attention masks of transformers issues 15199 and 17121) instead of replacing the scores with -inf:
+  a masked key gets weight exp(masked score + fill - row max) / Z, which is exactly 0 in float32 only while the
+  masked score stays below the largest visible one by more than about |fill| - 16.
+
+A run gets one by naming it (``attention_bug: {_target_: tinygpt.experiments.leaky_masks.AttentionBug, ...}``, as
+configs/arm/partial_leaks/ do); ``AttentionBug(model)`` swaps the attention of the chosen layers for a
+``BuggyAttention`` with the same weights. The model's config still says causal=true: that is the point, the
+model believes it is causal (and the leak alarm, tinygpt.train.leak_alarm, must catch it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from tinygpt.model.attention import CausalSelfAttention, causal_mask
+from tinygpt.model.gpt import GPT
+
+KINDS = ("no_mask", "off_by_one", "sliding_window", "finite_fill")
+
+
+def visible_keys(kind: str, t_q: int, t_k: int, *, window: int = 16, device=None) -> Tensor | None:
+    """(T_q, T_k) bool, True where the buggy mask lets query i see key j (queries are the last T_q positions of
+    the T_k keys, as in the production causal_mask); None for no mask. ``finite_fill``'s mask is the correct
+    causal one: its bug is in how the mask is applied, not in which keys it names."""
+    offset = t_k - t_q
+    i = torch.arange(t_q, device=device)[:, None] + offset  # (T_q, 1): each query's absolute position
+    j = torch.arange(t_k, device=device)[None, :]  # (1, T_k)
+    if kind == "no_mask":
+        return None
+    if kind == "off_by_one":
+        return j <= i + 1  # the diagonal above the main one is left open
+    if kind == "sliding_window":
+        return (i - j).abs() < window  # a band: w - 1 keys back and w - 1 ahead
+    if kind == "finite_fill":
+        return causal_mask(t_q, t_k, device)
+    raise ValueError(f"attention bug kind {kind!r} is not one of {', '.join(KINDS)}.")
+
+
+class BuggyAttention(CausalSelfAttention):
+    """CausalSelfAttention with one of the bugs above, always on the math path (scores, the buggy mask, softmax,
+    weights @ v), with or without a KV cache. Padding masks are not supported (experiment 3 has none)."""
+
+    def __init__(self, *args, kind: str, window: int = 16, fill: float = -1.0e4, **kwargs):
+        super().__init__(*args, **kwargs)
+        visible_keys(kind, 1, 1)  # raises on an unknown kind
+        if kind == "sliding_window" and window < 1:
+            raise ValueError(f"attention_bug.window={window!r} must be a positive number of keys.")
+        if kind == "finite_fill" and not fill < 0:
+            raise ValueError(f"attention_bug.fill={fill!r} must be a negative number (the value added to masked scores).")
+        self.kind, self.window, self.fill = kind, window, float(fill)
+
+    def weights(self, scores: Tensor) -> Tensor:
+        """scores (B, H, T_q, T_k) -> attention weights (B, H, T_q, T_k) under this bug."""
+        t_q, t_k = scores.shape[-2:]
+        visible = visible_keys(self.kind, t_q, t_k, window=self.window, device=scores.device)
+        if visible is None:
+            return torch.softmax(scores, dim=-1)
+        if self.kind == "finite_fill":  # the bug: added, not filled; the masked keys keep their scores
+            return torch.softmax(scores + self.fill * (~visible).to(scores.dtype), dim=-1)
+        return torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)  # every row keeps its own key
+
+    def forward(self, x: Tensor, padding_mask: Tensor | None = None, kv_cache=None) -> Tensor:
+        if padding_mask is not None:
+            raise ValueError("BuggyAttention does not take a padding mask (experiment 3 trains without padding).")
+        B, T, C = x.shape
+        q, k, v = self._heads(x)  # 3 x (B, H, T, D)
+        if kv_cache is not None:
+            k, v = kv_cache.extend(k, v)  # (B, H, T_cached + T, D)
+        scores = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, T_k)
+        weights = self.weights(scores)  # (B, H, T, T_k)
+        if self.training and self.dropout > 0:
+            weights = self.attn_dropout(weights)
+        y = weights @ v  # (B, H, T, D)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, D) -> (B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+    def probe(self, x: Tensor, padding_mask: Tensor | None = None) -> dict[str, Tensor]:
+        q, k, _ = self._heads(x)  # (B, H, T, D)
+        logits = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, T)
+        return {"weights": self.weights(logits), "logits": logits, "q": q, "k": k}
+
+    def extra_repr(self) -> str:
+        detail = {"sliding_window": f", window={self.window}", "finite_fill": f", fill={self.fill:g}"}.get(self.kind, "")
+        return f"BUG {self.kind}{detail}; " + super().extra_repr()
+
+
+class AttentionBug:
+    """``AttentionBug(kind, layers)(model)``: the attention of ``layers`` (indices, negative from the end; None =
+    every layer) replaced by a BuggyAttention of ``kind`` with the same weights. Returns the model."""
+
+    def __init__(self, kind: str, layers: Sequence[int] | None = None, window: int = 16, fill: float = -1.0e4):
+        if kind not in KINDS:
+            raise ValueError(f"attention_bug.kind={kind!r} is not one of {', '.join(KINDS)}.")
+        self.kind, self.window, self.fill = kind, window, fill
+        self.layers = None if layers is None else [int(i) for i in layers]
+
+    def __call__(self, model: GPT) -> GPT:
+        n = len(model.blocks)
+        chosen = range(n) if self.layers is None else self.layers
+        for i in chosen:
+            if not -n <= i < n:
+                raise ValueError(f"attention_bug.layers has {i}, but the model has {n} layers (0..{n - 1}).")
+            old: CausalSelfAttention = model.blocks[i].attn
+            new = BuggyAttention(
+                old.n_embd, old.n_head, causal=old.causal, scale=old.scale_name, backend="math",
+                dropout=old.dropout, bias=old.c_attn.bias is not None, qk_norm=old.q_norm is not None,
+                kind=self.kind, window=self.window, fill=self.fill,
+            ).to(old.c_attn.weight.device, old.c_attn.weight.dtype)
+            new.load_state_dict(old.state_dict())
+            model.blocks[i].attn = new
+        return model
