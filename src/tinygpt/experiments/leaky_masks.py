@@ -59,7 +59,7 @@ class BuggyAttention(CausalSelfAttention):
         if kind == "sliding_window" and window < 1:
             raise ValueError(f"attention_bug.window={window!r} must be a positive number of keys.")
         if kind == "finite_fill" and not fill < 0:
-            raise ValueError(f"attention_bug.fill={fill!r} must be a negative number (the value added to masked scores).")
+            raise ValueError(f"attention_bug.fill={fill!r} must be negative (the value added to masked scores).")
         self.kind, self.window, self.fill = kind, window, float(fill)
 
     def weights(self, scores: Tensor) -> Tensor:
@@ -93,7 +93,8 @@ class BuggyAttention(CausalSelfAttention):
         return {"weights": self.weights(logits), "logits": logits, "q": q, "k": k}
 
     def extra_repr(self) -> str:
-        detail = {"sliding_window": f", window={self.window}", "finite_fill": f", fill={self.fill:g}"}.get(self.kind, "")
+        details = {"sliding_window": f", window={self.window}", "finite_fill": f", fill={self.fill:g}"}
+        detail = details.get(self.kind, "")
         return f"BUG {self.kind}{detail}; " + super().extra_repr()
 
 
