@@ -1,4 +1,5 @@
-"""Fixtures only; helpers (the tiny recipe, run_train, compose_train) live in helpers.py."""
+"""Fixtures, and the leak-alarm audit line at the end of a session; helpers (the tiny recipe, run_train,
+compose_train) live in helpers.py."""
 
 import os
 from pathlib import Path
@@ -30,3 +31,12 @@ def cache_dir(tmp_path_factory) -> Path:
 def corpus_args(corpus_file, cache_dir) -> list[str]:
     """train.py overrides that read the test corpus through the session's cache."""
     return ["data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}"]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many causal train.py runs the suite made and how many the leak alarm flagged (tests/helpers.py)."""
+    from helpers import ALARM_AUDIT
+
+    if ALARM_AUDIT["causal runs"]:
+        terminalreporter.write_line(f"leak alarm: {ALARM_AUDIT['causal runs']} causal runs of train.py, "
+                                    f"{ALARM_AUDIT['false alarms']} false alarms")

@@ -65,7 +65,32 @@ def run_train(args: list[str], env: dict | None = None, check: bool = True) -> s
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    audit_leak_alarm(args)
     return proc
+
+
+ALARM_AUDIT = {"causal runs": 0, "false alarms": 0}  # every train.py run of the suite (printed by conftest.py)
+
+
+def audit_leak_alarm(args: list[str]) -> None:
+    """Every finished run of a causal model without an injected bug, under the run or sweep dir the args name, must
+    end with no leak detected; counted in ALARM_AUDIT, and a false alarm fails the test that ran it."""
+    import json
+
+    dirs = [Path(a.split("=", 1)[1]) for a in args if a.startswith(("hydra.run.dir=", "hydra.sweep.dir="))]
+    for d in dirs:
+        for path in (d.rglob("summary.json") if d.is_dir() else []):
+            summary = json.loads(path.read_text())
+            config = summary.get("config", {})
+            if "leak_detected_step" not in summary or not config.get("model", {}).get("attn", {}).get("causal"):
+                continue
+            if config.get("attention_bug"):
+                continue
+            ALARM_AUDIT["causal runs"] += 1
+            if summary["leak_detected_step"] is not None:
+                ALARM_AUDIT["false alarms"] += 1
+                raise AssertionError(f"the leak alarm fired on a causal run: {path}: {summary['leak_signal']} "
+                                     f"{summary['leak_value']} at step {summary['leak_detected_step']}")
 
 
 def compose_train(overrides=(), out_dir: Path | None = None):
@@ -86,3 +111,39 @@ def compose_train(overrides=(), out_dir: Path | None = None):
         with open_dict(cfg):
             del cfg["hydra"]
     return cfg
+
+
+# ----------------------------------------------------------------------------- the leak tests' two probes
+# (used by tests/model/test_gpt.py on the production attention and by tests/experiments/ on each real-world bug)
+
+
+def past_moves_when_future_changes(model, idx, t: int):
+    """The largest |change| in logits[:, :t+1] when every token after t is changed ((id + 7) mod vocab): exactly
+    0 for a model that cannot see the future. ``model`` in eval mode; idx (B, T)."""
+    import torch
+
+    idx2 = idx.clone()
+    idx2[:, t + 1:] = (idx2[:, t + 1:] + 7) % model.config.vocab_size
+    with torch.no_grad():
+        a, b = model(idx)[0], model(idx2)[0]  # (B, T, V)
+    return (a[:, : t + 1] - b[:, : t + 1]).abs().max().item()
+
+
+def future_jacobian(model, idx):
+    """(T, T) tensor: entry [t, j] is the largest |d (r . logits[0, t]) / d embedding[0, j]| for a random r,
+    one backward pass per t (J_t^T r). Exactly 0 for every j > t in a model that cannot see the future.
+    Run it on a float64 model in eval mode; idx (1, T)."""
+    import torch
+
+    emb = model.wte(idx).detach().requires_grad_(True)  # (1, T, C)
+    handle = model.wte.register_forward_hook(lambda module, args, out: emb)
+    try:
+        logits = model(idx)[0]  # (1, T, V)
+    finally:
+        handle.remove()
+    r = torch.randn(logits.shape[-1], dtype=logits.dtype, generator=torch.Generator().manual_seed(0))
+    rows = []
+    for t in range(idx.shape[1]):
+        (g,) = torch.autograd.grad(logits[0, t] @ r, emb, retain_graph=True)  # (1, T, C)
+        rows.append(g[0].abs().amax(-1))  # (T,)
+    return torch.stack(rows)  # (T, T)
