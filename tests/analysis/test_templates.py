@@ -7,8 +7,12 @@ import pytest
 from tinygpt.analysis.templates import blocks, prose
 
 
-@pytest.mark.parametrize("experiment, names", [("causal_mask", {"intro", "terms", "changes", "literature"}),
-                                               ("sqrt_dk", {"intro", "terms", "changes"})])
+@pytest.mark.parametrize("experiment, names", [
+    ("causal_mask", {"intro", "terms", "changes", "literature"}),
+    ("sqrt_dk", {"intro", "terms", "changes"}),
+    ("partial_leaks", {"intro", "terms", "seen", "fill_seen", "onset", "onset_why", "alarm", "fill", "literature",
+                       "limits"}),
+])
 def test_each_experiment_has_its_blocks(experiment, names):
     assert set(blocks(experiment)) == names
     assert all(body.strip() and not body.endswith("\n") for body in blocks(experiment).values())
@@ -29,10 +33,13 @@ def test_doubled_braces_stay_literal():
 
 # the formula's own symbols and the names of things: not measurements
 SYMBOLS = re.compile(r"Experiment \d|et al\. \d{4}|1/sqrt\(d_k\)|1/d_k|1/T|x\[t\+1\]|x\[:t\+1\]|T-1|t\+1"
-                     r"|\b[01] = (uniform|one-hot)|excludes 0|above 0|below 0|contains 0|\(0 for|\{\w+(:[^}]*)?\}")
+                     r"|\b[01] = (uniform|one-hot)|excludes 0|above 0|below 0|contains 0|\(0 for|\{\w+(:[^}]*)?\}"
+                     # names, not measurements: issue numbers, an enumeration, code, dtypes, zero as a concept
+                     r"|issues? \d+(?: and \d+)?|\(\d\)|triu\(diagonal=\d\)|i\+1|float32|\b(?:fp|bf)(?:16|32)\b"
+                     r"|exactly 0")
 
 
-@pytest.mark.parametrize("experiment", ["causal_mask", "sqrt_dk"])
+@pytest.mark.parametrize("experiment", ["causal_mask", "sqrt_dk", "partial_leaks"])
 def test_the_report_prose_has_no_typed_numbers(experiment):
     """Every number a report states comes from the runs or the config through a placeholder; the literature
     block, which cites published figures, is the only exception."""

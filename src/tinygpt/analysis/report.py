@@ -2,9 +2,11 @@
 
     python scripts/report.py causal_mask multirun/causal_mask/<date_time> [more sweep dirs] [--out DIR]
     python scripts/report.py sqrt_dk multirun/sqrt_dk/<date_time> [--out DIR]
+    python scripts/report.py partial_leaks multirun/partial_leaks/<date_time> [--out DIR]
 
 Reads only what each run left in its directory (tinygpt.analysis.sweep); each experiment's module writes its
-report (tinygpt.analysis.causal_mask, tinygpt.analysis.sqrt_dk). Only completed (and diverged) runs are results:
+report (tinygpt.analysis.causal_mask, tinygpt.analysis.sqrt_dk, tinygpt.analysis.partial_leaks). Only completed (and
+diverged) runs are results:
 any other run is named in a warning and listed in the report as excluded. Runs of another experiment are refused.
 Without --out the committed report (docs/experiments/<experiment>/) is replaced only by a full sweep of that
 experiment as its config defines it; any other sweep's report goes to <first sweep dir>/report/.
@@ -22,7 +24,7 @@ from omegaconf import OmegaConf
 from tinygpt.analysis.sweep import ReportError, Run, load_runs
 from tinygpt.runtime.errors import print_error
 
-EXPERIMENTS = ("causal_mask", "sqrt_dk")
+EXPERIMENTS = ("causal_mask", "sqrt_dk", "partial_leaks")
 ROOT = Path(__file__).resolve().parents[3]  # a source checkout
 DOCS = ROOT / "docs" / "experiments"  # the committed reports
 CONFIGS = ROOT / "configs" / "experiment"
