@@ -21,7 +21,31 @@ def compose_hydra(overrides):
 
 
 def test_experiments_exist():
-    assert {"causal_mask", "causal_mask_quick", "gpu_small", "sqrt_dk", "sqrt_dk_quick"} <= set(EXPERIMENTS)
+    assert {"causal_mask", "causal_mask_quick", "gpu_small", "sqrt_dk", "sqrt_dk_quick", "partial_leaks",
+            "partial_leaks_quick"} <= set(EXPERIMENTS)
+
+
+def test_partial_leaks_arms_build_the_bugs_they_name():
+    """Each arm of experiment 3 composes to its bug (experiment code, plugged in by attention_bug) on a model
+    configured causal, except the deliberate no-mask arm; the fill arms carry their own model and schedule."""
+    from tinygpt.analysis.partial_leaks import ARMS
+
+    cfg = compose_hydra(["experiment=partial_leaks"])
+    arms = cfg.hydra.sweeper.params["arm/partial_leaks"].split(",")
+    assert tuple(arms) == ARMS and cfg.hydra.sweep.dir.startswith("multirun/partial_leaks/")
+    assert compose_hydra([]).attention_bug is None  # a plain run has no bug
+    kinds = {}
+    for arm in arms:
+        c = compose_hydra(["experiment=partial_leaks", f"arm/partial_leaks={arm}"])
+        kinds[arm] = (c.attention_bug or {}).get("kind")
+        assert c.model.attn.causal == (arm != "no_mask")
+        assert c.trainer.max_steps == (300 if arm.startswith("fill") else 800)
+        if arm.startswith("fill"):
+            assert (c.model.n_embd, c.model.n_head, c.model.attn.scale, c.optim.lr) == (256, 1, "none", 1e-2)
+    assert kinds == {"causal": None, "no_mask": None, "off_by_one": "off_by_one", "first_layer": "no_mask",
+                     "last_layer": "no_mask", "sliding_window": "sliding_window", "fill_1e4": "finite_fill",
+                     "fill_inf": None}
+    assert compose_hydra(["experiment=partial_leaks", "arm/partial_leaks=fill_1e4"]).attention_bug.fill == -1e4
 
 
 def test_causal_mask_sweep_arms_and_dir():
@@ -182,3 +206,35 @@ def test_experiments_run_their_jobs_at_once_unless_another_launcher_is_named(exp
     slurm = compose_hydra([f"experiment={experiment}", "hydra/launcher=slurm"])
     # the slurm launcher reads trainer.num_nodes, which the default trainer has (it was ddp/fsdp's only)
     assert slurm.hydra.launcher.nodes == 1 and slurm.hydra.launcher.tasks_per_node == 1
+
+
+@pytest.mark.slow
+def test_partial_leaks_quick_sweep_and_report_on_the_tiny_model(tmp_path, cache_dir):
+    """experiment=partial_leaks_quick shrunk to the tiny model: every arm runs, the alarm fires on each leaky arm
+    and on no causal one, and the report is written from the runs' files."""
+    sweep = tmp_path / "sweep"
+    run_train(["-m", "experiment=partial_leaks_quick", *TINY, "trainer.max_steps=60", "trainer.val_check_interval=20",
+               "data.val_windows=32", "diagnostics.windows=8", "optim.warmup_steps=5", f"data.cache_dir={cache_dir}",
+               f"hydra.sweep.dir={sweep}", "logger=csv"])
+    assert len(list(sweep.glob("*/summary.json"))) == 8
+    from tinygpt.analysis.partial_leaks import arm_of
+    from tinygpt.analysis.sweep import load_runs
+
+    runs = {arm_of(r): r for r in load_runs([sweep])}
+    for arm in ("no_mask", "off_by_one", "first_layer", "last_layer", "sliding_window"):
+        assert runs[arm].summary["leak_detected_step"] == 20, arm  # the first validation
+    for arm in ("causal", "fill_inf"):
+        assert runs[arm].summary["leak_detected_step"] is None, arm
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "report.py"), "partial_leaks", str(sweep),
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    text = (out / "README.md").read_text()
+    for heading in ("## Findings", "## Which leaks show in the loss", "## The leak alarm",
+                    "## The finite fill: when the mask opens"):
+        assert heading in text
+    assert (out / "fill.png").is_file() and (out / "curves.png").is_file()
+    # the alarm replayed on the finished causal runs (the causal and -inf fill arms; the bugged ones are skipped)
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "alarm_audit.py"), str(sweep)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and "alarm audit: 2 causal runs, 0 false alarms" in proc.stdout, proc.stdout

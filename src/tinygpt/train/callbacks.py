@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -272,6 +273,7 @@ class StabilityMonitor(Probe):
         self.every_n_steps, self.windows = every_n_steps, windows
         self.spike_factor, self.spike_window = spike_factor, spike_window
         self.spikes, self.max_grad_norm = 0, 0.0
+        self.leak_seconds = 0.0
         self._recent: deque[float] = deque(maxlen=spike_window)
 
     def _due(self, trainer) -> bool:
@@ -301,8 +303,10 @@ class StabilityMonitor(Probe):
         stats = diagnostics.attention_stats(model, x.to(module.device))
         metrics = {"train/loss_spikes": float(self.spikes), "stab/max_logit": stats["attn_max_logit"],
                    "stab/entropy": stats["attn_entropy"], "stab/entropy_min": stats["attn_entropy_min"],
-                   "stab/mask_margin": stats["attn_mask_margin"], "stab/future_mass": stats["attn_future_mass"],
-                   "stab/future_leak": diagnostics.future_leak(model, x.to(module.device))}
+                   "stab/mask_margin": stats["attn_mask_margin"], "stab/future_mass": stats["attn_future_mass"]}
+        t0 = time.perf_counter()
+        metrics["stab/future_leak"] = diagnostics.future_leak(model, x.to(module.device))
+        self.leak_seconds += time.perf_counter() - t0  # the leak probe's cost (summary.json)
         for name in ("max_logit", "entropy", "entropy_min", "mask_margin", "future_mass", "q_rms", "k_rms"):
             for layer, v in enumerate(stats[f"attn_{name}_per_layer"]):
                 metrics[f"stab/{name}/{layer}"] = v

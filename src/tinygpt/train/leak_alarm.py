@@ -18,6 +18,7 @@ Every validation also logs ``leak/future_leak`` and ``leak/honest_gap``.
 from __future__ import annotations
 
 import math
+import time
 
 import lightning as L
 import torch
@@ -54,6 +55,7 @@ class LeakAlarm(Probe):
         self.expected = False  # causal=false: a deliberate leak, recorded without alarm
         self.stopped = False
         self._stop_now = False
+        self.seconds = 0.0  # spent looking (summary.json: what the alarm costs)
 
     def on_validation_end(self, trainer, module):
         if trainer.sanity_checking:
@@ -66,6 +68,13 @@ class LeakAlarm(Probe):
             trainer.should_stop = True
 
     def look(self, trainer: L.Trainer, module: L.LightningModule, model: GPT) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._look(trainer, module, model)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _look(self, trainer: L.Trainer, module: L.LightningModule, model: GPT) -> None:
         step = trainer.global_step
         x, _ = trainer.datamodule.probe_windows(self.windows)
         leak = diagnostics.future_leak(model, x.to(module.device))
@@ -114,4 +123,5 @@ class LeakAlarm(Probe):
         """What summary.json records: the first detection (None if none), its signal and size, and whether the
         leak was configured (causal=false)."""
         return {"leak_detected_step": self.detected_step, "leak_signal": self.signal, "leak_value": self.value,
-                "leak_expected": self.expected if self.detected_step is not None else None}
+                "leak_expected": self.expected if self.detected_step is not None else None,
+                "leak_alarm_seconds": self.seconds}

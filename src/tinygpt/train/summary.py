@@ -70,6 +70,7 @@ def base_summary(status: str, *, module, trainer, timer, guard, stability, dm, c
         "divergence": guard.reason if guard and guard.diverged else None,
         "loss_spikes": stability.spikes if stability else None,
         "grad_norm_max": stability.max_grad_norm if stability else None,  # before clipping, sampled
+        "stab_leak_seconds": stability.leak_seconds if stability else None,  # the stability probes' leak checks
         "steps": trainer.global_step,
         "tokens_per_sec": timer.tokens_per_sec,
         "train_seconds": timer.seconds,
