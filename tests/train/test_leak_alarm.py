@@ -140,3 +140,29 @@ def test_train_py_with_a_bug_and_action_stop_ends_leaky_with_exit_0(tmp_path, co
     assert summary["future_leak"] > 1e-4  # the end-of-run diagnostics agree
     history = (out / "history" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"leak/future_leak", "leak/honest_gap", "leak/detected_step", "stab/mask_margin"} <= set(history)
+
+
+def test_a_w_and_b_alert_is_raised_online_only():
+    """The first detection raises run.alert(WARN) when the W&B run is online; an offline run gets none (it could
+    not deliver it)."""
+    from unittest.mock import MagicMock
+
+    import wandb
+    from lightning.pytorch.loggers import WandbLogger
+
+    for offline in (False, True):
+        logger = MagicMock(spec=WandbLogger)
+        logger.experiment.offline = offline
+        alarm = LeakAlarm()
+        trainer, module, ar = fake_trainer(tiny_model(AttentionBug("off_by_one")), step=50)
+        trainer.loggers = [logger]
+        ar.on_validation_epoch_end(trainer, module)
+        alarm.on_validation_end(trainer, module)
+        assert alarm.detected_step == 50
+        if offline:
+            logger.experiment.alert.assert_not_called()
+        else:
+            kwargs = logger.experiment.alert.call_args.kwargs
+            assert kwargs["level"] == wandb.AlertLevel.WARN and "leak alarm at step 50" in kwargs["text"]
+        logged = {k for call in logger.log_metrics.call_args_list for k in call.args[0]}
+        assert {"leak/future_leak", "leak/honest_gap", "leak/detected_step"} <= logged
