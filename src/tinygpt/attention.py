@@ -16,6 +16,7 @@ import torch
 from tinygpt.data.tokenizer import UNK, decode, encode
 from tinygpt.model.gpt import GPT
 from tinygpt.runtime.errors import ConfigError, print_error
+from tinygpt.experiments.leaky_masks import BuggyAttention
 from tinygpt.sample import find_latest_checkpoint, load_checkpoint
 from tinygpt.train import explorer
 from tinygpt.train.diagnostics import evaluating
@@ -86,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     for note in notes:
         print(f"# {note}", file=sys.stderr)
     w = weights_of(model, ids).numpy()  # (n_layer, H, T, T)
-    kind = "causal" if model.config.attn.causal else "no mask: the future is visible"
+    bugs = sorted({b.attn.kind for b in model.blocks if isinstance(b.attn, BuggyAttention)})
+    kind = ("causal" if model.config.attn.causal else "no mask: the future is visible") + (
+        f", with experiment 3's mask bug {', '.join(bugs)}" if bugs else "")
     page = explorer.write(args.out, [(0, w, labels)], f"{Path(str(ckpt)).name} ({kind})")
     print(f"attention: {len(ids)} tokens, {w.shape[0]} layers x {w.shape[1]} heads -> {page}")
     if args.png:
