@@ -11,7 +11,8 @@ from tinygpt.analysis.templates import blocks, prose
     ("causal_mask", {"intro", "terms", "changes", "literature"}),
     ("sqrt_dk", {"intro", "terms", "changes"}),
     ("partial_leaks", {"intro", "terms", "seen", "fill_seen", "onset", "onset_why_earlier", "onset_why_same",
-                       "onset_why_later", "onset_layers", "alarm", "fill", "literature", "limits"}),
+                       "onset_why_later", "onset_shapes_seen", "onset_shapes_other", "alarm", "fill", "fill_misses",
+                       "fill_closing", "literature", "limits"}),
 ])
 def test_each_experiment_has_its_blocks(experiment, names):
     assert set(blocks(experiment)) == names

@@ -143,6 +143,16 @@ def fill_opening(steps, margins, leaks, fill: float, slack: float, tolerance: fl
             "margin_at_open": float(margins[at[0]]) if len(at) else math.nan}
 
 
+def closing(steps, margins, leaks, opened: int | None, threshold: float) -> tuple[int, int]:
+    """After the mask opened (step ``opened``): how many probes had the margin back at or below ``threshold``, and at
+    how many of those the future leak was exactly 0 again (the mechanism run backwards; (0, 0) if never)."""
+    if opened is None:
+        return 0, 0
+    steps, margins, leaks = (np.asarray(a, dtype=float) for a in (steps, margins, leaks))
+    back = (steps > opened) & (margins <= threshold)
+    return int(back.sum()), int((back & (leaks == 0)).sum())
+
+
 def first_above(steps, values, threshold: float) -> int | None:
     """The first step whose value exceeds ``threshold`` (NaN never does)."""
     hit = np.nonzero(np.nan_to_num(np.asarray(values, dtype=float), nan=-math.inf) > threshold)[0]
@@ -253,7 +263,8 @@ def fig_positions(arms: dict[str, list[Run]], path: Path) -> Path:
             ar = np.mean([r.windows("autoregressive_window_position").mean(0) for r in arms[a]], axis=0)
             ax.plot(np.arange(len(tf)), tf, color=COLORS[a], label=LABELS[a])
             ax.plot(np.arange(len(ar)), ar, color=COLORS[a], ls="--", lw=0.8)
-        ax.set_yscale("log")
+        if ax is axes[0]:
+            ax.set_yscale("log")
         finish_axes(ax, "position t", "loss at t (solid: teacher-forced, dashed: honest)")
     return save(fig, path)
 
@@ -333,8 +344,10 @@ def seen_section(rep: Report, arms, est, pred, seen: dict[str, str], out: Path) 
     fill_words = ""
     if "fill_1e4" in seen:
         d = est[("fill_1e4", "tf")] - est[("fill_inf", "tf")]
+        gap = est[("fill_1e4", "honest")] - est[("fill_1e4", "tf_probe")]
+        use = difference_words(gap, "the model uses the open mask a little", "the honest loss is the lower")
         fill_words = prose("partial_leaks", "fill_seen", word=seen["fill_1e4"], diff=d.format(signed=True),
-                           words=difference_words(d, "above", "below"))
+                           words=difference_words(d, "above", "below"), gap=gap.format(signed=True), use=use)
     healthy = [LABELS[a] for a, w in seen.items() if w == "indistinguishable"]
     collapsed = [LABELS[a] for a, w in seen.items() if w == "collapses"]
     rep.findings.append(f"Seen in the loss: collapsed far below the control: {', '.join(collapsed) or 'none'}; "
@@ -376,7 +389,16 @@ def onset_section(rep: Report, arms, est, pred, onsets) -> None:
         ratio = est[("off_by_one", "onset")] / est[("no_mask", "onset")]
         word = {-1: "earlier", 0: "same", 1: "later"}[direction(Estimate.of(ratio.value - 1, ratio.replicates - 1))]
         rep.sections += [prose("partial_leaks", f"onset_why_{word}"), ""]
-    rep.sections += [prose("partial_leaks", "onset_layers"), ""]
+    words = {}
+    for a in ("first_layer", "last_layer", "sliding_window"):
+        if (a, "onset") in est and ref:
+            r = est[(a, "onset")] / est[("no_mask", "onset")]
+            words[a] = difference_words(Estimate.of(r.value - 1, r.replicates - 1), "later", "earlier")
+    if len(words) == 3:
+        shape = ("onset_shapes_seen" if (words["last_layer"], words["sliding_window"]) == ("later", "earlier")
+                 else "onset_shapes_other")
+        rep.sections += [prose("partial_leaks", shape, first=words["first_layer"], last=words["last_layer"],
+                               window=words["sliding_window"]), ""]
 
 
 def alarm_section(rep: Report, arms, pred, onsets) -> None:
@@ -416,7 +438,7 @@ def fill_section(rep: Report, arms, pred, out: Path) -> None:
     bug = runs[0].config["attention_bug"]
     fill, slack = float(bug.get("fill", -1e4)), float(pred["fill_slack"])
     tol = alarm_of(runs[0]).tolerance
-    rows, verdicts = [], []
+    rows, verdicts, backs = [], [], []
     for r in runs:
         steps, margins = r.series("stab/mask_margin")
         lsteps, leaks = r.series("stab/future_leak")
@@ -426,14 +448,18 @@ def fill_section(rep: Report, arms, pred, out: Path) -> None:
         verdicts.append(o["verdict"])
         ml_steps, ml = r.series("stab/max_logit")
         at = np.nonzero(ml_steps == o["observed"])[0] if o["observed"] is not None else []
+        closed = closing(steps, margins, leaks, o["observed"], abs(fill) - slack)
         rows.append([str(r.seed), steps_text([o["predicted"]]), steps_text([o["observed"]]),
                      f"{o['margin_at_open']:.0f}" if math.isfinite(o["margin_at_open"]) else "—",
-                     f"{ml[at[0]]:.0f}" if len(at) else "—", "yes" if o["zero_before"] else "**no**", o["verdict"]])
+                     f"{ml[at[0]]:.0f}" if len(at) else "—", "yes" if o["zero_before"] else "**no**", o["verdict"],
+                     f"{closed[0]}, {closed[1]}"])
+        backs.append(closed)
     probe = resolution(runs[0].series("stab/mask_margin")[0])
     ctrl = arms.get("fill_inf", [])
     ctrl_leak = max((float(np.max(r.series("stab/future_leak")[1])) for r in ctrl), default=math.nan)
-    header = ["seed", f"predicted: margin first > |fill| - slack (probes every {probe} steps)",
-              f"observed: future leak first > {tol:g}", "margin then", "max logit then", "leak 0 before?", "verdict"]
+    header = ["seed", f"predicted: margin first > {abs(fill) - slack:g} (probes every {probe} steps)",
+              f"observed: future leak first > {tol:g}", "margin then", "max logit then", "leak 0 before?", "verdict",
+              f"after it opened: probes with the margin back at or below {abs(fill) - slack:g}, and with leak 0"]
     verdict = all_hold(verdicts)
     opened = [(float(r[3]), float(r[4])) for r in rows if r[3] != "—" and r[4] != "—"]
     if opened:
@@ -447,10 +473,16 @@ def fill_section(rep: Report, arms, pred, out: Path) -> None:
     rep.findings.append(f"Finite fill: the leak opened at the predicted probe in {verdicts.count('holds')} of "
                         f"{len(verdicts)} seeds; prediction 3: **{verdict}**; the -inf control's largest future leak "
                         f"at any probe: {ctrl_leak:g}.")
+    early = [r for r in rows if r[6] == "fails" and r[5] != "yes"]
+    misses = prose("partial_leaks", "fill_misses", seeds=", ".join(r[0] for r in early),
+                   margins=", ".join(r[3] for r in early), threshold=f"{abs(fill) - slack:g}") if early else ""
+    back, zero = sum(b[0] for b in backs), sum(b[1] for b in backs)
+    if back:
+        misses += "\n\n" + prose("partial_leaks", "fill_closing", back=back, zero=zero)
     rep.sections += ["## The finite fill: when the mask opens", "",
                      prose("partial_leaks", "fill", fill=f"{fill:g}", slack=f"{slack:g}", absfill=f"{abs(fill):g}",
                            ctrl_leak=f"{ctrl_leak:g}"), "",
-                     markdown_table(header, rows), "", "![the finite fill](fill.png)", ""]
+                     markdown_table(header, rows), "", misses, "", "![the finite fill](fill.png)", ""]
     fig_fill(runs, fill, slack, out / "fill.png")
 
 
@@ -507,12 +539,13 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
            f"(not: {', '.join(LABELS[a] for a in structural if a not in collapsed)}): where a partial leak does "
            "not collapse the loss, the published symptom would miss it.")))
     if "fill_1e4" in seen:
+        falls = seen["fill_1e4"] in ("collapses", "lower")
         rep.comparison.append(
-            f"Unlike those reports, the loss here {'does not fall' if seen['fill_1e4'] != 'collapses' else 'falls'}"
-            f" next to the -inf control (it is {seen['fill_1e4']}); "
-            + ("at this learning rate the model fails to train (Experiment 2), so the open mask goes unused in the "
-               "run's length and only the future-leak probe and the alarm show it."
-               if seen["fill_1e4"] != "collapses" else "the open mask is used."))
+            ("As in those reports" if falls else "Unlike those reports")
+            + f", the loss here {'falls' if falls else 'does not fall'} next to the -inf control (it is "
+            f"{seen['fill_1e4']}); "
+            + ("" if falls else "at this learning rate the model fails to train (Experiment 2) and makes little use "
+               "of the open mask in the run's length, so only the future-leak probe and the alarm show it."))
     sections += ["## How this compares with the published cases", "", prose("partial_leaks", "literature")]
     sections += [f"- {c}" for c in rep.comparison] + [""]
     sections += ["## Limits", "", prose("partial_leaks", "limits", n_seeds=len({r.seed for r in runs})), ""]
