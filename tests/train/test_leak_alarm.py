@@ -97,8 +97,10 @@ def test_a_deliberately_leaky_model_is_recorded_without_alarm(capsys):
     trainer, module, ar = fake_trainer(tiny_model(causal=False), step=4)
     ar.on_validation_epoch_end(trainer, module)
     alarm.on_validation_end(trainer, module)
-    assert alarm.summary() == {"leak_detected_step": 4, "leak_signal": "future_leak", "leak_value": alarm.value,
-                               "leak_expected": True}
+    summary = alarm.summary()
+    assert summary.pop("leak_alarm_seconds") > 0
+    assert summary == {"leak_detected_step": 4, "leak_signal": "future_leak", "leak_value": alarm.value,
+                       "leak_expected": True}
     assert not trainer.should_stop and "leak alarm" not in capsys.readouterr().out
 
 
@@ -132,14 +134,16 @@ def test_bad_settings_are_one_sentence():
 def test_train_py_with_a_bug_and_action_stop_ends_leaky_with_exit_0(tmp_path, corpus_args):
     out = tmp_path / "run"
     proc = run_train([*TINY, *corpus_args, BUG, "callbacks.leak_alarm.action=stop", "logger=csv",
-                      f"hydra.run.dir={out}"])
+                      "callbacks.stability.future_leak=true", f"hydra.run.dir={out}"])
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "leaky" and summary["steps"] == 10  # the first validation
     assert summary["leak_detected_step"] == 10 and summary["leak_signal"] == "future_leak"
     assert "leak alarm at step 10" in proc.stdout and "check the attention mask" in proc.stdout
     assert summary["future_leak"] > 1e-4  # the end-of-run diagnostics agree
     history = (out / "history" / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert {"leak/future_leak", "leak/honest_gap", "leak/detected_step", "stab/mask_margin"} <= set(history)
+    assert {"leak/future_leak", "leak/honest_gap", "leak/detected_step", "stab/mask_margin",
+            "stab/future_leak"} <= set(history)
+    assert summary["stab_leak_seconds"] > 0 and summary["leak_alarm_seconds"] > 0
 
 
 def test_a_w_and_b_alert_is_raised_online_only():

@@ -257,7 +257,8 @@ class StabilityMonitor(Probe):
       ``stab/q_rms/L``, ``stab/k_rms/L`` and ``stab/mask_margin/L`` (the largest future score minus the largest
       past score of any row: what a finite mask fill must outweigh); ``stab/max_logit``, ``stab/entropy``,
       ``stab/entropy_min``, ``stab/mask_margin`` over all layers, ``stab/future_mass`` (the attention weight on
-      keys after the query, per layer and averaged) and ``stab/future_leak`` (the perturbation probe);
+      keys after the query, per layer and averaged) and, with ``future_leak=True``, ``stab/future_leak`` (the
+      perturbation probe, a few percent of a default run at every 50 steps: off by default);
     - ``train/grad_norm``: the global L2 norm of the gradients before clipping;
     - ``train/loss_spikes``: how many steps so far had a training loss above ``spike_factor`` x the mean of
       the previous ``spike_window`` steps (counted every step).
@@ -265,7 +266,8 @@ class StabilityMonitor(Probe):
     Each value reaches the loggers once, at the batch it was measured on (``log_at``).
     """
 
-    def __init__(self, every_n_steps: int = 50, windows: int = 8, spike_factor: float = 1.5, spike_window: int = 50):
+    def __init__(self, every_n_steps: int = 50, windows: int = 8, spike_factor: float = 1.5, spike_window: int = 50,
+                 future_leak: bool = False):
         for key, value in (("every_n_steps", every_n_steps), ("windows", windows), ("spike_window", spike_window)):
             positive_int(f"callbacks.stability.{key}", value)
         if not spike_factor > 1:
@@ -273,7 +275,7 @@ class StabilityMonitor(Probe):
         self.every_n_steps, self.windows = every_n_steps, windows
         self.spike_factor, self.spike_window = spike_factor, spike_window
         self.spikes, self.max_grad_norm = 0, 0.0
-        self.leak_seconds = 0.0
+        self.future_leak, self.leak_seconds = bool(future_leak), 0.0
         self._recent: deque[float] = deque(maxlen=spike_window)
 
     def _due(self, trainer) -> bool:
@@ -304,9 +306,10 @@ class StabilityMonitor(Probe):
         metrics = {"train/loss_spikes": float(self.spikes), "stab/max_logit": stats["attn_max_logit"],
                    "stab/entropy": stats["attn_entropy"], "stab/entropy_min": stats["attn_entropy_min"],
                    "stab/mask_margin": stats["attn_mask_margin"], "stab/future_mass": stats["attn_future_mass"]}
-        t0 = time.perf_counter()
-        metrics["stab/future_leak"] = diagnostics.future_leak(model, x.to(module.device))
-        self.leak_seconds += time.perf_counter() - t0  # the leak probe's cost (summary.json)
+        if self.future_leak:  # the perturbation probe at every stability probe too (experiment 3; the leak alarm
+            t0 = time.perf_counter()  # runs it at every validation anyway)
+            metrics["stab/future_leak"] = diagnostics.future_leak(model, x.to(module.device))
+            self.leak_seconds += time.perf_counter() - t0  # its cost (summary.json)
         for name in ("max_logit", "entropy", "entropy_min", "mask_margin", "future_mass", "q_rms", "k_rms"):
             for layer, v in enumerate(stats[f"attn_{name}_per_layer"]):
                 metrics[f"stab/{name}/{layer}"] = v
