@@ -85,7 +85,7 @@ def config(arm, seed):
                            "fill_slack": 16, "alarm_first_validation": True}}
 
 
-def write_run(path, arm, seed, rng):
+def write_run(path, arm, seed, rng, early=False):
     path.mkdir(parents=True)
     leaky = arm in ONSET
     tf = np.full((N, T), 0.05 if leaky else (3.1 if arm.startswith("fill") else 2.0)) + rng.normal(0, 0.01, (N, T))
@@ -104,7 +104,11 @@ def write_run(path, arm, seed, rng):
     (path / "history").mkdir()
     probes = np.arange(9, len(steps), 10)
     margin = np.where(probes < 80, 5000.0, 12000.0) if arm == "fill_1e4" else np.full(len(probes), 3.0)
-    stab_leak = np.where(probes < 80, 0.0, 1.5) if arm == "fill_1e4" else np.full(len(probes), 3.0 * leaky)
+    opens = 60 if early else 80
+    stab_leak = np.where(probes < opens, 0.0, 1.5) if arm == "fill_1e4" else np.full(len(probes), 3.0 * leaky)
+    mass = np.where(probes < 80, 0.0, 0.01) if arm == "fill_1e4" else np.full(len(probes), 0.2 * leaky)
+    if early:
+        mass[probes == 69] = 1e-13  # the unperturbed windows barely leak where the perturbed ones do
     with open(path / "history" / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
         keys = ["train/loss", "val/loss", "val/loss_probe", "val/loss_autoregressive", "leak/honest_gap",
@@ -118,7 +122,7 @@ def write_run(path, arm, seed, rng):
             i = np.nonzero(probes == s)[0]
             if len(i):
                 row.update({"stab/mask_margin": margin[i[0]], "stab/future_leak": stab_leak[i[0]],
-                            "stab/max_logit": margin[i[0]] + 1000, "stab/future_mass": 0.2 * leaky})
+                            "stab/max_logit": margin[i[0]] + 1000, "stab/future_mass": mass[i[0]]})
             w.writerow([s, *(row.get(k, "") for k in keys)])
 
 
@@ -161,3 +165,21 @@ def test_the_synthetic_sweeps_known_answers(report):
     assert "| 1 | 89 | 89 | 12000 | 13000 | yes | holds |" in report
     for png in ("curves", "honest", "positions", "future_mass", "fill"):
         assert f"({png}.png)" in report
+
+
+def test_a_fill_leak_before_the_predicted_probe_is_explained_with_its_numbers(tmp_path):
+    """Seed 2's leak shows at probe 69, before the margin passes the threshold at 89: the prediction fails for it,
+    and the report gives the margin, the unperturbed windows' future mass and the leak at that probe."""
+    rng = np.random.default_rng(0)
+    job = 0
+    for arm in ("fill_1e4", "fill_inf"):
+        for seed in (1, 2, 3):
+            write_run(tmp_path / "sweep" / str(job), arm, seed, rng, early=(arm == "fill_1e4" and seed == 2))
+            job += 1
+    (tmp_path / "out").mkdir()
+    text = pl.write_report(load_runs([tmp_path / "sweep"]), tmp_path / "out", [tmp_path / "sweep"]).read_text()
+    assert "the leak opened at the predicted probe in 2 of 3 seeds; prediction 3: **fails**" in text
+    assert "| 2 | 89 | 69 | 5000 | 6000 | **no** | fails |" in text
+    assert ("Where the leak showed before the predicted probe (seed 2), the margin was 5000, under the threshold of "
+            "9984. On those unperturbed windows the future attention mass at that probe was 1.0e-13") in text
+    assert "the future leak measured there (1.50)" in text

@@ -221,7 +221,7 @@ def fig_curves(arms: dict[str, list[Run]], path: Path, alarms: dict[str, list[in
                 if s is not None:
                     ax.axvline(s, color=COLORS[a], ls=":", lw=0.8)
         ax.set_yscale("log")
-        finish_axes(ax, "step", "training loss (seed mean, min-max band)", title)
+        finish_axes(ax, "step", "training loss (seed mean, min-max band)", title, legend=bool(names))
     fig.suptitle("Training loss; dotted: the step the leak alarm fired (each seed)", fontsize=10)
     return save(fig, path)
 
@@ -265,7 +265,7 @@ def fig_positions(arms: dict[str, list[Run]], path: Path) -> Path:
             ax.plot(np.arange(len(ar)), ar, color=COLORS[a], ls="--", lw=0.8)
         if ax is axes[0]:
             ax.set_yscale("log")
-        finish_axes(ax, "position t", "loss at t (solid: teacher-forced, dashed: honest)")
+        finish_axes(ax, "position t", "loss at t (solid: teacher-forced, dashed: honest)", legend=bool(names))
     return save(fig, path)
 
 
@@ -286,13 +286,18 @@ def fig_fill(runs: list[Run], fill: float, slack: float, path: Path) -> Path:
 
 
 def fig_future_mass(arms: dict[str, list[Run]], path: Path) -> Path:
-    fig = Figure(figsize=(6, 4))
-    ax = fig.subplots()
+    """The future attention mass at every stability probe and the future leak at every validation (seed means)."""
+    fig = Figure(figsize=(11, 4))
+    axes = fig.subplots(1, 2)
     for a, rs in arms.items():
-        b = band(rs, "stab/future_mass")
-        if b is not None:
-            ax.plot(b[0], b[1], color=COLORS[a], label=LABELS[a])
-    finish_axes(ax, "step", "attention weight on later keys (mean)", "Future attention mass (stability probes)")
+        for ax, key in ((axes[0], "stab/future_mass"), (axes[1], "leak/future_leak")):
+            b = band(rs, key)
+            if b is not None:
+                ax.plot(b[0], b[1], color=COLORS[a], label=LABELS[a], marker="." if ax is axes[1] else None)
+    finish_axes(axes[0], "step", "attention weight on later keys (mean)", "Future attention mass (stability probes)",
+                legend=bool(axes[0].lines))
+    finish_axes(axes[1], "step", "max change of earlier logits",
+                "Future leak (the leak alarm's probe, each validation)", legend=bool(axes[1].lines))
     return save(fig, path)
 
 
@@ -356,7 +361,8 @@ def seen_section(rep: Report, arms, est, pred, seen: dict[str, str], out: Path) 
     rep.sections += ["## Which leaks show in the loss", "", prose("partial_leaks", "seen"), "", *lines, "",
                      fill_words, "", "![training loss](curves.png)", "",
                      "![honest and teacher-forced loss at each validation](honest.png)", "",
-                     "![loss by position](positions.png)", "", "![future attention mass](future_mass.png)", ""]
+                     "![loss by position](positions.png)", "",
+                     "![future attention mass and future leak](future_mass.png)", ""]
 
 
 def onset_section(rep: Report, arms, est, pred, onsets) -> None:
@@ -414,17 +420,19 @@ def alarm_section(rep: Report, arms, pred, onsets) -> None:
                           else None)
         verdicts.append(v)
         stab = [first_above(*r.series("stab/future_leak"), alarm.tolerance) for r in rs]
+        mass = [first_above(*r.series("stab/future_mass"), 0.0) for r in rs]
         gaps = [gap_steps(r, alarm) for r in rs]
         lead = [o - d for o, d in zip(onsets.get(a, []), detected, strict=False) if o is not None and d is not None]
-        rows.append([LABELS[a], steps_text(detected), ", ".join(signals) or "—", steps_text(stab), steps_text(gaps),
+        rows.append([LABELS[a], steps_text(detected), ", ".join(signals) or "—", steps_text(stab), steps_text(mass),
+                     steps_text(gaps),
                      steps_text(onsets.get(a, [None] * len(rs))),
                      fmt(*mean_spread(lead), 0) if lead else "—", v])
     n_causal = sum(len(rs) for a, rs in arms.items() if a not in LEAKY)
     false = sum(r.summary.get("leak_detected_step") is not None for a, rs in arms.items() if a not in LEAKY
                 for r in rs)
     header = ["arm", "alarm fired at (per seed)", "signal", "future leak first > tolerance, stability probe",
-              "honest-gap rule first met", "loss onset (what a user would notice)", "lead: onset - alarm (± sd)",
-              "prediction 4"]
+              "future attention mass first > 0, stability probe", "honest-gap rule first met",
+              "loss onset (what a user would notice)", "lead: onset - alarm (± sd)", "prediction 4"]
     leaky_runs = [r for a in LEAKY if a in arms for r in arms[a]]
     fired = sum(r.summary.get("leak_detected_step") is not None for r in leaky_runs)
     rep.findings.append(f"The leak alarm fired on {fired} of {len(leaky_runs)} leaky runs and {false} of {n_causal} "
@@ -438,7 +446,7 @@ def fill_section(rep: Report, arms, pred, out: Path) -> None:
     bug = runs[0].config["attention_bug"]
     fill, slack = float(bug.get("fill", -1e4)), float(pred["fill_slack"])
     tol = alarm_of(runs[0]).tolerance
-    rows, verdicts, backs = [], [], []
+    rows, verdicts, backs, early_at = [], [], [], []
     for r in runs:
         steps, margins = r.series("stab/mask_margin")
         lsteps, leaks = r.series("stab/future_leak")
@@ -449,6 +457,11 @@ def fill_section(rep: Report, arms, pred, out: Path) -> None:
         ml_steps, ml = r.series("stab/max_logit")
         at = np.nonzero(ml_steps == o["observed"])[0] if o["observed"] is not None else []
         closed = closing(steps, margins, leaks, o["observed"], abs(fill) - slack)
+        if not o["zero_before"]:  # the leak came early: what the unperturbed windows' attention showed then
+            m_steps, mass = r.series("stab/future_mass")
+            at_mass = mass[np.nonzero(m_steps == o["observed"])[0]]
+            early_at.append((r.seed, float(at_mass[0]) if len(at_mass) else math.nan,
+                             float(leaks[np.nonzero(steps == o["observed"])[0][0]])))
         rows.append([str(r.seed), steps_text([o["predicted"]]), steps_text([o["observed"]]),
                      f"{o['margin_at_open']:.0f}" if math.isfinite(o["margin_at_open"]) else "—",
                      f"{ml[at[0]]:.0f}" if len(at) else "—", "yes" if o["zero_before"] else "**no**", o["verdict"],
@@ -475,7 +488,9 @@ def fill_section(rep: Report, arms, pred, out: Path) -> None:
                         f"at any probe: {ctrl_leak:g}.")
     early = [r for r in rows if r[6] == "fails" and r[5] != "yes"]
     misses = prose("partial_leaks", "fill_misses", seeds=", ".join(r[0] for r in early),
-                   margins=", ".join(r[3] for r in early), threshold=f"{abs(fill) - slack:g}") if early else ""
+                   margins=", ".join(r[3] for r in early), threshold=f"{abs(fill) - slack:g}",
+                   masses=", ".join(f"{m:.1e}" for _, m, _ in early_at),
+                   leaks=", ".join(f"{v:.2f}" for _, _, v in early_at)) if early else ""
     back, zero = sum(b[0] for b in backs), sum(b[1] for b in backs)
     if back:
         misses += "\n\n" + prose("partial_leaks", "fill_closing", back=back, zero=zero)
