@@ -57,8 +57,7 @@ def check_run(run_dir: Path, alarm: LeakAlarm, data_cache: dict) -> dict:
     leak = diagnostics.future_leak(model, x)
     px, py = dm.probe_windows(probe.get("windows", 16))
     positions = diagnostics.spread_positions(px.shape[1], probe.get("positions", 8))
-    ar = diagnostics.autoregressive_losses(model, px, py, positions)  # (N, P)
-    tf = diagnostics.window_losses(model, px, py, batch_size=len(px))[:, positions]  # (N, P)
+    ar, tf = diagnostics.honest_and_teacher_forced(model, px, py, positions)  # 2 x (N, P)
     gap, se = honest_gap((ar - tf).mean(1))
     found = alarm.check(leak, gap, se)
     return {"run": str(run_dir), "future_leak": leak, "gap": gap, "se": se, "signal": found and found[0]}

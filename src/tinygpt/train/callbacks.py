@@ -242,8 +242,7 @@ class AutoregressiveLoss(Probe):
     def look(self, trainer: L.Trainer, module: L.LightningModule, model: GPT) -> None:
         x, y = (t.to(module.device) for t in trainer.datamodule.probe_windows(self.windows))
         positions = diagnostics.spread_positions(x.shape[1], self.positions)
-        ar_windows = diagnostics.autoregressive_losses(model, x, y, positions)  # (N, P)
-        tf_windows = diagnostics.window_losses(model, x, y, batch_size=len(x))[:, positions]  # (N, T) -> (N, P)
+        ar_windows, tf_windows = diagnostics.honest_and_teacher_forced(model, x, y, positions)  # 2 x (N, P)
         self.gaps = (ar_windows - tf_windows).mean(1)  # (N,): each window's gap, for the leak alarm
         ar, tf = ar_windows.mean().item(), tf_windows.mean().item()
         module.log_dict({"val/loss_autoregressive": ar, "val/loss_probe": tf}, batch_size=len(x), rank_zero_only=True)

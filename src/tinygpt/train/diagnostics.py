@@ -77,6 +77,14 @@ def autoregressive_loss(model: GPT, x: Tensor, y: Tensor, positions: list[int] |
     return autoregressive_loss_by_position(model, x, y, positions).mean().item()
 
 
+def honest_and_teacher_forced(model: GPT, x: Tensor, y: Tensor, positions: list[int]) -> tuple[Tensor, Tensor]:
+    """The autoregressive and the teacher-forced loss of each window at ``positions``: two float64 (N, P) tensors on
+    the CPU, x, y: (N, T). Their difference per window is what the leak alarm tests (0 to rounding if causal)."""
+    ar = autoregressive_losses(model, x, y, positions)  # (N, P)
+    tf = window_losses(model, x, y, batch_size=len(x))[:, positions]  # (N, T) -> (N, P)
+    return ar, tf
+
+
 def spread_positions(T: int, n: int) -> list[int]:
     """n positions spread evenly over 0..T-1, always including the first and the last (all if n >= T)."""
     if n >= T:
