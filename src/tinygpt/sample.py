@@ -59,7 +59,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokeniz
         from hydra.utils import instantiate
 
         instantiate(hp["attention_bug"])(model)
-    state = {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    state = checkpoint.model_weights(ckpt["state_dict"])
     model.load_state_dict(state)
     tok = Tokenizer.from_str(ckpt["tokenizer"]) if "tokenizer" in ckpt else None
     return model.to(device).eval(), tok

@@ -43,8 +43,7 @@ def check_run(run_dir: Path, alarm: LeakAlarm, data_cache: dict) -> dict:
     ckpt = checkpoint.load(run_dir / "checkpoints" / "last.ckpt")
     hp = ckpt["hyper_parameters"]
     model = GPT(GPTConfig(vocab_size=hp["vocab_size"], **hp["model"]))
-    model.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()
-                           if k.startswith("model.")})
+    model.load_state_dict(checkpoint.model_weights(ckpt["state_dict"]))
     key = json.dumps(cfg["data"], sort_keys=True)
     if key not in data_cache:  # runs of one sweep share their data: set it up once
         dm = instantiate(cfg["data"])

@@ -27,7 +27,6 @@ from tinygpt.analysis.stats import (
     bootstrap,
     difference_words,
     direction,
-    first_below,
     in_range,
     mean_spread,
     resolution,
@@ -35,7 +34,7 @@ from tinygpt.analysis.stats import (
     smooth,
     trend,
 )
-from tinygpt.analysis.sweep import ReportError, Run, sweep_wall_seconds
+from tinygpt.analysis.sweep import ReportError, Run, loss_onsets, sweep_wall_seconds
 from tinygpt.analysis.templates import Report, prose
 
 COLORS = {True: "tab:blue", False: "tab:red"}
@@ -258,11 +257,6 @@ def fig_attention(by_causal, path: Path) -> Path | None:
 # ----------------------------------------------------------------------------- text
 
 
-def onsets(runs: list[Run], threshold: float) -> list[int | None]:
-    """Per run: the first logged step whose raw training loss is below ``threshold``."""
-    return [first_below(*r.series("train/loss"), threshold) for r in runs]
-
-
 def every_steps(n: int | None) -> str:
     return "at every step" if n == 1 else f"every {n} steps"
 
@@ -290,7 +284,7 @@ def onset_text(by_causal: dict[bool, list[Run]], pred: dict) -> tuple[str, list[
     leaky, causal_runs = by_causal[False], by_causal[True]
     causal_final = ms(causal_runs, "train_loss")[0]
     f, hi, lo = pred["onset_fraction"], pred["drop_from"], pred["drop_to"]
-    found = onsets(leaky, f * causal_final)
+    found = loss_onsets(leaky, f * causal_final)
     every = log_interval(leaky)
     text = (f"When does the leaky arm find the leak? The first logged step whose raw training loss is below "
             f"{f:g} x the causal arm's final training loss ({f * causal_final:.2f}), per seed: "
@@ -298,7 +292,8 @@ def onset_text(by_causal: dict[bool, list[Run]], pred: dict) -> tuple[str, list[
             + f" (the training loss is logged {every_steps(every)}).")
     if all(s is not None for s in found):
         widths = [b - a if a is not None and b is not None else None
-                  for a, b in zip(onsets(leaky, hi * causal_final), onsets(leaky, lo * causal_final), strict=True)]
+                  for a, b in zip(loss_onsets(leaky, hi * causal_final), loss_onsets(leaky, lo * causal_final),
+                                  strict=True)]
         text += (f" From the first step below {hi:.0%} of the causal loss to the first below {lo:.0%}: "
                  + ", ".join(str(w) if w is not None else "never" for w in widths) + " steps.")
         before = [val_before(rs, min(found) - 1) for rs in (leaky, causal_runs)]

@@ -25,13 +25,12 @@ from tinygpt.analysis.stats import (
     bootstrap,
     difference_words,
     direction,
-    first_below,
     in_range,
     mean_spread,
     resolution,
     smooth,
 )
-from tinygpt.analysis.sweep import ReportError, Run, sweep_wall_seconds
+from tinygpt.analysis.sweep import ReportError, Run, loss_onsets, sweep_wall_seconds
 from tinygpt.analysis.templates import Report, prose
 from tinygpt.train.leak_alarm import LeakAlarm
 
@@ -89,11 +88,6 @@ def per_window(runs: list[Run], what: str) -> np.ndarray:
         else:
             rows.append({"tf": v.mean(1), "last": v[:, -1], "rest": v[:, :-1].mean(1)}[what])
     return np.stack(rows)
-
-
-def onset_steps(runs: list[Run], threshold: float) -> list[int | None]:
-    """Per run: the first logged step whose raw training loss is below ``threshold``."""
-    return [first_below(*r.series("train/loss"), threshold) for r in runs]
 
 
 def samples(arms: dict[str, list[Run]], onsets: dict[str, list[int | None]]) -> dict:
@@ -517,7 +511,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     threshold = None
     if "causal" in arms:
         threshold = pred["onset_fraction"] * float(np.mean([r.summary["train_loss"] for r in arms["causal"]]))
-    onsets = {a: onset_steps(rs, threshold) if threshold else [None] * len(rs) for a, rs in arms.items()}
+    onsets = {a: loss_onsets(rs, threshold) if threshold else [None] * len(rs) for a, rs in arms.items()}
     est = bootstrap(samples(arms, onsets))
     table, seen = arm_table(arms, est, pred)
     fill_cfg = arms["fill_1e4"][0].config if "fill_1e4" in arms else {}

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
+from tinygpt.analysis.stats import first_below
+
 
 class ReportError(ValueError):
     """Input a report cannot be made from (a missing dir, no runs): one sentence, exit status 2."""
@@ -132,6 +134,11 @@ def load_runs(sweep_dirs: list[Path]) -> list[Run]:
 
 
 # ----------------------------------------------------------------------------- numbers
+
+
+def loss_onsets(runs: list[Run], threshold: float) -> list[int | None]:
+    """Per run: the first logged step whose raw training loss is below ``threshold`` (None if none is)."""
+    return [first_below(*r.series("train/loss"), threshold) for r in runs]
 
 
 def sweep_wall_seconds(runs: list[Run]) -> float:

@@ -109,6 +109,12 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     return ckpt
 
 
+def model_weights(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """The GPT's own entries of a LightningModule state dict (``model.`` prefix removed): what GPT.load_state_dict
+    takes. The one place that knows the module holds the GPT as ``model``."""
+    return {k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")}
+
+
 def describe(model: dict, vocab_size: int) -> str:
     keys = ("n_layer", "n_head", "n_embd", "block_size")
     return ", ".join(f"{k}={model.get(k)}" for k in keys) + f", vocab {vocab_size}"
@@ -128,8 +134,7 @@ def check_resume_model(ckpt: dict, path: Path, state_dict: dict[str, torch.Tenso
     """Refuse a checkpoint whose weights do not fit this run's model, or whose tokenizer differs from this
     run's data (the same vocab size with other symbols would train on silently scrambled ids)."""
     hp = ckpt["hyper_parameters"]
-    theirs = {k.removeprefix("model."): tuple(v.shape) for k, v in ckpt["state_dict"].items()
-              if k.startswith("model.")}
+    theirs = {k: tuple(v.shape) for k, v in model_weights(ckpt["state_dict"]).items()}
     ours = {k: tuple(v.shape) for k, v in state_dict.items()}
     if theirs != ours:
         raise ConfigError(

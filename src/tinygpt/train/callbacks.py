@@ -21,6 +21,7 @@ from rich.panel import Panel
 
 from tinygpt.model.generate import check_sampling, generate
 from tinygpt.model.gpt import GPT
+from tinygpt.runtime import checkpoint
 from tinygpt.runtime.checks import non_negative_int, positive_int
 from tinygpt.runtime.console import out as console
 from tinygpt.train import diagnostics, explorer
@@ -43,7 +44,7 @@ def full_model(trainer: L.Trainer, module: L.LightningModule) -> GPT | None:
     if not trainer.is_global_zero:
         return None
     copy = module.new_model()
-    copy.load_state_dict({k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
+    copy.load_state_dict(checkpoint.model_weights(state))
     return copy.to(module.device)
 
 
