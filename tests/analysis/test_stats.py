@@ -9,6 +9,7 @@ from tinygpt.analysis.stats import (
     Estimate,
     Sample,
     all_hold,
+    combine,
     bootstrap,
     difference_words,
     direction,
@@ -183,3 +184,34 @@ def test_onset_is_read_from_the_raw_series_at_its_own_step():
     assert first_below(steps, smooth(loss), 1.0) > 300  # what the old report measured
     assert first_below(steps, loss, 0.01) is None
     assert resolution(np.arange(0, 800, 10)) == 10
+
+
+def test_three_seeds_get_a_t_interval():
+    """Seeds that disagree by a constant (0, 0.5, 1.0) on noiseless windows: the interval is the t-test's on the
+    three seed means, 0.5 +- t(2) x 0.5 / sqrt(3) = 0.5 +- 1.24 (a normal quantile would give +- 0.57, and
+    resampling the three seeds about +- 0.4)."""
+    v = np.tile(np.array([[0.0], [0.5], [1.0]]), (1, 64))
+    est = bootstrap({"a": Sample(v)})["a"]
+    half = 4.303 * 0.5 / math.sqrt(3)
+    assert est.lo == pytest.approx(0.5 - half, rel=0.1) and est.hi == pytest.approx(0.5 + half, rel=0.1)
+    assert est.df == pytest.approx(2)
+
+
+def test_pairing_by_seed_needs_the_same_seeds():
+    """Two arms paired by seed with one run lost: seed 3 missing from one of them must not pair seed 4 with 3."""
+    a = Sample(noisy(1.0, 0.1), seeds="paired", seed_ids=(1, 2, 3))
+    b = Sample(noisy(1.0, 0.1, seed=1), seeds="paired", seed_ids=(1, 2, 4))
+    with pytest.raises(ValueError, match=r"different seeds: \[1, 2, 3\] and \[1, 2, 4\]"):
+        bootstrap({"a": a, "b": b})
+    with pytest.raises(ValueError, match="3 seed rows got 2 seed ids"):
+        Sample(noisy(1.0, 0.1), seed_ids=(1, 2))
+
+
+def test_non_finite_replicates_are_counted_and_shown():
+    """The log of a mean whose interval crosses 0: the replicates below 0 give NaN; they are counted and the
+    formatted estimate says how many, instead of an interval silently made from the rest."""
+    est = bootstrap({"a": Sample(noisy(0.02, 1.0, seed=9))})["a"]
+    with np.errstate(invalid="ignore"):
+        logged = combine(lambda y: np.log(y[..., 0]), [est])
+    assert 0 < logged.nonfinite < len(logged.replicates)
+    assert f"({logged.nonfinite} of {len(logged.replicates)} replicates not finite)" in logged.format()

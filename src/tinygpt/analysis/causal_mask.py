@@ -20,7 +20,6 @@ from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table
 from tinygpt.analysis.stats import (
     LEVEL,
     N_BOOT,
-    Estimate,
     Sample,
     all_hold,
     band,
@@ -34,7 +33,7 @@ from tinygpt.analysis.stats import (
     smooth,
     trend,
 )
-from tinygpt.analysis.sweep import ReportError, Run, loss_onsets, sweep_wall_seconds
+from tinygpt.analysis.sweep import ReportError, Run, loss_onsets, seed_ids, sweep_wall_seconds
 from tinygpt.analysis.templates import Report, prose
 
 COLORS = {True: "tab:blue", False: "tab:red"}
@@ -132,7 +131,7 @@ def arm_samples(arms) -> dict:
             for what in ("mean", "last", "copy", "probe", "honest"):
                 probe = what in ("probe", "honest")
                 out[(label, T, c, what)] = Sample(per_window(rs, what), windows_key(label, T, probe),
-                                                  seeds=f"{label}/T{T}/{c}")
+                                                  seeds=f"{label}/T{T}/{c}", seed_ids=seed_ids(rs))
     return out
 
 
@@ -371,8 +370,8 @@ def main_arm_section(rep: Report, by_causal: dict[bool, list[Run]], label: str, 
     rep.sections += [text, ""]
     ar_l = np.stack([r.windows("autoregressive_window_position") for r in by_causal[False]])  # (S, n, P)
     ar_c = np.stack([r.windows("autoregressive_window_position") for r in by_causal[True]])
-    pos = bootstrap({(c, t): Sample(a[:, :, t], "probe", seeds=str(c)) for c, a in ((False, ar_l), (True, ar_c))
-                     for t in range(ar_l.shape[2])})
+    pos = bootstrap({(c, t): Sample(a[:, :, t], "probe", seeds=str(c), seed_ids=seed_ids(by_causal[c]))
+                     for c, a in ((False, ar_l), (True, ar_c)) for t in range(ar_l.shape[2])})
     above = sum(direction(pos[(False, t)] - pos[(True, t)]) > 0 for t in range(ar_l.shape[2]))
     rep.sections += [
         "## Loss by position", "", "![loss by position](loss_by_position.png)", "",
@@ -516,7 +515,7 @@ def control_section(rep: Report, label: str, T: int, by_causal: dict[bool, list[
     fig_curves(by_causal, f"{label}, T = {T}: nothing to learn", out / name, chance=chance)
     c_tr, l_tr = ms(by_causal[True], "train_loss"), ms(by_causal[False], "train_loss")
     honest = est[(label, T, False, "honest")]
-    above = Estimate.of(honest.value - chance, honest.replicates - chance)
+    above = honest - chance
     rep.sections += [
         f"## Control: {label}, T = {T}", "", f"![control]({name})", "",
         f"Uniform random tokens: no model can beat ln({vocab}) = {chance:.3f} honestly. The causal arm's training "

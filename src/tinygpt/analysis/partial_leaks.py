@@ -30,7 +30,7 @@ from tinygpt.analysis.stats import (
     resolution,
     smooth,
 )
-from tinygpt.analysis.sweep import ReportError, Run, loss_onsets, sweep_wall_seconds
+from tinygpt.analysis.sweep import ReportError, Run, loss_onsets, seed_ids, sweep_wall_seconds
 from tinygpt.analysis.templates import Report, prose
 from tinygpt.train.leak_alarm import LeakAlarm
 
@@ -98,10 +98,11 @@ def samples(arms: dict[str, list[Run]], onsets: dict[str, list[int | None]]) -> 
     for arm, rs in arms.items():
         for what in ("tf", "last", "rest", "tf_probe", "honest"):
             key = "probe" if what in ("tf_probe", "honest") else "val"
-            out[(arm, what)] = Sample(per_window(rs, what), windows=key, seeds=arm)
+            out[(arm, what)] = Sample(per_window(rs, what), windows=key, seeds=arm, seed_ids=seed_ids(rs))
         steps = onsets.get(arm)
         if steps and all(s is not None for s in steps):
-            out[(arm, "onset")] = Sample(np.array(steps, dtype=float)[:, None], windows="onset", seeds="paired")
+            out[(arm, "onset")] = Sample(np.array(steps, dtype=float)[:, None], windows="onset", seeds="paired",
+                                        seed_ids=seed_ids(rs))
     return out
 
 
@@ -373,7 +374,7 @@ def onset_section(rep: Report, arms, est, pred, onsets) -> None:
             verdicts.append(verdict)
         rows.append([LABELS[a], steps_text(onsets[a]), o.format(0) if o is not None else "not every seed",
                      ratio.format(2) if ratio is not None else "—",
-                     difference_words(Estimate.of(ratio.value - 1, ratio.replicates - 1), "later", "earlier")
+                     difference_words(ratio - 1, "later", "earlier")
                      if ratio is not None else "—", verdict])
     runs0 = next(iter(arms.values()))
     interval = resolution(runs0[0].series("train/loss")[0])
@@ -387,13 +388,13 @@ def onset_section(rep: Report, arms, est, pred, onsets) -> None:
                      markdown_table(header, rows), ""]
     if ("off_by_one", "onset") in est and ref:
         ratio = est[("off_by_one", "onset")] / est[("no_mask", "onset")]
-        word = {-1: "earlier", 0: "same", 1: "later"}[direction(Estimate.of(ratio.value - 1, ratio.replicates - 1))]
+        word = {-1: "earlier", 0: "same", 1: "later"}[direction(ratio - 1)]
         rep.sections += [prose("partial_leaks", f"onset_why_{word}"), ""]
     words = {}
     for a in ("first_layer", "last_layer", "sliding_window"):
         if (a, "onset") in est and ref:
             r = est[(a, "onset")] / est[("no_mask", "onset")]
-            words[a] = difference_words(Estimate.of(r.value - 1, r.replicates - 1), "later", "earlier")
+            words[a] = difference_words(r - 1, "later", "earlier")
     if len(words) == 3:
         shape = ("onset_shapes_seen" if (words["last_layer"], words["sliding_window"]) == ("later", "earlier")
                  else "onset_shapes_other")

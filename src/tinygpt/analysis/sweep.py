@@ -141,6 +141,11 @@ def loss_onsets(runs: list[Run], threshold: float) -> list[int | None]:
     return [first_below(*r.series("train/loss"), threshold) for r in runs]
 
 
+def seed_ids(runs: list[Run]) -> tuple[int, ...]:
+    """The runs' seeds, in their order: what a bootstrap Sample pairs by."""
+    return tuple(r.seed for r in runs)
+
+
 def sweep_wall_seconds(runs: list[Run]) -> float:
     """From the first job's config.yaml to the last job's summary.json (file times)."""
     starts = [(r.dir / "config.yaml").stat().st_mtime for r in runs if (r.dir / "config.yaml").exists()]
