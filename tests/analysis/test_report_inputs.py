@@ -77,7 +77,7 @@ def test_the_committed_report_is_left_alone_by_a_partial_sweep(tmp_path, capsys,
 def test_the_full_sweep_check_counts_the_configs_grid(tmp_path):
     sweep = causal_sweep(tmp_path / "sweep")
     runs = report.load_runs([sweep])
-    assert report.full_sweep_gap(runs, [], "causal_mask") == "it has 6 runs, the full sweep 24"
+    assert report.full_sweep_gap(runs, [], "causal_mask") == "it has 6 runs, the full sweep 40"
     assert report.full_sweep_gap(runs, [(runs[0], "interrupted")], "causal_mask") == "1 of its runs did not complete"
 
 

@@ -44,24 +44,24 @@ def test_partial_leaks_arms_build_the_bugs_they_name():
             assert (c.model.n_embd, c.model.n_head, c.model.attn.scale, c.optim.lr) == (256, 1, "none", 1e-2)
     assert kinds == {"causal": None, "no_mask": None, "off_by_one": "off_by_one", "first_layer": "no_mask",
                      "last_layer": "no_mask", "sliding_window": "sliding_window", "fill_1e4": "finite_fill",
-                     "fill_inf": None}
+                     "fill_where_1e4": "replace_fill", "fill_inf": None}
     assert compose_hydra(["experiment=partial_leaks", "arm/partial_leaks=fill_1e4"]).attention_bug.fill == -1e4
 
 
 def test_causal_mask_sweep_arms_and_dir():
     cfg = compose_hydra(["experiment=causal_mask"])
     params = cfg.hydra.sweeper.params
-    assert params["model.attn.causal"] == "true,false" and params["seed"] == "1,2,3"
+    assert params["model.attn.causal"] == "true,false" and params["seed"] == "1,2,3,4,5"
     arms = params["arm/causal_mask"].split(",")
     assert arms == ["shakespeare_t64", "shakespeare_t32", "shakespeare_t16", "random_t64"]
     assert cfg.hydra.sweep.dir.startswith("multirun/causal_mask/")  # named after the experiment
-    tokens = set()
+    windows = set()
     for arm in arms:
         c = compose_hydra(["experiment=causal_mask", f"arm/causal_mask={arm}"])
-        tokens.add(c.model.block_size * c.data.batch_size)
+        windows.add(c.data.batch_size)
         assert c.data.source == ("random_tokens" if arm.startswith("random") else "shakespeare")
         assert c.model.block_size == int(arm.rsplit("_t", 1)[1])
-    assert tokens == {768}  # the same tokens per step in every arm
+    assert windows == {12}  # the same windows a batch in every arm: every position trains on as many examples
     quick = compose_hydra(["experiment=causal_mask_quick"])
     assert quick.hydra.sweep.dir.startswith("multirun/causal_mask_quick/")
     assert quick.trainer.max_steps < cfg.trainer.max_steps and quick.hydra.sweeper.params["seed"] == "1"

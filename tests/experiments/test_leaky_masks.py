@@ -115,3 +115,17 @@ def test_bad_bug_settings_are_one_sentence():
         AttentionBug("no_mask", layers=[5])(GPT(GPTConfig(vocab_size=31, block_size=T, n_layer=2, n_head=2, n_embd=8)))
     with pytest.raises(ValueError, match="attention_bug.fill=1.0 must be negative"):
         BuggyAttention(8, 2, kind="finite_fill", fill=1.0)
+
+
+def test_the_replacing_fill_replaces_the_masked_scores():
+    """GPT-2's masked_bias, by hand: scores [0, 5] on a 2-key row whose second key is masked, fill -2: the masked
+    score becomes -2 whatever it was, weights e^0 : e^-2; with visible scores [-9] below the fill, the masked key
+    wins (e^-2 : e^-9): the published bug."""
+    attn = BuggyAttention(4, 1, kind="replace_fill", fill=-2.0)
+    w = attn.weights(torch.tensor([[[[0.0, 5.0], [0.0, 1.0]]]]))  # (1, 1, 2, 2)
+    torch.testing.assert_close(w[0, 0, 0], torch.softmax(torch.tensor([0.0, -2.0]), -1))
+    torch.testing.assert_close(w[0, 0, 1], torch.softmax(torch.tensor([0.0, 1.0]), -1))  # nothing masked in row 2
+    low = attn.weights(torch.tensor([[[[-9.0, 3.0], [0.0, 1.0]]]]))
+    assert low[0, 0, 0, 1] > 0.99
+    with pytest.raises(ValueError, match="must be negative"):
+        BuggyAttention(8, 2, kind="replace_fill", fill=1.0)

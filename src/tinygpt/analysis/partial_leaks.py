@@ -35,16 +35,18 @@ from tinygpt.analysis.templates import Report, prose
 from tinygpt.train.leak_alarm import LeakAlarm
 
 STRUCTURAL = ("no_mask", "off_by_one", "first_layer", "last_layer", "sliding_window")  # leaky in the mask itself
-ARMS = ("causal", *STRUCTURAL, "fill_1e4", "fill_inf")
+ARMS = ("causal", *STRUCTURAL, "fill_1e4", "fill_where_1e4", "fill_inf")
 CONTROL = {**{a: "causal" for a in STRUCTURAL}, "fill_1e4": "fill_inf"}
-LEAKY = (*STRUCTURAL, "fill_1e4")
+LEAKY = (*STRUCTURAL, "fill_1e4", "fill_where_1e4")
 LABELS = {
     "causal": "causal (control)", "no_mask": "no mask", "off_by_one": "off by one", "first_layer": "first layer leaky",
     "last_layer": "last layer leaky", "sliding_window": "sliding window", "fill_1e4": "finite fill (added)",
+    "fill_where_1e4": "finite fill (replacing: GPT-2's masked_bias)",
     "fill_inf": "-inf fill (its control)",
 }
 COLORS = {"causal": "tab:blue", "no_mask": "tab:red", "off_by_one": "tab:orange", "first_layer": "tab:purple",
-          "last_layer": "tab:brown", "sliding_window": "tab:pink", "fill_1e4": "tab:olive", "fill_inf": "tab:cyan"}
+          "last_layer": "tab:brown", "sliding_window": "tab:pink", "fill_1e4": "tab:olive",
+          "fill_where_1e4": "tab:green", "fill_inf": "tab:cyan"}
 
 
 def arm_of(run: Run) -> str:
@@ -55,7 +57,7 @@ def arm_of(run: Run) -> str:
         kind, layers = bug.get("kind"), bug.get("layers")
         if kind == "no_mask":
             return {(0,): "first_layer", (-1,): "last_layer"}.get(tuple(layers or ()), "no_mask")
-        return {"finite_fill": "fill_1e4"}.get(kind, kind)
+        return {"finite_fill": "fill_1e4", "replace_fill": "fill_where_1e4"}.get(kind, kind)
     if not cfg["model"]["attn"]["causal"]:
         return "no_mask"
     return "fill_inf" if cfg["model"]["attn"]["scale"] == "none" else "causal"

@@ -7,10 +7,14 @@ These are the slips that path avoids, each a ``mask`` function and one attention
 - ``off_by_one``: query i also sees key i+1, the classic ``triu(diagonal=2)`` where ``triu(diagonal=1)`` was meant;
 - ``sliding_window``: a local window |i - j| < w without its causal half (transformers issue 31673 reported a
   sliding-window mask that let queries see the future);
-- ``finite_fill``: the causal mask *added* as a finite value (``scores + fill * masked``, fill = -1e4, as in the
-  extended attention masks of transformers issues 15199 and 17121) instead of replacing the scores with -inf:
-  a masked key gets weight exp(masked score + fill - row max) / Z, which is exactly 0 in float32 only while the
-  masked score stays below the largest visible one by more than about |fill| - 16.
+- ``finite_fill``: the causal mask *added* as a finite value (``scores + fill * masked``, fill = -1e4), as the
+  additive extended attention masks of BERT-style models add -10000 (transformers issue 12109): a masked key gets
+  weight exp(masked score + fill - row max) / Z, which opens only when a masked score passes the row's largest
+  visible one by about |fill|;
+- ``replace_fill``: the masked scores *replaced* by a finite value (``where(mask, scores, fill)``), GPT-2's
+  ``masked_bias = -1e4`` in transformers until PR 17306 (issues 15199 and 17121, minGPT issue 75): every masked
+  key scores exactly ``fill``, so a row opens when all its visible scores fall below the fill, whatever the masked
+  scores were.
 
 A run gets one by naming it (``attention_bug: {_target_: tinygpt.experiments.leaky_masks.AttentionBug, ...}``, as
 configs/arm/partial_leaks/ do); ``AttentionBug(model)`` swaps the attention of the chosen layers for a
@@ -28,13 +32,13 @@ from torch import Tensor
 from tinygpt.model.attention import CausalSelfAttention, causal_mask
 from tinygpt.model.gpt import GPT
 
-KINDS = ("no_mask", "off_by_one", "sliding_window", "finite_fill")
+KINDS = ("no_mask", "off_by_one", "sliding_window", "finite_fill", "replace_fill")
 
 
 def visible_keys(kind: str, t_q: int, t_k: int, *, window: int = 16, device=None) -> Tensor | None:
     """(T_q, T_k) bool, True where the buggy mask lets query i see key j (queries are the last T_q positions of
     the T_k keys, as in the production causal_mask); None for no mask. ``finite_fill``'s mask is the correct
-    causal one: its bug is in how the mask is applied, not in which keys it names."""
+    causal one, and ``replace_fill``'s: their bugs are in how the mask is applied, not in which keys it names."""
     offset = t_k - t_q
     i = torch.arange(t_q, device=device)[:, None] + offset  # (T_q, 1): each query's absolute position
     j = torch.arange(t_k, device=device)[None, :]  # (1, T_k)
@@ -44,7 +48,7 @@ def visible_keys(kind: str, t_q: int, t_k: int, *, window: int = 16, device=None
         return j <= i + 1  # the diagonal above the main one is left open
     if kind == "sliding_window":
         return (i - j).abs() < window  # a band: w - 1 keys back and w - 1 ahead
-    if kind == "finite_fill":
+    if kind in ("finite_fill", "replace_fill"):
         return causal_mask(t_q, t_k, device)
     raise ValueError(f"attention bug kind {kind!r} is not one of {', '.join(KINDS)}.")
 
@@ -58,8 +62,8 @@ class BuggyAttention(CausalSelfAttention):
         visible_keys(kind, 1, 1)  # raises on an unknown kind
         if kind == "sliding_window" and window < 1:
             raise ValueError(f"attention_bug.window={window!r} must be a positive number of keys.")
-        if kind == "finite_fill" and not fill < 0:
-            raise ValueError(f"attention_bug.fill={fill!r} must be negative (the value added to masked scores).")
+        if kind in ("finite_fill", "replace_fill") and not fill < 0:
+            raise ValueError(f"attention_bug.fill={fill!r} must be negative (the value given to masked scores).")
         self.kind, self.window, self.fill = kind, window, float(fill)
 
     def weights(self, scores: Tensor) -> Tensor:
@@ -70,6 +74,8 @@ class BuggyAttention(CausalSelfAttention):
             return torch.softmax(scores, dim=-1)
         if self.kind == "finite_fill":  # the bug: added, not filled; the masked keys keep their scores
             return torch.softmax(scores + self.fill * (~visible).to(scores.dtype), dim=-1)
+        if self.kind == "replace_fill":  # GPT-2's masked_bias: the masked scores become the fill itself
+            return torch.softmax(torch.where(visible, scores, torch.full_like(scores, self.fill)), dim=-1)
         return torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)  # every row keeps its own key
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None, kv_cache=None) -> Tensor:
@@ -93,7 +99,8 @@ class BuggyAttention(CausalSelfAttention):
         return {"weights": self.weights(logits), "logits": logits, "q": q, "k": k}
 
     def extra_repr(self) -> str:
-        details = {"sliding_window": f", window={self.window}", "finite_fill": f", fill={self.fill:g}"}
+        details = {"sliding_window": f", window={self.window}", "finite_fill": f", fill={self.fill:g}",
+                   "replace_fill": f", fill={self.fill:g}"}
         detail = details.get(self.kind, "")
         return f"BUG {self.kind}{detail}; " + super().extra_repr()
 

@@ -255,10 +255,12 @@ class StabilityMonitor(Probe):
     - on ``windows`` fixed validation windows, per layer L: ``stab/max_logit/L`` (largest pre-softmax logit),
       ``stab/entropy/L`` and ``stab/entropy_min/L`` (normalised attention entropy, mean and min over rows),
       ``stab/q_rms/L``, ``stab/k_rms/L`` and ``stab/mask_margin/L`` (the largest future score minus the largest
-      past score of any row: what a finite mask fill must outweigh); ``stab/max_logit``, ``stab/entropy``,
-      ``stab/entropy_min``, ``stab/mask_margin`` over all layers, ``stab/future_mass`` (the attention weight on
-      keys after the query, per layer and averaged) and, with ``future_leak=True``, ``stab/future_leak`` (the
-      perturbation probe, a few percent of a default run at every 50 steps: off by default);
+      past score of any row: what an added finite fill must outweigh), ``stab/visible_floor/L`` (the lowest row's
+      largest past score: what a replacing finite fill must stay below); ``stab/max_logit``, ``stab/entropy``,
+      ``stab/entropy_min``, ``stab/mask_margin``, ``stab/visible_floor`` over all layers, ``stab/future_mass``
+      (the attention weight on keys after the query, per layer and averaged) and, with ``future_leak=True``,
+      ``stab/future_leak`` (the perturbation probe, a few percent of a default run at every 50 steps: off by
+      default);
     - ``train/grad_norm``: the global L2 norm of the gradients before clipping;
     - ``train/loss_spikes``: how many steps so far had a training loss above ``spike_factor`` x the mean of
       the previous ``spike_window`` steps (counted every step).
@@ -305,12 +307,14 @@ class StabilityMonitor(Probe):
         stats = diagnostics.attention_stats(model, x.to(module.device))
         metrics = {"train/loss_spikes": float(self.spikes), "stab/max_logit": stats["attn_max_logit"],
                    "stab/entropy": stats["attn_entropy"], "stab/entropy_min": stats["attn_entropy_min"],
-                   "stab/mask_margin": stats["attn_mask_margin"], "stab/future_mass": stats["attn_future_mass"]}
+                   "stab/mask_margin": stats["attn_mask_margin"], "stab/future_mass": stats["attn_future_mass"],
+                   "stab/visible_floor": stats["attn_visible_floor"]}
         if self.future_leak:  # the perturbation probe at every stability probe too (experiment 3; the leak alarm
             t0 = time.perf_counter()  # runs it at every validation anyway)
             metrics["stab/future_leak"] = diagnostics.future_leak(model, x.to(module.device))
             self.leak_seconds += time.perf_counter() - t0  # its cost (summary.json)
-        for name in ("max_logit", "entropy", "entropy_min", "mask_margin", "future_mass", "q_rms", "k_rms"):
+        for name in ("max_logit", "entropy", "entropy_min", "mask_margin", "visible_floor", "future_mass", "q_rms",
+                     "k_rms"):
             for layer, v in enumerate(stats[f"attn_{name}_per_layer"]):
                 metrics[f"stab/{name}/{layer}"] = v
         log_at(trainer, metrics, trainer.global_step - 1)  # this batch's index: its step is taken

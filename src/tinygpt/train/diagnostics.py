@@ -167,7 +167,7 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     past = causal_mask(T, T, x.device)  # (T, T): what a causal mask leaves visible, for the margin
     has_future = ~past.all(-1)  # (T,): every row but the last has a masked key
     layers: dict[str, list[float]] = {k: [] for k in ("entropy", "entropy_min", "max_logit", "future_mass",
-                                                       "mask_margin", "q_rms", "k_rms")}
+                                                       "mask_margin", "visible_floor", "q_rms", "k_rms")}
     for w, s, (q, k) in zip(maps, logits, qk, strict=True):
         p = w.clamp_min(1e-30)
         h = -(w * p.log()).sum(-1)  # (N, H, T)
@@ -179,6 +179,7 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
         masked_max = s.masked_fill(past, float("-inf")).amax(-1)  # (N, H, T): the largest future score per row
         visible_max = s.masked_fill(~past, float("-inf")).amax(-1)  # (N, H, T): the largest past score
         layers["mask_margin"].append((masked_max - visible_max)[..., has_future].max().item())
+        layers["visible_floor"].append(visible_max[..., has_future].min().item())  # what a replacing fill must beat
         layers["q_rms"].append(q.pow(2).mean().sqrt().item())
         layers["k_rms"].append(k.pow(2).mean().sqrt().item())
     out = {
@@ -187,6 +188,7 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
         "attn_max_logit": max(layers["max_logit"]),
         "attn_future_mass": sum(layers["future_mass"]) / len(layers["future_mass"]),
         "attn_mask_margin": max(layers["mask_margin"]),
+        "attn_visible_floor": min(layers["visible_floor"]),
     }
     out.update({f"attn_{k}_per_layer": v for k, v in layers.items()})
     return out

@@ -26,7 +26,8 @@ DIAGNOSTIC_KEYS = (
     "attn_entropy",
     "attn_max_logit",
     "attn_future_mass",
-    "attn_mask_margin",  # largest future score - largest past score of any row (what a finite fill must outweigh)
+    "attn_mask_margin",  # largest future score - largest past score of any row (what an added fill must outweigh)
+    "attn_visible_floor",  # the lowest row's largest past score (what a replacing fill must stay below)
     "loss_by_position",  # teacher-forced, one value per position
 )
 
