@@ -17,28 +17,55 @@ STEPS = np.arange(9, 300, 10)  # the stability probes of a fill run
 def test_the_fill_opens_where_predicted_when_the_leak_starts_at_the_margins_crossing():
     margins = np.where(STEPS < 80, 5000.0, 12000.0)  # crosses 1e4 - 16 at step 89
     leaks = np.where(STEPS < 80, 0.0, 1.5)
-    o = pl.fill_opening(STEPS, margins, leaks, fill=-1e4, slack=16, tolerance=1e-4)
-    assert (o["predicted"], o["observed"], o["zero_before"], o["verdict"]) == (89, 89, True, "holds")
-    assert o["margin_at_open"] == 12000.0
+    o = pl.opening(STEPS, margins, leaks, 1e4 - 16, tolerance=1e-4)
+    assert (o["predicted"], o["observed"], o["closed_before"], o["verdict"]) == (89, 89, True, "holds")
+    assert o["signal_at_open"] == 12000.0
+    one_late = pl.opening(STEPS, margins, np.where(STEPS < 90, 0.0, 1.5), 1e4 - 16, tolerance=1e-4)
+    assert (one_late["observed"], one_late["verdict"]) == (99, "holds")  # the probe after the predicted one
 
 
-def test_a_leak_before_the_predicted_probe_or_after_it_fails():
+def test_a_leak_before_the_predicted_probe_or_two_probes_after_it_fails():
     margins = np.where(STEPS < 80, 5000.0, 12000.0)
     early = np.where(STEPS < 60, 0.0, 1.0)  # the leak opens at 69, before the margin passes the fill
-    o = pl.fill_opening(STEPS, margins, early, fill=-1e4, slack=16, tolerance=1e-4)
-    assert (o["predicted"], o["observed"], o["zero_before"], o["verdict"]) == (89, 69, False, "fails")
-    late = np.where(STEPS < 120, 0.0, 1.0)  # the margin passed the fill and nothing leaked until 129
-    assert pl.fill_opening(STEPS, margins, late, fill=-1e4, slack=16, tolerance=1e-4)["verdict"] == "fails"
+    o = pl.opening(STEPS, margins, early, 1e4 - 16, tolerance=1e-4)
+    assert (o["predicted"], o["observed"], o["closed_before"], o["verdict"]) == (89, 69, False, "fails")
+    late = np.where(STEPS < 100, 0.0, 1.0)  # the margin passed the fill and nothing leaked until 109
+    assert pl.opening(STEPS, margins, late, 1e4 - 16, tolerance=1e-4)["verdict"] == "fails"
     # a margin just short of |fill| - slack with no leak, then a leak: the margin never predicted it
-    never = pl.fill_opening(STEPS, np.full(len(STEPS), 9980.0), late, fill=-1e4, slack=16, tolerance=1e-4)
+    never = pl.opening(STEPS, np.full(len(STEPS), 9980.0), late, 1e4 - 16, tolerance=1e-4)
     assert (never["predicted"], never["verdict"]) == (None, "fails")
 
 
-def test_neither_margin_nor_leak_is_undecided_and_a_leak_at_the_tolerance_is_none():
-    flat = pl.fill_opening(STEPS, np.full(len(STEPS), 100.0), np.full(len(STEPS), 1e-4), fill=-1e4, slack=16,
-                           tolerance=1e-4)
-    assert (flat["predicted"], flat["observed"], flat["verdict"]) == (None, None, "undecided")
+def test_the_replacing_fill_opens_when_the_visible_floor_falls_below_the_fill():
+    """The visible floor falls from -50 to -12000 at step 129: predicted open there (below -1e4 + 16), whatever
+    the mask margin; a leak at 129 holds, a floor that never falls with no leak holds too (never opens)."""
+    floor = np.where(STEPS < 120, -50.0, -12000.0)
+    o = pl.opening(STEPS, floor, np.where(STEPS < 120, 0.0, 0.8), -1e4 + 16, tolerance=1e-4, above=False)
+    assert (o["predicted"], o["observed"], o["closed_before"], o["verdict"]) == (129, 129, True, "holds")
+    flat = pl.opening(STEPS, np.full(len(STEPS), -50.0), np.zeros(len(STEPS)), -1e4 + 16, tolerance=1e-4,
+                      above=False)
+    assert (flat["predicted"], flat["observed"], flat["verdict"]) == (None, None, "holds")
+
+
+def test_one_threshold_a_leak_at_the_tolerance_is_closed_and_the_backwards_run_counts_counter_examples():
+    flat = pl.opening(STEPS, np.full(len(STEPS), 100.0), np.full(len(STEPS), 1e-4), 1e4 - 16, tolerance=1e-4)
+    assert (flat["predicted"], flat["observed"], flat["verdict"]) == (None, None, "holds")
     assert pl.first_above([1, 2, 3], [np.nan, 0.5, 2.0], 1.0) == 3  # NaN never counts
+    margins = np.array([5000, 12000, 9000, 9000, 12000, 9000.0])
+    leaks = np.array([0, 1.0, 0, 1.35, 1.0, 5e-5])
+    steps = np.arange(10, 70, 10)
+    assert pl.closing(steps, margins, leaks, 20, 1e4 - 16, 1e-4) == (3, 2)  # 1.35 at a closed margin: one
+
+
+def test_the_honest_rule_is_two_sided():
+    assert pl.honest_no_better(Estimate(2.0, 1.9, 2.1)) == "holds"
+    assert pl.honest_no_better(Estimate(0.01, -0.02, 0.04)) == "undecided"
+    assert pl.honest_no_better(Estimate(-0.3, -0.4, -0.2)) == "fails"
+
+
+def test_the_false_alarm_bound_is_the_rule_of_three():
+    assert pl.false_alarm_bound(292) == pytest.approx(0.0102, abs=2e-4)
+    assert pl.false_alarm_bound(15) == pytest.approx(0.181, abs=1e-3)
 
 
 def estimate(value, lo, hi):
@@ -68,8 +95,9 @@ def test_alarm_verdicts_count_runs():
 N, T = 64, 16
 BUGS = {"causal": None, "no_mask": None, "off_by_one": {"kind": "off_by_one"},
         "first_layer": {"kind": "no_mask", "layers": [0]}, "fill_1e4": {"kind": "finite_fill", "fill": -1.0e4},
-        "fill_inf": None}
+        "fill_where_1e4": {"kind": "replace_fill", "fill": -1.0e4}, "fill_inf": None}
 ONSET = {"no_mask": 300, "off_by_one": 150, "first_layer": 300}  # where each leaky arm's training loss drops
+FILL_BUGS = ("fill_1e4", "fill_where_1e4")
 
 
 def config(arm, seed):
@@ -81,8 +109,8 @@ def config(arm, seed):
             "trainer": {"max_steps": 300 if fill else 800, "val_check_interval": 50},
             "callbacks": {"leak_alarm": {"_target_": "tinygpt.train.leak_alarm.LeakAlarm", "action": "warn",
                                          "windows": 8, "tolerance": 1e-4, "min_gap": 0.05, "z": 3.0}},
-            "prediction": {"collapse_fraction": 0.5, "onset_fraction": 0.5, "onset_ratio": [0.8, 1.25],
-                           "fill_slack": 16, "alarm_first_validation": True}}
+            "prediction": {"collapse_fraction": 0.5, "onset_run": 10, "onset_fraction": 0.5,
+                           "onset_ratio": [0.8, 1.25], "fill_slack": 16, "alarm_first_validation": True}}
 
 
 def write_run(path, arm, seed, rng, early=False):
@@ -95,24 +123,27 @@ def write_run(path, arm, seed, rng, early=False):
              probe_index=np.linspace(0, N - 1, 16).astype(np.int64))
     steps = np.arange(300 if arm.startswith("fill") else 800)
     train = np.where(steps < ONSET[arm], 2.5, 0.05) if leaky else np.full(len(steps), tf.mean())
-    detected = 50 if leaky else (89 + 11 if arm == "fill_1e4" else None)  # the fill: first validation after 89
+    # the fills: the first validation after their opening
+    detected = 50 if leaky else {"fill_1e4": 100, "fill_where_1e4": 150}.get(arm)
     summary = {"status": "completed", "config": config(arm, seed), "train_loss": float(train[-30:].mean()),
-               "val_loss": float(tf.mean()), "future_leak": 3.0 if leaky or arm == "fill_1e4" else 0.0,
+               "val_loss": float(tf.mean()), "future_leak": 3.0 if leaky or arm in FILL_BUGS else 0.0,
                "attn_future_mass": 0.2 if leaky else 0.0, "steps": int(len(steps)),
                "leak_detected_step": detected, "leak_signal": "future_leak" if detected else None}
     (path / "summary.json").write_text(json.dumps(summary))
     (path / "history").mkdir()
     probes = np.arange(9, len(steps), 10)
     margin = np.where(probes < 80, 5000.0, 12000.0) if arm == "fill_1e4" else np.full(len(probes), 3.0)
-    opens = 60 if early else 80
-    stab_leak = np.where(probes < opens, 0.0, 1.5) if arm == "fill_1e4" else np.full(len(probes), 3.0 * leaky)
-    mass = np.where(probes < 80, 0.0, 0.01) if arm == "fill_1e4" else np.full(len(probes), 0.2 * leaky)
+    floor = np.where(probes < 120, -50.0, -12000.0) if arm == "fill_where_1e4" else np.full(len(probes), -50.0)
+    opens = 60 if early else {"fill_1e4": 80, "fill_where_1e4": 120}.get(arm, 0)
+    stab_leak = np.where(probes < opens, 0.0, 1.5) if arm in FILL_BUGS else np.full(len(probes), 3.0 * leaky)
+    mass = np.where(probes < opens, 0.0, 0.01) if arm in FILL_BUGS else np.full(len(probes), 0.2 * leaky)
     if early:
         mass[probes == 69] = 1e-13  # the unperturbed windows barely leak where the perturbed ones do
     with open(path / "history" / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
         keys = ["train/loss", "val/loss", "val/loss_probe", "val/loss_autoregressive", "leak/honest_gap",
-                "leak/honest_gap_se", "stab/mask_margin", "stab/future_leak", "stab/max_logit", "stab/future_mass"]
+                "leak/honest_gap_se", "stab/mask_margin", "stab/future_leak", "stab/max_logit", "stab/future_mass",
+                "stab/visible_floor"]
         w.writerow(["step", *keys])
         for s in steps:
             row = {"train/loss": train[s]}
@@ -122,7 +153,8 @@ def write_run(path, arm, seed, rng, early=False):
             i = np.nonzero(probes == s)[0]
             if len(i):
                 row.update({"stab/mask_margin": margin[i[0]], "stab/future_leak": stab_leak[i[0]],
-                            "stab/max_logit": margin[i[0]] + 1000, "stab/future_mass": mass[i[0]]})
+                            "stab/max_logit": margin[i[0]] + 1000, "stab/future_mass": mass[i[0]],
+                            "stab/visible_floor": floor[i[0]]})
             w.writerow([s, *(row.get(k, "") for k in keys)])
 
 
@@ -149,27 +181,35 @@ def test_the_report_reads_every_arm_from_its_config(tmp_path):
 
 
 def test_the_synthetic_sweeps_known_answers(report):
+    """Steps in the report are steps taken: the history's 0-based index + 1 (a drop at index 300 is step 301)."""
     # every structural leak collapses with a worse honest loss: prediction 1 holds
     assert "Prediction 1 (every structural leak collapses, none has a better honest loss): **holds**" in report
     assert "| no mask | 3 |" in report and "collapses" in report
-    # off by one is found at half the no-mask onset (fails, earlier); the first-layer arm at the same step (holds)
-    row = next(line for line in report.splitlines() if line.startswith("| off by one | 150, 150, 150"))
-    assert "| 0.50 [0.50, 0.50] | earlier | fails |" in row
-    row = next(line for line in report.splitlines() if line.startswith("| first layer leaky | 300, 300, 300"))
+    # off by one leaves the causal band at half the no-mask onset (fails, earlier); the first-layer arm with it
+    row = next(line for line in report.splitlines() if line.startswith("| off by one | 151, 151, 151"))
+    assert "| 0.50 [0.50, 0.50] | earlier | fails | 151, 151, 151 |" in row
+    row = next(line for line in report.splitlines() if line.startswith("| first layer leaky | 301, 301, 301"))
     assert "| 1.00 [1.00, 1.00] | no difference at the 95% level | holds |" in row
-    assert "prediction 2 (each structural leak is found when the full one is" in report and "**fails**" in report
-    # the alarm: every leaky run, at the first validation; no causal run
-    assert "The leak alarm fired on 12 of 12 leaky runs and 0 of 6 causal runs; prediction 4: **holds**" in report
-    # the fill opens at the predicted probe in every seed; its control never leaks
-    assert "the leak opened at the predicted probe in 3 of 3 seeds; prediction 3: **holds**" in report
-    assert "| 1 | 89 | 89 | 12000 | 13000 | yes | holds |" in report
-    for png in ("curves", "honest", "positions", "future_mass", "fill"):
+    assert "prediction 2 (each structural leak leaves the causal band when the full one does" in report
+    # the alarm: every leaky run, at the first validation; no causal run; the bound on the false-alarm rate
+    assert ("The leak alarm fired on 15 of 15 leaky runs and 0 of 6 causal runs (0 of 6 bounds the per-run "
+            "false-alarm rate below 39% at 95% confidence); prediction 4: **holds**") in report
+    # the added fill opens at the predicted probe in every seed; its control never leaks
+    assert "the leak opened in 3 of 3 seeds, at the predicted probe (or the next) in 3; prediction 3: **holds**" \
+        in report
+    assert "| 1 | 90 | 90 | 12000 | 12000 | 13000 | yes | holds | 0, 0 |" in report
+    # the replacing fill opens where its visible floor falls below the fill, whatever the margin
+    assert "the leak opened in 3 of 3 seeds, at the predicted probe (or the next) in 3; prediction 5: **holds**" \
+        in report
+    assert "| 1 | 130 | 130 | -12000 | 3 | 1003 | yes | holds | 0, 0 |" in report
+    for png in ("curves", "honest", "positions", "future_mass", "fill", "fill_where"):
         assert f"({png}.png)" in report
+    assert "## Threats to validity" in report and "## Changes since the last version" in report
 
 
 def test_a_fill_leak_before_the_predicted_probe_is_explained_with_its_numbers(tmp_path):
-    """Seed 2's leak shows at probe 69, before the margin passes the threshold at 89: the prediction fails for it,
-    and the report gives the margin, the unperturbed windows' future mass and the leak at that probe."""
+    """Seed 2's leak shows at probe 70, before the margin passes the threshold at 90: the prediction fails for it,
+    and the report gives the unperturbed windows' future mass and the leak at that probe."""
     rng = np.random.default_rng(0)
     job = 0
     for arm in ("fill_1e4", "fill_inf"):
@@ -178,8 +218,7 @@ def test_a_fill_leak_before_the_predicted_probe_is_explained_with_its_numbers(tm
             job += 1
     (tmp_path / "out").mkdir()
     text = pl.write_report(load_runs([tmp_path / "sweep"]), tmp_path / "out", [tmp_path / "sweep"]).read_text()
-    assert "the leak opened at the predicted probe in 2 of 3 seeds; prediction 3: **fails**" in text
-    assert "| 2 | 89 | 69 | 5000 | 6000 | **no** | fails |" in text
-    assert ("Where the leak showed before the predicted probe (seed 2), the margin was 5000, under the threshold of "
-            "9984. On those unperturbed windows the future attention mass at that probe was 1.0e-13") in text
-    assert "the future leak measured there (1.50)" in text
+    assert "at the predicted probe (or the next) in 2; prediction 3: **fails**" in text
+    assert "| 2 | 90 | 70 | 5000 | 5000 | 6000 | **no** | fails |" in text
+    assert ("Where the leak opened before the predicted probe (seed 2), the future attention mass on those "
+            "unperturbed windows at that probe was 1.0e-13, while the leak measured there was 1.50") in text

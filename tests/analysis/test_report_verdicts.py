@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tinygpt.analysis import causal_mask, sqrt_dk
+from tinygpt.analysis.stats import Estimate
 from tinygpt.analysis.sweep import load_runs
 
 N = 128  # validation windows per run
@@ -92,12 +93,35 @@ def test_an_exact_one_over_t_sweep_has_ratio_one_and_slope_minus_one(tmp_path):
 def test_the_report_says_holds_for_an_exact_law_and_fails_for_a_flat_one(tmp_path):
     runs = causal_mask_sweep(tmp_path / "exact", lambda T: 2.4)
     text = causal_mask.write_report(runs, out_dir(tmp_path / "r1"), [tmp_path / "exact"]).read_text()
-    assert "The level prediction holds; the 1/T scaling holds" in text
+    assert "Within the pre-set tolerances the level prediction holds and the 1/T scaling holds" in text
+    assert "an exact 1/T law and the exact level are not rejected at the 95% level" in text
+    assert "The premise (the causal last-position loss flat in T) holds" in text
     # a leaky loss that does not fall with T: the last-position loss grows like T
     runs = causal_mask_sweep(tmp_path / "flat", lambda T: 2.4 * T / 16)
     text = causal_mask.write_report(runs, out_dir(tmp_path / "r2"), [tmp_path / "flat"]).read_text()
-    assert "The level prediction holds; the 1/T scaling fails" in text
+    assert "Within the pre-set tolerances the level prediction holds and the 1/T scaling fails" in text
+    assert "an exact 1/T law is rejected: the loss falls as T^-0.01; the exact level is not rejected at the 95% " \
+           "level" in text
     assert "rises monotonically" in text  # the causal last-position loss, against T
+    assert "The premise (the causal last-position loss flat in T) fails" in text
+    assert "## Threats to validity" in text and "(../GLOSSARY.md)" in text
+
+
+def test_exactness_is_read_from_the_intervals_beyond_the_tolerance():
+    """The case the referee recomputed: slope -0.79 [-0.86, -0.72] excludes -1, ratios 1.19, 1.20, 1.34 all
+    exclude 1: both exact claims rejected, with the exponent and the range above the level."""
+    E = Estimate
+    ratios = [E(1.19, 1.14, 1.24), E(1.20, 1.13, 1.26), E(1.34, 1.28, 1.41)]
+    words = causal_mask.exactness_words(E(-0.79, -0.86, -0.72), ratios)
+    assert words == ("an exact 1/T law and the exact level are rejected: the loss falls as T^-0.79 and sits "
+                     "19-34% above the predicted level at every T")
+    inside = causal_mask.exactness_words(E(-0.95, -1.1, -0.8), [E(1.02, 0.95, 1.1)] * 3)
+    assert inside == "an exact 1/T law and the exact level are not rejected at the 95% level"
+    mixed = causal_mask.exactness_words(E(-0.95, -1.1, -0.8), [E(1.2, 1.1, 1.3), E(1.02, 0.95, 1.1)])
+    assert mixed == "an exact 1/T law and the exact level are not rejected at the 95% level"
+    below = causal_mask.exactness_words(E(-1.2, -1.3, -1.1), [E(0.8, 0.7, 0.9), E(0.9, 0.85, 0.95)])
+    assert below == ("an exact 1/T law and the exact level are rejected: the loss falls as T^-1.20 and sits "
+                     "10-20% below the predicted level at every T")
 
 
 def test_the_onset_is_the_step_of_the_drop_on_the_raw_series(tmp_path):

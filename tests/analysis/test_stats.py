@@ -15,6 +15,7 @@ from tinygpt.analysis.stats import (
     direction,
     failed_to_train,
     first_below,
+    first_below_band,
     growth_verdict,
     in_range,
     loglog_slope,
@@ -215,3 +216,17 @@ def test_non_finite_replicates_are_counted_and_shown():
         logged = combine(lambda y: np.log(y[..., 0]), [est])
     assert 0 < logged.nonfinite < len(logged.replicates)
     assert f"({logged.nonfinite} of {len(logged.replicates)} replicates not finite)" in logged.format()
+
+
+def test_the_onset_below_the_control_band_needs_a_run_of_steps():
+    """A run that dips below the control band for 3 steps at step 100 (noise) and stays below from step 300: with
+    a run of 10 steps the onset is 300, the first step of the run; with a run of 3 it is the dip."""
+    steps = np.arange(600)
+    band_low = np.full(600, 2.0)
+    v = np.full(600, 2.1)
+    v[100:103] = 1.9
+    v[300:] = 0.5
+    assert first_below_band(steps, v, steps, band_low, 10) == 300
+    assert first_below_band(steps, v, steps, band_low, 3) == 100
+    assert first_below_band(steps, np.full(600, 2.1), steps, band_low, 10) is None
+    assert first_below_band(steps[::2], v[::2], steps, band_low, 10) == 300  # read at the shared steps

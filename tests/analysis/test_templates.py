@@ -8,11 +8,11 @@ from tinygpt.analysis.templates import blocks, prose
 
 
 @pytest.mark.parametrize("experiment, names", [
-    ("causal_mask", {"intro", "terms", "changes", "literature"}),
-    ("sqrt_dk", {"intro", "terms", "changes"}),
-    ("partial_leaks", {"intro", "terms", "seen", "fill_seen", "onset", "onset_why_earlier", "onset_why_same",
+    ("causal_mask", {"intro", "terms", "changes", "history", "literature", "threats"}),
+    ("sqrt_dk", {"intro", "terms", "changes", "threats"}),
+    ("partial_leaks", {"intro", "terms", "changes", "seen", "fill_seen", "onset", "onset_why_earlier", "onset_why_same",
                        "onset_why_later", "onset_shapes_seen", "onset_shapes_other", "alarm", "fill", "fill_misses",
-                       "fill_closing", "literature", "limits"}),
+                       "fill_closing", "literature", "limits", "replace", "threats"}),
 ])
 def test_each_experiment_has_its_blocks(experiment, names):
     assert set(blocks(experiment)) == names
@@ -37,7 +37,7 @@ SYMBOLS = re.compile(r"Experiment \d|et al\. \d{4}|1/sqrt\(d_k\)|1/d_k|1/T|x\[t\
                      r"|\b[01] = (uniform|one-hot)|excludes 0|above 0|below 0|contains 0|\(0 for|\{\w+(:[^}]*)?\}"
                      # names, not measurements: issue numbers, an enumeration, code, dtypes, zero as a concept
                      r"|issues? \d+(?: and \d+)?|\(\d\)|triu\(diagonal=\d\)|i\+1|float32|\b(?:fp|bf)(?:16|32)\b"
-                     r"|exactly 0")
+                     r"|exactly 0|[Pp]redictions? \d(?: and \d)?|GPT-2|Gemma 2|PR \d+")
 
 
 @pytest.mark.parametrize("experiment", ["causal_mask", "sqrt_dk", "partial_leaks"])

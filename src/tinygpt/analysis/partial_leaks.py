@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, save
+from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, plural, save
 from tinygpt.analysis.stats import (
     LEVEL,
+    METHOD,
     N_BOOT,
     Estimate,
     Sample,
@@ -25,18 +26,20 @@ from tinygpt.analysis.stats import (
     bootstrap,
     difference_words,
     direction,
+    first_below,
+    first_below_band,
     in_range,
     mean_spread,
     resolution,
     smooth,
 )
-from tinygpt.analysis.sweep import ReportError, Run, loss_onsets, seed_ids, sweep_wall_seconds
+from tinygpt.analysis.sweep import ReportError, Run, seed_ids, sweep_wall_seconds
 from tinygpt.analysis.templates import Report, prose
 from tinygpt.train.leak_alarm import LeakAlarm
 
 STRUCTURAL = ("no_mask", "off_by_one", "first_layer", "last_layer", "sliding_window")  # leaky in the mask itself
 ARMS = ("causal", *STRUCTURAL, "fill_1e4", "fill_where_1e4", "fill_inf")
-CONTROL = {**{a: "causal" for a in STRUCTURAL}, "fill_1e4": "fill_inf"}
+CONTROL = {**{a: "causal" for a in STRUCTURAL}, "fill_1e4": "fill_inf", "fill_where_1e4": "fill_inf"}
 LEAKY = (*STRUCTURAL, "fill_1e4", "fill_where_1e4")
 LABELS = {
     "causal": "causal (control)", "no_mask": "no mask", "off_by_one": "off by one", "first_layer": "first layer leaky",
@@ -120,34 +123,49 @@ def loss_visibility(ratio: Estimate, difference: Estimate, collapse_fraction: fl
     return {-1: "lower", 1: "higher", 0: "indistinguishable"}[direction(difference)]
 
 
-def fill_opening(steps, margins, leaks, fill: float, slack: float, tolerance: float) -> dict:
-    """The finite-fill prediction on one run's probe series (same steps): ``predicted`` the first step whose mask
-    margin exceeds |fill| - slack, ``observed`` the first whose future leak exceeds ``tolerance``, whether the
-    leak was exactly 0 at every probe before the predicted step, and the verdict: 'holds' when the two steps are
-    the same and the leak was 0 before, 'fails' when they differ or it was not, 'undecided' when neither happened
-    (the margin never came near the fill)."""
-    steps, margins, leaks = (np.asarray(a, dtype=float) for a in (steps, margins, leaks))
-    predicted = first_above(steps, margins, abs(fill) - slack)
+def opening(steps, signal, leaks, threshold: float, tolerance: float, above: bool = True) -> dict:
+    """A finite fill's prediction on one run's probe series (same steps). ``predicted``: the first probe whose
+    signal passes ``threshold`` (the mask margin above |fill| - slack for the added fill, the visible floor below
+    fill + slack for the replacing one: ``above=False``); ``observed``: the first probe whose future leak exceeds
+    ``tolerance`` (the leak is *open*); ``closed_before``: the leak at or below the tolerance at every probe before
+    the predicted one. Verdict 'holds' when the leak opened at the predicted probe or the one after it and was
+    closed before, or when neither happened; 'fails' otherwise."""
+    steps, signal, leaks = (np.asarray(a, dtype=float) for a in (steps, signal, leaks))
+    passed = signal if above else -signal
+    predicted = first_above(steps, passed, threshold if above else -threshold)
     observed = first_above(steps, leaks, tolerance)
     end = predicted if predicted is not None else math.inf
-    zero_before = bool(np.all(leaks[steps < end] == 0))
+    closed_before = bool(np.all(leaks[steps < end] <= tolerance))
     if predicted is None and observed is None:
-        verdict = "undecided"
+        verdict = "holds"
+    elif predicted is None or observed is None:
+        verdict = "fails"
     else:
-        verdict = "holds" if predicted == observed and zero_before else "fails"
+        i = int(np.nonzero(steps == predicted)[0][0])
+        allowed = {predicted} | ({int(steps[i + 1])} if i + 1 < len(steps) else set())
+        verdict = "holds" if observed in allowed and closed_before else "fails"
     at = np.nonzero(steps == observed)[0] if observed is not None else []
-    return {"predicted": predicted, "observed": observed, "zero_before": zero_before, "verdict": verdict,
-            "margin_at_open": float(margins[at[0]]) if len(at) else math.nan}
+    return {"predicted": predicted, "observed": observed, "closed_before": closed_before, "verdict": verdict,
+            "signal_at_open": float(signal[at[0]]) if len(at) else math.nan}
 
 
-def closing(steps, margins, leaks, opened: int | None, threshold: float) -> tuple[int, int]:
-    """After the mask opened (step ``opened``): how many probes had the margin back at or below ``threshold``, and at
-    how many of those the future leak was exactly 0 again (the mechanism run backwards; (0, 0) if never)."""
+def closing(steps, signal, leaks, opened: int | None, threshold: float, tolerance: float,
+            above: bool = True) -> tuple[int, int]:
+    """After the mask opened (step ``opened``): how many probes had the signal back on the closed side of
+    ``threshold``, and at how many of those the leak was closed again (at or below ``tolerance``); the others are
+    counter-examples to the mechanism. (0, 0) if it never opened."""
     if opened is None:
         return 0, 0
-    steps, margins, leaks = (np.asarray(a, dtype=float) for a in (steps, margins, leaks))
-    back = (steps > opened) & (margins <= threshold)
-    return int(back.sum()), int((back & (leaks == 0)).sum())
+    steps, signal, leaks = (np.asarray(a, dtype=float) for a in (steps, signal, leaks))
+    back = (steps > opened) & ((signal <= threshold) if above else (signal >= threshold))
+    return int(back.sum()), int((back & (leaks <= tolerance)).sum())
+
+
+def honest_no_better(difference: Estimate) -> str:
+    """Prediction 1's honest-loss rule, two-sided: leaky minus causal honest loss 'holds' when its interval lies
+    above 0 (worse than causal), 'fails' when below (better: a leak cannot make generation better), 'undecided'
+    when it contains 0."""
+    return {1: "holds", -1: "fails", 0: "undecided"}[direction(difference)]
 
 
 def first_above(steps, values, threshold: float) -> int | None:
@@ -170,9 +188,10 @@ def alarm_verdict(detected: list[int | None], leaky: bool, first_validation: int
 
 
 def gap_steps(run: Run, alarm: LeakAlarm) -> int | None:
-    """The first validation at which the honest-loss gap alone passes the alarm's rule (from the logged values)."""
-    steps, gaps = run.series("leak/honest_gap")
-    se_steps, ses = run.series("leak/honest_gap_se")
+    """The first validation at which the honest-loss gap alone passes the alarm's rule (from the logged values),
+    in steps taken."""
+    steps, gaps = taken(run, "leak/honest_gap")
+    se_steps, ses = taken(run, "leak/honest_gap_se")
     se_at = dict(zip(se_steps.tolist(), ses.tolist(), strict=True))
     for s, g in zip(steps.tolist(), gaps.tolist(), strict=True):
         if alarm.check(0.0, g, se_at.get(s, 0.0)) is not None:
@@ -187,12 +206,34 @@ def alarm_of(run: Run) -> LeakAlarm:
     return LeakAlarm(**c)
 
 
+def taken(run: Run, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """A logged series with its steps as the number of training steps taken (the history files log the 0-based
+    index of the batch just taken: the validation after 50 steps is logged at 49). Every step in this report is
+    counted this way, as the leak alarm's own step is."""
+    steps, values = run.series(key)
+    return steps + 1, values
+
+
+def collapse_steps(runs: list[Run], threshold: float) -> list[int | None]:
+    """Per run: the loss-collapse step, the first step whose raw training loss is below ``threshold``."""
+    return [first_below(*taken(r, "train/loss"), threshold) for r in runs]
+
+
+def onset_steps(runs: list[Run], controls: list[Run], run: int) -> list[int | None]:
+    """Per run: the loss onset, the first step from which its raw training loss stays below the lowest of the
+    control arm's seeds at the same step for ``run`` consecutive logged steps (prediction 2's definition)."""
+    series = [taken(c, "train/loss") for c in controls]
+    common = sorted(set.intersection(*(set(st.tolist()) for st, _ in series)))
+    low = np.min(np.stack([np.interp(common, st, v) for st, v in series]), axis=0)  # (steps,)
+    return [first_below_band(*taken(r, "train/loss"), common, low, run) for r in runs]
+
+
 def steps_text(steps: list[int | None]) -> str:
     return ", ".join("never" if s is None else str(s) for s in steps)
 
 
 def val_interval(run: Run) -> int | None:
-    return resolution(run.series("val/loss")[0])
+    return resolution(taken(run, "val/loss")[0])
 
 
 # ----------------------------------------------------------------------------- figures
@@ -204,7 +245,7 @@ def fig_curves(arms: dict[str, list[Run]], path: Path, alarms: dict[str, list[in
     fig = Figure(figsize=(11, 4))
     axes = fig.subplots(1, 2)
     panels = ((axes[0], [a for a in ("causal", *STRUCTURAL) if a in arms]),
-              (axes[1], [a for a in ("fill_inf", "fill_1e4") if a in arms]))
+              (axes[1], [a for a in ("fill_inf", "fill_1e4", "fill_where_1e4") if a in arms]))
     for ax, names in panels:
         title = model_words(arms[names[0]][0]) if names else None
         for a in names:
@@ -227,7 +268,8 @@ def model_words(run: Run) -> str:
     """'4 layers x 4 heads of 32, T = 64, sqrt_dk scale, lr 0.001': a panel's model, from a run's config."""
     m = run.config["model"]
     lr = run.config.get("optim", {}).get("lr")
-    return (f"{m.get('n_layer')} layers x {m.get('n_head')} heads of {m.get('n_embd', 0) // max(m.get('n_head', 1), 1)}"
+    return (f"{plural(m.get('n_layer'), 'layer')} x {plural(m.get('n_head'), 'head')} of "
+            f"{m.get('n_embd', 0) // max(m.get('n_head', 1), 1)}"
             f", T = {m['block_size']}, {m['attn'].get('scale')} scale" + (f", lr {lr:g}" if lr else ""))
 
 
@@ -254,7 +296,7 @@ def fig_positions(arms: dict[str, list[Run]], path: Path) -> Path:
     fig = Figure(figsize=(11, 4))
     axes = fig.subplots(1, 2)
     for ax, names in ((axes[0], [a for a in ("causal", *STRUCTURAL) if a in arms]),
-                      (axes[1], [a for a in ("fill_inf", "fill_1e4") if a in arms])):
+                      (axes[1], [a for a in ("fill_inf", "fill_1e4", "fill_where_1e4") if a in arms])):
         for a in names:
             tf = np.mean([r.windows().mean(0) for r in arms[a]], axis=0)  # (T,)
             ar = np.mean([r.windows("autoregressive_window_position").mean(0) for r in arms[a]], axis=0)
@@ -266,19 +308,22 @@ def fig_positions(arms: dict[str, list[Run]], path: Path) -> Path:
     return save(fig, path)
 
 
-def fig_fill(runs: list[Run], fill: float, slack: float, path: Path) -> Path:
-    """Each fill_1e4 seed: the mask margin against |fill| (left) and the future leak (right), at every probe."""
+def fig_fill(runs: list[Run], key: str, what: str, threshold: float, tol: float, path: Path) -> Path:
+    """Each seed of a fill arm: its opening signal against the predicted threshold (left) and the future leak
+    against the open threshold (right), at every probe, one line per seed."""
     fig = Figure(figsize=(11, 4))
     axes = fig.subplots(1, 2, sharex=True)
     for r in runs:
-        steps, margin = r.series("stab/mask_margin")
-        ls, leak = r.series("stab/future_leak")
-        axes[0].plot(steps, margin, marker=".", ms=3, lw=1, label=f"seed {r.seed}")
+        steps, signal = taken(r, key)
+        ls, leak = taken(r, "stab/future_leak")
+        axes[0].plot(steps, signal, marker=".", ms=3, lw=1, label=f"seed {r.seed}")
         axes[1].plot(ls, leak, marker=".", ms=3, lw=1, label=f"seed {r.seed}")
-    axes[0].axhline(abs(fill), color="k", lw=0.8, label="|fill|")
-    axes[0].axhline(abs(fill) - slack, color="k", ls=":", lw=0.8, label="|fill| - slack")
-    finish_axes(axes[0], "step", "mask margin (future - past score, max over rows)", "the margin")
-    finish_axes(axes[1], "step", "future leak (max change of earlier logits)", "the leak (0 until the mask opens)")
+    axes[0].axhline(threshold, color="k", ls=":", lw=0.8, label=f"predicted threshold {threshold:g}")
+    axes[1].axhline(tol, color="k", ls=":", lw=0.8, label=f"open above {tol:g}")
+    axes[1].set_yscale("symlog", linthresh=tol)
+    finish_axes(axes[0], "step (steps taken)", what, f"the {what} at each stability probe")
+    finish_axes(axes[1], "step (steps taken)", "future leak (max change of earlier logits)",
+                "the future leak at each stability probe")
     return save(fig, path)
 
 
@@ -326,6 +371,21 @@ def arm_table(arms: dict[str, list[Run]], est: dict, pred: dict) -> tuple[str, d
     return markdown_table(header, rows), seen
 
 
+def fill_trains(arms: dict[str, list[Run]], a: str) -> str:
+    """Whether a fill arm and its control trained at all, against the unigram baseline: 'neither trains: ...'."""
+    def final(rs):
+        return float(np.mean([r.summary["val_loss"] for r in rs]))
+    base = next((r.summary.get("diagnostics", {}).get("unigram_loss") for r in arms[a]), None)
+    if not base:
+        return ""
+    ctrl = arms.get("fill_inf", [])
+    words = [f"{LABELS[a]} {final(arms[a]):.3f}"] + ([f"its control {final(ctrl):.3f}"] if ctrl else [])
+    below = [final(arms[a]) < base] + ([final(ctrl) < base] if ctrl else [])
+    verdict = ("neither trains past the unigram baseline" if not any(below) else
+               "both train past the unigram baseline" if all(below) else "only one trains past the unigram baseline")
+    return f"At this learning rate {verdict} ({base:.3f} nats; final val loss {', '.join(words)})."
+
+
 def seen_section(rep: Report, arms, est, pred, seen: dict[str, str], out: Path) -> None:
     verdicts = []
     lines = []
@@ -335,7 +395,7 @@ def seen_section(rep: Report, arms, est, pred, seen: dict[str, str], out: Path) 
         ratio = est[(a, "tf")] / est[("causal", "tf")]
         collapse = in_range(ratio, 0.0, pred["collapse_fraction"])
         honest = est[(a, "honest")] - est[("causal", "honest")]
-        honest_verdict = "fails" if direction(honest) < 0 else "holds"
+        honest_verdict = honest_no_better(honest)
         v = all_hold([collapse, honest_verdict])
         verdicts.append(v)
         lines.append(f"- {LABELS[a]}: teacher-forced / causal {ratio.format()} (collapse below "
@@ -343,26 +403,29 @@ def seen_section(rep: Report, arms, est, pred, seen: dict[str, str], out: Path) 
                      f"{honest.format(signed=True)}: "
                      f"{difference_words(honest, 'worse than causal', '**better than causal**')}. Prediction "
                      f"**{v}**.")
-    fill_words = ""
-    if "fill_1e4" in seen:
-        d = est[("fill_1e4", "tf")] - est[("fill_inf", "tf")]
-        gap = est[("fill_1e4", "honest")] - est[("fill_1e4", "tf_probe")]
-        use = difference_words(gap, "the model uses the open mask a little", "the honest loss is the lower")
-        fill_words = prose("partial_leaks", "fill_seen", word=seen["fill_1e4"], diff=d.format(signed=True),
-                           words=difference_words(d, "above", "below"), gap=gap.format(signed=True), use=use)
+    fill_words = []
+    for a in ("fill_1e4", "fill_where_1e4"):
+        if a not in seen:
+            continue
+        d = est[(a, "tf")] - est[("fill_inf", "tf")]
+        gap = est[(a, "honest")] - est[(a, "tf_probe")]
+        use = difference_words(gap, "the model uses the open mask", "the honest loss is the lower")
+        fill_words += [prose("partial_leaks", "fill_seen", arm=LABELS[a], word=seen[a], diff=d.format(signed=True),
+                             words=difference_words(d, "above", "below"), gap=gap.format(signed=True), use=use,
+                             trains=fill_trains(arms, a)), ""]
     healthy = [LABELS[a] for a, w in seen.items() if w == "indistinguishable"]
     collapsed = [LABELS[a] for a, w in seen.items() if w == "collapses"]
     rep.findings.append(f"Seen in the loss: collapsed far below the control: {', '.join(collapsed) or 'none'}; "
                         f"indistinguishable from the control run: {', '.join(healthy) or 'none'}. Prediction 1 "
                         f"(every structural leak collapses, none has a better honest loss): **{all_hold(verdicts)}**.")
     rep.sections += ["## Which leaks show in the loss", "", prose("partial_leaks", "seen"), "", *lines, "",
-                     fill_words, "", "![training loss](curves.png)", "",
+                     *fill_words, "![training loss](curves.png)", "",
                      "![honest and teacher-forced loss at each validation](honest.png)", "",
                      "![loss by position](positions.png)", "",
                      "![future attention mass and future leak](future_mass.png)", ""]
 
 
-def onset_section(rep: Report, arms, est, pred, onsets) -> None:
+def onset_section(rep: Report, arms, est, pred, onsets, collapses) -> None:
     lo, hi = pred["onset_ratio"]
     rows, verdicts = [], []
     ref = ("no_mask", "onset") in est
@@ -376,17 +439,18 @@ def onset_section(rep: Report, arms, est, pred, onsets) -> None:
             verdicts.append(verdict)
         rows.append([LABELS[a], steps_text(onsets[a]), o.format(0) if o is not None else "not every seed",
                      ratio.format(2) if ratio is not None else "—",
-                     difference_words(ratio - 1, "later", "earlier")
-                     if ratio is not None else "—", verdict])
+                     difference_words(ratio - 1, "later", "earlier") if ratio is not None else "—", verdict,
+                     steps_text(collapses[a])])
     runs0 = next(iter(arms.values()))
-    interval = resolution(runs0[0].series("train/loss")[0])
-    header = ["arm", "onset per seed (step)", "mean onset", "/ no mask's (paired by seed)", "than no mask",
-              f"prediction ({lo:g} to {hi:g})"]
-    rep.findings.append(f"Onset: prediction 2 (each structural leak is found when the full one is, within "
-                        f"{lo:g} to {hi:g} of its step): **{all_hold(verdicts)}**.")
-    rep.sections += ["## When training finds each leak", "",
-                     prose("partial_leaks", "onset", fraction=pred["onset_fraction"], lo=lo, hi=hi,
-                           interval="at every step" if interval == 1 else f"every {interval} steps"), "",
+    interval = resolution(taken(runs0[0], "train/loss")[0])
+    header = ["arm", "loss onset per seed (step)", "mean onset", "/ no mask's (paired by seed)", "than no mask",
+              f"prediction 2 ({lo:g} to {hi:g})", "loss-collapse step per seed"]
+    rep.findings.append(f"Onset: prediction 2 (each structural leak leaves the causal band when the full one does, "
+                        f"within {lo:g} to {hi:g} of its step): **{all_hold(verdicts)}**.")
+    rep.sections += ["## When each leak shows in the training loss", "",
+                     prose("partial_leaks", "onset", run=pred["onset_run"], fraction=pred["onset_fraction"], lo=lo,
+                           hi=hi, interval="at every step" if interval == 1 else f"every {interval} steps",
+                           n_causal=len(arms.get("causal", []))), "",
                      markdown_table(header, rows), ""]
     if ("off_by_one", "onset") in est and ref:
         ratio = est[("off_by_one", "onset")] / est[("no_mask", "onset")]
@@ -404,6 +468,12 @@ def onset_section(rep: Report, arms, est, pred, onsets) -> None:
                                window=words["sliding_window"]), ""]
 
 
+def false_alarm_bound(n: int, level: float = LEVEL) -> float:
+    """The exact one-sided upper confidence bound on a per-run rate after 0 events in n runs: 1 - (1 - level)^(1/n)
+    (about 3 / n, the rule of three)."""
+    return 1 - (1 - level) ** (1 / n) if n else math.nan
+
+
 def alarm_section(rep: Report, arms, pred, onsets) -> None:
     rows, verdicts = [], []
     first_val = None
@@ -416,86 +486,128 @@ def alarm_section(rep: Report, arms, pred, onsets) -> None:
         v = alarm_verdict(detected, leaky, first_val if pred.get("alarm_first_validation") and a in STRUCTURAL
                           else None)
         verdicts.append(v)
-        stab = [first_above(*r.series("stab/future_leak"), alarm.tolerance) for r in rs]
-        mass = [first_above(*r.series("stab/future_mass"), 0.0) for r in rs]
+        stab = [first_above(*taken(r, "stab/future_leak"), alarm.tolerance) for r in rs]
+        mass = [first_above(*taken(r, "stab/future_mass"), 0.0) for r in rs]
         gaps = [gap_steps(r, alarm) for r in rs]
         lead = [o - d for o, d in zip(onsets.get(a, []), detected, strict=False) if o is not None and d is not None]
+        never = sum(o is None and d is not None for o, d in zip(onsets.get(a, []), detected, strict=False))
         rows.append([LABELS[a], steps_text(detected), ", ".join(signals) or "—", steps_text(stab), steps_text(mass),
                      steps_text(gaps),
                      steps_text(onsets.get(a, [None] * len(rs))),
-                     fmt(*mean_spread(lead), 0) if lead else "—", v])
+                     (fmt(*mean_spread(lead), 0) if lead else "—")
+                     + (f"; {plural(never, 'seed')} never in the loss" if never and a in LEAKY else ""), v])
     n_causal = sum(len(rs) for a, rs in arms.items() if a not in LEAKY)
     false = sum(r.summary.get("leak_detected_step") is not None for a, rs in arms.items() if a not in LEAKY
                 for r in rs)
     header = ["arm", "alarm fired at (per seed)", "signal", "future leak first > tolerance, stability probe",
               "future attention mass first > 0, stability probe", "honest-gap rule first met",
-              "loss onset (what a user would notice)", "lead: onset - alarm (± sd)", "prediction 4"]
+              "loss onset (leaves the control's band)", "lead: onset - alarm (± seed sd)", "prediction 4"]
     leaky_runs = [r for a in LEAKY if a in arms for r in arms[a]]
     fired = sum(r.summary.get("leak_detected_step") is not None for r in leaky_runs)
+    bound = false_alarm_bound(n_causal) if false == 0 else math.nan
+    bound_words = (f" (0 of {n_causal} bounds the per-run false-alarm rate below {bound:.0%} at 95% confidence)"
+                   if false == 0 and n_causal else "")
     rep.findings.append(f"The leak alarm fired on {fired} of {len(leaky_runs)} leaky runs and {false} of {n_causal} "
-                        f"causal runs; prediction 4: **{all_hold(verdicts)}**.")
+                        f"causal runs{bound_words}; prediction 4: **{all_hold(verdicts)}** (at the first validation "
+                        "for the structural leaks by construction of its perturbation probe).")
     rep.sections += ["## The leak alarm", "", prose("partial_leaks", "alarm", first_val=first_val), "",
                      markdown_table(header, rows), ""]
 
 
-def fill_section(rep: Report, arms, pred, out: Path) -> None:
-    runs = arms["fill_1e4"]
-    bug = runs[0].config["attention_bug"]
-    fill, slack = float(bug.get("fill", -1e4)), float(pred["fill_slack"])
+FILLS = {  # arm -> (its signal, the signal's words, whether the signal opens the mask by rising, its prediction)
+    "fill_1e4": ("stab/mask_margin", "mask margin", True, 3),
+    "fill_where_1e4": ("stab/visible_floor", "visible floor", False, 5),
+}
+
+
+def fill_rows(runs: list[Run], arm: str, pred: dict) -> tuple[list[list[str]], list[str], list[tuple], float, float]:
+    """Per seed of a fill arm: the predicted and observed opening, the signals then, the verdict and the
+    backwards count. Returns (rows, verdicts, (seed, future mass, leak) where the leak came early, threshold,
+    tolerance)."""
+    key, _, rising, _ = FILLS[arm]
+    fill, slack = float(runs[0].config["attention_bug"].get("fill", -1e4)), float(pred["fill_slack"])
+    threshold = abs(fill) - slack if rising else fill + slack
     tol = alarm_of(runs[0]).tolerance
-    rows, verdicts, backs, early_at = [], [], [], []
+    rows, verdicts, early = [], [], []
     for r in runs:
-        steps, margins = r.series("stab/mask_margin")
-        lsteps, leaks = r.series("stab/future_leak")
+        steps, signal = taken(r, key)
+        lsteps, leaks = taken(r, "stab/future_leak")
         if not np.array_equal(steps, lsteps):
-            raise ReportError(f"{r.dir}: the margin and the future leak were not logged at the same probes.")
-        o = fill_opening(steps, margins, leaks, fill, slack, tol)
+            raise ReportError(f"{r.dir}: {key} and the future leak were not logged at the same probes.")
+        o = opening(steps, signal, leaks, threshold, tol, above=rising)
         verdicts.append(o["verdict"])
-        ml_steps, ml = r.series("stab/max_logit")
-        at = np.nonzero(ml_steps == o["observed"])[0] if o["observed"] is not None else []
-        closed = closing(steps, margins, leaks, o["observed"], abs(fill) - slack)
-        if not o["zero_before"]:  # the leak came early: what the unperturbed windows' attention showed then
-            m_steps, mass = r.series("stab/future_mass")
-            at_mass = mass[np.nonzero(m_steps == o["observed"])[0]]
-            early_at.append((r.seed, float(at_mass[0]) if len(at_mass) else math.nan,
-                             float(leaks[np.nonzero(steps == o["observed"])[0][0]])))
+        margin, ml = (value_at(r, k, o["observed"]) for k in ("stab/mask_margin", "stab/max_logit"))
+        back, closed = closing(steps, signal, leaks, o["observed"], threshold, tol, above=rising)
+        if not o["closed_before"]:  # open before the predicted probe: what the unperturbed windows showed there
+            first_open = first_above(steps, leaks, tol)
+            m_steps, mass = taken(r, "stab/future_mass")
+            at_mass = mass[np.nonzero(m_steps == first_open)[0]]
+            early.append((r.seed, float(at_mass[0]) if len(at_mass) else math.nan,
+                          float(leaks[np.nonzero(steps == first_open)[0][0]])))
         rows.append([str(r.seed), steps_text([o["predicted"]]), steps_text([o["observed"]]),
-                     f"{o['margin_at_open']:.0f}" if math.isfinite(o["margin_at_open"]) else "—",
-                     f"{ml[at[0]]:.0f}" if len(at) else "—", "yes" if o["zero_before"] else "**no**", o["verdict"],
-                     f"{closed[0]}, {closed[1]}"])
-        backs.append(closed)
-    probe = resolution(runs[0].series("stab/mask_margin")[0])
+                     f"{o['signal_at_open']:.0f}" if math.isfinite(o["signal_at_open"]) else "—",
+                     f"{margin[0]:.0f}" if len(margin) else "—", f"{ml[0]:.0f}" if len(ml) else "—",
+                     "yes" if o["closed_before"] else "**no**", o["verdict"], f"{back}, {closed}"])
+    return rows, verdicts, early, threshold, tol
+
+
+def value_at(run: Run, key: str, step: int | None) -> np.ndarray:
+    """The logged value of ``key`` at ``step`` (steps taken), as a 0- or 1-element array."""
+    steps, values = taken(run, key)
+    return values[np.nonzero(steps == step)[0]] if step is not None else values[:0]
+
+
+def fill_section(rep: Report, arms, pred, out: Path, arm: str) -> None:
+    runs = arms[arm]
+    key, what, rising, number = FILLS[arm]
+    fill, slack = float(runs[0].config["attention_bug"].get("fill", -1e4)), float(pred["fill_slack"])
+    rows, verdicts, early, threshold, tol = fill_rows(runs, arm, pred)
+    probe = resolution(taken(runs[0], key)[0])
     ctrl = arms.get("fill_inf", [])
-    ctrl_leak = max((float(np.max(r.series("stab/future_leak")[1])) for r in ctrl), default=math.nan)
-    header = ["seed", f"predicted: margin first > {abs(fill) - slack:g} (probes every {probe} steps)",
-              f"observed: future leak first > {tol:g}", "margin then", "max logit then", "leak 0 before?", "verdict",
-              f"after it opened: probes with the margin back at or below {abs(fill) - slack:g}, and with leak 0"]
+    ctrl_leak = max((float(np.max(taken(r, "stab/future_leak")[1])) for r in ctrl), default=math.nan)
+    side = "above" if rising else "below"
+    header = ["seed", f"predicted: {what} first {side} {threshold:g} (probes every {probe} steps)",
+              f"observed: future leak first > {tol:g}", f"{what} then", "mask margin then", "max logit then",
+              "closed before?", "verdict",
+              f"after it opened: probes with the {what} back on the closed side, and closed again"]
     verdict = all_hold(verdicts)
-    opened = [(float(r[3]), float(r[4])) for r in rows if r[3] != "—" and r[4] != "—"]
-    if opened:
-        margins, logits = zip(*opened, strict=True)
+    n_open = sum(r[2] != "never" for r in rows)
+    rep.findings.append(f"{LABELS[arm]}: the leak opened in {n_open} of {len(rows)} seeds, at the predicted probe "
+                        f"(or the next) in {verdicts.count('holds')}; prediction {number}: **{verdict}**; the -inf "
+                        f"control's largest future leak at any probe: {ctrl_leak:g}.")
+    if arm == "fill_1e4":
+        opened = [(float(r[3]), float(r[5])) for r in rows if r[3] != "—" and r[5] != "—"]
         rep.comparison.append(
-            f"The added fill here opened at mask margins of {min(margins):.0f} to {max(margins):.0f}, with max "
-            f"logits of {min(logits):.0f} to {max(logits):.0f}: the published mechanism, at logits of the same order "
-            "as those reports'.")
+            f"The added fill here opened at mask margins of {min(m for m, _ in opened):.0f} to "
+            f"{max(m for m, _ in opened):.0f}, with max logits of {min(x for _, x in opened):.0f} to "
+            f"{max(x for _, x in opened):.0f}: the additive mechanism, which needs a masked score to beat the "
+            "visible ones by the fill's magnitude." if opened else
+            "The added fill never opened here.")
     else:
-        rep.comparison.append("The added fill never opened here, so the published mechanism was not reproduced.")
-    rep.findings.append(f"Finite fill: the leak opened at the predicted probe in {verdicts.count('holds')} of "
-                        f"{len(verdicts)} seeds; prediction 3: **{verdict}**; the -inf control's largest future leak "
-                        f"at any probe: {ctrl_leak:g}.")
-    early = [r for r in rows if r[6] == "fails" and r[5] != "yes"]
-    misses = prose("partial_leaks", "fill_misses", seeds=", ".join(r[0] for r in early),
-                   margins=", ".join(r[3] for r in early), threshold=f"{abs(fill) - slack:g}",
-                   masses=", ".join(f"{m:.1e}" for _, m, _ in early_at),
-                   leaks=", ".join(f"{v:.2f}" for _, _, v in early_at)) if early else ""
-    back, zero = sum(b[0] for b in backs), sum(b[1] for b in backs)
+        floors = [float(r[3]) for r in rows if r[3] != "—"]
+        rep.comparison.append(
+            f"GPT-2's replacing fill opened here in {n_open} of {len(rows)} seeds"
+            + (f", at visible floors of {min(floors):.0f} to {max(floors):.0f} (a row whose every visible score had "
+               "fallen below the fill), the mechanism of issue 15199's printout" if floors else
+               ": no row's visible scores fell below the fill at this rate and length, so the published bug did not "
+               "arise here") + ".")
+    block = "fill" if rising else "replace"
+    text = [prose("partial_leaks", block, fill=f"{fill:g}", slack=f"{slack:g}", absfill=f"{abs(fill):g}",
+                  threshold=f"{threshold:g}", tol=f"{tol:g}", ctrl_leak=f"{ctrl_leak:g}",
+                  rounded=f"{np.float32(1) + np.float32(math.exp(-slack)):.7f}"), "",
+            markdown_table(header, rows), ""]
+    if early:
+        text += [prose("partial_leaks", "fill_misses", what=what, seeds=", ".join(str(e[0]) for e in early),
+                       masses=", ".join(f"{m:.1e}" for _, m, _ in early),
+                       leaks=", ".join(f"{v:.2f}" for *_, v in early), tol=f"{tol:g}"), ""]
+    backs = [tuple(int(x) for x in r[8].split(", ")) for r in rows]
+    back, closed = sum(b for b, _ in backs), sum(c for _, c in backs)
     if back:
-        misses += "\n\n" + prose("partial_leaks", "fill_closing", back=back, zero=zero)
-    rep.sections += ["## The finite fill: when the mask opens", "",
-                     prose("partial_leaks", "fill", fill=f"{fill:g}", slack=f"{slack:g}", absfill=f"{abs(fill):g}",
-                           ctrl_leak=f"{ctrl_leak:g}"), "",
-                     markdown_table(header, rows), "", misses, "", "![the finite fill](fill.png)", ""]
-    fig_fill(runs, fill, slack, out / "fill.png")
+        text += [prose("partial_leaks", "fill_closing", back=back, closed=closed, open=back - closed, what=what), ""]
+    name = "fill.png" if rising else "fill_where.png"
+    rep.sections += [f"## {LABELS[arm]}: when the mask opens (prediction {number})", "", *text,
+                     f"![{LABELS[arm]}]({name})", ""]
+    fig_fill(runs, key, what, threshold, tol, out / name)
 
 
 def setup_text(arms: dict[str, list[Run]], runs: list[Run]) -> str:
@@ -510,11 +622,13 @@ def setup_text(arms: dict[str, list[Run]], runs: list[Run]) -> str:
 def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     arms = group(runs)
     cfg = runs[0].config
-    pred = cfg.get("prediction") or DEFAULT_PREDICTION
-    threshold = None
-    if "causal" in arms:
-        threshold = pred["onset_fraction"] * float(np.mean([r.summary["train_loss"] for r in arms["causal"]]))
-    onsets = {a: loss_onsets(rs, threshold) if threshold else [None] * len(rs) for a, rs in arms.items()}
+    pred = {**DEFAULT_PREDICTION, **(cfg.get("prediction") or {})}
+    onsets, collapses = {}, {}
+    for a, rs in arms.items():
+        ctrl = arms.get(CONTROL.get(a, ""), [])
+        onsets[a] = onset_steps(rs, ctrl, pred["onset_run"]) if ctrl else [None] * len(rs)
+        final = float(np.mean([r.summary["train_loss"] for r in ctrl])) if ctrl else math.nan
+        collapses[a] = collapse_steps(rs, pred["onset_fraction"] * final) if ctrl else [None] * len(rs)
     est = bootstrap(samples(arms, onsets))
     table, seen = arm_table(arms, est, pred)
     fill_cfg = arms["fill_1e4"][0].config if "fill_1e4" in arms else {}
@@ -523,49 +637,58 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
                     fill=f"{(fill_cfg.get('attention_bug') or {}).get('fill', float('nan')):g}",
                     d_k=m.get("n_embd", 0) // max(m.get("n_head", 1), 1) if m else "n/a",
                     lr=f"lr {fill_cfg.get('optim', {}).get('lr', float('nan')):g}"), "",
-              setup_text(arms, runs), "", prose("partial_leaks", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT), ""]
+              setup_text(arms, runs), "",
+              prose("partial_leaks", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, method=METHOD,
+                    n_seeds=seeds_words(arms)), ""]
     rep = Report(sections=["## Every arm at the end", "", table, ""])
     seen_section(rep, arms, est, pred, seen, out)
-    if "no_mask" in arms and threshold:
-        onset_section(rep, arms, est, pred, onsets)
+    if "no_mask" in arms and "causal" in arms:
+        onset_section(rep, arms, est, pred, onsets, collapses)
     alarm_section(rep, arms, pred, onsets)
-    if "fill_1e4" in arms:
-        fill_section(rep, arms, pred, out)
+    for arm in FILLS:
+        if arm in arms:
+            fill_section(rep, arms, pred, out, arm)
     fig_curves(arms, out / "curves.png", {a: [r.summary.get("leak_detected_step") for r in rs]
                                           for a, rs in arms.items()})
     fig_honest(arms, out / "honest.png")
     fig_positions(arms, out / "positions.png")
     fig_future_mass(arms, out / "future_mass.png")
-    links = explorers({LABELS[a]: arms[a][0] for a in ("causal", "off_by_one", "last_layer", "fill_1e4")
-                       if a in arms}, out)
+    links = explorers({LABELS[a]: arms[a][0] for a in ("causal", "off_by_one", "last_layer", "fill_1e4",
+                                                       "fill_where_1e4") if a in arms}, out)
     if links:
         rep.sections += ["Attention at the end, interactive (first seed): " + ", ".join(links) + ".", ""]
-    sections = header + ["## Findings", ""] + [f"- {f}" for f in rep.findings] + [""] + rep.sections
+    sections = header + ["## Findings", ""] + [f"- {f}" for f in rep.findings] + [""]
+    sections += [prose("partial_leaks", "changes"), ""] + rep.sections
     structural = [a for a in STRUCTURAL if a in seen]
     collapsed = [a for a in structural if seen[a] == "collapses"]
     rep.comparison.insert(0, (
         f"Here {len(collapsed)} of {len(structural)} structural arms collapse "
         + ("(every one, the single-layer and off-by-one leaks included): agrees; a partial leak is as visible in the "
-           "loss as a full one once training finds it, and invisible before (the onsets above)."
+           "loss as a full one once training finds it, and the loss onsets above say when that is."
            if collapsed == structural else
            f"(not: {', '.join(LABELS[a] for a in structural if a not in collapsed)}): where a partial leak does "
            "not collapse the loss, the published symptom would miss it.")))
-    if "fill_1e4" in seen:
-        falls = seen["fill_1e4"] in ("collapses", "lower")
-        rep.comparison.append(
-            ("As in those reports" if falls else "Unlike those reports")
-            + f", the loss here {'falls' if falls else 'does not fall'} next to the -inf control (it is "
-            f"{seen['fill_1e4']}); "
-            + ("" if falls else "at this learning rate the model fails to train (Experiment 2) and makes little use "
-               "of the open mask in the run's length, so only the future-leak probe and the alarm show it."))
+    for a in FILLS:
+        if a in seen:
+            falls = seen[a] in ("collapses", "lower")
+            rep.comparison.append(
+                f"{LABELS[a]}: " + ("as in the published reports" if falls else "unlike the published reports")
+                + f", the loss here {'falls' if falls else 'does not fall'} next to the -inf control (it is "
+                f"{seen[a]}). {fill_trains(arms, a)}")
     sections += ["## How this compares with the published cases", "", prose("partial_leaks", "literature")]
     sections += [f"- {c}" for c in rep.comparison] + [""]
-    sections += ["## Limits", "", prose("partial_leaks", "limits", n_seeds=len({r.seed for r in runs})), ""]
+    sections += [prose("partial_leaks", "threats"), ""]
+    sections += ["## Limits", "", prose("partial_leaks", "limits", n_seeds=seeds_words(arms)), ""]
     path = out / "README.md"
     path.write_text("\n".join(sections))
     return path
 
 
+def seeds_words(arms: dict[str, list[Run]]) -> str:
+    counts = sorted({len(rs) for rs in arms.values()})
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+
+
 # what partial_leaks.yaml's ``prediction`` says: for runs made without it
-DEFAULT_PREDICTION = {"collapse_fraction": 0.5, "onset_fraction": 0.5, "onset_ratio": [0.8, 1.25], "fill_slack": 16,
-                      "alarm_first_validation": True}
+DEFAULT_PREDICTION = {"collapse_fraction": 0.5, "onset_run": 10, "onset_fraction": 0.5, "onset_ratio": [0.8, 1.25],
+                      "fill_slack": 16, "alarm_first_validation": True}

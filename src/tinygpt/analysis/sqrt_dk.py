@@ -9,6 +9,7 @@ are computed on aligned replicates (tinygpt.analysis.stats).
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -17,10 +18,11 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, save
+from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, plural, save
 from tinygpt.analysis.init_stats import logits_at_init, slopes
 from tinygpt.analysis.stats import (
     LEVEL,
+    METHOD,
     N_BOOT,
     Estimate,
     combine,
@@ -174,6 +176,16 @@ def numbers(arms, fraction: float) -> dict:
                        failed, {x: sum(not math.isfinite(final_loss(r)) for r in by_lr[x]) for x in lrs},
                        {x: len(by_lr[x]) for x in lrs})
     return out
+
+
+def seeds_words(runs: list[Run]) -> str:
+    """'3' when every cell has the same number of seeds, else '2 to 3'."""
+    cells: dict = {}
+    for r in runs:
+        key = json.dumps([r.config['model'], r.config['optim']['lr']], sort_keys=True, default=str)
+        cells.setdefault(key, []).append(r)
+    counts = sorted({len(v) for v in cells.values()})
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
 
 
 def baselines(runs: list[Run]) -> tuple[float, float]:
@@ -371,7 +383,7 @@ def setup_text(runs: list[Run], arms) -> str:
         f"{cfg['callbacks']['stability']['every_n_steps']} steps, the end-of-run attention diagnostics on "
         f"{cfg['diagnostics']['windows']}. Count baselines on the same windows (fitted on the training split): "
         f"unigram {uni:.3f}, bigram {bi:.3f} nats. Sweep wall time: {wall / 60:.1f} min "
-        f"({runs[0].summary.get('threads')} thread(s) per job)."
+        f"({plural(runs[0].summary.get('threads') or 1, 'thread')} per job)."
     )
 
 
@@ -637,7 +649,8 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     dks = sorted({d for d, _ in arms})
     head = [prose("sqrt_dk", "intro", n_runs=len(runs), sweeps=", ".join(f"`{s}`" for s in sweeps)), "",
             setup_text(runs, arms), "",
-            prose("sqrt_dk", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, fraction=fraction), ""]
+            prose("sqrt_dk", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, fraction=fraction, method=METHOD,
+                  n_seeds=seeds_words(runs)), ""]
     rep = Report()
     init_section(rep, cfg, out)
     fig_loss_vs_lr(arms, nums, out / "loss_vs_lr.png")
@@ -654,6 +667,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     sections = head + ["## Finding", ""] + [f"- {f}" for f in rep.findings] + [""]
     sections += [prose("sqrt_dk", "changes"), ""] + rep.sections
     sections += ["## How this compares with the literature", ""] + [f"- {c}" for c in rep.comparison] + [""]
+    sections += [prose("sqrt_dk", "threats"), ""]
     sections += ["## Limits", ""] + [f"- {x}" for x in rep.limits] + [""]
     path = out / "README.md"
     path.write_text("\n".join(sections))

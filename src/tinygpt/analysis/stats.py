@@ -329,6 +329,21 @@ def first_below(steps, values, threshold: float) -> int | None:
     return int(np.asarray(steps)[below[0]]) if len(below) else None
 
 
+def first_below_band(steps, values, band_steps, band_low, run: int) -> int | None:
+    """The first logged step from which a series stays below a band's lower edge (e.g. the lowest of the control
+    seeds at each step) for ``run`` consecutive logged steps, both read at the steps they share; None if it never
+    does. Raw values, so the step is the series' own."""
+    low = dict(zip(np.asarray(band_steps).tolist(), np.asarray(band_low, dtype=np.float64).tolist(), strict=True))
+    shared = [(s, v) for s, v in zip(np.asarray(steps).tolist(), np.asarray(values, dtype=np.float64).tolist(),
+                                     strict=True) if s in low]
+    streak = 0
+    for i, (s, v) in enumerate(shared):
+        streak = streak + 1 if v < low[s] else 0
+        if streak == run:
+            return int(shared[i - run + 1][0])
+    return None
+
+
 def resolution(steps) -> int | None:
     """The logging interval of a series: the most common gap between logged steps."""
     gaps = np.diff(np.asarray(steps))

@@ -141,6 +141,19 @@ def loss_onsets(runs: list[Run], threshold: float) -> list[int | None]:
     return [first_below(*r.series("train/loss"), threshold) for r in runs]
 
 
+def honest_gap_step(run: Run) -> int | None:
+    """The first validation at which the leak alarm's honest-loss rule fires on the run's own history: the honest
+    minus teacher-forced loss on the same windows above both ``z`` standard errors and ``min_gap`` nats (the
+    run's callbacks.leak_alarm). None if it never does or the run has no such history."""
+    steps, gaps = run.series("leak/honest_gap")
+    _, ses = run.series("leak/honest_gap_se")
+    alarm = (run.config.get("callbacks") or {}).get("leak_alarm") or {}
+    if not len(steps) or len(ses) != len(gaps) or "z" not in alarm:
+        return None
+    fired = np.nonzero(gaps > np.maximum(alarm["z"] * ses, alarm["min_gap"]))[0]
+    return int(steps[fired[0]]) if len(fired) else None
+
+
 def seed_ids(runs: list[Run]) -> tuple[int, ...]:
     """The runs' seeds, in their order: what a bootstrap Sample pairs by."""
     return tuple(r.seed for r in runs)
