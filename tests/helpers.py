@@ -147,3 +147,22 @@ def future_jacobian(model, idx):
         (g,) = torch.autograd.grad(logits[0, t] @ r, emb, retain_graph=True)  # (1, T, C)
         rows.append(g[0].abs().amax(-1))  # (T,)
     return torch.stack(rows)  # (T, T)
+
+
+def write_checkpoint(path: Path, vocab_size: int = 64, step: int = 60, tokenizer: str | None = None) -> Path:
+    """A small train.py-like checkpoint (2 layers, 2 heads, 16 wide, context 16, random weights) at ``path``, in a
+    second: for the command-line tools' tests. Without ``tokenizer`` it is a token-id model (random_tokens)."""
+    import torch
+
+    from tinygpt.model.gpt import GPT, GPTConfig
+
+    model = {"block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16}
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(vocab_size=vocab_size, **model))
+    ckpt = {"state_dict": {f"model.{k}": v for k, v in gpt.state_dict().items()},
+            "hyper_parameters": {"model": model, "vocab_size": vocab_size}, "global_step": step}
+    if tokenizer is not None:
+        ckpt["tokenizer"] = tokenizer
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(ckpt, path)
+    return path

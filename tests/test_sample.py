@@ -1,11 +1,36 @@
-"""What scripts/sample.py says about a --ckpt that is not a run with a checkpoint, and a text prompt for a
-checkpoint without a tokenizer."""
+"""What scripts/sample.py says about a --ckpt that is not a run with a checkpoint, a text prompt or an id outside
+the vocabulary for a checkpoint without a tokenizer, a device this machine lacks, --top-k, and a prompt longer than
+the context window."""
 
 import json
 
 import pytest
+import torch
 
-from tinygpt.sample import checkpoint_in, prompt_ids
+from helpers import write_checkpoint
+from tinygpt.sample import checkpoint_in, main, prompt_ids
+
+
+@pytest.fixture(scope="module")
+def token_id_ckpt(tmp_path_factory):
+    """A random token-id checkpoint (vocabulary 64, context 16) at step 60."""
+    return write_checkpoint(tmp_path_factory.mktemp("sample") / "run" / "checkpoints" / "last.ckpt")
+
+
+def sample(capsys, *args) -> tuple[int, str, str]:
+    """scripts/sample.py ARGS in-process: (exit status, stdout, stderr)."""
+    try:
+        code = main(["--device", "cpu", "--max-new-tokens", "2", *map(str, args)])
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def error_line(err: str) -> str:
+    """The one error sentence argparse prints below its usage line."""
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
 
 
 def test_a_sweep_dir_is_named_and_one_job_suggested(tmp_path):
@@ -32,3 +57,36 @@ def test_a_text_prompt_for_a_checkpoint_without_a_tokenizer_asks_for_ids():
     assert prompt_ids(None, "3 14 15") == [3, 14, 15]
     with pytest.raises(ValueError, match="no tokenizer .* space-separated ids, e.g. --prompt '3 14 15', not 'ROMEO:'"):
         prompt_ids(None, "ROMEO:")
+
+
+def test_a_token_id_outside_the_vocabulary_is_named_with_the_vocabulary_size(token_id_ckpt, capsys):
+    code, out, err = sample(capsys, "--ckpt", token_id_ckpt, "--prompt", "3 14 999")
+    assert code == 2 and out == ""
+    assert error_line(err).endswith("error: token id 999 in --prompt '3 14 999' is outside this checkpoint's "
+                                    "vocabulary of 64 tokens; give ids from 0 to 63.")
+    assert sample(capsys, "--ckpt", token_id_ckpt, "--prompt", "-1 2")[0] == 2
+
+
+def test_an_unavailable_mps_device_is_named_not_the_checkpoint(token_id_ckpt, capsys, monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    code, _, err = sample(capsys, "--ckpt", token_id_ckpt, "--device", "mps")
+    assert code == 2 and "not a readable checkpoint" not in err
+    assert error_line(err).endswith("error: --device=mps but MPS (Apple's GPU) is not available on this machine; use "
+                                    "--device cpu.")
+
+
+def test_top_k_none_means_no_cut_as_the_message_for_zero_says(token_id_ckpt, capsys):
+    code, out, _ = sample(capsys, "--ckpt", token_id_ckpt, "--prompt", "1 2", "--top-k", "None")
+    assert code == 0 and len(out.split()) == 4  # the prompt's 2 ids and 2 new ones
+    code, _, err = sample(capsys, "--ckpt", token_id_ckpt, "--top-k", "0")
+    assert code == 2 and error_line(err).endswith("error: --top-k=0 must be a positive integer or None (no cut).")
+    code, _, err = sample(capsys, "--ckpt", token_id_ckpt, "--top-k", "many")
+    assert code == 2 and "'many' is not a positive integer or None (no cut)" in error_line(err)
+
+
+def test_a_prompt_longer_than_the_context_window_gets_a_note(token_id_ckpt, capsys):
+    code, _, err = sample(capsys, "--ckpt", token_id_ckpt, "--prompt", " ".join(["5"] * 20))
+    assert code == 0
+    assert ("# note: the prompt has 20 tokens, more than the model's block_size 16; the model sees only its last 16"
+            in err.splitlines())
+    assert "note" not in sample(capsys, "--ckpt", token_id_ckpt, "--prompt", "5 6")[2]

@@ -2,13 +2,16 @@
 
 Writes the interactive explorer (tinygpt.train.explorer) for the text through the checkpoint's model: every layer and
 head, hover for query, key and weight, a query picked on the text. A leaky checkpoint (trained without the mask)
-shows its weights on the future. ``--png DIR`` also draws the static heatmaps, one PNG per layer.
+shows its weights on the future. ``--png DIR`` also draws the static heatmaps, one PNG per layer. Without ``--out`` the
+page goes into the run dir it reads: ``<run dir>/attention/<checkpoint>_step<N>_<text hash>.html``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -17,18 +20,18 @@ from tinygpt.data.tokenizer import UNK, decode, encode
 from tinygpt.model.gpt import GPT
 from tinygpt.runtime.errors import ConfigError, print_error
 from tinygpt.experiments.leaky_masks import BuggyAttention
-from tinygpt.sample import find_latest_checkpoint, load_checkpoint
+from tinygpt.sample import checkpoint_file, find_latest_checkpoint, load_checkpoint_at_step, token_ids
 from tinygpt.train import explorer
 from tinygpt.train.diagnostics import evaluating
 from tinygpt.train.plots import LayerPlotter, token_label
 
 
-def tokens(tok, text: str, block_size: int) -> tuple[list[int], list[str], list[str]]:
+def tokens(tok, text: str, block_size: int, vocab_size: int) -> tuple[list[int], list[str], list[str]]:
     """The text's ids clipped to block_size, a label per token (a character outside the vocabulary shows as
     '<unk>:c'), and notes for the user (clipping, unknown characters)."""
     notes = []
     if tok is None:  # a checkpoint without a tokenizer: the text is space-separated ids
-        ids = [int(t) for t in text.split()]
+        ids = token_ids(text, vocab_size, flag="--text")
         labels = [str(i) for i in ids]
     else:
         ids = encode(tok, text)
@@ -61,13 +64,44 @@ def weights_of(model: GPT, ids: list[int]) -> torch.Tensor:
     return torch.cat(maps).float()
 
 
+def check_writable(path: Path, what: str, directory: bool = False) -> None:
+    """One sentence, naming the path as ``what``, unless ``path`` can be written as a file (``directory``: as a
+    folder of files); checked before any work by creating and removing a temporary file in the nearest folder that
+    exists, so nothing is left behind."""
+    if directory and path.exists() and not path.is_dir():
+        raise ConfigError(f"{what} is an existing file; give a directory for the PNGs.")
+    if not directory and path.is_dir():
+        raise ConfigError(f"{what} is a directory; give the page's file name, e.g. {path / 'attention.html'}.")
+    base = path if directory else path.parent
+    while not base.exists():
+        base = base.parent
+    if not base.is_dir():
+        raise ConfigError(f"{what} cannot be written: {base} is a file, not a directory.")
+    try:
+        tempfile.TemporaryFile(dir=base).close()
+    except OSError as err:
+        raise ConfigError(f"{what} cannot be written: no file can be created in {base} "
+                          f"({err.strerror or type(err).__name__}); give a path in a writable directory.") from None
+
+
+def run_dir_of(ckpt: Path) -> Path:
+    """The run dir a checkpoint file belongs to (<run>/checkpoints/x.ckpt -> <run>; else the file's folder)."""
+    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+
+
+def default_page(ckpt: Path, step: int, text: str) -> Path:
+    """Where the page goes without --out: <run dir>/attention/<checkpoint>_step<N>_<text hash>.html."""
+    digest = hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
+    return run_dir_of(ckpt) / "attention" / f"{ckpt.stem}_step{step}_{digest}.html"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/attention.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ckpt", help="checkpoint or run dir (default: the newest last.ckpt under outputs/ and multirun/)")
     ap.add_argument("--text", required=True, help="the text to look at (clipped to the model's block_size)")
-    ap.add_argument("--out", type=Path, default=Path("attention.html"), help="the page to write (default: "
-                    "attention.html)")
+    ap.add_argument("--out", type=Path, default=None, help="the page to write (default: <run dir>/attention/"
+                    "<checkpoint>_step<N>_<text hash>.html)")
     ap.add_argument("--png", type=Path, default=None, help="also write one heatmap PNG per layer into this dir")
     args = ap.parse_args(argv)
     ckpt = args.ckpt or find_latest_checkpoint()
@@ -76,24 +110,37 @@ def main(argv: list[str] | None = None) -> int:
                     "first.")
         return 2
     try:
-        model, tok = load_checkpoint(ckpt)
-        ids, labels, notes = tokens(tok, args.text, model.config.block_size)
+        if args.out is not None:
+            check_writable(args.out, f"--out={args.out}")
+        if args.png is not None:
+            check_writable(args.png, f"--png={args.png}", directory=True)
+        path = checkpoint_file(ckpt)
+    except (FileNotFoundError, ConfigError) as err:
+        print_error(f"attention: {err}")
+        return 2
+    try:
+        model, tok, step = load_checkpoint_at_step(path)
+        ids, labels, notes = tokens(tok, args.text, model.config.block_size, model.config.vocab_size)
+        out = args.out or default_page(path, step, args.text)
+        if args.out is None:
+            check_writable(out, f"the default page {out} (pass --out to write it elsewhere)")
     except (FileNotFoundError, ConfigError, ValueError) as err:
         print_error(f"attention: {err}")
         return 2
     except Exception as err:  # a file that is not a checkpoint (torch raises many kinds)
         print_error(f"attention: {ckpt} is not a train.py checkpoint ({type(err).__name__}).")
         return 2
+    print(f"# {path} (step {step})", file=sys.stderr)
     for note in notes:
         print(f"# {note}", file=sys.stderr)
     w = weights_of(model, ids).numpy()  # (n_layer, H, T, T)
     bugs = sorted({b.attn.kind for b in model.blocks if isinstance(b.attn, BuggyAttention)})
     kind = ("causal" if model.config.attn.causal else "no mask: the future is visible") + (
         f", with experiment 3's mask bug {', '.join(bugs)}" if bugs else "")
-    page = explorer.write(args.out, [(0, w, labels)], f"{Path(str(ckpt)).name} ({kind})")
+    page = explorer.write(out, [(step, w, labels)], f"{Path(str(ckpt)).name} ({kind})")
     print(f"attention: {len(ids)} tokens, {w.shape[0]} layers x {w.shape[1]} heads -> {page}")
     if args.png:
         args.png.mkdir(parents=True, exist_ok=True)
-        paths = LayerPlotter()(w, labels, 0, args.png)
+        paths = LayerPlotter()(w, labels, step, args.png)
         print(f"attention: {len(paths)} PNGs -> {args.png}")
     return 0

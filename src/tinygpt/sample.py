@@ -47,12 +47,23 @@ def checkpoint_in(d: Path) -> Path:
 def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer | None]:
     """The GPT (eval mode) and its tokenizer from a Lightning checkpoint written by train.py, loaded with
     ``weights_only=True`` (an untrusted file cannot run code)."""
+    model, tok, _ = load_checkpoint_at_step(path, device)
+    return model, tok
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """The .ckpt file a --ckpt names: the file itself, or a run dir's last checkpoint."""
     path = Path(path)
     if path.is_dir():  # a run dir: use its last checkpoint
         path = checkpoint_in(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist.")
-    ckpt = checkpoint.load(path, map_location=device)
+    return path
+
+
+def load_checkpoint_at_step(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer | None, int]:
+    """``load_checkpoint``, and the global step the checkpoint was saved at."""
+    ckpt = checkpoint.load(checkpoint_file(path), map_location=device)
     hp = ckpt["hyper_parameters"]
     model = GPT(GPTConfig(vocab_size=hp["vocab_size"], **hp["model"]))
     if hp.get("attention_bug"):  # experiment 3's deliberate mask bug: the model as it was trained
@@ -62,17 +73,27 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokeniz
     state = checkpoint.model_weights(ckpt["state_dict"])
     model.load_state_dict(state)
     tok = Tokenizer.from_str(ckpt["tokenizer"]) if "tokenizer" in ckpt else None
-    return model.to(device).eval(), tok
+    return model.to(device).eval(), tok, int(ckpt.get("global_step", 0))
 
 
-def prompt_ids(tok: Tokenizer | None, prompt: str) -> list[int]:
-    """A prompt as token ids (space-separated ids for a checkpoint without a tokenizer)."""
+def token_ids(text: str, vocab_size: int, flag: str = "--prompt") -> list[int]:
+    """Space-separated token ids (a checkpoint without a tokenizer), each checked against the vocabulary."""
+    try:
+        ids = [int(t) for t in text.split()]
+    except ValueError:
+        raise ValueError(f"this checkpoint has no tokenizer (its data were token ids, e.g. random_tokens): give "
+                         f"the {flag[2:]} as space-separated ids, e.g. {flag} '3 14 15', not {text!r}.") from None
+    bad = next((i for i in ids if not 0 <= i < vocab_size), None)
+    if bad is not None:
+        raise ValueError(f"token id {bad} in {flag} {text!r} is outside this checkpoint's vocabulary of {vocab_size} "
+                         f"tokens; give ids from 0 to {vocab_size - 1}.")
+    return ids
+
+
+def prompt_ids(tok: Tokenizer | None, prompt: str, vocab_size: int | None = None) -> list[int]:
+    """A prompt as token ids (space-separated ids, below ``vocab_size``, for a checkpoint without a tokenizer)."""
     if tok is None:
-        try:
-            return [int(t) for t in prompt.split()] or [0]
-        except ValueError:
-            raise ValueError(f"this checkpoint has no tokenizer (its data were token ids, e.g. random_tokens): give "
-                             f"the prompt as space-separated ids, e.g. --prompt '3 14 15', not {prompt!r}.") from None
+        return token_ids(prompt, vocab_size if vocab_size is not None else 2**63) or [0]
     ids = encode(tok, prompt)
     if not ids:
         raise ValueError(f"the prompt {prompt!r} encodes to no tokens; give a non-empty prompt.")
@@ -84,7 +105,7 @@ def generate_texts(model: GPT, tok: Tokenizer | None, prompts: list[str], max_ne
                    use_cache: bool = True) -> list[str]:
     """Each prompt and its continuation, decoded together as one left-padded batch."""
     device = next(model.parameters()).device
-    ids = [prompt_ids(tok, p) for p in prompts]
+    ids = [prompt_ids(tok, p, model.config.vocab_size) for p in prompts]
     idx, mask = pad_prompts(ids, device=device)  # (B, T_max) each
     gen = torch.Generator(device=device).manual_seed(seed)
     out = generate(model, idx, max_new_tokens, temperature, top_k, generator=gen, use_cache=use_cache,
@@ -96,6 +117,37 @@ def generate_texts(model: GPT, tok: Tokenizer | None, prompts: list[str], max_ne
     return texts
 
 
+def top_k_value(text: str) -> int | None:
+    """--top-k's value: an integer, or None (no cut)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer or None (no cut).") from None
+
+
+def device_problem(device: str) -> str | None:
+    """One sentence when --device names a device this machine does not have (None when it has it)."""
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        return f"--device={device} is not a device name torch knows; use cpu, cuda or mps."
+    if kind == "cuda" and not torch.cuda.is_available():
+        return f"--device={device} but no CUDA GPU is visible; use --device cpu."
+    if kind == "mps" and not torch.backends.mps.is_available():
+        return f"--device={device} but MPS (Apple's GPU) is not available on this machine; use --device cpu."
+    return None
+
+
+def crop_note(n_tokens: int, block_size: int) -> str | None:
+    """A note for a prompt longer than the model's context window (the model sees its last block_size tokens)."""
+    if n_tokens <= block_size:
+        return None
+    return (f"note: the prompt has {n_tokens} tokens, more than the model's block_size {block_size}; the model "
+            f"sees only its last {block_size}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--ckpt", help="checkpoint or run dir (default: the newest last.ckpt under outputs/ and multirun/)")
@@ -103,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                     "several prompts, decoded together as one padded batch")
     ap.add_argument("--max-new-tokens", type=int, default=500)
     ap.add_argument("--temperature", type=float, default=0.8)
-    ap.add_argument("--top-k", type=int, default=40)
+    ap.add_argument("--top-k", type=top_k_value, default=40, help="sample from the k likeliest tokens "
+                    "(default: 40; None: no cut)")
     ap.add_argument("--num-samples", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -118,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--max-new-tokens={args.max_new_tokens} must be >= 1.")
     if args.num_samples < 1:
         ap.error(f"--num-samples={args.num_samples} must be >= 1.")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        ap.error(f"--device={args.device} but no CUDA GPU is visible; use --device cpu.")
+    if problem := device_problem(args.device):
+        ap.error(problem)
     try:
         check_sampling(args.temperature, args.top_k)
     except ValueError as err:
@@ -129,7 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         use_fast_decode(model)  # KV-cache decoding's few-row products on both cores (tinygpt.model.fast_linear)
     except (FileNotFoundError, ConfigError) as e:
         ap.error(str(e))
+    try:
+        notes = {crop_note(len(prompt_ids(tok, p, model.config.vocab_size)), model.config.block_size) for p in prompts}
+    except ValueError as e:
+        ap.error(str(e))
     print(f"# {ckpt}", file=sys.stderr)
+    for note in sorted(n for n in notes if n):
+        print(f"# {note}", file=sys.stderr)
     if tok is not None and tok.token_to_id("<unk>") is not None:
         unknown = sorted({c for c in "".join(prompts) if tok.token_to_id(c) is None})
         if unknown:

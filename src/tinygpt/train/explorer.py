@@ -287,12 +287,15 @@ def write(path: Path, steps: list[tuple[int, np.ndarray, list[str]]], title: str
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.html")
-    fig.write_html(tmp, include_plotlyjs=True if library == "inline" else "directory", full_html=True,
-                   div_id="tinygpt-explorer",  # fixed, so a regenerated report is byte-identical
-                   post_script=GLUE.replace("__DATA__", json.dumps(data, allow_nan=False)),
-                   config={"displaylogo": False, "responsive": True})
-    # library="directory": plotly writes plotly.min.js beside the page once; every page in the folder links it
-    tmp.replace(path)
+    try:
+        fig.write_html(tmp, include_plotlyjs=True if library == "inline" else "directory", full_html=True,
+                       div_id="tinygpt-explorer",  # fixed, so a regenerated report is byte-identical
+                       post_script=GLUE.replace("__DATA__", json.dumps(data, allow_nan=False)),
+                       config={"displaylogo": False, "responsive": True})
+        # library="directory": plotly writes plotly.min.js beside the page once; every page in the folder links it
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed write (the target a directory, a full disk) leaves no 5 MB file behind
     return path
 
 
