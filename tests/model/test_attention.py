@@ -497,3 +497,17 @@ def test_rank_error_and_the_default_scale_uses_the_feature_size():
     q, k, v = torch.randn(1, 3, 4, 5), torch.randn(1, 3, 4, 5), torch.randn(1, 3, 4, 5)  # H = 3, D = 5
     _, w = scaled_dot_product_attention(q, k, v, causal=False)
     torch.testing.assert_close(w, torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(5), -1))
+
+
+def test_attention_from_scores_takes_the_key_and_the_query_masks_apart():
+    """Cross-attention: a key mask hides keys only; self-attention's behaviour (padded queries output 0) needs
+    both, as scaled_dot_product_attention passes them."""
+    scores, v = torch.zeros(1, 2, 3), torch.tensor([[[1.0], [3.0], [100.0]]])  # (B, T_q, T_k), (B, T_k, 1)
+    keys = torch.tensor([[True, True, False]])
+    out, _ = attention_from_scores(scores, v, causal=False, padding_mask=keys)
+    assert out[0, :, 0].tolist() == [2.0, 2.0]  # both queries real: the mean of the two real keys
+    out, _ = attention_from_scores(scores, v, causal=False, padding_mask=keys, query_mask=torch.tensor([[True, False]]))
+    assert out[0, :, 0].tolist() == [2.0, 0.0]
+    with pytest.raises(ValueError) as err:
+        attention_from_scores(scores, v, query_mask=torch.ones(1, 3, dtype=torch.bool))
+    assert str(err.value) == "query_mask must have shape (B, T_q) = (1, 2) for scores (1, 2, 3), got (1, 3)."

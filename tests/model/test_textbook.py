@@ -121,3 +121,21 @@ def test_valid_lengths_need_three_dimensional_scores():
     with pytest.raises(ValueError) as err:
         valid_length_softmax(torch.zeros(2, 3), torch.tensor([1, 2]))
     assert str(err.value) == "valid lengths need scores of shape (B, T_q, T_k), got (2, 3)."
+
+
+def test_additive_attention_masks_keys_only_on_the_textbooks_example():
+    """d2l's additive-attention example: keys all equal, so each query's output is the mean of the first
+    valid_len value rows; a key mask (valid_lens) must not turn the (single, real) queries into padding."""
+    torch.manual_seed(0)
+    queries, keys = torch.normal(0, 1, (2, 1, 20)), torch.ones((2, 10, 2))
+    values = torch.arange(40, dtype=torch.float32).reshape(1, 10, 4).repeat(2, 1, 1)  # row r: 4r .. 4r + 3
+    valid_lens = torch.tensor([2, 6])
+    score = AdditiveScore(query_dim=20, key_dim=2, hidden=8)
+    out, w = score.attend(queries, keys, values, padding_mask=lengths_to_mask(valid_lens, 10)[:, 0])
+    assert out[0, 0].tolist() == pytest.approx([2.0, 3.0, 4.0, 5.0])  # mean of rows 0, 1
+    assert out[1, 0].tolist() == pytest.approx([10.0, 11.0, 12.0, 13.0])  # mean of rows 0 .. 5
+    assert w[0, 0].tolist() == pytest.approx([0.5] * 2 + [0.0] * 8)
+    # a query mask, given apart, zeroes only the padded queries
+    out2, _ = score.attend(queries, keys, values, padding_mask=lengths_to_mask(valid_lens, 10)[:, 0],
+                           query_mask=torch.tensor([[True], [False]]))
+    assert out2[0, 0].tolist() == pytest.approx([2.0, 3.0, 4.0, 5.0]) and out2[1].abs().sum() == 0

@@ -58,15 +58,31 @@ def visibility_mask(
     The result broadcasts against scores (B, *[1] * extra_dims, T_q, T_k); without padding it is
     (T_q, T_k).
     """
+    query_mask = None if padding_mask is None else padding_mask[:, t_k - t_q :]
+    return cross_visibility_mask(t_q, t_k, causal=causal, key_mask=padding_mask, query_mask=query_mask,
+                                 extra_dims=extra_dims, device=device)
+
+
+def cross_visibility_mask(
+    t_q: int,
+    t_k: int,
+    *,
+    causal: bool,
+    key_mask: Tensor | None,
+    query_mask: Tensor | None,
+    extra_dims: int,
+    device: torch.device | None = None,
+) -> Tensor | None:
+    """``visibility_mask`` with the keys' and the queries' validity given apart (cross-attention: queries and keys
+    are different sequences). ``key_mask`` (B, T_k): padded keys are invisible (the textbook's ``valid_lens``);
+    ``query_mask`` (B, T_q): padded queries see nothing. Either may be None (all real)."""
     mask = causal_mask(t_q, t_k, device) if causal else None
-    if padding_mask is None:
-        return mask
-    pad = padding_mask.to(device=device, dtype=torch.bool)
-    lead = (pad.shape[0],) + (1,) * extra_dims
-    keys = pad.view(*lead, 1, t_k)  # (B, 1.., 1, T_k): padded keys are invisible
-    queries = pad[:, t_k - t_q :].reshape(*lead, t_q, 1)  # (B, 1.., T_q, 1): padded queries see nothing
-    pad_mask = keys & queries  # (B, 1.., T_q, T_k)
-    return pad_mask if mask is None else pad_mask & mask
+    for pad, shape in ((key_mask, (1, t_k)), (query_mask, (t_q, 1))):
+        if pad is not None:
+            pad = pad.to(device=device, dtype=torch.bool)
+            pad = pad.reshape(pad.shape[0], *(1,) * extra_dims, *shape)  # (B, 1.., 1, T_k) or (B, 1.., T_q, 1)
+            mask = pad if mask is None else mask & pad
+    return mask  # (B, 1.., T_q, T_k), (T_q, T_k) or None
 
 
 # ----------------------------------------------------------------------------- softmax
@@ -107,20 +123,26 @@ def attention_from_scores(
     *,
     causal: bool = True,
     padding_mask: Tensor | None = None,
+    query_mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """weights = masked_softmax(scores + mask), out = weights @ v. Returns (out, weights).
 
     scores: (..., T_q, T_k), v: (..., T_k, D_v) -> out (..., T_q, D_v), weights (..., T_q, T_k).
+    padding_mask: bool (B, T_k), True = real key; padded keys get weight 0 (the textbook's valid_lens).
+    query_mask: bool (B, T_q), True = real query; padded queries get weights 0 and output 0. Self-attention
+    (scaled_dot_product_attention) passes both, the queries being the last T_q positions of the keys.
     """
     t_q, t_k = scores.shape[-2:]
     if v.shape[-2] != t_k:
         raise ValueError(f"v has {v.shape[-2]} positions but the scores have {t_k} keys.")
     _check_padding_mask(padding_mask, scores, t_k)
-    mask = visibility_mask(
+    _check_padding_mask(query_mask, scores, t_q, name="query_mask", axis="T_q")
+    mask = cross_visibility_mask(
         t_q,
         t_k,
         causal=causal,
-        padding_mask=padding_mask,
+        key_mask=padding_mask,
+        query_mask=query_mask,
         extra_dims=scores.dim() - 3,
         device=scores.device,
     )
@@ -161,17 +183,22 @@ def scaled_dot_product_attention(
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., T_q, D) @ (..., D, T_k) -> (..., T_q, T_k)
-    return attention_from_scores(scores, v, causal=causal, padding_mask=padding_mask)
+    t_q, t_k = scores.shape[-2:]
+    _check_padding_mask(padding_mask, scores, t_k)
+    queries = None if padding_mask is None else padding_mask[:, t_k - t_q :]  # one sequence: the last T_q keys
+    return attention_from_scores(scores, v, causal=causal, padding_mask=padding_mask, query_mask=queries)
 
 
-def _check_padding_mask(padding_mask: Tensor | None, scores: Tensor, t_k: int) -> None:
+def _check_padding_mask(
+    padding_mask: Tensor | None, scores: Tensor, t: int, name: str = "padding_mask", axis: str = "T_k"
+) -> None:
     if padding_mask is None:
         return
     if padding_mask.dtype != torch.bool:
-        raise ValueError(f"padding_mask must be bool (True = real token), got {padding_mask.dtype}.")
-    if scores.dim() < 3 or padding_mask.shape != (scores.shape[0], t_k):
+        raise ValueError(f"{name} must be bool (True = real token), got {padding_mask.dtype}.")
+    if scores.dim() < 3 or padding_mask.shape != (scores.shape[0], t):
         raise ValueError(
-            f"padding_mask must have shape (B, T_k) = ({scores.shape[0]}, {t_k}) "
+            f"{name} must have shape (B, {axis}) = ({scores.shape[0]}, {t}) "
             f"for scores {tuple(scores.shape)}, got {tuple(padding_mask.shape)}."
         )
 

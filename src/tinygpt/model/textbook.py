@@ -72,8 +72,11 @@ class AdditiveScore(nn.Module):
         *,
         causal: bool = False,
         padding_mask: Tensor | None = None,
+        query_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        return attention_from_scores(self(q, k), v, causal=causal, padding_mask=padding_mask)
+        """(out (..., T_q, D_v), weights (..., T_q, T_k)). ``padding_mask`` (B, T_k) masks the padded keys only,
+        as the textbook's ``valid_lens``; ``query_mask`` (B, T_q), if given, zeroes the padded queries' output."""
+        return attention_from_scores(self(q, k), v, causal=causal, padding_mask=padding_mask, query_mask=query_mask)
 
 
 def nadaraya_watson(
