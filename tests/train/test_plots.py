@@ -3,7 +3,7 @@
 import numpy as np
 from PIL import Image
 
-from tinygpt.train.plots import AttentionFigure, LayerPlotter
+from tinygpt.train.plots import AttentionFigure, LayerPlotter, masked_future
 
 
 def weights(seed: int, n_layer: int = 2, H: int = 2, T: int = 6) -> np.ndarray:
@@ -43,3 +43,21 @@ def test_another_probe_gets_its_own_figure(tmp_path):
     first = plotter.figure
     plotter(weights(0, T=5), list("abcde"), 2, tmp_path)
     assert plotter.figure is not first and plotter.figure.key == (2, 5, tuple("abcde"))
+
+
+def test_a_causal_models_masked_future_is_drawn_empty_as_on_the_page(tmp_path):
+    """Where every weight above the diagonal is 0 (a causal model) the future is NaN, drawn empty, not as weight 0;
+    a leaky model's future is drawn."""
+    causal = np.tril(weights(0))
+    assert np.isnan(masked_future(causal)[..., 0, 1:]).all() and not np.isnan(masked_future(causal)[..., 1, :2]).any()
+    leaky = weights(0)
+    assert np.array_equal(masked_future(leaky), leaky)
+    eye = np.eye(6, dtype=np.float32)[None, None]  # (1, 1, T, T): each query on itself, 0 below and above
+    purple = [68, 1, 84]  # viridis at 0.0
+
+    def zeros_drawn(png):
+        return np.all(np.abs(pixels(png).astype(int) - purple) <= 2, axis=-1).sum()
+
+    plain = AttentionFigure(1, 6, list("abcdef")).render(eye[0], "t", tmp_path / "plain.png")
+    (drawn,) = LayerPlotter()(eye, list("abcdef"), 60, tmp_path)
+    assert 0.4 < zeros_drawn(drawn) / zeros_drawn(plain) < 0.6  # 15 of the 30 zero cells are the future

@@ -19,6 +19,14 @@ def token_label(piece: str) -> str:
     return piece.replace(" ", "␣").replace("\n", "\\n").replace("\t", "\\t") or "∅"
 
 
+def masked_future(weights: np.ndarray) -> np.ndarray:
+    """weights (..., T, T) with the future (above the diagonal) as NaN, drawn empty, where every weight there is
+    exactly 0 (a causal model), as the explorer page draws it; a leaky model's weights unchanged."""
+    weights = np.asarray(weights, dtype=np.float32)
+    future = np.triu(np.ones(weights.shape[-2:], dtype=bool), 1)
+    return np.where(future, np.nan, weights) if not np.any(weights[..., future]) else weights
+
+
 class AttentionFigure:
     """One layer's heads side by side for weights (H, T, T) with these token labels; ``render`` draws a
     layer's weights and a title into a PNG. Token labels sit on the first head only (the heads share their
@@ -86,6 +94,7 @@ class LayerPlotter:
 
     def __call__(self, weights: np.ndarray, labels: list[str], step: int, out: Path) -> list[Path]:
         n_head, T = weights.shape[1], weights.shape[2]
+        weights = masked_future(weights)
         if self.figure is None or self.figure.key != (n_head, T, tuple(labels)):
             self.figure = AttentionFigure(n_head, T, labels)
         return [self.figure.render(w, f"layer {layer}, step {step} (rows: queries, columns: keys)",
