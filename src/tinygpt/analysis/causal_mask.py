@@ -320,10 +320,10 @@ def onset_text(by_causal: dict[bool, list[Run]], pred: dict) -> tuple[str, list[
                  "by the leak alarm's margin: "
                  + ", ".join(f"seed {r.seed}: {g if g is not None else 'never'}"
                              for r, g in zip(leaky, gap_steps, strict=True))
-                 + ". The honest loss shows the leak "
-                 + ("before the training loss collapses in every seed."
-                    if all(g is not None and s is not None and g < s for g, s in zip(gap_steps, found, strict=True))
-                    else "no earlier than the training loss collapses in some seed."))
+                 + f". The honest gap fires before the training loss collapses in "
+                 f"{sum(g is not None and s is not None and g < s for g, s in zip(gap_steps, found, strict=True))} "
+                 f"of {len(leaky)} seeds (the validation step counts steps taken; the training loss is logged at the "
+                 "0-based index of its batch, one less).")
     return text, found
 
 

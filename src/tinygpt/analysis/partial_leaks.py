@@ -207,11 +207,12 @@ def alarm_of(run: Run) -> LeakAlarm:
 
 
 def taken(run: Run, key: str) -> tuple[np.ndarray, np.ndarray]:
-    """A logged series with its steps as the number of training steps taken (the history files log the 0-based
-    index of the batch just taken: the validation after 50 steps is logged at 49). Every step in this report is
-    counted this way, as the leak alarm's own step is."""
+    """A logged series with its steps as the number of training steps taken. The history files log the training
+    loss, the validations and the stability probes at the 0-based index of the batch just taken (the validation
+    after 50 steps at 49), the leak alarm's ``leak/*`` at the steps taken (50). Every step in this report is counted
+    as steps taken, as the alarm counts them."""
     steps, values = run.series(key)
-    return steps + 1, values
+    return (steps if key.startswith("leak/") else steps + 1), values
 
 
 def collapse_steps(runs: list[Run], threshold: float) -> list[int | None]:
