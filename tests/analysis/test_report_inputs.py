@@ -84,3 +84,49 @@ def test_the_full_sweep_check_counts_the_configs_grid(tmp_path):
 @pytest.mark.parametrize("name, fam", [("causal_mask_quick", "causal_mask"), ("sqrt_dk", "sqrt_dk"), (None, None)])
 def test_family(name, fam):
     assert report.family(name) == fam
+
+
+def test_an_out_that_is_a_file_is_one_line_before_any_work(tmp_path, capsys):
+    sweep = causal_sweep(tmp_path / "sweep")
+    target = tmp_path / "README.md"
+    target.write_text("mine")
+    assert report.main(["causal_mask", str(sweep), "--out", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"--out {target} is a file; give a directory" in err
+    assert target.read_text() == "mine" and not (sweep / "report").exists()
+
+
+def test_a_truncated_summary_is_named_and_excluded(tmp_path, capsys):
+    """A job killed while writing its summary.json: the report names it and goes on with the others."""
+    sweep = causal_sweep(tmp_path / "sweep")
+    (sweep / "2" / "summary.json").write_text('{"status": "compl')
+    path, n = report.write("causal_mask", [sweep], tmp_path / "out")
+    assert n == 5
+    err = capsys.readouterr().err
+    assert f"warning: report: {sweep / '2'} excluded: unreadable (summary.json: Unterminated string" in err
+    assert "unreadable (summary.json" in path.read_text()
+
+
+def test_a_single_plain_run_gets_a_partial_report_that_says_why_it_finds_nothing(tmp_path, capsys):
+    """One run of plain train.py: '1 run', no 'experiment=None', no 'Do not edit by hand', no 'Changes since the
+    last version' (those belong to the committed report), and the empty Finding says why."""
+    run = tmp_path / "run"
+    write_run(run, config=cm_config(64, True, 1), windows=np.full((32, 64), 2.0), train_loss=np.full(800, 2.0),
+              summary={"train_loss": 2.0})
+    hydra_files(run, None, [])
+    assert report.main(["causal_mask", str(run)]) == 0
+    out = capsys.readouterr()
+    assert "report: 1 run ->" in out.out
+    assert "plain runs, made without experiment=" in out.err and "experiment=None" not in out.err
+    text = (run / "report" / "README.md").read_text()
+    assert "(1 run; sweep dirs" in text and "A partial report (plain runs, made without experiment=)" in text
+    assert "Do not edit by hand" not in text and "## Changes since the last version" not in text
+    assert "## Finding\n\nNone: these runs hold no corpus with both a masked and an unmasked arm" in text
+
+
+def test_equal_training_losses_are_not_said_to_fall(tmp_path):
+    """Leaky and causal runs with the same training loss: 'ends at', never 'falls to'."""
+    sweep = causal_sweep(tmp_path / "sweep")
+    path, _ = report.write("causal_mask", [sweep], tmp_path / "out")
+    text = path.read_text()
+    assert "the training loss ends at 2.000 (causal: 2.000)" in text and "falls to 2.000" not in text

@@ -20,7 +20,7 @@ def test_each_experiment_has_its_blocks(experiment, names):
 
 
 def test_placeholders_are_filled_and_a_missing_one_is_named():
-    text = prose("causal_mask", "intro", n_runs=7, sweeps="`multirun/x`", lo=0.5, hi=2)
+    text = prose("causal_mask", "intro", n_runs="7 runs", sweeps="`multirun/x`", lo=0.5, hi=2)
     assert text.startswith("# Experiment 1: what the causal mask prevents\n")
     assert "(7 runs; sweep dirs: `multirun/x`)" in text and "{" not in text
     assert "between 0.5 and 2 at every" in text

@@ -634,7 +634,8 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     table, seen = arm_table(arms, est, pred)
     fill_cfg = arms["fill_1e4"][0].config if "fill_1e4" in arms else {}
     m = fill_cfg.get("model", {})
-    header = [prose("partial_leaks", "intro", n_runs=len(runs), sweeps=", ".join(f"`{s}`" for s in sweeps),
+    header = [prose("partial_leaks", "intro", n_runs=plural(len(runs), "run"),
+                    sweeps=", ".join(f"`{s}`" for s in sweeps),
                     fill=f"{(fill_cfg.get('attention_bug') or {}).get('fill', float('nan')):g}",
                     d_k=m.get("n_embd", 0) // max(m.get("n_head", 1), 1) if m else "n/a",
                     lr=f"lr {fill_cfg.get('optim', {}).get('lr', float('nan')):g}"), "",

@@ -60,7 +60,9 @@ def full_sweep_gap(runs: list[Run], excluded: list, experiment: str) -> str | No
         return f"{len(excluded)} of its runs did not complete"
     if not cfg_path.exists():
         return f"no {cfg_path.name} to compare with"
-    names = sorted({str(r.experiment) for r in runs})
+    names = sorted({str(r.experiment) for r in runs if r.experiment})
+    if not names:
+        return "plain runs, made without experiment="
     if names != [experiment]:
         return f"its runs are of experiment={', '.join(names)}"
     params = OmegaConf.load(cfg_path).hydra.sweeper.params
@@ -68,12 +70,35 @@ def full_sweep_gap(runs: list[Run], excluded: list, experiment: str) -> str | No
     for values in params.values():
         jobs *= len(str(values).split(","))
     if len(runs) != jobs:
-        return f"it has {len(runs)} runs, the full sweep {jobs}"
+        return f"it has {runs_words(len(runs))}, the full sweep {jobs}"
     allowed = set(params) | {"experiment"}
     extra = sorted({o.split("=")[0] for r in runs for o in r.overrides} - allowed)
     if extra:
         return f"it overrides {', '.join(extra)}"
     return None
+
+
+def runs_words(n: int) -> str:
+    return f"{n} run" + ("" if n == 1 else "s")
+
+
+def check_out(out: Path | None) -> None:
+    """--out must be a directory (existing or to be made): refused before any work otherwise."""
+    if out is not None and out.exists() and not out.is_dir():
+        raise ReportError(f"--out {out} is a file; give a directory for the report (its README.md and PNGs).")
+
+
+def partial(path: Path, gap: str, experiment: str) -> None:
+    """A report of less than the full sweep: it says so at the top, and drops what only the committed report can
+    claim (\"Do not edit by hand\", the changes since its last version)."""
+    text = path.read_text(encoding="utf-8")
+    text = text.replace("Do not edit by hand: rerun",
+                        f"A partial report ({gap}), not the committed one; the full sweep and its report are", 1)
+    start = text.find("## Changes since the last version")
+    if start != -1:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + (text[end + 1:] if end != -1 else "")
+    path.write_text(text, encoding="utf-8")
 
 
 def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple[Path, int]:
@@ -82,13 +107,14 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
     how many runs it read)."""
     if experiment not in EXPERIMENTS:
         raise ReportError(f"experiment {experiment!r} is not one of {', '.join(EXPERIMENTS)}.")
+    check_out(out)
     runs = load_runs(sweeps)
     refuse_foreign(runs, experiment)
     runs, excluded = results(runs)
     for r, why in excluded:
         print(f"warning: report: {r.dir} excluded: {why}", file=sys.stderr)
+    gap = full_sweep_gap(runs, excluded, experiment)
     if out is None:
-        gap = full_sweep_gap(runs, excluded, experiment)
         out = DOCS / experiment if gap is None else sweeps[0] / "report"
         if gap:
             print(f"report: not the full experiment={experiment} sweep ({gap}): the committed report is left alone "
@@ -96,6 +122,8 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
     out.mkdir(parents=True, exist_ok=True)
     module = importlib.import_module(f"tinygpt.analysis.{experiment}")
     path = module.write_report(runs, out, sweeps)
+    if gap is not None:
+        partial(path, gap, experiment)
     if excluded:
         with open(path, "a", encoding="utf-8") as f:
             f.write("\n## Excluded runs\n\nNot results, so left out of every number above:\n\n"
@@ -115,5 +143,5 @@ def main(argv: list[str] | None = None) -> int:
     except ReportError as err:
         print_error(f"report: {err}")
         return 2
-    print(f"report: {n} runs -> {path}")
+    print(f"report: {runs_words(n)} -> {path}")
     return 0

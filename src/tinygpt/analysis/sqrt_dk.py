@@ -647,7 +647,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     unigram, bigram = baselines(runs)
     lrs = sorted({x for by_lr in arms.values() for x in by_lr})
     dks = sorted({d for d, _ in arms})
-    head = [prose("sqrt_dk", "intro", n_runs=len(runs), sweeps=", ".join(f"`{s}`" for s in sweeps)), "",
+    head = [prose("sqrt_dk", "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps)), "",
             setup_text(runs, arms), "",
             prose("sqrt_dk", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, fraction=fraction, method=METHOD,
                   n_seeds=seeds_words(runs)), ""]

@@ -59,9 +59,11 @@ class Run:
 
     def not_a_result(self) -> str | None:
         """Why this run is not a result (None for a completed or diverged run): 'interrupted by SIGTERM at step
-        36 of 300'."""
+        36 of 300', 'unreadable (summary.json: Expecting value: line 1 column 1 (char 0))'."""
         if self.status in ("completed", "diverged"):
             return None
+        if self.status.startswith("unreadable"):
+            return self.status
         why = self.status + (f" by {self.summary['interrupted']}" if self.summary.get("interrupted") else "")
         steps, total = self.summary.get("steps"), self.config.get("trainer", {}).get("max_steps")
         return why + (f" at step {steps}" if steps is not None else "") + (f" of {total}" if total else "")
@@ -125,7 +127,11 @@ def load_runs(sweep_dirs: list[Path]) -> list[Run]:
         if not root.exists():
             raise ReportError(f"{root} does not exist.")
         for summary in sorted(root.rglob("summary.json")):
-            run = Run(summary.parent, json.loads(summary.read_text()))
+            try:
+                data = json.loads(summary.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:  # a job killed while writing it, a copy cut short
+                data = {"status": f"unreadable ({summary.name}: {err})", "config": {}}
+            run = Run(summary.parent, data)
             run.history = read_history(summary.parent / "history" / "metrics.csv")
             runs.append(run)
     if not runs:
