@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 ARGS    ?=
 JOBS    ?= 2
 
-.PHONY: setup train test test-fast sample mutate clean
+.PHONY: setup train test test-fast sample mutate gpu-check clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,11 @@ mutate: setup
 
 sample: setup
 	$(BIN)/python scripts/sample.py $(ARGS)
+
+# on a GPU machine, at most 8 minutes: the GPU runs, compile, FSDP (DDP with 2+ GPUs), the KV cache, MFU
+# (docs/running.md, "Checking a GPU machine"); without a GPU it says so in one line. ARGS="--dry-run": the plan.
+gpu-check: setup
+	$(BIN)/python scripts/gpu_check.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun wandb data/cache .pytest_cache
