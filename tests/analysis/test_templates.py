@@ -37,7 +37,7 @@ SYMBOLS = re.compile(r"Experiment \d|et al\. \d{4}|1/sqrt\(d_k\)|1/d_k|1/T|x\[t\
                      r"|\b[01] = (uniform|one-hot)|excludes 0|above 0|below 0|contains 0|\(0 for|\{\w+(:[^}]*)?\}"
                      # names, not measurements: issue numbers, an enumeration, code, dtypes, zero as a concept
                      r"|issues? \d+(?: and \d+)?|\(\d\)|triu\(diagonal=\d\)|i\+1|float32|\b(?:fp|bf)(?:16|32)\b"
-                     r"|exactly 0|[Pp]redictions? \d(?: and \d)?|GPT-2|Gemma 2|PR \d+")
+                     r"|exactly 0|[Pp]redictions? \d(?: and \d)?|GPT-2|Gemma 2|PR \d+|commit [0-9a-f]{7}")
 
 
 @pytest.mark.parametrize("experiment", ["causal_mask", "sqrt_dk", "partial_leaks"])

@@ -275,10 +275,11 @@ def model_words(run: Run) -> str:
 
 
 def fig_honest(arms: dict[str, list[Run]], path: Path) -> Path:
-    """At every validation: teacher-forced and honest loss on the same probe windows, one panel per arm."""
+    """At every validation: teacher-forced and honest loss on the same probe windows, one panel per arm, with what
+    the probe averages in the title (fewer windows and positions than the end-of-run table, the last included)."""
     names = list(arms)
     cols = 4
-    fig = Figure(figsize=(12, 2.8 * math.ceil(len(names) / cols)))
+    fig = Figure(figsize=(12, 2.8 * math.ceil(len(names) / cols) + 0.4))
     axes = np.atleast_1d(fig.subplots(math.ceil(len(names) / cols), cols, sharey=True)).ravel()
     for ax, a in zip(axes, names, strict=False):
         for key, ls, what in (("val/loss_probe", "-", "teacher-forced"), ("val/loss_autoregressive", "--", "honest")):
@@ -289,6 +290,12 @@ def fig_honest(arms: dict[str, list[Run]], path: Path) -> Path:
         finish_axes(ax, "step", "loss (probe windows)", LABELS[a])
     for ax in axes[len(names):]:
         ax.set_visible(False)
+    ar = (next(iter(arms.values()))[0].config.get("callbacks") or {}).get("autoregressive_loss") or {}
+    positions = ar.get("positions")
+    fig.suptitle(f"At each validation, mean over seeds: the honest-loss probe, {ar.get('windows', 16)} windows x "
+                 + (f"{positions} positions (the last, whose target is outside the window, included)" if positions
+                    else "every position")
+                 + "; the table's honest loss is the end-of-run one, on more windows at every position", fontsize=9)
     return save(fig, path)
 
 

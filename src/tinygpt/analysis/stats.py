@@ -265,11 +265,11 @@ class Trend:
     slope: Estimate  # of the values against log x
     monotonic: bool  # every consecutive step's interval excludes 0 in the word's direction
 
-    def words(self, x: str = "x") -> str:
+    def words(self, x: str = "x", digits: int = 3) -> str:
         """'rises monotonically (slope against ln T +0.247 [+0.085, +0.415])'."""
         verb = "is flat within noise" if self.word == "flat within noise" else self.word
         return (f"{verb}{' monotonically' if self.monotonic else ''} "
-                f"(slope against ln {x} {self.slope.format(signed=True)})")
+                f"(slope against ln {x} {self.slope.format(digits, signed=True)})")
 
 
 def trend(xs, estimates: Sequence[Estimate]) -> Trend:
