@@ -186,11 +186,11 @@ def plot_curves(ax, by_causal: dict[bool, list[Run]], title: str, chance: float 
     log_y(ax)
     finish_axes(ax, "step", "loss (nats, log scale)", f"{title}\n(lines: mean over {len(some)} seeds; bands: min-max)",
                 legend=False)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below: off the curves
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1)  # below: off the curves
 
 
 def fig_curves(by_causal, title: str, path: Path, chance: float | None = None) -> Path:
-    fig = Figure(figsize=(7.5, 5.6), layout="constrained")
+    fig = Figure(figsize=(7.5, 6.4), layout="constrained")
     plot_curves(fig.subplots(), by_causal, title, chance)
     return save(fig, path)
 
