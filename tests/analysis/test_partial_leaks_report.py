@@ -113,7 +113,7 @@ def config(arm, seed):
                            "onset_ratio": [0.8, 1.25], "fill_slack": 16, "alarm_first_validation": True}}
 
 
-def write_run(path, arm, seed, rng, early=False):
+def write_run(path, arm, seed, rng, early=False, never=False):
     path.mkdir(parents=True)
     leaky = arm in ONSET
     tf = np.full((N, T), 0.05 if leaky else (3.1 if arm.startswith("fill") else 2.0)) + rng.normal(0, 0.01, (N, T))
@@ -135,6 +135,10 @@ def write_run(path, arm, seed, rng, early=False):
     margin = np.where(probes < 80, 5000.0, 12000.0) if arm == "fill_1e4" else np.full(len(probes), 3.0)
     floor = np.where(probes < 120, -50.0, -12000.0) if arm == "fill_where_1e4" else np.full(len(probes), -50.0)
     opens = 60 if early else {"fill_1e4": 80, "fill_where_1e4": 120}.get(arm, 0)
+    if never:  # the replacing fill's floor stops short of the fill: nothing opens, nothing leaks, no alarm
+        floor, opens = np.where(probes < 120, -50.0, -8400.0), 10**6
+        summary["leak_detected_step"], summary["leak_signal"], summary["future_leak"] = None, None, 0.0
+        (path / "summary.json").write_text(json.dumps(summary))
     stab_leak = np.where(probes < opens, 0.0, 1.5) if arm in FILL_BUGS else np.full(len(probes), 3.0 * leaky)
     mass = np.where(probes < opens, 0.0, 0.01) if arm in FILL_BUGS else np.full(len(probes), 0.2 * leaky)
     if early:
@@ -192,16 +196,17 @@ def test_the_synthetic_sweeps_known_answers(report):
     assert "| 1.00 [1.00, 1.00] | no difference at the 95% level | holds |" in row
     assert "prediction 2 (each structural leak leaves the causal band when the full one does" in report
     # the alarm: every leaky run, at the first validation; no causal run; the bound on the false-alarm rate
-    assert ("The leak alarm fired on 15 of 15 leaky runs and 0 of 6 causal runs (0 of 6 bounds the per-run "
-            "false-alarm rate below 39% at 95% confidence); prediction 4: **holds**") in report
+    assert ("The leak alarm fired on 15 of the 15 buggy runs whose mask opened, 15 of all 15 buggy runs, and 0 of 6 "
+            "causal runs (0 of 6 bounds the per-run false-alarm rate below 39% at 95% confidence); prediction 4: "
+            "**holds** on the runs whose mask opened") in report
     # the added fill opens at the predicted probe in every seed; its control never leaks
     assert "the leak opened in 3 of 3 seeds, at the predicted probe (or the next) in 3; prediction 3: **holds**" \
         in report
-    assert "| 1 | 90 | 90 | 12000 | 12000 | 13000 | yes | holds | 0, 0 |" in report
+    assert "| 1 | 90 | 90 | 12000 | -50 | 13000 | 12000 | yes | holds | 0, 0 |" in report
     # the replacing fill opens where its visible floor falls below the fill, whatever the margin
     assert "the leak opened in 3 of 3 seeds, at the predicted probe (or the next) in 3; prediction 5: **holds**" \
         in report
-    assert "| 1 | 130 | 130 | -12000 | 3 | 1003 | yes | holds | 0, 0 |" in report
+    assert "| 1 | 130 | 130 | -12000 | 3 | 1003 | -12000 | yes | holds | 0, 0 |" in report
     for png in ("curves", "honest", "positions", "future_mass", "fill", "fill_where"):
         assert f"({png}.png)" in report
     assert "## Threats to validity" in report and "## Changes since the last version" in report
@@ -219,6 +224,22 @@ def test_a_fill_leak_before_the_predicted_probe_is_explained_with_its_numbers(tm
     (tmp_path / "out").mkdir()
     text = pl.write_report(load_runs([tmp_path / "sweep"]), tmp_path / "out", [tmp_path / "sweep"]).read_text()
     assert "at the predicted probe (or the next) in 2; prediction 3: **fails**" in text
-    assert "| 2 | 90 | 70 | 5000 | 5000 | 6000 | **no** | fails |" in text
+    assert "| 2 | 90 | 70 | 5000 | -50 | 6000 | 12000 | **no** | fails |" in text
     assert ("Where the leak opened before the predicted probe (seed 2), the future attention mass on those "
             "unperturbed windows at that probe was 1.0e-13, while the leak measured there was 1.50") in text
+
+
+def test_a_replacing_fill_that_never_opens_is_said_so_and_left_out_of_the_alarms_verdict(tmp_path):
+    rng = np.random.default_rng(0)
+    job = 0
+    for arm in ("causal", "no_mask", "fill_where_1e4", "fill_inf"):
+        for seed in (1, 2, 3):
+            write_run(tmp_path / "sweep" / str(job), arm, seed, rng, never=arm == "fill_where_1e4")
+            job += 1
+    (tmp_path / "out").mkdir()
+    text = pl.write_report(load_runs([tmp_path / "sweep"]), tmp_path / "out", [tmp_path / "sweep"]).read_text()
+    assert ("prediction 5: **holds**, only in its 'never, if the visible floor never passes the threshold' clause: "
+            "the visible floor came no closer than -8400 to the threshold -9984, so the mechanism was not tested") \
+        in text
+    assert "prediction 4: **holds** on the runs whose mask opened" in text
+    assert "(3 runs, alarm fired on 0) is left out of the verdict" in text and "not scored: never leaked" in text
