@@ -196,16 +196,18 @@ def test_the_synthetic_sweeps_known_answers(report):
     assert "| 1.00 [1.00, 1.00] | no difference at the 95% level | holds |" in row
     assert "prediction 2 (each structural leak leaves the causal band when the full one does" in report
     # the alarm: every leaky run, at the first validation; no causal run; the bound on the false-alarm rate
-    assert ("The leak alarm fired on 15 of the 15 buggy runs whose mask opened, 15 of all 15 buggy runs, and 0 of 6 "
-            "causal runs (0 of 6 bounds the per-run false-alarm rate below 39% at 95% confidence); prediction 4: "
-            "**holds** on the runs whose mask opened") in report
-    # the added fill opens at the predicted probe in every seed; its control never leaks
-    assert "the leak opened in 3 of 3 seeds, at the predicted probe (or the next) in 3; prediction 3: **holds**" \
+    assert ("The leak alarm recorded the leak on 15 of the 15 buggy runs whose mask opened (it warned on 12 of the 12 "
+            "configured causal=true; the no-mask arm is configured causal=false, so its leak is recorded without a "
+            "warning), on 15 of all 15 buggy runs, and on 0 of 6 causal runs (0 of 6 bounds the per-run false-alarm "
+            "rate below 39% at 95% confidence). Prediction 4 as written (every run of every leaky arm): **holds**.") \
         in report
+    # the added fill opens at the predicted probe in every seed; its control never leaks
+    assert "the leak opened in 3 of 3 seeds, at the predicted probe in 3, at it or the next in 3; prediction 3: " \
+        "**holds**" in report
     assert "| 1 | 90 | 90 | 12000 | -50 | 13000 | 12000 | yes | holds | 0, 0 |" in report
     # the replacing fill opens where its visible floor falls below the fill, whatever the margin
-    assert "the leak opened in 3 of 3 seeds, at the predicted probe (or the next) in 3; prediction 5: **holds**" \
-        in report
+    assert "the leak opened in 3 of 3 seeds, at the predicted probe in 3, at it or the next in 3; prediction 5: " \
+        "**holds**" in report
     assert "| 1 | 130 | 130 | -12000 | 3 | 1003 | -12000 | yes | holds | 0, 0 |" in report
     for png in ("curves", "honest", "positions", "future_mass", "fill", "fill_where"):
         assert f"({png}.png)" in report
@@ -223,7 +225,7 @@ def test_a_fill_leak_before_the_predicted_probe_is_explained_with_its_numbers(tm
             job += 1
     (tmp_path / "out").mkdir()
     text = pl.write_report(load_runs([tmp_path / "sweep"]), tmp_path / "out", [tmp_path / "sweep"]).read_text()
-    assert "at the predicted probe (or the next) in 2; prediction 3: **fails**" in text
+    assert "at the predicted probe in 2, at it or the next in 2; prediction 3: **fails**" in text
     assert "| 2 | 90 | 70 | 5000 | -50 | 6000 | 12000 | **no** | fails |" in text
     assert ("Where the leak opened before the predicted probe (seed 2), the future attention mass on those "
             "unperturbed windows at that probe was 1.0e-13, while the leak measured there was 1.50") in text
@@ -238,8 +240,9 @@ def test_a_replacing_fill_that_never_opens_is_said_so_and_left_out_of_the_alarms
             job += 1
     (tmp_path / "out").mkdir()
     text = pl.write_report(load_runs([tmp_path / "sweep"]), tmp_path / "out", [tmp_path / "sweep"]).read_text()
-    assert ("prediction 5: **holds**, only in its 'never, if the visible floor never passes the threshold' clause: "
-            "the visible floor came no closer than -8400 to the threshold -9984, so the mechanism was not tested") \
-        in text
-    assert "prediction 4: **holds** on the runs whose mask opened" in text
-    assert "(3 runs, alarm fired on 0) is left out of the verdict" in text and "not scored: never leaked" in text
+    assert ("prediction 5: **not tested** (it holds only vacuously, in its 'never, if the visible floor never passes "
+            "the threshold' clause: the visible floor came no closer than -8400 to the threshold -9984)") in text
+    assert ("Prediction 4 as written (every run of every leaky arm): **fails**, because finite fill (replacing: "
+            "GPT-2's masked_bias) (3 runs, alarm fired on 0) never leaked, so the alarm had nothing to find; on the "
+            "runs whose mask opened (a reading chosen after the sweep) it holds.") in text
+    assert "fails as written; never leaked" in text

@@ -6,7 +6,8 @@ For each run configured causal (and without an injected attention bug) that left
 the run's own validation windows (its data config), and the alarm's two checks exactly as at a validation (the future
 leak on the alarm's windows, the honest-loss gap on the honest-loss probe's windows), with the default alarm
 settings. Sweeps made before the alarm existed can be audited this way; a causal mask's leak is structural, so a
-model that shows none at the end showed none before. Prints one line per false alarm and a count.
+model that shows none at the end showed none before. Prints one line per false alarm and a count. A path that does
+not exist, is not a directory or holds no runs, and a summary.json that cannot be read, are one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -21,16 +22,44 @@ from rich.progress import track
 
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime import checkpoint
+from tinygpt.runtime.errors import ConfigError, print_error
 from tinygpt.train import diagnostics
 from tinygpt.train.leak_alarm import LeakAlarm, honest_gap
+
+
+def read_summary(path: Path) -> dict:
+    """A run's summary.json; a truncated or broken one is a ConfigError naming the file."""
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path} is not a readable summary.json ({err}): truncated or broken; rerun that run "
+                          "or delete its dir.") from None
+    if not isinstance(summary, dict):
+        raise ConfigError(f"{path} is not a readable summary.json (not a JSON object); rerun that run or delete "
+                          "its dir.")
+    return summary
+
+
+def summaries_in(sweep: Path) -> list[Path]:
+    """The summary.json files under a sweep (or run) dir; a path that does not exist, is not a directory or holds
+    no runs is a ConfigError (a mistyped path must not pass the audit)."""
+    if not sweep.exists():
+        raise ConfigError(f"{sweep} does not exist; give a sweep or run directory (multirun/<experiment>/<date_time>).")
+    if not sweep.is_dir():
+        raise ConfigError(f"{sweep} is not a directory; give a sweep or run directory (multirun/<experiment>/"
+                          "<date_time>).")
+    found = sorted(sweep.rglob("summary.json"))
+    if not found:
+        raise ConfigError(f"{sweep} holds no runs (no summary.json under it); give a sweep or run directory.")
+    return found
 
 
 def causal_runs(sweeps: list[Path]) -> list[Path]:
     """The run dirs under ``sweeps`` whose model is configured causal with no injected bug and that left last.ckpt."""
     out = []
     for sweep in sweeps:
-        for path in sorted(sweep.rglob("summary.json")):
-            cfg = json.loads(path.read_text()).get("config", {})
+        for path in summaries_in(sweep):
+            cfg = read_summary(path).get("config", {})
             if (cfg.get("model", {}).get("attn", {}).get("causal") and not cfg.get("attention_bug")
                     and (path.parent / "checkpoints" / "last.ckpt").exists()):
                 out.append(path.parent)
@@ -69,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     alarm, cache = LeakAlarm(), {}
-    runs = causal_runs(args.sweeps)
+    try:
+        runs = causal_runs(args.sweeps)
+    except ConfigError as err:
+        print_error(str(err))
+        return 2
     results = [check_run(r, alarm, cache) for r in track(runs, description="alarm audit", transient=True)]
     false = [r for r in results if r["signal"]]
     for r in false:
