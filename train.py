@@ -5,6 +5,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from tinygpt.runtime.errors import config_composed, unknown_keys_as_config_errors
 from tinygpt.runtime.fast_exit import exit_without_teardown
 from tinygpt.runtime.run_dirs import register_resolvers
 
@@ -15,12 +16,14 @@ register_resolvers(project_root=Path(__file__).parent)  # ${run_id:} in run dirs
 def main(cfg: DictConfig) -> float:
     from tinygpt.train.cli import run_task  # imported here so `--help` and Hydra's own errors stay fast
 
+    config_composed()  # Hydra reports its own errors again (also done when the run starts: RunDirGuard)
     return run_task(cfg)
 
 
 if __name__ == "__main__":
     try:
-        main()  # an error leaves through Hydra's sys.exit, with the interpreter's full teardown
+        with unknown_keys_as_config_errors():  # a mistyped key: one line, exit 2 (tinygpt/runtime/errors.py)
+            main()  # an error leaves through Hydra's sys.exit, with the interpreter's full teardown
     except SystemExit as stopped:
         if isinstance(stopped.code, int) and stopped.code >= 128:  # stopped by a signal, all saved: end at once,
             exit_without_teardown(stopped.code)  # no teardown in which a second Ctrl-C would kill the process

@@ -53,3 +53,37 @@ def test_compile_true_trains_without_recompile_warnings(tmp_path, corpus_file, c
 
     keys = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     assert all(k.startswith("model.") and "_orig_mod" not in k for k in keys)
+
+
+def test_a_mistyped_key_is_one_line_naming_it_with_exit_status_2(tmp_path):
+    """A key the config does not have: one line, the nearest key when one is close, exit 2, no run dir; an
+    explicit addition (+key=value) is still Hydra's to make (and the object that gets it refuses it)."""
+    out = tmp_path / "run"
+    proc = run_train(["callbacks.leak_alarm.tolerence=1", f"hydra.run.dir={out}"], check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["error: callbacks.leak_alarm.tolerence is not a key of the config; "
+                                                "did you mean callbacks.leak_alarm.tolerance?"]
+    proc = run_train(["no_such.key=1", f"hydra.run.dir={out}"], check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: no_such.key is not a key of the config; check the spelling (python train.py --cfg job shows "
+        "every key)."]
+    proc = run_train(["+callbacks.leak_alarm.extra=1", "--cfg", "job"], check=False)
+    assert proc.returncode == 0 and "extra: 1" in proc.stdout, proc.stderr
+    assert not out.exists()
+    # swept: Hydra composes a sweep's jobs after it starts; the typo is caught before any job runs
+    sweep = tmp_path / "sweep"
+    proc = run_train(["-m", "callbacks.leak_alarm.tolerence=1,2", f"hydra.sweep.dir={sweep}"], check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["error: callbacks.leak_alarm.tolerence is not a key of the config; "
+                                                "did you mean callbacks.leak_alarm.tolerance?"]
+    assert not sweep.exists()
+
+
+def test_a_refused_start_leaves_no_run_dir(tmp_path):
+    """A bad value refused before any work: one line, exit 2, and the run dir Hydra made (with .hydra/ and
+    train.log) and its new parents removed."""
+    out = tmp_path / "new" / "run"
+    proc = run_train(["model.n_embd=130", "logger=none", f"hydra.run.dir={out}"], check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["error: model.n_embd=130 must be divisible by model.n_head=4."]
+    assert not (tmp_path / "new").exists()

@@ -2,6 +2,7 @@
 command, exit status 128 + signal; resuming gives the same final weights as an uninterrupted run."""
 
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -78,34 +79,54 @@ def test_ctrl_c_exits_130_with_a_checkpoint_and_a_partial_summary(tmp_path, corp
     assert weights(out / "checkpoints" / "last.ckpt")["global_step"] == summary["steps"]
 
 
+SWEEPS = {  # launcher overrides, SIGTERM to the whole process group (as a scheduler sends it), jobs at once
+    "one by one": (["hydra/launcher=basic"], False, 1),
+    "parallel": (["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"], True, 2),  # issue 32 item 1
+    "n_jobs=1": (["hydra/launcher=parallel", "hydra.launcher.n_jobs=1"], True, 1),  # item 2: in the sweep's process
+}
+
+
 @pytest.mark.slow
-def test_a_sweep_stopped_by_sigterm_is_continued_in_place_to_the_same_results(tmp_path, corpus_file, cache_dir):
-    """SIGTERM in job 0 of 3 (one by one): the sweep's table marks jobs 1 and 2 as not started and prints the
-    command that continues it; that command skips nothing yet, resumes job 0 exactly, starts 1 and 2; the final
-    summaries equal an uninterrupted sweep's. Run again, it skips all three."""
+@pytest.mark.parametrize("launcher", SWEEPS)
+def test_a_sweep_stopped_by_sigterm_is_continued_in_place_to_the_same_results(tmp_path, corpus_file, cache_dir,
+                                                                              launcher):
+    """SIGTERM while the first job(s) of 3 train: the sweep's table marks the others as not started and prints the
+    command that continues it; that command, run as printed, skips nothing yet, resumes the stopped jobs exactly and
+    starts the others; the final summaries equal an uninterrupted sweep's. Run again, it skips all three. In a
+    parallel sweep (2 jobs at once, or hydra.launcher.n_jobs=1: the jobs in the sweep's own process) the signal
+    goes to the whole process group, as a scheduler sends it."""
+    extra, group, running = SWEEPS[launcher]
+
     def sweep_args(sweep_dir):
         return ["-m", *LONG, "trainer.max_steps=300", "data=text_file", f"data.path={corpus_file}",
-                f"data.cache_dir={cache_dir}", "seed=1,2,3", "hydra/launcher=basic", f"hydra.sweep.dir={sweep_dir}"]
+                f"data.cache_dir={cache_dir}", "seed=1,2,3", *extra, f"hydra.sweep.dir={sweep_dir}"]
 
     stopped = tmp_path / "stopped"
     proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *sweep_args(stopped)], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    last = stopped / "0" / "checkpoints" / "last.ckpt"
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=group)
+    lasts = [stopped / str(job) / "checkpoints" / "last.ckpt" for job in range(running)]
     deadline = time.monotonic() + 300
-    while not last.exists() and proc.poll() is None and time.monotonic() < deadline:
+    while not all(p.exists() for p in lasts) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
+    assert proc.poll() is None, "the sweep ended before the signal"
+    if group:
+        os.killpg(proc.pid, signal.SIGTERM)
+    else:
+        proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 143, err[-3000:]
     assert "Traceback" not in err
-    assert err.count("not started") >= 2 and "stopped by SIGTERM: 1 interrupted, 2 not started" in err
+    assert f"stopped by SIGTERM: {running} interrupted, {3 - running} not started" in err, err[-3000:]
     hint = err.split("Continue the whole sweep")[1].splitlines()[1].strip()
     assert hint.startswith("python train.py -m ") and hint.endswith("ckpt_path=last")
-    assert not (stopped / "1").exists()
+    for job in range(3):
+        status = "interrupted" if job < running else None
+        assert summary_status(stopped / str(job)) == status, job
 
     cont = subprocess.run([sys.executable, str(ROOT / "train.py"), *shlex.split(hint)[2:]], cwd=ROOT, text=True,
                           capture_output=True, timeout=600)
     assert cont.returncode == 0, cont.stderr[-3000:]
+    assert "stopped by" not in cont.stderr
     straight = tmp_path / "straight"
     run_train(sweep_args(straight))
     for job in ("0", "1", "2"):
@@ -113,9 +134,17 @@ def test_a_sweep_stopped_by_sigterm_is_continued_in_place_to_the_same_results(tm
         b = json.loads((straight / job / "summary.json").read_text())
         assert a["status"] == b["status"] == "completed" and a["steps"] == b["steps"] == 300
         assert a["train_loss"] == b["train_loss"] and a["val_loss"] == b["val_loss"], job
+    assert [json.loads((stopped / job / "summary.json").read_text())["resumed_from"] is not None
+            for job in ("0", "1", "2")] == [job < running for job in range(3)]
     again = subprocess.run([sys.executable, str(ROOT / "train.py"), *shlex.split(hint)[2:]], cwd=ROOT, text=True,
                            capture_output=True, timeout=300)
     assert again.returncode == 0 and again.stderr.count("already completed, skipped") == 3
+
+
+def summary_status(job_dir):
+    """A job's summary status, or None when it left no summary."""
+    path = job_dir / "summary.json"
+    return json.loads(path.read_text())["status"] if path.exists() else None
 
 
 @pytest.mark.slow

@@ -197,7 +197,7 @@ def test_default_corpus_csv_logger_and_no_logger(tmp_path, cache_dir):
     "override, message",
     [
         ("model.n_head=3", "model.n_embd=16 must be divisible by model.n_head=3"),
-        ("model.attn.scale=sqrt", "attention scale 'sqrt'"),
+        ("model.attn.scale=sqrt", "model.attn.scale='sqrt' is not one of"),
         ("data.path=/no/such/file.txt", "data.path='/no/such/file.txt' is not a file"),
         ("trainer.max_steps=0", "trainer.max_steps=0 must be a positive integer"),
         ("seed=-1", "seed=-1 must be an integer in [0, 2**32)"),

@@ -83,3 +83,36 @@ def test_a_run_dir_that_is_a_file_or_cannot_be_written_is_one_line(tmp_path, cap
     assert err.startswith("error: hydra.sweep.dir='/proc/tinygpt-not-here' cannot be written (") and "\n" not in err
     writable_dir("hydra.run.dir", tmp_path / "new" / "run")  # created, probed, left empty
     assert list((tmp_path / "new" / "run").iterdir()) == []
+
+
+def test_a_refused_run_removes_only_the_hydra_files_of_a_dir_it_made(tmp_path):
+    """discard_refused_run: the run dir this process made and its new parents go when they hold only Hydra's
+    files; a dir that existed before, or that holds anything else, stays."""
+    from tinygpt.runtime import run_dirs
+
+    def hydra_files(run: Path, log: str = "") -> None:
+        (run / ".hydra").mkdir(parents=True)
+        for name in run_dirs.HYDRA_FILES:
+            (run / ".hydra" / name).write_text("x: 1\n")
+        (run / "train.log").write_text(log)
+
+    run = tmp_path / "date" / "time-id"
+    run_dirs.note_new_run_dir(run)
+    hydra_files(run, "[2025-01-01 10:00:00][__main__][ERROR] - boom\n")
+    assert run_dirs.discard_refused_run(run, "train.log") and not (tmp_path / "date").exists() and tmp_path.exists()
+
+    run_dirs.note_new_run_dir(run)
+    hydra_files(run, "[2025-01-01 10:00:00][lightning][INFO] - GPU available: False\n")  # the run got going
+    assert not run_dirs.discard_refused_run(run, "train.log") and (run / "train.log").exists()
+
+    mine = tmp_path / "mine"
+    run_dirs.note_new_run_dir(mine)
+    hydra_files(mine)
+    (mine / "notes.txt").write_text("mine")
+    assert not run_dirs.discard_refused_run(mine, "train.log") and (mine / "notes.txt").exists()
+
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    run_dirs.note_new_run_dir(existing)  # there before the run: never removed
+    hydra_files(existing)
+    assert not run_dirs.discard_refused_run(existing, "train.log") and existing.exists()

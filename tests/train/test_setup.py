@@ -27,7 +27,8 @@ def test_a_good_config_sets_up_without_reading_data_or_writing(tmp_path, corpus_
 
 BAD = [  # (overrides, the exact sentence)
     (["model.n_head=3"], "model.n_embd=16 must be divisible by model.n_head=3"),
-    (["model.attn.scale=sqrt"], "attention scale 'sqrt'"),
+    (["model.attn.scale=sqrt"], "model.attn.scale='sqrt' is not one of 'sqrt_dk', 'none', 'inv_dk' or a number."),
+    (["model.attn.scale=foo"], "model.attn.scale='foo' is not one of"),
     (["model.attn.backend=flash"], "model.attn.backend='flash'"),
     (["model.dropout=1.5"], "model.dropout=1.5 must be in [0, 1)."),
     (["model.n_layer=0"], "model.n_layer=0 must be a positive integer."),
@@ -56,6 +57,20 @@ BAD = [  # (overrides, the exact sentence)
     (["callbacks.stability.every_n_steps=0"], "callbacks.stability"),
     (["callbacks.autoregressive_loss.windows=0"],
      "callbacks.autoregressive_loss.windows=0 must be a positive integer."),
+    # a bool where a number is expected is refused everywhere, as seed=true is (True is 1 to Python only)
+    (["callbacks.leak_alarm.min_gap=true"], "callbacks.leak_alarm.min_gap=True must be a positive number."),
+    (["callbacks.leak_alarm.tolerance=true"], "callbacks.leak_alarm.tolerance=True must be a positive number."),
+    (["callbacks.leak_alarm.z=false"], "callbacks.leak_alarm.z=False must be a positive number."),
+    (["callbacks.divergence_guard.factor=true"], "callbacks.divergence_guard.factor=True must be a positive number."),
+    (["callbacks.text_samples.temperature=true"], "callbacks.text_samples.temperature=True must be > 0"),
+    (["callbacks.text_samples.top_k=true"], "callbacks.text_samples.top_k=True must be a positive integer"),
+    (["callbacks.text_samples.max_new_tokens=true"], "callbacks.text_samples.max_new_tokens=True must be >= 0"),
+    (["callbacks.progress_bar.refresh_rate=true"], "callbacks.progress_bar.refresh_rate=True must be >= 0"),
+    (["data.vocab_size=true"], "data.vocab_size=True must be a positive integer."),
+    (["model.dropout=false"], "model.dropout=False must be in [0, 1)."),
+    (["seed=true"], "seed=True must be an integer in [0, 2**32)."),
+    (["trainer.val_check_interval=true"], "trainer.val_check_interval=True must be a number."),
+    (["trainer.gradient_clip_val=true"], "trainer.gradient_clip_val=True must be a number."),
     (["ckpt_path=/no/such.ckpt"], "ckpt_path='/no/such.ckpt' is not a checkpoint file or a run dir"),
     (["ckpt_path=last"], "ckpt_path=last but"),
     pytest.param(["trainer=gpu"], "trainer.accelerator='gpu' but no CUDA GPU is visible; use trainer=cpu",
@@ -100,11 +115,26 @@ def test_a_bad_checkpoint_file_is_refused(tmp_path, corpus_file, cache_dir, cont
 
 
 def test_resuming_past_max_steps_says_so(tmp_path, corpus_file, cache_dir):
-    path = tmp_path / "done.ckpt"
+    path = tmp_path / "done" / "checkpoints" / "last.ckpt"
+    path.parent.mkdir(parents=True)
     torch.save({"state_dict": {}, "hyper_parameters": {}, "global_step": 20}, path)
+    (tmp_path / "done" / "summary.json").write_text('{"status": "completed"}')
     with pytest.raises(ConfigError, match=r"is already at step 20, not before trainer.max_steps=20; raise"):
         setup_with(tmp_path, corpus_file, cache_dir, f"ckpt_path={path}")
+    with pytest.raises(ConfigError, match=r"is already at step 20, not before trainer.max_steps=10; raise"):
+        setup_with(tmp_path, corpus_file, cache_dir, f"ckpt_path={path}", "trainer.max_steps=10")
     setup_with(tmp_path, corpus_file, cache_dir, f"ckpt_path={path}", "trainer.max_steps=30")  # fine
+
+
+def test_a_run_stopped_at_its_last_step_is_resumed_to_finish_it(tmp_path, corpus_file, cache_dir):
+    """A checkpoint at max_steps from a run stopped in its end-of-run phase (summary interrupted, or none): the
+    resume is set up (it runs that phase only), not refused (issue 32 item 3)."""
+    path = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    path.parent.mkdir(parents=True)
+    torch.save({"state_dict": {}, "hyper_parameters": {}, "global_step": 20}, path)
+    assert setup_with(tmp_path, corpus_file, cache_dir, f"ckpt_path={path}").ckpt_path == path  # no summary
+    (tmp_path / "stopped" / "summary.json").write_text('{"status": "interrupted", "steps": 20}')
+    assert setup_with(tmp_path, corpus_file, cache_dir, f"ckpt_path={path}").ckpt_path == path
 
 
 def test_input_mistakes_found_while_preparing_data_are_config_errors(tmp_path, corpus_file, cache_dir):
@@ -119,3 +149,13 @@ def test_input_mistakes_found_while_preparing_data_are_config_errors(tmp_path, c
     with pytest.raises(ConfigError, match=r"data.cache_dir='.*a_file/cache' cannot hold the token cache \(.*a_file "
                                           r"is not a directory\)"):
         run_phases.prepare_data(run)
+
+
+@pytest.mark.parametrize("off", ["callbacks.leak_alarm=null", "~callbacks.leak_alarm"])
+def test_a_callback_is_switched_off_with_null_or_tilde(tmp_path, corpus_file, cache_dir, off):
+    """Hydra's two ways to drop a node: the callback is left out, nothing None reaches the Trainer."""
+    from tinygpt.train.leak_alarm import LeakAlarm
+
+    run = setup_with(tmp_path, corpus_file, cache_dir, off)
+    assert None not in run.trainer.callbacks
+    assert run.callback(LeakAlarm) is None and run.timer is not None and run.stop is not None

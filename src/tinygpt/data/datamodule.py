@@ -47,6 +47,7 @@ class TextDataModule(L.LightningDataModule):
     ):
         super().__init__()
         one_of("data.source", source, SOURCES)
+        positive_int("data.vocab_size", vocab_size)
         if source != "random_tokens":
             one_of("data.tokenizer", tokenizer, TOKENIZERS)
         if source != "random_tokens" and tokenizer == "bpe" and vocab_size < 257:

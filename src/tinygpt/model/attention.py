@@ -222,7 +222,7 @@ def resolve_scale(scale: str | float, head_dim: int) -> float:
         except ValueError:
             pass
     raise ValueError(
-        f"attention scale {scale!r} is not one of 'sqrt_dk', 'none', 'inv_dk' or a number."
+        f"model.attn.scale={scale!r} is not one of 'sqrt_dk', 'none', 'inv_dk' or a number."
     )
 
 

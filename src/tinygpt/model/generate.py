@@ -19,12 +19,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from tinygpt.runtime.checks import is_int, is_number
+
 
 def check_sampling(temperature: float, top_k: int | None) -> None:
     """One sentence for a bad temperature or top_k, before any work."""
-    if not temperature > 0:
+    if not is_number(temperature) or not temperature > 0:
         raise ValueError(f"temperature={temperature!r} must be > 0 (use top_k=1 for greedy decoding).")
-    if top_k is not None and top_k < 1:
+    if top_k is not None and (not is_int(top_k) or top_k < 1):
         raise ValueError(f"top_k={top_k!r} must be a positive integer or None (no cut).")
 
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.model.attention import BACKENDS, CausalSelfAttention, resolve_scale
-from tinygpt.runtime.checks import one_of, positive_int
+from tinygpt.runtime.checks import is_number, one_of, positive_int
 
 
 @dataclass
@@ -46,7 +46,7 @@ class GPTConfig:
             raise ValueError(
                 f"model.n_embd={self.n_embd} must be divisible by model.n_head={self.n_head}."
             )
-        if not 0.0 <= self.dropout < 1.0:
+        if not is_number(self.dropout) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout={self.dropout!r} must be in [0, 1).")
         one_of("model.attn.backend", self.attn.backend, BACKENDS)
         one_of("model.attn.qk_init", self.attn.qk_init, QK_INITS)

@@ -121,12 +121,27 @@ def describe(model: dict, vocab_size: int) -> str:
 
 
 def check_resume_steps(ckpt: dict, path: Path, max_steps: int) -> None:
+    """Refuse a checkpoint past max_steps, or at max_steps from a run that ended. One at max_steps from a run stopped
+    in its end-of-run phase (or killed before its summary) is taken: the resume runs that phase only."""
     step = int(ckpt.get("global_step", 0))
-    if step >= max_steps:
+    if step > max_steps or (step == max_steps and run_ended(path)):
         raise ConfigError(
             f"ckpt_path={str(path)!r} is already at step {step}, not before trainer.max_steps={max_steps}; "
             "raise trainer.max_steps to train further."
         )
+
+
+def run_ended(path: Path) -> bool:
+    """Whether the run whose checkpoint this is (``<run dir>/checkpoints/<file>``) ended: its summary.json says
+    completed, diverged or leaky, not interrupted or failed."""
+    import json
+
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    try:
+        status = json.loads((run_dir / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return status in ("completed", "diverged", "leaky")
 
 
 def check_resume_model(ckpt: dict, path: Path, state_dict: dict[str, torch.Tensor], model: dict,

@@ -31,6 +31,14 @@ def non_negative_int(key: str, value, why: str = "") -> int:
     return value
 
 
+def positive_number(key: str, value, why: str = "") -> float:
+    """``value`` when it is a finite number > 0 (a bool is not one); else ``<key>=<value> must be a positive
+    number<why>.``"""
+    if not is_number(value) or value <= 0:
+        raise ValueError(f"{key}={value!r} must be a positive number{why}.")
+    return value
+
+
 def number(key: str, value) -> float:
     """``value`` when it is a finite number; else ``<key>=<value> must be a number.``"""
     if not is_number(value):

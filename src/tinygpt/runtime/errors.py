@@ -47,3 +47,115 @@ def full_traceback_requested() -> bool:
 
 def print_error(message: str) -> None:
     print(f"error: {message}", file=sys.stderr, flush=True)
+
+
+_HYDRA_RAISES = False  # HYDRA_FULL_ERROR=1 set by unknown_keys_as_config_errors until the config is composed
+
+
+@contextmanager
+def unknown_keys_as_config_errors():
+    """train.py's entry: an override of a key the config does not have (``callbacks.leak_alarm.tolerence=1``) is
+    one line naming it (and the nearest key, when one is close) and exit status 2, as every config mistake is,
+    instead of Hydra's six lines, exit 1 and a hint to add the key with +. Hydra prints a composition error itself
+    unless HYDRA_FULL_ERROR=1, so that is set until the config is composed (``config_composed``, called when the
+    run or sweep starts); Hydra's other errors are printed as Hydra prints them. Set by the user, HYDRA_FULL_ERROR
+    shows the traceback, as ever."""
+    global _HYDRA_RAISES
+    from hydra.errors import CompactHydraException
+
+    if full_traceback_requested():
+        yield
+        return
+    os.environ["HYDRA_FULL_ERROR"], _HYDRA_RAISES = "1", True
+    try:
+        yield
+    except CompactHydraException as err:
+        if not _HYDRA_RAISES:  # after composition Hydra reports its errors itself
+            raise
+        message = unknown_key_message(err)
+        if message:
+            print_error(message)
+            sys.exit(2)
+        print_hydra_error(err)
+        sys.exit(1)
+    finally:
+        config_composed()
+
+
+def config_composed() -> None:
+    """From here on Hydra reports errors itself again (unknown_keys_as_config_errors)."""
+    global _HYDRA_RAISES
+    if _HYDRA_RAISES:
+        os.environ.pop("HYDRA_FULL_ERROR", None)
+        _HYDRA_RAISES = False
+
+
+def unknown_key_message(err: BaseException) -> str | None:
+    """The one sentence for Hydra's error about overriding or deleting a key the config does not have; None for
+    any other error."""
+    import re
+
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    text = str(err)
+    found = re.match(r"Could not override '([^']+)'\.", text)
+    if found and not isinstance(err.__cause__, (ConfigAttributeError, ConfigKeyError)):
+        return None  # e.g. a value of the wrong type for one of Hydra's own typed settings
+    found = found or re.match(r"Could not delete from config\. '([^']+)' does not exist\.", text)
+    if not found:
+        return None
+    key = found.group(1)
+    near = nearest_key(key, err.__cause__)
+    if near:
+        return f"{key} is not a key of the config; did you mean {near}?"
+    return f"{key} is not a key of the config; check the spelling (python train.py --cfg job shows every key)."
+
+
+def nearest_key(key: str, cause: BaseException | None) -> str | None:
+    """``key`` with its first unknown part replaced by the closest name the config has there, if one is close."""
+    from difflib import get_close_matches
+
+    parent, missing = getattr(cause, "parent_node", None), getattr(cause, "full_key", None)
+    if parent is None or not missing or not hasattr(parent, "keys") or not key.startswith(missing):
+        return None
+    name = missing.rsplit(".", 1)[-1]
+    match = get_close_matches(name, [str(k) for k in parent.keys()], n=1)
+    return (missing[: len(missing) - len(name)] + match[0] + key[len(missing):]) if match else None
+
+
+def print_hydra_error(err: BaseException) -> None:
+    """A Hydra error as Hydra prints it: its message, OmegaConf's below it, the hint for the traceback."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    sys.stderr.write(f"{err}\n")
+    if isinstance(err.__cause__, OmegaConfBaseException):
+        sys.stderr.write(f"{err.__cause__}\n")
+    sys.stderr.write("\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n")
+    sys.stderr.flush()
+
+
+def unknown_swept_key(config, overrides: list[str], groups) -> str | None:
+    """The one sentence for a swept key the config does not have (``callbacks.leak_alarm.tolerence=1,2``): Hydra
+    composes a sweep's jobs only after the sweep has started, so a swept typo is caught here, from the sweep's
+    own config, before any job runs. ``groups``: the config groups chosen (``model``, ``arm/causal_mask``), whose
+    overrides name options, not keys. None when every swept key exists."""
+    from difflib import get_close_matches
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import DictConfig
+
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if override.is_add() or override.is_delete() or key.startswith("hydra") or key in groups or "/" in key:
+            continue
+        node, parts = config, key.split(".")
+        for i, part in enumerate(parts):
+            if not isinstance(node, DictConfig):
+                break
+            if part not in node:
+                near = get_close_matches(part, [str(k) for k in node.keys()], n=1)
+                hint = f"; did you mean {'.'.join(parts[:i] + near[:1] + parts[i + 1:])}?" if near else (
+                    "; check the spelling (python train.py --cfg job shows every key).")
+                return f"{key} is not a key of the config{hint}"
+            node = node[part]
+    return None

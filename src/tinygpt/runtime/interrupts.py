@@ -5,7 +5,9 @@ During training the first signal lets the current step finish, then last.ckpt is
 the run ends with RunInterrupted (under DDP/FSDP the ranks agree after every step whether any of them was
 signalled, so all stop after the same step); the run writes a partial summary, prints how to resume and exits
 128 + the signal number (143, 130, 138, 140), as shells expect. A second signal stops at once. Outside the
-training loop (data preparation, the final diagnostics) a signal stops at once.
+training loop (data preparation, the end-of-run validation and diagnostics) a signal stops at once; in the
+end-of-run phase last.ckpt (at max_steps) and a partial summary are still written, and the resume command
+finishes that phase.
 
 Requeue on SLURM: SIGUSR2 (sent ``signal_delay_s`` before the time limit, configs/hydra/launcher/slurm.yaml)
 in a SLURM job also asks SLURM to requeue the job (``scontrol requeue``, from rank 0, after the checkpoint
@@ -68,24 +70,36 @@ class SweepStop:
     checkpoint, partial summary and resume command; a job not started yet is skipped; the table then ends the
     sweep with exit status 128 + the signal. Signals reach the workers through the file, not again as
     signals, so a worker that also got the signal from the terminal (Ctrl-C reaches the whole process group)
-    counts it once. A second signal to the sweep's process stops it at once."""
+    counts it once. A second signal to the sweep's process stops it at once.
+
+    With ``hydra.launcher.n_jobs=1`` joblib runs the jobs in the sweep's own process, where each job's GracefulStop
+    replaces these handlers while it runs: it records its first signal here too (``current``), so the whole sweep
+    stops as above, not just the job."""
+
+    current: SweepStop | None = None  # the one installed in this process: a job run here records its signal in it
 
     def __init__(self, sweep_dir: Path):
         self.path = Path(sweep_dir) / STOP_FILE
         self.signum: int | None = None
 
     def install(self) -> None:
+        SweepStop.current = self
         for sig in SIGNALS:
             signal.signal(sig, self._handle)
+
+    def record(self, signum: int) -> None:
+        """The stop file, once: jobs running stop after their step, jobs not started are skipped."""
+        if self.signum is None:
+            self.signum = signum
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(str(int(signum)))
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:  # the second: at once
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        self.signum = signum
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(str(int(signum)))
+        self.record(signum)
         console.print(f"[yellow]{signal.Signals(signum).name}: the running jobs stop after their current step "
                       "and save a checkpoint; the others are not started (send it again to stop at once).[/]")
 
@@ -93,6 +107,7 @@ class SweepStop:
 class RunInterrupted(Exception):
     def __init__(self, signum: int):
         self.signum = signum
+        self.during = "training"  # or the end-of-run phase it stopped (tinygpt.train.run.finish_run)
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
 
     @property
@@ -139,6 +154,8 @@ class GracefulStop(L.Callback):
                 console.print(f"[yellow]{signal.Signals(signum).name}: already stopping; the checkpoint and summary "
                               "are being written, then the run exits.[/]")
             return
+        if self.signum is None and SweepStop.current is not None:  # a job run in the sweep's process (n_jobs=1):
+            SweepStop.current.record(signum)  # the signal stops the whole sweep, as in a parallel one
         if self.signum is not None or not self.training:
             self.signum = signum
             raise RunInterrupted(signum)

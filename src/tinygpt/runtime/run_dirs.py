@@ -15,9 +15,10 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from tinygpt.runtime.errors import print_error
+from tinygpt.runtime.errors import config_composed, print_error, unknown_swept_key
 
 RUN_MARKERS = ("summary.json", "config.yaml", "checkpoints")  # what a run writes into its dir
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra writes into <run dir>/.hydra
 ERROR_FILE = "error.txt"  # a failed sweep job's one-line error
 
 
@@ -120,6 +121,48 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
+_NEW_RUN_DIR: tuple[Path, Path] | None = None  # (this run's dir, the topmost of its dirs that did not exist)
+
+
+def note_new_run_dir(run_dir: Path) -> None:
+    """Before the run dir is made: which of its dirs this process creates, so that a run refused before any work
+    can leave nothing behind (discard_refused_run)."""
+    global _NEW_RUN_DIR
+    path, top = run_dir.absolute(), None
+    while not path.exists():
+        path, top = path.parent, path
+    _NEW_RUN_DIR = (run_dir.absolute(), top) if top is not None else None
+
+
+def discard_refused_run(run_dir: Path, log_name: str) -> bool:
+    """Remove the run dir of a run refused before any work, with the parents made for it that are left empty; only
+    when this process created it and it holds nothing but Hydra's own files (.hydra/ and an empty or error-only
+    log). True when removed."""
+    if _NEW_RUN_DIR is None or _NEW_RUN_DIR[0] != run_dir.absolute() or not only_hydra_files(run_dir, log_name):
+        return False
+    shutil.rmtree(run_dir)
+    top = _NEW_RUN_DIR[1]
+    for parent in run_dir.absolute().parents:
+        if not parent.is_relative_to(top) or any(parent.iterdir()):
+            break
+        parent.rmdir()
+    return True
+
+
+def only_hydra_files(run_dir: Path, log_name: str) -> bool:
+    """Whether ``run_dir`` holds nothing but .hydra/ (Hydra's files only) and a log that is empty or holds errors
+    only."""
+    if not run_dir.is_dir() or not {p.name for p in run_dir.iterdir()} <= {".hydra", log_name}:
+        return False
+    hydra_dir, log = run_dir / ".hydra", run_dir / log_name
+    if hydra_dir.exists() and (not hydra_dir.is_dir() or not {p.name for p in hydra_dir.iterdir()} <= set(HYDRA_FILES)):
+        return False
+    if log.exists() and (not log.is_file() or any("[ERROR]" not in line for line in log.read_text(errors="replace")
+                                                  .splitlines() if line.strip())):
+        return False
+    return True
+
+
 class RunDirGuard(Callback):
     """Refuse to start in a run dir that already holds a run, unless resuming into it (before Hydra writes
     its .hydra/ files there); refuse a sweep dir that holds finished jobs."""
@@ -127,9 +170,11 @@ class RunDirGuard(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         from tinygpt.runtime.distributed import is_rank_zero, requeued
 
+        config_composed()
         if not is_rank_zero() or requeued():  # another rank of this run, or a requeued SLURM job: its own dir
             return
         run_dir = Path(str(config.hydra.run.dir))
+        note_new_run_dir(run_dir)
         writable_dir("hydra.run.dir", run_dir)
         if holds_run(run_dir) and not resumes_into(run_dir, config.get("ckpt_path")):
             _fail(
@@ -138,6 +183,10 @@ class RunDirGuard(Callback):
             )
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        config_composed()
+        typo = unknown_swept_key(config, list(config.hydra.overrides.task), set(config.hydra.runtime.choices))
+        if typo:
+            _fail(typo)
         target = str(config.hydra.launcher.get("_target_", ""))
         if target.endswith("SlurmLauncher") and shutil.which("sbatch") is None:  # before anything is written
             _fail("hydra/launcher=slurm submits each job with sbatch, and this machine has no sbatch on its PATH; "
@@ -181,13 +230,17 @@ def job_row(job_dir: Path, stopped: bool = False) -> dict:
 class SweepReport(Callback):
     """At the end of a sweep: a table of its jobs (overrides, status, val loss, run dir); the sweep exits 1
     when any job failed, after every job has run, and 128 + the signal when a parallel sweep was stopped by one
-    (runtime.interrupts.SweepStop, installed here when the jobs run at once)."""
+    (runtime.interrupts.SweepStop, installed here for hydra/launcher=parallel, n_jobs=1 included)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        if runs_jobs_in_workers(config.hydra.launcher):
-            from tinygpt.runtime.interrupts import SweepStop
+        from tinygpt.runtime.interrupts import STOP_FILE, SweepStop
 
-            SweepStop(Path(str(config.hydra.sweep.dir))).install()
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        # a stop file here is older than this sweep (no job has started yet): the signal that stopped the run of
+        # this sweep being continued now, not this one's; left in place it would skip every job again
+        (sweep_dir / STOP_FILE).unlink(missing_ok=True)
+        if runs_jobs_in_workers(config.hydra.launcher):
+            SweepStop(sweep_dir).install()
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         from tinygpt.runtime.interrupts import sweep_stop_signal

@@ -186,6 +186,7 @@ class TextSamples(Probe):
             check_sampling(temperature, top_k)
         except ValueError as err:
             raise ValueError(f"callbacks.text_samples.{err}") from None
+        non_negative_int("callbacks.text_samples.max_new_tokens", max_new_tokens, " (0: no samples)")
         self.prompt, self.max_new_tokens = prompt, max_new_tokens
         self.temperature, self.top_k, self.seed = temperature, top_k, seed
         self.final_only = final_only

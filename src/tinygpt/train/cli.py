@@ -1,7 +1,7 @@
 """train.py's task around tinygpt.train.run.train: how a run ends, as the shell and a sweep see it.
 
 - a mistake in the config or input: `error: <sentence>`, exit status 2, no traceback
-  (HYDRA_FULL_ERROR=1 shows it);
+  (HYDRA_FULL_ERROR=1 shows it); a single run refused before any work leaves no run dir behind;
 - a checkpoint that cannot be written: one line, exit status 1;
 - SIGTERM / SIGINT / SIGUSR1: a partial summary, the resume command, exit status 128 + signal; in a sweep, the
   sweep's table (the jobs it never started marked) and the command that continues the whole sweep in place
@@ -25,7 +25,7 @@ from omegaconf import DictConfig, open_dict
 from tinygpt.runtime.checkpoint import CheckpointWriteError, last_path_in
 from tinygpt.runtime.errors import ConfigError, first_line, full_traceback_requested, print_error
 from tinygpt.runtime.interrupts import RunInterrupted, sweep_stop_signal
-from tinygpt.runtime.run_dirs import ERROR_FILE, in_parallel_sweep, print_sweep_table
+from tinygpt.runtime.run_dirs import ERROR_FILE, discard_refused_run, in_parallel_sweep, print_sweep_table
 from tinygpt.train.summary import mark_failed
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,8 @@ def run_task(cfg: DictConfig) -> float:
     except (ConfigError, CheckpointWriteError) as err:
         if isinstance(err, CheckpointWriteError):  # the run failed: its summary must not say otherwise
             mark_failed(Path(hc.runtime.output_dir), str(err))
+        elif not sweep:  # refused before any work: no run dir left behind (Hydra made it)
+            discard_refused_run(Path(hc.runtime.output_dir), f"{hc.job.name}.log")
         if full_traceback_requested():
             raise
         if not sweep:

@@ -92,9 +92,10 @@ def spread_positions(T: int, n: int) -> list[int]:
     return sorted({round(i * (T - 1) / (n - 1)) for i in range(n)}) if n > 1 else [T - 1]
 
 
-def window_losses(model: GPT, x: Tensor, y: Tensor, batch_size: int = 64) -> Tensor:
+def window_losses(model: GPT, x: Tensor, y: Tensor, batch_size: int = 64, progress=None) -> Tensor:
     """(N, T) float64 teacher-forced cross-entropy of every window n at every position t, on the CPU; x, y: (N, T),
-    scored ``batch_size`` windows at a time. Its mean is the teacher-forced loss on these windows."""
+    scored ``batch_size`` windows at a time (``progress``, if given, is called with the windows done after each).
+    Its mean is the teacher-forced loss on these windows."""
     N, T = x.shape
     out = torch.empty(N, T, dtype=torch.float64)
     with evaluating(model):
@@ -102,6 +103,8 @@ def window_losses(model: GPT, x: Tensor, y: Tensor, batch_size: int = 64) -> Ten
             logits, _ = model(x[i : i + batch_size])  # (b, T, V)
             ce = F.cross_entropy(logits.double().flatten(0, 1), y[i : i + batch_size].flatten(), reduction="none")
             out[i : i + batch_size] = ce.view(-1, T).cpu()  # (b*T,) -> (b, T)
+            if progress is not None:
+                progress(min(i + batch_size, N))
     return out
 
 

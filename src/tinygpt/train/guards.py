@@ -21,7 +21,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import RichProgressBar, ThroughputMonitor
 
-from tinygpt.runtime.checks import positive_int
+from tinygpt.runtime.checks import non_negative_int, positive_int, positive_number
 from tinygpt.runtime.console import say
 
 
@@ -38,6 +38,10 @@ def tokens_in(batch) -> int:
 class StepProgressBar(RichProgressBar):
     """Lightning's rich bar, labelled by steps: training here is step-based, one endless 'epoch'. No
     logger version (`v_num`): the run dir says which run this is."""
+
+    def __init__(self, refresh_rate: int = 1, **kwargs):
+        non_negative_int("callbacks.progress_bar.refresh_rate", refresh_rate, " (0: no bar)")
+        super().__init__(refresh_rate=refresh_rate, **kwargs)
 
     def get_metrics(self, trainer, pl_module):
         items = super().get_metrics(trainer, pl_module)
@@ -98,6 +102,8 @@ class DivergenceGuard(L.Callback):
     exits 0, so a sweep goes on."""
 
     def __init__(self, factor: float = 3.0, every_n_steps: int = 1):
+        positive_number("callbacks.divergence_guard.factor", factor)
+        positive_int("callbacks.divergence_guard.every_n_steps", every_n_steps)
         self.factor, self.every_n_steps = factor, every_n_steps
         self.diverged, self.reason = False, None
 

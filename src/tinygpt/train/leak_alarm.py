@@ -24,7 +24,7 @@ import lightning as L
 import torch
 
 from tinygpt.model.gpt import GPT
-from tinygpt.runtime.checks import one_of, positive_int
+from tinygpt.runtime.checks import one_of, positive_int, positive_number
 from tinygpt.runtime.console import say
 from tinygpt.train import diagnostics
 from tinygpt.train.callbacks import AutoregressiveLoss, Probe, _wandb_loggers, log_at, wandb_media
@@ -46,8 +46,7 @@ class LeakAlarm(Probe):
         one_of("callbacks.leak_alarm.action", action, ACTIONS)
         positive_int("callbacks.leak_alarm.windows", windows)
         for key, value in (("tolerance", tolerance), ("min_gap", min_gap), ("z", z)):
-            if not (isinstance(value, (int, float)) and value > 0):
-                raise ValueError(f"callbacks.leak_alarm.{key}={value!r} must be a positive number.")
+            positive_number(f"callbacks.leak_alarm.{key}", value)
         self.action, self.windows, self.tolerance, self.min_gap, self.z = action, windows, tolerance, min_gap, z
         self.detected_step: int | None = None
         self.signal: str | None = None

@@ -4,7 +4,7 @@ Phases: ``setup`` (setup.py) checks every value and builds the objects (no data 
 mistake is a ConfigError); ``prepare_data`` reads or builds the data cache; ``build_module`` builds the model
 and checks a resume against it; then the run writes its config, trains, validates at the end, runs the
 diagnostics and writes summary.json (summary.py). A signal ends it with a checkpoint, a partial summary and
-the command that resumes it.
+the command that resumes it; one during the end-of-run phase too, and its resume (at max_steps) finishes that phase.
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                 interrupted(run, module, signalled)
                 raise
             return finish_run(run, module)
-    except BaseException:
-        exit_code = exit_code or 1
+    except BaseException as err:
+        exit_code = exit_code or (err.exit_code if isinstance(err, RunInterrupted) else 1)
         raise
     finally:
         stop.uninstall()
@@ -107,6 +107,9 @@ def build_module(run: Run) -> GPTModule:
         note = checkpoint.world_size_note(run.ckpt, run.ckpt_path, run.trainer.world_size, cfg.data.batch_size)
         if note:
             console.print(f"[yellow]{note}[/]", soft_wrap=True)
+        if run.ckpt.get("global_step") == cfg.trainer.max_steps:  # stopped in its end-of-run phase
+            console.print(f"resuming at step {cfg.trainer.max_steps} = trainer.max_steps: no step left to train; the "
+                          "end-of-run validation, diagnostics and summary run.", soft_wrap=True)
     module.flops_per_batch = module.model.flops_per_token() * cfg.data.batch_size * cfg.model.block_size
     if cfg.get("compile"):
         module.compile_model()
@@ -114,19 +117,79 @@ def build_module(run: Run) -> GPTModule:
     return module
 
 
-def probe_diagnostics(model, module: GPTModule, dm, n_windows: int) -> dict:
-    """diagnostics.run_all on n validation windows spread evenly over the split, and on every validation window:
-    the teacher-forced loss of each window at each position and the count baselines (unigram, bigram). The
-    per-window arrays are under diagnostics.ARRAYS (for diagnostics.npz), with which windows the probe used."""
+def end_windows(val_windows: int, block_size: int, max_tokens: int | None) -> int:
+    """How many validation windows the end-of-run work scores (diagnostics.max_val_tokens): every one, or as many
+    as ``max_tokens`` tokens hold (at least one), so a long context does not multiply the end's cost. The default,
+    65,536 tokens, holds the default run's 1,024 windows of 64 tokens; null scores every window."""
+    if max_tokens is None:
+        return val_windows
+    return max(1, min(val_windows, max_tokens // block_size))
+
+
+def scheduled_validation(trainer_cfg, step: int) -> bool:
+    """Whether the trainer's own schedule (trainer.val_check_interval: steps, or a fraction of max_steps) validates
+    at ``step``: such a validation scores every window wherever it runs, so a resume that redoes it (one stopped
+    in it) gives the number the run would have given."""
+    every = trainer_cfg.get("val_check_interval")
+    if isinstance(every, float):
+        every = max(1, int(trainer_cfg.max_steps * every))
+    return isinstance(every, int) and every > 0 and step % every == 0
+
+
+@contextlib.contextmanager
+def end_phase(what: str, total: int | None = None):
+    """One end-of-run phase on the run's console: a line with its bar (``total`` windows; the function yielded is
+    told how many are done) or, without a total, a spinner, and the time it took. Silent in a quiet job."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = [SpinnerColumn(finished_text="-"), TextColumn("end of run: {task.description}"), BarColumn(),
+               *([MofNCompleteColumn()] if total else []), TimeElapsedColumn()]
+    with Progress(*columns, console=console, disable=is_quiet()) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda done: bar.update(task, completed=done)
+        bar.update(task, completed=total or 1, total=total or 1)
+
+
+def end_plan(n_final: int | None, n_end: int, n_val: int, n_probe: int) -> str:
+    """What the end of a run scores, said before it starts (each phase then shows its progress)."""
+    capped = "" if n_end == n_val else f" of {n_val:,} (diagnostics.max_val_tokens)"
+    final = "" if n_final is None else f"a final validation on {n_final:,} windows, "
+    return f"{final}each window's loss on {n_end:,} windows{capped}, the diagnostics on {n_probe}"
+
+
+def final_validation(trainer, module: GPTModule, dm, n_windows: int) -> None:
+    """trainer.validate on the validation windows (Lightning's bar shows it), or on ``n_windows`` of them spread
+    evenly over the split when diagnostics.max_val_tokens holds fewer than all."""
+    if n_windows >= len(dm.val_x):
+        trainer.validate(module, datamodule=dm, verbose=False)
+        return
+    from torch.utils.data import DataLoader, TensorDataset
+
+    windows = TensorDataset(*dm.probe_windows(n_windows))
+    trainer.validate(module, dataloaders=DataLoader(windows, batch_size=dm.val_batch_size), verbose=False)
+
+
+def probe_diagnostics(model, module: GPTModule, dm, n_windows: int, n_val: int | None = None) -> dict:
+    """diagnostics.run_all on n validation windows spread evenly over the split, and on every validation window
+    (or ``n_val`` of them spread evenly, diagnostics.max_val_tokens): the teacher-forced loss of each window at
+    each position and the count baselines (unigram, bigram). The per-window arrays are under diagnostics.ARRAYS
+    (for diagnostics.npz), with which windows the probe used (and, when fewer than all, which the losses are of)."""
     x, y = (t.to(module.device) for t in dm.probe_windows(n_windows))
-    diag = diagnostics.run_all(model, x, y)
-    val_x, val_y = dm.val_x.to(module.device), dm.val_y.to(module.device)
-    every = diagnostics.window_losses(model, val_x, val_y, dm.val_batch_size)  # (N_val, T)
+    with end_phase(f"diagnostics on {len(x)} windows (autoregressive loss, future leak, attention)"):
+        diag = diagnostics.run_all(model, x, y)
+    every_window = n_val is None or n_val >= len(dm.val_x)
+    val_x, val_y = (dm.val_x, dm.val_y) if every_window else dm.probe_windows(n_val)
+    val_x, val_y = val_x.to(module.device), val_y.to(module.device)
+    with end_phase(f"the loss of {len(val_x):,} validation windows", total=len(val_x)) as advance:
+        every = diagnostics.window_losses(model, val_x, val_y, dm.val_batch_size, progress=advance)  # (N_val, T)
     diag["val_loss_all_windows"] = every.mean().item()
     diag["val_windows"] = len(every)
     diag.update(diagnostics.count_baselines(dm.train_ids, val_x, val_y, dm.vocab_size))
     diag[diagnostics.ARRAYS].update(val_window_position=every.float().numpy(),
                                     probe_index=dm.probe_index(n_windows).numpy())
+    if not every_window:  # which of the fixed windows the rows of val_window_position are
+        diag["val_windows_in_split"] = len(dm.val_x)
+        diag[diagnostics.ARRAYS]["val_index"] = dm.probe_index(n_val).numpy()
     return diag
 
 
@@ -185,10 +248,12 @@ def interrupted(run: Run, module: GPTModule, signalled: RunInterrupted) -> None:
         stop.save(trainer)
     summary = summary_of(run, module, "interrupted")
     summary["interrupted"] = signalled.signal_name
+    summary["interrupted_during"] = signalled.during
+    where = "" if signalled.during == "training" else f" (in the end-of-run {signalled.during})"
     if trainer.is_global_zero:
         write_summary(run.out_dir, summary)
         say(
-            f"[bold yellow]interrupted[/] by {signalled.signal_name} at step {trainer.global_step}; "
+            f"[bold yellow]interrupted[/] by {signalled.signal_name} at step {trainer.global_step}{where}; "
             f"checkpoint {stop.saved_path}. Resume with:\n  {resume_command(run.out_dir)}",
             soft_wrap=True,
         )
@@ -196,16 +261,32 @@ def interrupted(run: Run, module: GPTModule, signalled: RunInterrupted) -> None:
 
 def finish_run(run: Run, module: GPTModule) -> dict[str, Any]:
     """The end of a run that was not stopped by a signal: the last validation (unless it just ran or the run
-    diverged), the diagnostics and summary.json."""
+    diverged), the diagnostics and summary.json, sized by diagnostics.max_val_tokens, each phase with its progress.
+    A signal in the validation or the diagnostics stops at once: last.ckpt, a partial summary, the resume command."""
     trainer, dm = run.trainer, run.dm
     guard = run.callback(DivergenceGuard)
     diverged = bool(guard and guard.diverged)
-    if not diverged and module.last_val_step != trainer.global_step:  # the run ended between validations
-        trainer.validate(module, datamodule=dm, verbose=False)
-        save_last_checkpoint(trainer)
-    n_probe = run.cfg.get("diagnostics", {}).get("windows", 32)
-    model = full_model(trainer, module) if not diverged else None  # every rank (FSDP gathers)
-    diag = probe_diagnostics(model, module, dm, n_probe) if model is not None else {}
+    settings = run.cfg.get("diagnostics", {})
+    n_probe, n_val = settings.get("windows", 32), len(dm.val_x)
+    n_end = end_windows(n_val, dm.block_size, settings.get("max_val_tokens"))
+    n_final = None  # the windows of a final validation, if one runs here
+    if not diverged and module.last_val_step != trainer.global_step:  # ended between validations, or resumed
+        n_final = n_val if scheduled_validation(run.cfg.trainer, trainer.global_step) else n_end
+    phase = "final validation"
+    try:
+        if not diverged:
+            console.print(f"end of run: {end_plan(n_final, n_end, n_val, min(n_probe, n_val))}", soft_wrap=True)
+        if n_final is not None:
+            final_validation(trainer, module, dm, n_final)
+            save_last_checkpoint(trainer)
+        phase = "diagnostics"
+        model = full_model(trainer, module) if not diverged else None  # every rank (FSDP gathers)
+        diag = probe_diagnostics(model, module, dm, n_probe, n_end) if model is not None else {}
+    except RunInterrupted as signalled:
+        run.stop.stopping = True  # from here a further signal is noted, not obeyed: nothing is cut short
+        signalled.during = phase
+        interrupted(run, module, signalled)
+        raise
     if diag and trainer.is_global_zero:
         save_arrays(run.out_dir, diag)
     diag.pop(diagnostics.ARRAYS, None)

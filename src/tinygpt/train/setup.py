@@ -30,6 +30,7 @@ from tinygpt.train.guards import StepClock
 from tinygpt.train.optim import AdamWCosine
 
 LOGGERS = ("wandb", "csv")
+NUMERIC_TRAINER_KEYS = ("val_check_interval", "gradient_clip_val", "log_every_n_steps", "devices", "num_nodes")
 
 # Library messages that say nothing about this run, silenced by exact text; every other warning stays visible.
 KNOWN_HARMLESS = (
@@ -67,6 +68,9 @@ def validate_config(cfg: DictConfig) -> None:
         hint = " (one or more UTF-8 text files)" if key == "data.path" else ""
         raise ConfigError(f"{key} is required but not set; pass {key}=<value>{hint}.")
     positive_int("trainer.max_steps", cfg.trainer.get("max_steps", -1), " (training is step-based)")
+    for key in NUMERIC_TRAINER_KEYS:  # Lightning takes True for 1: a bool is never a number here
+        if isinstance(cfg.trainer.get(key), bool):
+            raise ConfigError(f"trainer.{key}={cfg.trainer[key]!r} must be a number.")
     if cfg.data.block_size != cfg.model.block_size:
         raise ConfigError(
             f"data.block_size={cfg.data.block_size} must equal model.block_size={cfg.model.block_size}."
@@ -81,6 +85,9 @@ def validate_config(cfg: DictConfig) -> None:
         )
     positive_int("diagnostics.windows", cfg.get("diagnostics", {}).get("windows", 32),
                  " (validation windows to probe)")
+    if cfg.get("diagnostics", {}).get("max_val_tokens") is not None:
+        positive_int("diagnostics.max_val_tokens", cfg.diagnostics.max_val_tokens,
+                     " (validation tokens the end of a run scores) or null")
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**32:
         raise ConfigError(f"seed={cfg.seed!r} must be an integer in [0, 2**32).")
 
@@ -129,7 +136,8 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         distributed.check_launch(cfg.trainer)
         dm = build("data", cfg.data)  # checks data.*
         ckpt_path, ckpt = resume_point(cfg, out_dir)
-        callbacks = [build(f"callbacks.{k}", c) for k, c in (cfg.get("callbacks") or {}).items()]
+        callbacks = [build(f"callbacks.{k}", c) for k, c in (cfg.get("callbacks") or {}).items()
+                     if c is not None]  # callbacks.<name>=null switches one off, as ~callbacks.<name> does
         loggers = build_loggers(cfg, group, name)
         callbacks = in_run_order(only_with_logger(callbacks, bool(loggers)))
         quiet = {}

@@ -1,0 +1,68 @@
+"""A parallel sweep's stop file (runtime.interrupts.SweepStop), in-process: a continued sweep is not stopped by
+the file its stopped run left (issue 32 item 1), and a job run in the sweep's own process (hydra.launcher.n_jobs=1)
+stops the whole sweep, not just itself (item 2). The end-to-end versions are in tests/e2e/test_interrupts.py."""
+
+import signal
+
+import pytest
+from omegaconf import OmegaConf
+
+from tinygpt.runtime.interrupts import SIGNALS, STOP_FILE, GracefulStop, RunInterrupted, SweepStop, sweep_stop_signal
+from tinygpt.runtime.run_dirs import SweepReport
+
+JOBLIB = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
+
+
+@pytest.fixture(autouse=True)
+def own_signal_handlers():
+    before = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    yield
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+    SweepStop.current = None
+
+
+def start_sweep(sweep_dir, launcher=JOBLIB):
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep_dir)}, "launcher": {"_target_": launcher}}})
+    SweepReport().on_multirun_start(config)
+
+
+@pytest.mark.parametrize("launcher", [JOBLIB, "hydra._internal.core_plugins.basic_launcher.BasicLauncher"])
+def test_a_continued_sweep_is_not_stopped_by_the_signal_of_the_run_it_continues(tmp_path, launcher):
+    (tmp_path / STOP_FILE).write_text(str(int(signal.SIGTERM)))  # left by the stopped run
+    start_sweep(tmp_path, launcher)
+    assert sweep_stop_signal(tmp_path) is None  # its jobs start, its table says nothing about a stop
+
+
+def test_a_signal_to_a_parallel_sweep_is_recorded_once(tmp_path):
+    start_sweep(tmp_path)
+    signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+    assert sweep_stop_signal(tmp_path) == signal.SIGTERM
+    SweepStop.current.record(signal.SIGINT)  # a later one does not overwrite the first
+    assert sweep_stop_signal(tmp_path) == signal.SIGTERM
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_a_job_in_the_sweeps_own_process_stops_the_whole_sweep(tmp_path, training):
+    """n_jobs=1: the job's handler replaces the sweep's while it runs; its signal still reaches the stop file, so
+    the sweep skips the jobs after it and ends with its table, exit status and continue command."""
+    start_sweep(tmp_path)
+    stop = GracefulStop()
+    stop.install()
+    stop.training = training
+    if training:  # the job stops after its step
+        stop._handle(signal.SIGTERM, None)
+    else:  # outside the training loop: at once
+        with pytest.raises(RunInterrupted):
+            stop._handle(signal.SIGTERM, None)
+    stop.uninstall()
+    assert sweep_stop_signal(tmp_path) == signal.SIGTERM
+
+
+def test_a_run_outside_a_parallel_sweep_writes_no_stop_file(tmp_path):
+    stop = GracefulStop()
+    stop.install()
+    with pytest.raises(RunInterrupted):
+        stop._handle(signal.SIGTERM, None)
+    stop.uninstall()
+    assert not list(tmp_path.iterdir())

@@ -1,0 +1,163 @@
+"""The end of a run (final validation, diagnostics, summary): sized by diagnostics.max_val_tokens, and a signal
+there leaves last.ckpt, a partial summary and a resume that finishes it (issue 32 items 3 and 4). In-process runs
+of the tiny model, with the signal sent from inside the phase it must land in."""
+
+import json
+import os
+import signal
+
+import lightning as L
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from helpers import TINY, compose_train
+from tinygpt.runtime.interrupts import SIGNALS, RunInterrupted
+from tinygpt.train import diagnostics
+from tinygpt.train import run as run_phases
+
+
+# ----------------------------------------------------------------------------- the sizing rule
+
+
+def test_the_end_of_run_windows_are_capped_by_a_token_budget():
+    assert run_phases.end_windows(1024, 64, 65536) == 1024  # the default run: every window, as before
+    assert run_phases.end_windows(1024, 256, 65536) == 256  # model=small's context: a quarter of them
+    assert run_phases.end_windows(4000, 64, 65536) == 1024
+    assert run_phases.end_windows(32, 16, 65536) == 32  # fewer windows than the budget holds
+    assert run_phases.end_windows(1024, 256, None) == 1024  # null: every window
+    assert run_phases.end_windows(1024, 2048, 1000) == 1  # at least one
+
+
+def test_the_default_cap_keeps_the_default_run_and_sizes_model_small():
+    for overrides, windows in (([], 1024), (["model=small"], 256)):
+        cfg = compose_train(overrides)
+        assert cfg.diagnostics.max_val_tokens == 65536
+        assert run_phases.end_windows(cfg.data.val_windows, cfg.model.block_size,
+                                      cfg.diagnostics.max_val_tokens) == windows
+
+
+def test_only_a_validation_off_the_schedule_is_capped():
+    """A validation the trainer's schedule runs at the last step scores every window even when a resume redoes it,
+    so the resumed run's val loss is the one the run would have had; one added at the end of a run that ended
+    between validations is sized by the cap."""
+    def scheduled(every, max_steps):
+        return run_phases.scheduled_validation(OmegaConf.create({"val_check_interval": every,
+                                                                 "max_steps": max_steps}), max_steps)
+
+    assert scheduled(2, 2) and scheduled(500, 2000) and scheduled(0.5, 10)
+    assert not scheduled(500, 2) and not scheduled(2, 5)
+
+
+def test_the_plan_says_what_the_end_of_a_run_scores():
+    assert run_phases.end_plan(None, 1024, 1024, 32) == "each window's loss on 1,024 windows, the diagnostics on 32"
+    assert run_phases.end_plan(256, 256, 1024, 32) == (
+        "a final validation on 256 windows, each window's loss on 256 windows of 1,024 (diagnostics.max_val_tokens), "
+        "the diagnostics on 32")
+
+
+def test_the_every_window_pass_reports_its_progress():
+    from tinygpt.model.gpt import GPT, GPTConfig
+
+    model = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=1, n_embd=8))
+    x = torch.randint(0, 11, (10, 8))
+    seen = []
+    losses = diagnostics.window_losses(model, x, x, batch_size=4, progress=seen.append)
+    assert seen == [4, 8, 10] and losses.shape == (10, 8)
+
+
+# ----------------------------------------------------------------------------- a signal in the end-of-run phase
+
+
+@pytest.fixture
+def own_signal_handlers():
+    """A stopped run leaves a handler that only notes further signals (so its exit is never cut short): the
+    test process gets its own back."""
+    before = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    yield
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+
+
+class SignalInValidation(L.Callback):
+    """SIGTERM to this process once, in the first validation batch at ``step``."""
+
+    def __init__(self, step: int):
+        self.step, self.sent = step, False
+
+    def on_validation_batch_start(self, trainer, *args, **kwargs):
+        if trainer.global_step == self.step and not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def tiny_cfg(out, corpus_file, cache_dir, max_steps, *extra):
+    return compose_train([*TINY, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
+                          "logger=none", f"trainer.max_steps={max_steps}", "trainer.val_check_interval=2",
+                          "callbacks.attention_maps.every_n_steps=0", *extra], out_dir=out)
+
+
+def train_signalled(monkeypatch, cfg, where: str, step: int) -> RunInterrupted:
+    """train(cfg) with SIGTERM sent in ``where``: the validation at ``step`` or the diagnostics."""
+    if where == "diagnostics":
+        real = diagnostics.run_all
+
+        def run_all(*args):
+            os.kill(os.getpid(), signal.SIGTERM)
+            return real(*args)
+
+        monkeypatch.setattr(diagnostics, "run_all", run_all)
+    else:
+        real_setup = run_phases.setup
+
+        def setup(*args, **kwargs):
+            run = real_setup(*args, **kwargs)
+            run.trainer.callbacks.append(SignalInValidation(step))
+            return run
+
+        monkeypatch.setattr(run_phases, "setup", setup)
+    with pytest.raises(RunInterrupted) as stopped:
+        run_phases.train(cfg)
+    monkeypatch.undo()
+    return stopped.value
+
+
+STRAIGHT: dict[int, dict] = {}  # max_steps -> the summary of a run never stopped
+
+
+@pytest.mark.parametrize("max_steps, where, during", [
+    (4, "validation", "training"),  # the trainer's own validation at the last step (item 3)
+    (5, "validation", "final validation"),  # the one added at the end of a run that ended between validations
+    (4, "diagnostics", "diagnostics"),
+], ids=["scheduled final validation", "added final validation", "diagnostics"])
+def test_a_signal_at_the_end_leaves_a_summary_and_the_resume_finishes_the_run(
+        tmp_path, corpus_file, cache_dir, monkeypatch, own_signal_handlers, max_steps, where, during):
+    out = tmp_path / "run"
+    stopped = train_signalled(monkeypatch, tiny_cfg(out, corpus_file, cache_dir, max_steps), where, max_steps)
+    assert stopped.exit_code == 143 and stopped.during == during
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["interrupted"] == "SIGTERM"
+    assert summary["interrupted_during"] == during and summary["steps"] == max_steps
+    assert summary["train_loss"] is not None
+    assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == max_steps
+
+    resumed = run_phases.train(tiny_cfg(out, corpus_file, cache_dir, max_steps, "ckpt_path=last"))  # not refused
+    if max_steps not in STRAIGHT:
+        STRAIGHT[max_steps] = run_phases.train(tiny_cfg(tmp_path / "straight", corpus_file, cache_dir, max_steps))
+    straight = STRAIGHT[max_steps]
+    assert resumed["status"] == straight["status"] == "completed" and resumed["steps"] == max_steps
+    for key in ("train_loss", "val_loss", "val_loss_autoregressive", "future_leak"):
+        assert resumed[key] == straight[key], key
+    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+    assert (out / "diagnostics.npz").exists()
+
+
+def test_a_finished_run_is_still_not_resumed_at_max_steps(tmp_path, corpus_file, cache_dir, own_signal_handlers):
+    """Only a run stopped in its end-of-run phase is finished by a resume at max_steps; a completed one is refused
+    as before (raise trainer.max_steps to train further)."""
+    from tinygpt.runtime.errors import ConfigError
+
+    out = tmp_path / "run"
+    run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 2))
+    with pytest.raises(ConfigError, match=r"already at step 2, not before trainer.max_steps=2; raise"):
+        run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 2, "ckpt_path=last"))
