@@ -83,3 +83,15 @@ def test_without_out_the_page_goes_into_the_newest_run_with_its_real_step(run, t
     data = json.loads(re.search(r"const D = (\{.*?\});\n", pages[0].read_text(), re.S).group(1))
     assert data["steps"] == [60] and data["causal"] is True
     assert sorted(p.name for p in (tmp_path / "png").iterdir()) == ["step000060_layer0.png", "step000060_layer1.png"]
+
+
+def test_an_unknown_character_has_a_two_character_label_that_fits_its_cell():
+    """'€' is not in a tokenizer trained on plain letters: its label is '¿€' (was '<unk>:€', seven characters that
+    overflowed the text strip's cell and the key axis), and the note says what '¿' means."""
+    from tinygpt.attention import tokens
+    from tinygpt.data.tokenizer import train_tokenizer
+
+    tok = train_tokenizer("char", ["abc de"])
+    ids, labels, notes = tokens(tok, "a€b", block_size=16, vocab_size=tok.get_vocab_size())
+    assert labels == ["a", "¿€", "b"] and max(map(len, labels)) <= 2
+    assert notes == ["note: '€' not in the vocabulary; the model sees <unk> there (labelled ¿c)"]

@@ -26,9 +26,13 @@ from tinygpt.train.diagnostics import evaluating
 from tinygpt.train.plots import LayerPlotter, token_label
 
 
+UNKNOWN_MARK = "¿"  # a character outside the vocabulary: '¿c' (the model sees <unk>)
+
+
 def tokens(tok, text: str, block_size: int, vocab_size: int) -> tuple[list[int], list[str], list[str]]:
     """The text's ids clipped to block_size, a label per token (a character outside the vocabulary shows as
-    '<unk>:c'), and notes for the user (clipping, unknown characters)."""
+    '¿c': two characters, so it fits its cell in the text strip and on the key axis like any other token), and notes
+    for the user (clipping, unknown characters, and what '¿' means)."""
     notes = []
     if tok is None:  # a checkpoint without a tokenizer: the text is space-separated ids
         ids = token_ids(text, vocab_size, flag="--text")
@@ -41,14 +45,15 @@ def tokens(tok, text: str, block_size: int, vocab_size: int) -> tuple[list[int],
         for i in ids:
             piece = decode(tok, [i])
             if unk is not None and i == unk:
-                piece = f"<unk>:{next(chars, '?')}"
+                piece = f"{UNKNOWN_MARK}{next(chars, '?')}"
             else:
                 for _ in piece:
                     next(chars, None)
             labels.append(token_label(piece))
         missing = sorted({c for c in text if tok.token_to_id(c) is None}) if unk is not None else []
         if missing:
-            notes.append(f"note: {''.join(missing)!r} not in the vocabulary; the model sees <unk> there")
+            notes.append(f"note: {''.join(missing)!r} not in the vocabulary; the model sees <unk> there (labelled "
+                         f"{UNKNOWN_MARK}c)")
     if not ids:
         raise ValueError(f"the text {text!r} has no tokens; give some text.")
     if len(ids) > block_size:
