@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 ARGS    ?=
 JOBS    ?= 2
 
-.PHONY: setup train test test-fast sample mutate gpu-check clean
+.PHONY: setup train test test-fast deps-check sample mutate gpu-check clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,12 @@ mutate: setup
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HYPOTHESIS_PROFILE=mutation WANDB_MODE=offline \
 		$(BIN)/mutmut run --max-children $(JOBS) || true
 	$(BIN)/python scripts/mutation_scores.py
+
+# the fast suite on the oldest and on the newest versions pyproject.toml's ranges allow, each in a fresh venv under
+# $TMPDIR/tinygpt-deps-check (~6 GB each: torch from PyPI brings its CUDA wheels); ARGS=oldest or newest runs one.
+# Not in CI (5-10 minutes here); docs/testing.md has the last result.
+deps-check:
+	$(PY) .ci/deps_check.py $(ARGS)
 
 sample: setup
 	$(BIN)/python scripts/sample.py $(ARGS)
