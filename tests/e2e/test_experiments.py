@@ -180,7 +180,8 @@ def test_sqrt_dk_sweep_and_report(tmp_path, cache_dir, corpus_file):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
         assert f"({png})" in text
     assert "## Finding" in text and "2 of 4 runs diverged" in text and "[" in text  # intervals
-    assert "## Changes since the last version" in text and "(1 diverged)" in text
+    # a quick sweep's report says it is partial, without the committed report's changes
+    assert "A partial report (" in text and "## Changes since the last version" not in text
 
 
 def test_a_sweep_experiment_without_m_says_it_runs_one_job():
@@ -216,7 +217,7 @@ def test_partial_leaks_quick_sweep_and_report_on_the_tiny_model(tmp_path, cache_
     run_train(["-m", "experiment=partial_leaks_quick", *TINY, "trainer.max_steps=60", "trainer.val_check_interval=20",
                "data.val_windows=32", "diagnostics.windows=8", "optim.warmup_steps=5", f"data.cache_dir={cache_dir}",
                f"hydra.sweep.dir={sweep}", "logger=csv"])
-    assert len(list(sweep.glob("*/summary.json"))) == 8
+    assert len(list(sweep.glob("*/summary.json"))) == 9
     from tinygpt.analysis.partial_leaks import arm_of
     from tinygpt.analysis.sweep import load_runs
 
@@ -231,9 +232,10 @@ def test_partial_leaks_quick_sweep_and_report_on_the_tiny_model(tmp_path, cache_
     assert proc.returncode == 0, proc.stderr
     text = (out / "README.md").read_text()
     for heading in ("## Findings", "## Which leaks show in the loss", "## The leak alarm",
-                    "## The finite fill: when the mask opens"):
+                    "## finite fill (added): when the mask opens (prediction 3)",
+                    "## finite fill (replacing: GPT-2's masked_bias): when the mask opens (prediction 5)"):
         assert heading in text
-    assert (out / "fill.png").is_file() and (out / "curves.png").is_file()
+    assert (out / "fill.png").is_file() and (out / "fill_where.png").is_file() and (out / "curves.png").is_file()
     # the alarm replayed on the finished causal runs (the causal and -inf fill arms; the bugged ones are skipped)
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "alarm_audit.py"), str(sweep)],
                           capture_output=True, text=True, cwd=ROOT)
