@@ -161,3 +161,26 @@ def test_a_finished_run_is_still_not_resumed_at_max_steps(tmp_path, corpus_file,
     run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 2))
     with pytest.raises(ConfigError, match=r"already at step 2, not before trainer.max_steps=2; raise"):
         run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 2, "ckpt_path=last"))
+
+
+def test_a_resumed_run_keeps_the_history_logged_before_its_checkpoint(tmp_path, corpus_file, cache_dir):
+    """Lightning's CSV logger deletes an existing metrics.csv when it starts: a run resumed from step 6 to 10 must
+    still hold the training loss of steps 0-5 (the reports read onsets from it), once each, and the leak alarm's
+    rows of the validations before the checkpoint."""
+    import csv
+
+    out = tmp_path / "run"
+
+    def cfg(max_steps, *extra):
+        c = tiny_cfg(out, corpus_file, cache_dir, max_steps, *extra)
+        c.logger = compose_train(["logger=csv"], out_dir=out).logger
+        return c
+
+    run_phases.train(cfg(6, "trainer.log_every_n_steps=1"))
+    run_phases.train(cfg(10, "trainer.log_every_n_steps=1", "ckpt_path=last"))
+    with open(out / "history" / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    train_steps = [int(r["step"]) for r in rows if r.get("train/loss")]
+    assert train_steps == list(range(10))
+    leak_steps = sorted(int(r["step"]) for r in rows if r.get("leak/future_leak"))
+    assert leak_steps == [2, 4, 6, 8, 10]

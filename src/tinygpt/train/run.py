@@ -9,6 +9,8 @@ the command that resumes it; one during the end-of-run phase too, and its resume
 
 from __future__ import annotations
 
+import csv
+
 import contextlib
 import time
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 from hydra.core.hydra_config import HydraConfig
-from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
@@ -57,6 +59,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             if distributed.is_rank_zero():
                 out_dir.mkdir(parents=True, exist_ok=True)
                 (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(run.resolved))
+            keep_history(run.ckpt, loggers)  # before any logger writes: a resume keeps the rows logged before
             for lg in loggers:
                 lg.log_hyperparams(run.resolved)
             try:
@@ -90,6 +93,32 @@ def prepare_data(run: Run) -> None:
         f"data: {dm.source}, vocab {dm.vocab_size}, {len(dm.train_ids):,} train / {len(dm.val_ids):,} val tokens "
         f"({time.perf_counter() - t0:.1f}s, cache {dm.cache_path})"
     )
+
+
+def keep_history(ckpt: dict | None, loggers: list) -> None:
+    """A resumed run's history/metrics.csv keeps the rows logged before its checkpoint. Lightning's CSV logger
+    deletes an existing metrics.csv when it starts writing, so they are read first and logged again through it:
+    every row before the checkpoint's step, and at that step the leak alarm's rows (``leak/*``, logged at the steps
+    taken; the others at the index of the batch, which the resumed run logs itself)."""
+    if ckpt is None:
+        return
+    step = int(ckpt.get("global_step") or 0)
+    for lg in loggers:
+        if not isinstance(lg, CSVLogger):
+            continue
+        path = Path(lg.log_dir) / "metrics.csv"
+        if not path.is_file():
+            continue
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        for row in rows:
+            at = int(row.pop("step"))
+            values = {k: float(v) for k, v in row.items() if v not in ("", None)}
+            if at > step or (at == step and not all(k.startswith("leak/") for k in values)):
+                continue
+            if values:
+                lg.log_metrics(values, step=at)
+        lg.save()
 
 
 def build_module(run: Run) -> GPTModule:
