@@ -1,6 +1,7 @@
 """What scripts/report.py accepts as results: completed runs of its own experiment; where it writes."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,6 +95,14 @@ def test_an_out_that_is_a_file_is_one_line_before_any_work(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and f"--out {target} is a file; give a directory" in err
     assert target.read_text() == "mine" and not (sweep / "report").exists()
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc, where no dir can be made")
+def test_an_out_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    sweep = causal_sweep(tmp_path / "sweep")
+    assert report.main(["causal_mask", str(sweep), "--out", "/proc/report"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--out /proc/report cannot be written (" in err
 
 
 def test_a_truncated_summary_is_named_and_excluded(tmp_path, capsys):

@@ -98,8 +98,23 @@ def test_dry_run_prints_the_plan_without_a_gpu(tmp_path, monkeypatch, capsys):
 def test_only_selects_checks_and_names_the_known_ones(tmp_path, capsys):
     assert gc.main(["--dry-run", "--gpus", "2", "--only", "ddp_2gpu", "--out", str(tmp_path)]) == 0
     assert "1 check," in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="no check named nope; the checks: figures, default"):
+    with pytest.raises(SystemExit) as bad:
         gc.main(["--dry-run", "--only", "nope"])
+    assert bad.value.code == 2 and "no check named nope; the checks: figures, default" in capsys.readouterr().err
+    # a check's prerequisite comes with it: kv_cache samples from the default run's checkpoint
+    assert gc.main(["--dry-run", "--only", "kv_cache", "--out", str(tmp_path)]) == 0
+    assert "2 checks," in capsys.readouterr().out
+    with pytest.raises(SystemExit) as bad:
+        gc.main(["--dry-run", "--budget", "-5"])
+    assert bad.value.code == 2 and "--budget=-5 must be a positive number of seconds." in capsys.readouterr().err
+
+
+def test_a_gpu_machine_with_a_cpu_only_torch_is_told_so_and_fails(monkeypatch, capsys):
+    monkeypatch.setattr(gc.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(gc.torch.version, "cuda", None)
+    monkeypatch.setattr(gc.shutil, "which", lambda name: "/usr/bin/nvidia-smi" if name == "nvidia-smi" else None)
+    assert gc.main([]) == 1
+    assert "is a CPU-only build, and this machine has an NVIDIA driver" in capsys.readouterr().out
 
 
 def test_a_completed_run_dir_becomes_a_row(tmp_path):

@@ -70,6 +70,13 @@ def test_a_mistyped_key_is_one_line_naming_it_with_exit_status_2(tmp_path):
     proc = run_train(["+callbacks.leak_alarm.extra=1", "--cfg", "job"], check=False)
     assert proc.returncode == 0 and "extra: 1" in proc.stdout, proc.stderr
     assert not out.exists()
+    # a mistyped option of a config group, single and swept: one line with the options, nothing written
+    for args in (["model=smal", f"hydra.run.dir={out}"], ["-m", "model=smal,tiny", f"hydra.sweep.dir={out}"]):
+        proc = run_train(args, check=False)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+            "error: model=smal is not an option of model; did you mean model=small? the options: baby, small, "
+            "tiny."], proc.stderr
+        assert not out.exists()
     # swept: Hydra composes a sweep's jobs after it starts; the typo is caught before any job runs
     sweep = tmp_path / "sweep"
     proc = run_train(["-m", "callbacks.leak_alarm.tolerence=1,2", f"hydra.sweep.dir={sweep}"], check=False)

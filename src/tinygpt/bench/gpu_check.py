@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -450,10 +451,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.gpus is not None and args.gpus < 1:
         ap.error(f"--gpus={args.gpus} must be >= 1.")
+    if not args.budget > 0:
+        ap.error(f"--budget={args.budget:g} must be a positive number of seconds.")
     return args
 
 
 def no_gpu_line() -> str:
+    if torch.version.cuda is None and shutil.which("nvidia-smi"):  # a GPU machine with a CPU-only torch
+        return (f"gpu-check: torch {torch.__version__} is a CPU-only build, and this machine has an NVIDIA driver "
+                "(nvidia-smi); install a CUDA build of torch into the venv, then make gpu-check.")
     return (f"gpu-check: no CUDA GPU visible (torch {torch.__version__}); nothing to run. "
             "Run it on a GPU machine: make gpu-check")
 
@@ -465,8 +471,14 @@ def selected(checks: list[Check], only: list[str] | None) -> list[Check]:
     names = [c.name for c in checks]
     unknown = [n for n in only if n not in names]
     if unknown:
-        raise SystemExit(f"gpu-check: no check named {', '.join(unknown)}; the checks: {', '.join(names)}")
-    return [c for c in checks if c.name in only]
+        print(f"error: gpu-check: no check named {', '.join(unknown)}; the checks: {', '.join(names)}",
+              file=sys.stderr)
+        raise SystemExit(2)
+    wanted = set(only)
+    for c in reversed(checks):  # a check's prerequisite comes with it (kv_cache reads the default run's dir)
+        if c.name in wanted and c.needs:
+            wanted.add(c.needs)
+    return [c for c in checks if c.name in wanted]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -483,8 +495,9 @@ def main(argv: list[str] | None = None) -> int:
         print(show_plan(checks, n_gpus, args.budget, "" if has_gpu or args.gpus else " (no GPU visible here)"))
         return 0
     if not has_gpu:
-        print(no_gpu_line())
-        return 0
+        line = no_gpu_line()
+        print(line)
+        return 1 if "CPU-only build" in line else 0
     started = datetime.now().isoformat(timespec="seconds")
     t0 = time.perf_counter()
     print(show_plan(checks, n_gpus, args.budget), flush=True)

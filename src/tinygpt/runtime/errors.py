@@ -94,10 +94,19 @@ def unknown_key_message(err: BaseException) -> str | None:
     """The one sentence for Hydra's error about overriding or deleting a key the config does not have; None for
     any other error."""
     import re
+    from difflib import get_close_matches
 
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
     text = str(err)
+    option = re.match(r"In '[^']*': Could not find '(.+)/([^/']+)'\n\nAvailable options in '([^']+)':\n((?:\t.*\n?)+)",
+                      text)
+    if option:  # a mistyped option of a config group: model=smal
+        group, name = option.group(1), option.group(2)
+        options = [o.strip() for o in option.group(4).splitlines() if o.strip()]
+        near = get_close_matches(name, options, n=1)
+        return (f"{group}={name} is not an option of {group}; " + (f"did you mean {group}={near[0]}? " if near else "")
+                + f"the options: {', '.join(options)}.")
     found = re.match(r"Could not override '([^']+)'\.", text)
     if found and not isinstance(err.__cause__, (ConfigAttributeError, ConfigKeyError)):
         return None  # e.g. a value of the wrong type for one of Hydra's own typed settings
@@ -134,6 +143,23 @@ def print_hydra_error(err: BaseException) -> None:
     sys.stderr.flush()
 
 
+def unknown_option(group: str, override) -> str | None:
+    """The one sentence for a swept option the config group does not have (``-m model=smal,tiny``), from Hydra's
+    list of the group's options; None when every value is one."""
+    from difflib import get_close_matches
+
+    from hydra.core.global_hydra import GlobalHydra
+
+    options = sorted(GlobalHydra.instance().config_loader().get_group_options(group))
+    values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [str(override.value())]
+    for name in values:
+        if options and name not in options:
+            near = get_close_matches(name, options, n=1)
+            return (f"{group}={name} is not an option of {group}; " + (f"did you mean {group}={near[0]}? " if near
+                    else "") + f"the options: {', '.join(options)}.")
+    return None
+
+
 def unknown_swept_key(config, overrides: list[str], groups) -> str | None:
     """The one sentence for a swept key the config does not have (``callbacks.leak_alarm.tolerence=1,2``): Hydra
     composes a sweep's jobs only after the sweep has started, so a swept typo is caught here, from the sweep's
@@ -146,7 +172,12 @@ def unknown_swept_key(config, overrides: list[str], groups) -> str | None:
 
     for override in OverridesParser.create().parse_overrides(list(overrides)):
         key = override.key_or_group
-        if override.is_add() or override.is_delete() or key.startswith("hydra") or key in groups or "/" in key:
+        if key in groups and not key.startswith("hydra") and not override.is_delete():
+            bad = unknown_option(key, override)
+            if bad:
+                return bad
+            continue
+        if override.is_add() or override.is_delete() or key.startswith("hydra") or "/" in key:
             continue
         node, parts = config, key.split(".")
         for i, part in enumerate(parts):
