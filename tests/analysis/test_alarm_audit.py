@@ -51,3 +51,15 @@ def test_a_sweep_without_causal_runs_still_audits(tmp_path, capsys):
     (run / "summary.json").write_text(json.dumps({"config": {"model": {"attn": {"causal": False}}}}))
     assert alarm_audit.main([str(tmp_path / "sweep")]) == 0
     assert "alarm audit: 0 causal runs, 0 false alarms" in capsys.readouterr().out
+
+
+def test_the_audit_leaves_the_callers_thread_count_alone(tmp_path):
+    """main() runs with one thread (many small models) and restores the caller's: called in-process (as these
+    tests do) it once left the test session at one thread, which a later test compared against."""
+    import torch
+
+    from tinygpt.analysis.alarm_audit import main
+
+    before = torch.get_num_threads()
+    main([str(tmp_path / "nowhere")])
+    assert torch.get_num_threads() == before

@@ -96,7 +96,15 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweeps", nargs="+", type=Path)
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # many small models: one thread each is faster; restored for an in-process caller
+    try:
+        return audit(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def audit(args) -> int:
     alarm, cache = LeakAlarm(), {}
     try:
         runs = causal_runs(args.sweeps)
