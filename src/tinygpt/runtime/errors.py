@@ -151,9 +151,13 @@ def unknown_option(group: str, override) -> str | None:
     from hydra.core.global_hydra import GlobalHydra
 
     options = sorted(GlobalHydra.instance().config_loader().get_group_options(group))
-    values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [str(override.value())]
+    if override.is_sweep_override():
+        values = list(override.sweep_string_iterator())
+    else:  # one option, or a list of them (logger=[wandb,csv])
+        value = override.value()
+        values = [str(v) for v in value] if isinstance(value, list) else [str(value)]
     for name in values:
-        if options and name not in options:
+        if options and name not in options and not name.startswith("["):  # a swept list of options: Hydra's to read
             near = get_close_matches(name, options, n=1)
             return (f"{group}={name} is not an option of {group}; " + (f"did you mean {group}={near[0]}? " if near
                     else "") + f"the options: {', '.join(options)}.")
