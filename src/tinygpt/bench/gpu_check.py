@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from tinygpt.bench.micro import SMALL
+from tinygpt.bench.micro import SMALL, generation_speed, matmul_peak_gflops
 from tinygpt.bench.programs import ROOT
 
 BUDGET_S = 480  # the whole plan, on one GPU: 8 minutes
@@ -290,37 +290,18 @@ def compare_samples(rows: dict[str, Result]) -> None:
 def gpu_figures(device: torch.device, matmul_n: int = 8192, arch: dict = SMALL, new_tokens: int = 200) -> dict:
     """The GPU's figures: its name, the bf16 matmul rate reached (FLOP/s), its datasheet peak, and greedy
     decoding of the GPU recipe's model with and without the KV cache (scripts/benchmark.py's generation figures,
-    on this device). Runs in the --figures subprocess."""
+    on this device: micro's measurements). Runs in the --figures subprocess."""
     torch.manual_seed(0)
     on_gpu = device.type == "cuda"
     result = {"gpu": torch.cuda.get_device_name(device) if on_gpu else str(device),
               "torch": torch.__version__, "cuda": torch.version.cuda,
-              "matmul_peak_flops": matmul_peak_flops(device, matmul_n),
+              "matmul_peak_flops": 1e9 * matmul_peak_gflops(matmul_n, 10, device, torch.bfloat16),
               "spec_peak_flops": spec_peak_flops(device),
-              "decode": decode_speed(device, arch, new_tokens)}
+              "decode": generation_speed(arch, new_tokens, device=device)}
     if on_gpu:
         result["peak_gpu_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
         result["gpu_memory_gib"] = torch.cuda.get_device_properties(device).total_memory / 2**30
     return result
-
-
-def synced(device: torch.device, fn) -> float:
-    """Seconds ``fn()`` takes on ``device``, the GPU's queue drained before and after."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - t0
-
-
-def matmul_peak_flops(device: torch.device, n: int = 8192, repeats: int = 10) -> float:
-    """The bf16 rate of an n x n x n product on ``device``, best of ``repeats`` (the benchmark's matmul peak, in
-    the GPU's training precision)."""
-    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
-    synced(device, lambda: a @ b)  # warm-up: cuBLAS picks its kernel
-    return 2 * n**3 / min(synced(device, lambda: a @ b) for _ in range(repeats))
 
 
 def spec_peak_flops(device: torch.device) -> float | None:
@@ -335,29 +316,6 @@ def spec_peak_flops(device: torch.device) -> float | None:
     from lightning.fabric.utilities.throughput import get_available_flops
 
     return get_available_flops(device, torch.bfloat16)
-
-
-@torch.no_grad()
-def decode_speed(device: torch.device, arch: dict = SMALL, new_tokens: int = 200, vocab: int = 65) -> dict:
-    """Greedy decoding at batch 1 from a one-token prompt with and without the KV cache (micro.generation_speed's
-    measurement, on ``device`` and synchronised): tokens/s each, and whether the outputs are identical."""
-    from tinygpt.model.generate import generate
-    from tinygpt.model.gpt import GPT, GPTConfig
-
-    model = GPT(GPTConfig(vocab_size=vocab, **arch)).to(device).eval()
-    new_tokens = min(new_tokens, arch["block_size"] - 1)
-    prompt = torch.zeros((1, 1), dtype=torch.long, device=device)
-    out, seconds = {}, {}
-    for use_cache in (True, False):
-        generate(model, prompt, 4, top_k=1, use_cache=use_cache)  # warm-up
-
-        def run(use_cache=use_cache):
-            out[use_cache] = generate(model, prompt, new_tokens, top_k=1, use_cache=use_cache)
-
-        seconds[use_cache] = synced(device, run)
-    return {"new_tokens": new_tokens, "identical": bool(torch.equal(out[True], out[False])),
-            "cached_tokens_per_sec": new_tokens / seconds[True], "uncached_tokens_per_sec": new_tokens / seconds[False],
-            "speedup": seconds[False] / seconds[True]}
 
 
 # ----------------------------------------------------------------------------- the whole plan and its reports

@@ -137,23 +137,25 @@ def attention_costs(lengths=(64, 256, 1024, 2048), heads: int = 4, head_dim: int
 
 @torch.no_grad()
 def generation_speed(arch: dict, new_tokens: int = 200, vocab: int = 65, repeats: int = 2,
-                     prompt_len: int = 1) -> dict:
+                     prompt_len: int = 1, device: str | torch.device = "cpu") -> dict:
     """Greedy decoding at batch 1 from a ``prompt_len``-token prompt, with and without the KV cache (best
-    of ``repeats``); the outputs must be identical."""
+    of ``repeats``, timed with the device's queue drained); the outputs must be identical."""
     from tinygpt.model.fast_linear import use_fast_decode
     from tinygpt.model.generate import generate
 
+    device = torch.device(device)
     torch.manual_seed(0)
-    model = use_fast_decode(GPT(GPTConfig(vocab_size=vocab, **arch)).eval())
+    model = use_fast_decode(GPT(GPTConfig(vocab_size=vocab, **arch)).eval()).to(device)  # its fast path: CPU only
     new_tokens = min(new_tokens, arch["block_size"] - prompt_len)  # within the context: the cache's whole point
-    prompt = torch.randint(0, vocab, (1, prompt_len), generator=torch.Generator().manual_seed(0))
+    prompt = torch.randint(0, vocab, (1, prompt_len), generator=torch.Generator().manual_seed(0)).to(device)
     out, best = {}, {}
     for use_cache in (True, False):
         times = []
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            out[use_cache] = generate(model, prompt, new_tokens, top_k=1, use_cache=use_cache)
-            times.append(time.perf_counter() - t0)
+            def run(use_cache=use_cache):
+                out[use_cache] = generate(model, prompt, new_tokens, top_k=1, use_cache=use_cache)
+
+            times.append(_timed_call(run, device))
         best[use_cache] = min(times)
     return {"prompt_tokens": prompt_len, "new_tokens": new_tokens,
             "identical": bool(torch.equal(out[True], out[False])),
@@ -161,18 +163,26 @@ def generation_speed(arch: dict, new_tokens: int = 200, vocab: int = 65, repeats
             "speedup": best[False] / best[True]}
 
 
-def matmul_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
-    """The fp32 matmul rate this machine reaches on a large square product (best of ``repeats``), with
-    torch's default threads: the denominator of MFU."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b  # warm up
-    best = min(_timed_call(lambda: a @ b) for _ in range(repeats))
+def matmul_peak_gflops(n: int = 2048, repeats: int = 5, device: str | torch.device = "cpu",
+                       dtype: torch.dtype = torch.float32) -> float:
+    """The matmul rate ``device`` reaches on a large square product in ``dtype`` (best of ``repeats``; on the
+    CPU fp32 with torch's default threads): the denominator of MFU."""
+    device = torch.device(device)
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    _timed_call(lambda: a @ b, device)  # warm up (on a GPU: cuBLAS picks its kernel)
+    best = min(_timed_call(lambda: a @ b, device) for _ in range(repeats))
     return 2 * n**3 / best / 1e9
 
 
-def _timed_call(fn) -> float:
+def _timed_call(fn, device: torch.device | None = None) -> float:
+    """Seconds ``fn()`` takes, a GPU's queue drained before and after."""
+    gpu = device is not None and device.type == "cuda"
+    if gpu:
+        torch.cuda.synchronize(device)
     t0 = time.perf_counter()
     fn()
+    if gpu:
+        torch.cuda.synchronize(device)
     return time.perf_counter() - t0
 
 
