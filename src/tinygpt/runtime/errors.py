@@ -94,7 +94,6 @@ def unknown_key_message(err: BaseException) -> str | None:
     """The one sentence for Hydra's error about overriding or deleting a key the config does not have; None for
     any other error."""
     import re
-    from difflib import get_close_matches
 
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
@@ -102,11 +101,8 @@ def unknown_key_message(err: BaseException) -> str | None:
     option = re.match(r"In '[^']*': Could not find '(.+)/([^/']+)'\n\nAvailable options in '([^']+)':\n((?:\t.*\n?)+)",
                       text)
     if option:  # a mistyped option of a config group: model=smal
-        group, name = option.group(1), option.group(2)
         options = [o.strip() for o in option.group(4).splitlines() if o.strip()]
-        near = get_close_matches(name, options, n=1)
-        return (f"{group}={name} is not an option of {group}; " + (f"did you mean {group}={near[0]}? " if near else "")
-                + f"the options: {', '.join(options)}.")
+        return option_message(option.group(1), option.group(2), options)
     found = re.match(r"Could not override '([^']+)'\.", text)
     if found and not isinstance(err.__cause__, (ConfigAttributeError, ConfigKeyError)):
         return None  # e.g. a value of the wrong type for one of Hydra's own typed settings
@@ -114,22 +110,41 @@ def unknown_key_message(err: BaseException) -> str | None:
     if not found:
         return None
     key = found.group(1)
-    near = nearest_key(key, err.__cause__)
+    return key_message(key, nearest_key(key, err.__cause__))
+
+
+def key_message(key: str, near: str | None) -> str:
+    """The one sentence for a key the config does not have, with the nearest one when there is one."""
     if near:
         return f"{key} is not a key of the config; did you mean {near}?"
     return f"{key} is not a key of the config; check the spelling (python train.py --cfg job shows every key)."
 
 
-def nearest_key(key: str, cause: BaseException | None) -> str | None:
-    """``key`` with its first unknown part replaced by the closest name the config has there, if one is close."""
+def option_message(group: str, name: str, options: list[str]) -> str:
+    """The one sentence for an option a config group does not have, with the nearest one and the list."""
     from difflib import get_close_matches
 
+    near = get_close_matches(name, options, n=1)
+    return (f"{group}={name} is not an option of {group}; " + (f"did you mean {group}={near[0]}? " if near else "")
+            + f"the options: {', '.join(options)}.")
+
+
+def nearest_key(key: str, cause: BaseException | None) -> str | None:
+    """``key`` with its first unknown part (OmegaConf's error names it) replaced by the closest name the config
+    has there, if one is close."""
     parent, missing = getattr(cause, "parent_node", None), getattr(cause, "full_key", None)
     if parent is None or not missing or not hasattr(parent, "keys") or not key.startswith(missing):
         return None
-    name = missing.rsplit(".", 1)[-1]
-    match = get_close_matches(name, [str(k) for k in parent.keys()], n=1)
-    return (missing[: len(missing) - len(name)] + match[0] + key[len(missing):]) if match else None
+    return closest_key(key.split("."), missing.count("."), parent.keys())
+
+
+def closest_key(parts: list[str], i: int, names) -> str | None:
+    """The key ``parts`` with part ``i`` replaced by the closest of ``names`` (the keys the config has there), or
+    None when none is close."""
+    from difflib import get_close_matches
+
+    near = get_close_matches(parts[i], [str(n) for n in names], n=1)
+    return ".".join(parts[:i] + near + parts[i + 1:]) if near else None
 
 
 def print_hydra_error(err: BaseException) -> None:
@@ -146,8 +161,6 @@ def print_hydra_error(err: BaseException) -> None:
 def unknown_option(group: str, override) -> str | None:
     """The one sentence for a swept option the config group does not have (``-m model=smal,tiny``), from Hydra's
     list of the group's options; None when every value is one."""
-    from difflib import get_close_matches
-
     from hydra.core.global_hydra import GlobalHydra
 
     options = sorted(GlobalHydra.instance().config_loader().get_group_options(group))
@@ -158,9 +171,7 @@ def unknown_option(group: str, override) -> str | None:
         values = [str(v) for v in value] if isinstance(value, list) else [str(value)]
     for name in values:
         if options and name not in options and not name.startswith("["):  # a swept list of options: Hydra's to read
-            near = get_close_matches(name, options, n=1)
-            return (f"{group}={name} is not an option of {group}; " + (f"did you mean {group}={near[0]}? " if near
-                    else "") + f"the options: {', '.join(options)}.")
+            return option_message(group, name, options)
     return None
 
 
@@ -169,8 +180,6 @@ def unknown_swept_key(config, overrides: list[str], groups) -> str | None:
     composes a sweep's jobs only after the sweep has started, so a swept typo is caught here, from the sweep's
     own config, before any job runs. ``groups``: the config groups chosen (``model``, ``arm/causal_mask``), whose
     overrides name options, not keys. None when every swept key exists."""
-    from difflib import get_close_matches
-
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import DictConfig
 
@@ -188,9 +197,6 @@ def unknown_swept_key(config, overrides: list[str], groups) -> str | None:
             if not isinstance(node, DictConfig):
                 break
             if part not in node:
-                near = get_close_matches(part, [str(k) for k in node.keys()], n=1)
-                hint = f"; did you mean {'.'.join(parts[:i] + near[:1] + parts[i + 1:])}?" if near else (
-                    "; check the spelling (python train.py --cfg job shows every key).")
-                return f"{key} is not a key of the config{hint}"
+                return key_message(key, closest_key(parts, i, node.keys()))
             node = node[part]
     return None
