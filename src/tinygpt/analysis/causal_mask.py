@@ -16,7 +16,7 @@ from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, plural, save
+from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, save
 from tinygpt.analysis.stats import (
     LEVEL,
     METHOD,
@@ -35,9 +35,18 @@ from tinygpt.analysis.stats import (
     slope_estimate,
     smooth,
     trend,
+    verb,
 )
-from tinygpt.analysis.sweep import ReportError, Run, honest_gap_step, loss_onsets, seed_ids, sweep_wall_seconds
-from tinygpt.analysis.templates import Report, prose
+from tinygpt.analysis.sweep import (
+    ReportError,
+    Run,
+    honest_gap_step,
+    loss_onsets,
+    seed_ids,
+    seeds_words,
+    sweep_wall_seconds,
+)
+from tinygpt.analysis.templates import Report, plural, prose
 
 COLORS = {True: "tab:blue", False: "tab:red"}
 LABELS = {True: "causal (masked)", False: "leaky (no mask)"}
@@ -633,16 +642,6 @@ def exactness_words(slope, ratios) -> str:
     return "; ".join(parts)
 
 
-def seeds_words(runs: list[Run]) -> str:
-    """'5' when every arm has the same number of seeds, else '3 to 5'."""
-    counts = sorted({len(rs) for by_c in group_runs(runs).values() for rs in by_c.values()})
-    return str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
-
-
-def verb(verdict: str) -> str:
-    return {"holds": "holds", "fails": "fails", "undecided": "is undecided at the 95% level"}[verdict]
-
-
 def below_chance(chance: float, loss: float) -> str:
     """'61 times' from the numbers as the report shows them (the loss to 3 decimals), so a reader can redo it."""
     shown = round(loss, 3)
@@ -695,7 +694,8 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     header = [prose("causal_mask", "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
                     lo=pred["level_ratio"][0], hi=pred["level_ratio"][1]), "",
               setup_text(runs), "", prose("causal_mask", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, method=METHOD,
-                                          n_seeds=seeds_words(runs)), ""]
+                                          n_seeds=seeds_words(rs for by_c in arms.values() for rs in by_c.values())),
+              ""]
     rep = Report(sections=["## Final numbers per arm", "", arm_table(arms, est), ""])
     if main is not None:
         main_arm_section(rep, arms[main], *main, cfg, est, pred, out)

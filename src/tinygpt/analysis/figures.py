@@ -51,8 +51,3 @@ def explorers(runs: dict[str, object], out: Path) -> list[str]:
         explorer.write(out / "explorers" / f"{slug}.html", steps, f"{name} (seed {run.seed})", library="directory")
         links.append(f"[{name}](explorers/{slug}.html)")
     return links
-
-
-def plural(n: int, word: str) -> str:
-    """'1 head', '2 heads'."""
-    return f"{n} {word}" + ("" if n == 1 else "s")

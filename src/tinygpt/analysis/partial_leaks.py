@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, plural, save
+from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, save
 from tinygpt.analysis.stats import (
     LEVEL,
     METHOD,
@@ -33,10 +33,18 @@ from tinygpt.analysis.stats import (
     mean_spread,
     resolution,
     smooth,
+    verb,
 )
-from tinygpt.analysis.sweep import ReportError, Run, seed_ids, sweep_wall_seconds
-from tinygpt.analysis.templates import Report, prose
-from tinygpt.train.leak_alarm import LeakAlarm
+from tinygpt.analysis.sweep import (
+    ReportError,
+    Run,
+    alarm_of,
+    honest_gap_step,
+    seed_ids,
+    seeds_words,
+    sweep_wall_seconds,
+)
+from tinygpt.analysis.templates import Report, plural, prose
 
 STRUCTURAL = ("no_mask", "off_by_one", "first_layer", "last_layer", "sliding_window")  # leaky in the mask itself
 ARMS = ("causal", *STRUCTURAL, "fill_1e4", "fill_where_1e4", "fill_inf")
@@ -188,25 +196,6 @@ def alarm_verdict(detected: list[int | None], leaky: bool, first_validation: int
 # ----------------------------------------------------------------------------- per-run readings
 
 
-def gap_steps(run: Run, alarm: LeakAlarm) -> int | None:
-    """The first validation at which the honest-loss gap alone passes the alarm's rule (from the logged values),
-    in steps taken."""
-    steps, gaps = taken(run, "leak/honest_gap")
-    se_steps, ses = taken(run, "leak/honest_gap_se")
-    se_at = dict(zip(se_steps.tolist(), ses.tolist(), strict=True))
-    for s, g in zip(steps.tolist(), gaps.tolist(), strict=True):
-        if alarm.check(0.0, g, se_at.get(s, 0.0)) is not None:
-            return int(s)
-    return None
-
-
-def alarm_of(run: Run) -> LeakAlarm:
-    """The run's own alarm settings (its config), for reading its logged signals with the same rule."""
-    c = dict(run.config.get("callbacks", {}).get("leak_alarm") or {})
-    c.pop("_target_", None)
-    return LeakAlarm(**c)
-
-
 def taken(run: Run, key: str) -> tuple[np.ndarray, np.ndarray]:
     """A logged series with its steps as the number of training steps taken. The history files log the training
     loss, the validations and the stability probes at the 0-based index of the batch just taken (the validation
@@ -224,10 +213,10 @@ def collapse_steps(runs: list[Run], threshold: float) -> list[int | None]:
 def onset_steps(runs: list[Run], controls: list[Run], run: int) -> list[int | None]:
     """Per run: the loss onset, the first step from which its raw training loss stays below the lowest of the
     control arm's seeds at the same step for ``run`` consecutive logged steps (prediction 2's definition)."""
-    series = [taken(c, "train/loss") for c in controls]
-    common = sorted(set.intersection(*(set(st.tolist()) for st, _ in series)))
-    low = np.min(np.stack([np.interp(common, st, v) for st, v in series]), axis=0)  # (steps,)
-    return [first_below_band(*taken(r, "train/loss"), common, low, run) for r in runs]
+    b = taken_band(controls, "train/loss")  # (steps, mean, min, max) over the control seeds
+    if b is None:
+        return [None] * len(runs)
+    return [first_below_band(*taken(r, "train/loss"), b[0], b[2], run) for r in runs]
 
 
 def taken_band(runs: list[Run], key: str):
@@ -494,10 +483,6 @@ def onset_section(rep: Report, arms, est, pred, onsets, collapses) -> None:
                                window=words["sliding_window"]), ""]
 
 
-def verb(verdict: str) -> str:
-    return {"holds": "holds", "fails": "fails", "undecided": "is undecided"}.get(verdict, verdict)
-
-
 def onset_sensitivity(arms: dict[str, list[Run]], pred: dict, collapses: dict) -> list[str]:
     """Prediction 2 under other onset definitions (read after the sweep: how much the verdicts owe to the
     pre-registered run length), and how often the rule fires on a control seed against the other control seeds
@@ -566,7 +551,7 @@ def alarm_section(rep: Report, arms, pred, onsets, collapses) -> None:
             opened_verdicts.append(v)
         verdicts.append(v.split()[0])
         mass = [first_above(*taken(r, "stab/future_mass"), 0.0) for r in rs]
-        gaps = [gap_steps(r, alarm) for r in rs]
+        gaps = [honest_gap_step(r) for r in rs]
         lead = [o - d for o, d in zip(onsets.get(a, []), detected, strict=False) if o is not None and d is not None]
         never = sum(o is None and d is not None for o, d in zip(onsets.get(a, []), detected, strict=False))
         if lead and a in STRUCTURAL:
@@ -760,7 +745,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
                     lr=f"lr {fill_cfg.get('optim', {}).get('lr', float('nan')):g}"), "",
               setup_text(arms, runs), "",
               prose("partial_leaks", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, method=METHOD,
-                    n_seeds=seeds_words(arms)), ""]
+                    n_seeds=seeds_words(arms.values())), ""]
     rep = Report(sections=["## Every arm at the end", "", table, ""])
     seen_section(rep, arms, est, pred, seen, out)
     if "no_mask" in arms and "causal" in arms:
@@ -799,15 +784,10 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     sections += ["## How this compares with the published cases", "", prose("partial_leaks", "literature")]
     sections += [f"- {c}" for c in rep.comparison] + [""]
     sections += [prose("partial_leaks", "threats"), ""]
-    sections += ["## Limits", "", prose("partial_leaks", "limits", n_seeds=seeds_words(arms)), ""]
+    sections += ["## Limits", "", prose("partial_leaks", "limits", n_seeds=seeds_words(arms.values())), ""]
     path = out / "README.md"
     path.write_text("\n".join(sections))
     return path
-
-
-def seeds_words(arms: dict[str, list[Run]]) -> str:
-    counts = sorted({len(rs) for rs in arms.values()})
-    return str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
 
 
 # what partial_leaks.yaml's ``prediction`` says: for runs made without it

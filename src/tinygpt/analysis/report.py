@@ -22,6 +22,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from tinygpt.analysis.sweep import ReportError, Run, load_runs
+from tinygpt.analysis.templates import plural
 from tinygpt.runtime.errors import print_error
 
 EXPERIMENTS = ("causal_mask", "sqrt_dk", "partial_leaks")
@@ -70,16 +71,12 @@ def full_sweep_gap(runs: list[Run], excluded: list, experiment: str) -> str | No
     for values in params.values():
         jobs *= len(str(values).split(","))
     if len(runs) != jobs:
-        return f"it has {runs_words(len(runs))}, the full sweep {jobs}"
+        return f"it has {plural(len(runs), 'run')}, the full sweep {jobs}"
     allowed = set(params) | {"experiment"}
     extra = sorted({o.split("=")[0] for r in runs for o in r.overrides} - allowed)
     if extra:
         return f"it overrides {', '.join(extra)}"
     return None
-
-
-def runs_words(n: int) -> str:
-    return f"{n} run" + ("" if n == 1 else "s")
 
 
 def check_out(out: Path | None) -> None:
@@ -149,5 +146,5 @@ def main(argv: list[str] | None = None) -> int:
     except ReportError as err:
         print_error(f"report: {err}")
         return 2
-    print(f"report: {runs_words(n)} -> {path}")
+    print(f"report: {plural(n, 'run')} -> {path}")
     return 0

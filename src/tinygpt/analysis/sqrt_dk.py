@@ -9,7 +9,6 @@ are computed on aligned replicates (tinygpt.analysis.stats).
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, plural, save
+from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, save
 from tinygpt.analysis.init_stats import logits_at_init, slopes
 from tinygpt.analysis.stats import (
     LEVEL,
@@ -37,8 +36,8 @@ from tinygpt.analysis.stats import (
     stack,
     trend,
 )
-from tinygpt.analysis.sweep import ReportError, Run, sweep_wall_seconds
-from tinygpt.analysis.templates import Report, prose
+from tinygpt.analysis.sweep import ReportError, Run, seeds_words, sweep_wall_seconds
+from tinygpt.analysis.templates import Report, plural, prose
 
 VARIANT_STYLE = {  # variant -> (label, colour, line style)
     ("sqrt_dk", False, "gpt2"): ("1/sqrt(d_k)", "tab:blue", "-"),
@@ -176,16 +175,6 @@ def numbers(arms, fraction: float) -> dict:
                        failed, {x: sum(not math.isfinite(final_loss(r)) for r in by_lr[x]) for x in lrs},
                        {x: len(by_lr[x]) for x in lrs})
     return out
-
-
-def seeds_words(runs: list[Run]) -> str:
-    """'3' when every cell has the same number of seeds, else '2 to 3'."""
-    cells: dict = {}
-    for r in runs:
-        key = json.dumps([r.config['model'], r.config['optim']['lr']], sort_keys=True, default=str)
-        cells.setdefault(key, []).append(r)
-    counts = sorted({len(v) for v in cells.values()})
-    return str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
 
 
 def baselines(runs: list[Run]) -> tuple[float, float]:
@@ -650,7 +639,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     head = [prose("sqrt_dk", "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps)), "",
             setup_text(runs, arms), "",
             prose("sqrt_dk", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, fraction=fraction, method=METHOD,
-                  n_seeds=seeds_words(runs)), ""]
+                  n_seeds=seeds_words(rs for by_lr in arms.values() for rs in by_lr.values())), ""]
     rep = Report()
     init_section(rep, cfg, out)
     fig_loss_vs_lr(arms, nums, out / "loss_vs_lr.png")

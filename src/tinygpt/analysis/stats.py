@@ -252,6 +252,11 @@ def in_range(est: Estimate, lo: float, hi: float) -> str:
     return "undecided"
 
 
+def verb(verdict: str) -> str:
+    """A verdict as a verb phrase: 'holds', 'fails', 'is undecided at the 95% level'."""
+    return {"holds": "holds", "fails": "fails", "undecided": f"is undecided at the {LEVEL:.0%} level"}[verdict]
+
+
 def all_hold(verdicts: Sequence[str]) -> str:
     """One verdict from several: 'fails' if any fails, 'holds' if all hold, else 'undecided'."""
     if "fails" in verdicts:

@@ -147,17 +147,33 @@ def loss_onsets(runs: list[Run], threshold: float) -> list[int | None]:
     return [first_below(*r.series("train/loss"), threshold) for r in runs]
 
 
+def alarm_of(run: Run):
+    """The run's own leak alarm (its callbacks.leak_alarm settings), to read its logged signals by the same rule."""
+    from tinygpt.train.leak_alarm import LeakAlarm  # here: the reports that never need it start without it
+
+    settings = dict((run.config.get("callbacks") or {}).get("leak_alarm") or {})
+    settings.pop("_target_", None)
+    return LeakAlarm(**settings)
+
+
 def honest_gap_step(run: Run) -> int | None:
-    """The first validation at which the leak alarm's honest-loss rule fires on the run's own history: the honest
-    minus teacher-forced loss on the same windows above both ``z`` standard errors and ``min_gap`` nats (the
-    run's callbacks.leak_alarm). None if it never does or the run has no such history."""
+    """The first validation at which the leak alarm's honest-loss rule alone fires on the run's logged values (the
+    honest minus teacher-forced loss on the same windows above ``z`` standard errors and ``min_gap`` nats), by the
+    run's own alarm settings; None if it never does. ``leak/*`` is logged at the steps taken."""
+    alarm = alarm_of(run)
     steps, gaps = run.series("leak/honest_gap")
-    _, ses = run.series("leak/honest_gap_se")
-    alarm = (run.config.get("callbacks") or {}).get("leak_alarm") or {}
-    if not len(steps) or len(ses) != len(gaps) or "z" not in alarm:
-        return None
-    fired = np.nonzero(gaps > np.maximum(alarm["z"] * ses, alarm["min_gap"]))[0]
-    return int(steps[fired[0]]) if len(fired) else None
+    se_steps, ses = run.series("leak/honest_gap_se")
+    se_at = dict(zip(se_steps.tolist(), ses.tolist(), strict=True))
+    for step, gap in zip(steps.tolist(), gaps.tolist(), strict=True):
+        if alarm.check(0.0, gap, se_at.get(step, 0.0)) is not None:
+            return int(step)
+    return None
+
+
+def seeds_words(groups) -> str:
+    """How many seeds each group of runs (an arm, a cell) rests on: '5', or '3 to 5' when they differ."""
+    counts = sorted({len(runs) for runs in groups})
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
 
 
 def seed_ids(runs: list[Run]) -> tuple[int, ...]:

@@ -27,6 +27,11 @@ def prose(experiment: str, name: str, **values) -> str:
     return blocks(experiment)[name].format_map(values)
 
 
+def plural(n: int, word: str) -> str:
+    """'1 head', '2 heads'."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 @dataclass
 class Report:
     """The report's parts as the sections fill them: the body, the findings list at the top, what changed since the
