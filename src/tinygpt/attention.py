@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
 from tinygpt.data.tokenizer import UNK, decode, encode
 from tinygpt.model.gpt import GPT
+from tinygpt.runtime.checkpoint import run_dir_of
 from tinygpt.runtime.errors import ConfigError, print_error
 from tinygpt.experiments.leaky_masks import BuggyAttention
 from tinygpt.sample import checkpoint_file, find_latest_checkpoint, load_checkpoint_at_step, token_ids
@@ -82,16 +82,12 @@ def check_writable(path: Path, what: str, directory: bool = False) -> None:
         base = base.parent
     if not base.is_dir():
         raise ConfigError(f"{what} cannot be written: {base} is a file, not a directory.")
-    try:
-        tempfile.TemporaryFile(dir=base).close()
-    except OSError as err:
-        raise ConfigError(f"{what} cannot be written: no file can be created in {base} "
-                          f"({err.strerror or type(err).__name__}); give a path in a writable directory.") from None
+    from tinygpt.runtime.run_dirs import cannot_write  # here: it brings Hydra, which the page does not need
 
-
-def run_dir_of(ckpt: Path) -> Path:
-    """The run dir a checkpoint file belongs to (<run>/checkpoints/x.ckpt -> <run>; else the file's folder)."""
-    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    reason = cannot_write(base)  # an existing folder: the probe creates nothing there but its own temporary file
+    if reason:
+        raise ConfigError(f"{what} cannot be written: no file can be created in {base} ({reason}); give a path in a "
+                          "writable directory.")
 
 
 def default_page(ckpt: Path, step: int, text: str) -> Path:

@@ -131,14 +131,18 @@ def check_resume_steps(ckpt: dict, path: Path, max_steps: int) -> None:
         )
 
 
+def run_dir_of(ckpt: Path) -> Path:
+    """The run dir a checkpoint file belongs to (<run>/checkpoints/x.ckpt -> <run>; else the file's folder)."""
+    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+
+
 def run_ended(path: Path) -> bool:
     """Whether the run whose checkpoint this is (``<run dir>/checkpoints/<file>``) ended: its summary.json says
     completed, diverged or leaky, not interrupted or failed."""
     import json
 
-    run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
     try:
-        status = json.loads((run_dir / "summary.json").read_text()).get("status")
+        status = json.loads((run_dir_of(path) / "summary.json").read_text()).get("status")
     except (OSError, ValueError, AttributeError):
         return False
     return status in ("completed", "diverged", "leaky")

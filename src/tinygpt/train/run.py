@@ -9,9 +9,8 @@ the command that resumes it; one during the end-of-run phase too, and its resume
 
 from __future__ import annotations
 
-import csv
-
 import contextlib
+import csv
 import time
 from pathlib import Path
 from typing import Any
