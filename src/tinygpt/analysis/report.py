@@ -81,14 +81,15 @@ def full_sweep_gap(runs: list[Run], excluded: list, experiment: str) -> str | No
 
 def check_out(out: Path | None) -> None:
     """--out must be a directory (existing or to be made): refused before any work otherwise."""
-    if out is not None and out.exists() and not out.is_dir():
+    if out is None:
+        return
+    if out.exists() and not out.is_dir():
         raise ReportError(f"--out {out} is a file; give a directory for the report (its README.md and PNGs).")
-    if out is not None:
-        from tinygpt.runtime.run_dirs import cannot_write
+    from tinygpt.runtime.run_dirs import cannot_write
 
-        reason = cannot_write(out)
-        if reason:
-            raise ReportError(f"--out {out} cannot be written ({reason}); give a writable directory.")
+    reason = cannot_write(out)
+    if reason:
+        raise ReportError(f"--out {out} cannot be written ({reason}); give a writable directory.")
 
 
 def partial(path: Path, gap: str, experiment: str) -> None:
