@@ -141,23 +141,30 @@ def test_the_report_script_is_a_thin_cli_over_the_package(tmp_path):
 
 
 def test_sqrt_dk_sweep_arms_and_grid():
+    """The design (docs/experiments/sqrt_dk/DESIGN.md): 8 arms, a ladder of three rates a decade, 5 seeds."""
     cfg = compose_hydra(["experiment=sqrt_dk"])
     params = cfg.hydra.sweeper.params
     lrs = [float(x) for x in params["optim.lr"].split(",")]
-    assert lrs == sorted(lrs) and lrs[0] <= 1e-4 and lrs[-1] >= 3e-2 and len(lrs) >= 5
-    assert len(params["seed"].split(",")) >= 3  # the science issue: at least 3 seeds
-    assert cfg.prediction.sensitivity_gap == "rises" and cfg.prediction.failed_to_train == 0.5
+    assert lrs == sorted(lrs) and lrs[0] == 1e-4 and lrs[-1] == 1e-2 and len(lrs) == 7
+    assert all(abs(b / a - 10 ** (1 / 3)) < 1e-3 for a, b in zip(lrs, lrs[1:]))  # three rates a decade
+    assert params["seed"].split(",") == ["1", "2", "3", "4", "5"]  # the issue: at least 5 seeds
+    assert cfg.prediction.basin_delta == 0.1 and list(cfg.prediction.sensitivity_range) == [1e-4, 1e-2]
+    assert cfg.prediction.failed_to_train == 0.5
     assert cfg.hydra.sweep.dir.startswith("multirun/sqrt_dk/")
     seen = set()
     for arm in params["arm/sqrt_dk"].split(","):
         c = compose_hydra(["experiment=sqrt_dk", f"arm/sqrt_dk={arm}"])
-        assert c.model.n_embd == 256  # a fixed width: d_k changes through the head count
         a = c.model.attn
-        seen.add((c.model.n_embd // c.model.n_head, a.scale, a.qk_norm, a.qk_init))
-    for dk in (32, 128, 256):
-        assert {(dk, "sqrt_dk", False, "gpt2"), (dk, "none", False, "gpt2")} <= seen
-    assert {(256, "inv_dk", False, "gpt2"), (256, "none", True, "gpt2"), (256, "none", False, "unit"),
-            (256, "sqrt_dk", False, "unit")} <= seen
+        assert a.qk_init == "gpt2" and c.trainer.precision == "32-true"
+        seen.add((c.model.n_embd // c.model.n_head, c.model.n_head, c.model.n_embd, a.scale, a.qk_norm))
+    assert seen == {(256, 1, 256, "sqrt_dk", False), (256, 1, 256, "none", False),
+                    (64, 4, 256, "sqrt_dk", False), (64, 4, 256, "none", False),  # d_k apart at a fixed width
+                    (64, 1, 64, "sqrt_dk", False), (64, 1, 64, "none", False),  # ... and at a fixed head count
+                    (256, 1, 256, "sqrt_dk", True), (256, 1, 256, "none", True)}  # qk-layernorm with and without
+    fp16 = compose_hydra(["experiment=sqrt_dk_fp16"])
+    assert fp16.trainer.precision == "16-mixed" and fp16.model.attn.backend == "math"
+    assert fp16.hydra.sweeper.params["arm/sqrt_dk"] == "dk256_sqrt,dk256_none"
+    assert [float(x) for x in fp16.hydra.sweeper.params["optim.lr"].split(",")] == [4.642e-3, 1e-2, 2.154e-2]
 
 
 @pytest.mark.slow

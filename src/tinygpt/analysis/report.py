@@ -32,8 +32,8 @@ CONFIGS = ROOT / "configs" / "experiment"
 
 
 def family(name: str | None) -> str | None:
-    """The report an experiment belongs to: causal_mask_quick -> causal_mask."""
-    return name.removesuffix("_quick") if name else None
+    """The report an experiment belongs to: causal_mask_quick -> causal_mask, sqrt_dk_fp16 -> sqrt_dk."""
+    return name.removesuffix("_quick").removesuffix("_fp16") if name else None
 
 
 def refuse_foreign(runs: list[Run], experiment: str) -> None:
