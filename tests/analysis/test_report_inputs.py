@@ -52,7 +52,7 @@ def test_runs_of_another_experiment_are_refused_in_one_line(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     d = sweep / "0"
-    write_run(d, config=sq_config(256, "none", 1e-3, 1), windows=np.full((32, 4), 2.0), summary={})
+    write_run(d, config=sq_config(256, 1, 256, "none", 1e-3, 1), windows=np.full((32, 4), 2.0), summary={})
     hydra_files(d, "sqrt_dk", ["experiment=sqrt_dk"])
     assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
@@ -78,11 +78,40 @@ def test_the_committed_report_is_left_alone_by_a_partial_sweep(tmp_path, capsys,
 def test_the_full_sweep_check_counts_the_configs_grid(tmp_path):
     sweep = causal_sweep(tmp_path / "sweep")
     runs = report.load_runs([sweep])
-    assert report.full_sweep_gap(runs, [], "causal_mask") == "it has 6 runs, the full sweep 40"
+    gap = report.full_sweep_gap(runs, [], "causal_mask")
+    assert gap == "it has 6 runs of experiment=causal_mask, the full sweep 40"
     assert report.full_sweep_gap(runs, [(runs[0], "interrupted")], "causal_mask") == "1 of its runs did not complete"
 
 
-@pytest.mark.parametrize("name, fam", [("causal_mask_quick", "causal_mask"), ("sqrt_dk", "sqrt_dk"), (None, None)])
+class Job:  # what full_sweep_gap reads of a run
+    def __init__(self, experiment, overrides):
+        self.experiment, self.overrides = experiment, [*overrides, f"experiment={experiment}"]
+
+
+def grid_jobs(experiment, extra=()):
+    keys, cells = report.grid_cells(report.CONFIGS / f"{experiment}.yaml")
+    return [Job(experiment, sorted(c) + list(extra)) for c in cells]
+
+
+def test_experiment_2s_full_sweep_is_its_two_grids_and_may_add_stage_two_runs():
+    main, fp16 = grid_jobs("sqrt_dk"), grid_jobs("sqrt_dk_fp16")
+    assert (len(main), len(fp16)) == (280, 30)
+    assert report.full_sweep_gap(main + fp16, [], "sqrt_dk") is None
+    assert report.full_sweep_gap(main, [], "sqrt_dk") == "it lacks the runs of experiment=sqrt_dk_fp16"
+    stage2 = [Job("sqrt_dk", ["arm/sqrt_dk=dk256_sqrt_qknorm", f"optim.lr={x}", f"seed={s}"])
+              for x in ("2.154e-2", "4.642e-2") for s in range(1, 6)]
+    assert report.full_sweep_gap(main + fp16 + stage2, [], "sqrt_dk") is None  # the design's stage 2
+    gap = report.full_sweep_gap(main[1:] + fp16, [], "sqrt_dk")
+    assert gap == "it has 279 runs of experiment=sqrt_dk, the full sweep 280"
+    moved = [Job("sqrt_dk", ["arm/sqrt_dk=dk256_sqrt", "optim.lr=5e-3", "seed=1"])]
+    gap = report.full_sweep_gap(main[1:] + moved + fp16, [], "sqrt_dk")
+    assert gap == "it lacks 1 job of experiment=sqrt_dk's grid"
+    other = [Job("sqrt_dk", ["arm/sqrt_dk=dk256_sqrt", "optim.lr=1e-3", "seed=1", "trainer.max_steps=10"])]
+    assert report.full_sweep_gap(main + fp16 + other, [], "sqrt_dk") == "it overrides trainer.max_steps"
+
+
+@pytest.mark.parametrize("name, fam", [("causal_mask_quick", "causal_mask"), ("sqrt_dk", "sqrt_dk"),
+                                       ("sqrt_dk_fp16", "sqrt_dk"), (None, None)])
 def test_family(name, fam):
     assert report.family(name) == fam
 

@@ -132,66 +132,120 @@ def test_the_onset_is_the_step_of_the_drop_on_the_raw_series(tmp_path):
     assert "logged at every step)" in text and "0, 0, 0 steps" in text  # a step function drops in one step
 
 
-def sq_config(dk, scale, lr, seed, init="gpt2"):
-    return {"seed": seed, "model": {"n_layer": 2, "n_head": 256 // dk, "n_embd": 256, "block_size": 64,
-                                    "attn": {"scale": scale, "qk_norm": False, "qk_init": init}},
+ARMS = [(256, 1, 256), (64, 4, 256), (64, 1, 64)]  # (d_k, heads, width): the design's
+LADDER = [1e-4, 2.154e-4, 4.642e-4, 1e-3, 2.154e-3, 4.642e-3, 1e-2]
+
+
+def sq_config(dk, heads, width, scale, lr, seed, precision="32-true", qk_norm=False):
+    return {"seed": seed, "model": {"n_layer": 2, "n_head": heads, "n_embd": width, "block_size": 64,
+                                    "attn": {"scale": scale, "qk_norm": qk_norm, "qk_init": "gpt2"}},
             "data": {"batch_size": 12, "val_windows": N}, "diagnostics": {"windows": 16},
-            "trainer": {"max_steps": 300, "gradient_clip_val": 1.0},
+            "trainer": {"max_steps": 300, "gradient_clip_val": 1.0, "precision": precision},
             "optim": {"lr": lr, "warmup_steps": 30, "min_lr": 1e-5},
             "callbacks": {"stability": {"windows": 8, "every_n_steps": 20}},
-            "prediction": {"sensitivity_gap": "rises", "best_loss_gap": "rises", "failed_to_train": 0.5}}
+            "prediction": {"basin_delta": 0.1, "sensitivity_range": [1e-4, 1e-2], "optimum_shift": "lower",
+                           "fp16_min_unscaled": 3, "fp16_max_scaled": 1, "failed_to_train": 0.5}}
 
 
-LRS = (1e-4, 1e-3, 1e-2)
-
-
-def sqrt_dk_sweep(root, loss, noise=0.01):
-    """loss(dk, scale, lr) -> the final loss of every window (plus window noise shared by all runs and seed noise)."""
+def sqrt_dk_sweep(root, loss, noise=0.01, seeds=(1, 2, 3, 4, 5), fp16=None):
+    """loss(arm, scale, log10 lr) -> every window's final loss (plus a window effect shared by all runs and seed
+    noise). fp16: {(scale, lr): diverged seeds} adds float16 runs at d_k = 256."""
     rng = np.random.default_rng(1)
     window_effect = rng.normal(0, 0.2, N)
     job = 0
-    for dk in (32, 128, 256):
+    for arm in ARMS:
         for scale in ("sqrt_dk", "none"):
-            for lr in LRS:
-                for seed in (1, 2, 3):
-                    w = loss(dk, scale, lr) + window_effect + rng.normal(0, noise, N)
-                    write_run(root / str(job), config=sq_config(dk, scale, lr, seed), windows=w[:, None].repeat(4, 1),
-                              summary={"train_loss": float(w.mean())})
+            for lr in LADDER:
+                for seed in seeds:
+                    w = loss(arm, scale, math.log10(lr)) + window_effect + rng.normal(0, noise, N)
+                    write_run(root / str(job), config=sq_config(*arm, scale, lr, seed), windows=w[:, None].repeat(4, 1),
+                              summary={"train_loss": float(w.mean()), "train_seconds": 10.0, "step": 300})
                     job += 1
+    for (scale, lr), n_div in (fp16 or {}).items():
+        for seed in seeds:
+            w = 2.3 + window_effect
+            div = seed <= n_div
+            write_run(root / str(job), config=sq_config(256, 1, 256, scale, lr, seed, precision="16-mixed"),
+                      windows=w[:, None].repeat(4, 1),
+                      summary={"diverged": div, "val_loss": None if div else float(w.mean()), "train_seconds": 5.0,
+                               "step": 120 if div else 300, "status": "diverged" if div else "completed"})
+            job += 1
     return load_runs([root])
 
 
-def falling_gap(dk, scale, lr):
-    """Scaled: 2.2 at lr 1e-3, 2.5 at the ends. Unscaled: worse at high lr by 0.6 / log2(dk): the sensitivity gap
-    falls with d_k (the shape the old one-sided test called 'not monotonic')."""
-    base = {1e-4: 2.5, 1e-3: 2.2, 1e-2: 2.5}[lr]
-    return base + (0.6 / math.log2(dk) if scale == "none" and lr == 1e-2 else 0.0)
+def v_shape(best_x, slope=0.4, best=2.2):
+    return lambda x: best + slope * abs(x - best_x)
 
 
-def test_a_sensitivity_gap_that_falls_with_dk_is_called_falls_and_the_prediction_fails(tmp_path):
-    runs = sqrt_dk_sweep(tmp_path, falling_gap)
-    nums = sqrt_dk.numbers(sqrt_dk.arms_of(runs), 0.5)
-    a, b = nums[(32, ("none", False, "gpt2"))], nums[(32, ("sqrt_dk", False, "gpt2"))]
-    assert a.best_lr == b.best_lr == 1e-3
-    assert (a.sensitivity - b.sensitivity).value == pytest.approx(0.6 / 5 / 3, abs=1e-3)  # (0.12 at one of 3 rates)
+def shifted(arm, scale, x):
+    """The unscaled curve is the scaled one moved a third of a decade down: the same basin, another optimum."""
+    return v_shape(-3.0 - (1 / 3 if scale == "none" else 0.0))(x)
+
+
+def narrower(arm, scale, x):
+    """Same optimum; the unscaled arm's loss rises twice as fast either side (half the basin) at d_k = 256 only."""
+    steep = scale == "none" and arm[0] == 256
+    return v_shape(-3.0, slope=0.8 if steep else 0.4)(x)
+
+
+def findings(text):
+    return text.split("## Changes since")[0]
+
+
+def test_a_shifted_optimum_with_an_equal_basin_is_never_called_more_sensitive(tmp_path):
+    """The referee's case, end to end: P1 (optimum lower) holds, P5 (Wortsman's sensitivity higher) holds, P3 (the
+    scaled basin wider) is undecided: the basins are equal, so no sentence may call the unscaled arm more
+    sensitive."""
+    runs = sqrt_dk_sweep(tmp_path, shifted)
     text = sqrt_dk.write_report(runs, out_dir(tmp_path / "r"), [tmp_path]).read_text()
-    assert "extra LR sensitivity falls monotonically" in text
-    assert "the prediction (above 0 at every d_k and rises) **fails**" in text
-    assert "not monotonic" not in text.split("## Changes since")[0]
+    top = findings(text)
+    assert "**P1**" in top and top.split("**P1**")[1].split("\n")[0].endswith("The prediction **holds**.")
+    assert "**P3**" in top and "**is undecided at the 95% level**" in top.split("**P3**")[1].split("\n")[0]
+    p5 = top.split("**P5**")[1].split("\n")[0]
+    assert "The prediction **holds**" in p5 and "not shown more sensitive" in p5
+    assert "more sensitive (a narrower basin)" not in text
 
 
-def test_a_gap_inside_noise_is_no_difference_and_flat(tmp_path):
-    runs = sqrt_dk_sweep(tmp_path, lambda dk, scale, lr: {1e-4: 2.5, 1e-3: 2.2, 1e-2: 2.5}[lr], noise=0.5)
+def test_a_narrower_basin_at_the_same_optimum_is_more_sensitive_and_grows_with_dk(tmp_path):
+    runs = sqrt_dk_sweep(tmp_path, narrower)
+    nums = sqrt_dk.numbers(sqrt_dk.arms_of(runs), sqrt_dk.Measures(0.1, (1e-4, 1e-2)), (3.3, 2.5))
+    s, n = (nums.get(d_k=256, heads=1, width=256, scale=sc, qk_norm=False) for sc in ("sqrt_dk", "none"))
+    assert s.width.value == pytest.approx(0.5, abs=0.02) and n.width.value == pytest.approx(0.25, abs=0.02)
+    assert s.opt_x.value == pytest.approx(-3.0, abs=0.02) and n.opt_x.value == pytest.approx(-3.0, abs=0.02)
+    text = findings(sqrt_dk.write_report(runs, out_dir(tmp_path / "r"), [tmp_path]).read_text())
+    assert "**P3**" in text and text.split("**P3**")[1].split("\n")[0].endswith("The prediction **holds**.")
+    assert "more sensitive (a narrower basin)" in text.split("**P5**")[1].split("\n")[0]
+    assert text.split("**P4**")[1].split("\n")[0].endswith("The prediction **holds**.")  # only d_k = 256 narrows
+    assert "**P1**" in text and "**is undecided at the 95% level**" in text.split("**P1**")[1].split("\n")[0]
+
+
+def test_fp16_counts_decide_p7(tmp_path):
+    fp16 = {("none", 1e-2): 5, ("sqrt_dk", 1e-2): 0, ("none", 2e-2): 4, ("sqrt_dk", 2e-2): 1}
+    runs = sqrt_dk_sweep(tmp_path, shifted, fp16=fp16)
     text = sqrt_dk.write_report(runs, out_dir(tmp_path / "r"), [tmp_path]).read_text()
-    assert "unscaled minus scaled" in text and "no difference at the 95% level" in text
-    assert "flat within noise" in text and "**undecided**" in text
+    p7 = findings(text).split("**P7**")[1].split("\n")[0]
+    assert "lr 0.01: unscaled 5 of 5, scaled 0 of 5; lr 0.02: unscaled 4 of 5, scaled 1 of 5" in p7
+    assert p7.endswith("The prediction **holds**.")
+    assert "| 0.01 | unscaled | 5 of 5 | 120, 120, 120, 120, 120 |" in text
+    # the float16 runs are counted apart: not in the float32 measures or counts
+    assert "0 of 210 float32 runs diverged" in text
+
+
+def test_an_open_basin_is_a_lower_bound_and_stage_two_is_asked_for(tmp_path):
+    runs = sqrt_dk_sweep(tmp_path, lambda arm, scale, x: v_shape(-2.2, slope=0.1)(x))  # open above only
+    nums = sqrt_dk.numbers(sqrt_dk.arms_of(runs), sqrt_dk.Measures(0.1, (1e-4, 1e-2)), (3.3, 2.5))
+    a = nums.get(d_k=256, heads=1, width=256, scale="sqrt_dk", qk_norm=False)
+    assert a.open_hi and not a.open_lo
+    text = sqrt_dk.write_report(runs, out_dir(tmp_path / "r"), [tmp_path]).read_text()
+    assert "open above: a lower bound" in text
+    assert "**Stage 2 is needed**" in text and "0.0215, 0.0464" in text
 
 
 def test_failed_and_diverged_are_counted_apart(tmp_path):
-    runs = sqrt_dk_sweep(tmp_path, lambda dk, scale, lr: 3.25 if lr == 1e-2 else 2.2)  # 3.25 > 2.9: failed
-    nums = sqrt_dk.numbers(sqrt_dk.arms_of(runs), 0.5)
-    a = nums[(256, ("none", False, "gpt2"))]
-    assert a.failed == {1e-4: 0, 1e-3: 0, 1e-2: 3} and a.diverged == {1e-4: 0, 1e-3: 0, 1e-2: 0}
+    runs = sqrt_dk_sweep(tmp_path, lambda arm, scale, x: 3.25 if x > -2.1 else 2.2 + 0.3 * abs(x + 3))
+    nums = sqrt_dk.numbers(sqrt_dk.arms_of(runs), sqrt_dk.Measures(0.1, (1e-4, 1e-2)), (3.3, 2.5))
+    a = nums.get(d_k=256, heads=1, width=256, scale="none", qk_norm=False)
+    assert a.failed[1e-2] == 5 and sum(a.failed.values()) == 5 and sum(a.diverged.values()) == 0
 
 
 def test_the_honest_gap_step_is_the_first_validation_the_alarm_rule_passes():

@@ -16,10 +16,8 @@ from tinygpt.analysis.stats import (
     failed_to_train,
     first_below,
     first_below_band,
-    growth_verdict,
     in_range,
     loglog_slope,
-    lr_sensitivity,
     resolution,
     slope_estimate,
     smooth,
@@ -143,29 +141,6 @@ def test_a_rise_with_a_step_inside_noise_is_not_called_monotonic():
     """Rises overall (0 -> 1) but the first step (0 -> 0.001) is far inside the noise."""
     t = make_trend([0.0, 0.001, 1.0], noise=0.5)
     assert t.word == "rises" and not t.monotonic
-
-
-def test_growth_verdict_against_the_prediction_that_a_gap_rises():
-    rising = [Estimate(0.02, 0.01, 0.03), Estimate(0.04, 0.03, 0.05), Estimate(0.07, 0.06, 0.08)]
-    falling = list(reversed(rising))
-    t_up, t_down = make_trend([0.02, 0.04, 0.07]), make_trend([0.07, 0.04, 0.02])
-    assert growth_verdict(rising, t_up) == "holds"
-    assert growth_verdict(falling, t_down) == "fails"  # the gap exists but shrinks: the claim's growth fails
-    assert growth_verdict(falling, t_down, "falls") == "holds"
-    below = [Estimate(-0.03, -0.04, -0.02)] + rising[1:]
-    assert growth_verdict(below, t_up) == "fails"  # negative at one d_k
-    inside = [Estimate(0.0, -0.01, 0.01)] + rising[1:]
-    assert growth_verdict(inside, t_up) == "undecided"
-    with pytest.raises(ValueError, match="'rises' or 'falls'"):
-        growth_verdict(rising, t_up, "grows")
-
-
-def test_lr_sensitivity_is_wortsmans_definition():
-    losses = np.array([2.5, 2.2, 2.3, 5.0])  # the last one above the initial loss 4.0: capped
-    assert lr_sensitivity(losses, 4.0) == pytest.approx((2.5 + 2.2 + 2.3 + 4.0) / 4 - 2.2)
-    rows = np.stack([losses, losses + 1])
-    assert lr_sensitivity(rows, 4.0) == pytest.approx([(2.5 + 2.2 + 2.3 + 4.0) / 4 - 2.2,
-                                                       (3.5 + 3.2 + 3.3 + 4.0) / 4 - 3.2])
 
 
 def test_failed_to_train_against_the_count_baselines():

@@ -9,7 +9,10 @@ from tinygpt.analysis.templates import blocks, prose
 
 @pytest.mark.parametrize("experiment, names", [
     ("causal_mask", {"intro", "terms", "changes", "history", "literature", "threats"}),
-    ("sqrt_dk", {"intro", "terms", "changes", "threats"}),
+    ("sqrt_dk", {"intro", "setup", "terms", "in_short", "no_predictions", "p1", "p2", "p3", "p4", "p4_part", "p5", "p6",
+                 "p7", "comparison", "pairs_intro", "qknorm_intro", "max_logit_table", "fp16_missing", "fp16_intro",
+                 "fp16_reading", "stability", "explorers", "huge_logits", "stage2_done", "stage2_needed",
+                 "measures_reading", "init", "changes", "literature", "threats"}),
     ("partial_leaks", {"intro", "terms", "changes", "seen", "fill_seen", "onset", "onset_why_earlier", "onset_why_same",
                        "onset_why_later", "onset_shapes_seen", "onset_shapes_other", "alarm", "fill", "fill_misses",
                        "fill_closing", "literature", "limits", "replace", "threats", "probe_blind"}),
@@ -37,7 +40,10 @@ SYMBOLS = re.compile(r"Experiment \d|et al\. \d{4}|1/sqrt\(d_k\)|1/d_k|1/T|x\[t\
                      r"|\b[01] = (uniform|one-hot)|excludes 0|above 0|below 0|contains 0|\(0 for|\{\w+(:[^}]*)?\}"
                      # names, not measurements: issue numbers, an enumeration, code, dtypes, zero as a concept
                      r"|issues? \d+(?: and \d+)?|\(\d\)|triu\(diagonal=\d\)|i\+1|float32|\b(?:fp|bf)(?:16|32)\b"
-                     r"|exactly 0|[Pp]redictions? \d(?: and \d)?|GPT-2|Gemma 2|PR \d+|commit [0-9a-f]{7}")
+                     r"|exactly 0|[Pp]redictions? \d(?: and \d)?|GPT-2|Gemma 2|PR \d+|commit [0-9a-f]{7}"
+                     # Experiment 2's names: its predictions P1..P7, dtypes and precision settings, log10, its stage 2
+                     r"|\bP\d\b|\b(?:b?[Ff]loat)(?:16|32)\b|\b16-(?:mixed|bit)\b|sqrt_dk_fp16|log10|[Ss]tage[- ]2"
+                     r"|layer 0|ViT-22B|across 0")
 
 
 @pytest.mark.parametrize("experiment", ["causal_mask", "sqrt_dk", "partial_leaks"])

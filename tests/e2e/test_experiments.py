@@ -146,7 +146,7 @@ def test_sqrt_dk_sweep_arms_and_grid():
     params = cfg.hydra.sweeper.params
     lrs = [float(x) for x in params["optim.lr"].split(",")]
     assert lrs == sorted(lrs) and lrs[0] == 1e-4 and lrs[-1] == 1e-2 and len(lrs) == 7
-    assert all(abs(b / a - 10 ** (1 / 3)) < 1e-3 for a, b in zip(lrs, lrs[1:]))  # three rates a decade
+    assert all(abs(b / a - 10 ** (1 / 3)) < 1e-3 for a, b in zip(lrs, lrs[1:], strict=False))  # three rates a decade
     assert params["seed"].split(",") == ["1", "2", "3", "4", "5"]  # the issue: at least 5 seeds
     assert cfg.prediction.basin_delta == 0.1 and list(cfg.prediction.sensitivity_range) == [1e-4, 1e-2]
     assert cfg.prediction.failed_to_train == 0.5
@@ -183,10 +183,11 @@ def test_sqrt_dk_sweep_and_report(tmp_path, cache_dir, corpus_file):
     out = tmp_path / "report"
     assert report.main(["sqrt_dk", str(sweep), "--out", str(out)]) == 0  # in-process
     text = (out / "README.md").read_text()
-    for png in ("init_slopes.png", "loss_vs_lr.png", "lr_sensitivity.png", "gap_vs_dk.png", "stability.png"):
+    for png in ("init_slopes.png", "loss_vs_lr.png", "measures.png", "sensitivity_vs_width.png", "stability.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
         assert f"({png})" in text
-    assert "## Finding" in text and "2 of 4 runs diverged" in text and "[" in text  # intervals
+    assert "## Finding" in text and "2 of 4 float32 runs diverged" in text and "[" in text  # intervals
+    assert "The predictions are about the arms at the design" in text and "No float16 runs were given" in text
     # a quick sweep's report says it is partial, without the committed report's changes
     assert "A partial report (" in text and "## Changes since the last version" not in text
 

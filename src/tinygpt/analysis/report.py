@@ -53,29 +53,48 @@ def results(runs: list[Run]) -> tuple[list[Run], list[tuple[Run, str]]]:
     return kept, excluded
 
 
+PARTS = {"sqrt_dk": ("sqrt_dk", "sqrt_dk_fp16")}  # an experiment whose full sweep is several configs' sweeps
+STAGED = {"sqrt_dk"}  # its design may add runs beyond the grid (stage 2), with only the grid's keys overridden
+
+
+def grid_cells(cfg_path: Path) -> tuple[set, set]:
+    """The keys a config sweeps and every cell of its grid (a frozenset of key=value overrides)."""
+    params = OmegaConf.load(cfg_path).hydra.sweeper.params
+    keys = set(params)
+    cells = {frozenset()}
+    for k, values in params.items():
+        cells = {c | {f"{k}={v.strip()}"} for c in cells for v in str(values).split(",")}
+    return keys, cells
+
+
 def full_sweep_gap(runs: list[Run], excluded: list, experiment: str) -> str | None:
-    """None when the runs are exactly the full sweep its config defines (every job of the grid, completed, no other
-    overrides); otherwise what is different."""
-    cfg_path = CONFIGS / f"{experiment}.yaml"
+    """None when the runs are exactly the full sweep its configs define (every job of the grid, completed, no other
+    overrides; a staged experiment may add runs that override only the grid's keys); otherwise what is
+    different."""
     if excluded:
         return f"{len(excluded)} of its runs did not complete"
-    if not cfg_path.exists():
-        return f"no {cfg_path.name} to compare with"
+    parts = PARTS.get(experiment, (experiment,))
+    paths = [CONFIGS / f"{p}.yaml" for p in parts]
+    missing = [p.name for p in paths if not p.exists()]
+    if missing:
+        return f"no {missing[0]} to compare with"
     names = sorted({str(r.experiment) for r in runs if r.experiment})
     if not names:
         return "plain runs, made without experiment="
-    if names != [experiment]:
-        return f"its runs are of experiment={', '.join(names)}"
-    params = OmegaConf.load(cfg_path).hydra.sweeper.params
-    jobs = 1
-    for values in params.values():
-        jobs *= len(str(values).split(","))
-    if len(runs) != jobs:
-        return f"it has {plural(len(runs), 'run')}, the full sweep {jobs}"
-    allowed = set(params) | {"experiment"}
-    extra = sorted({o.split("=")[0] for r in runs for o in r.overrides} - allowed)
-    if extra:
-        return f"it overrides {', '.join(extra)}"
+    if names != sorted(parts):
+        return (f"its runs are of experiment={', '.join(names)}" if not set(names) <= set(parts) else
+                f"it lacks the runs of experiment={', '.join(sorted(set(parts) - set(names)))}")
+    for part, path in zip(parts, paths, strict=True):
+        keys, cells = grid_cells(path)
+        mine = [r for r in runs if r.experiment == part]
+        have = {frozenset(o for o in r.overrides if o.split("=")[0] in keys) for r in mine}
+        extra = sorted({o.split("=")[0] for r in mine for o in r.overrides} - keys - {"experiment"})
+        if extra:
+            return f"it overrides {', '.join(extra)}"
+        if (not cells <= have and len(mine) != len(cells)) or (len(mine) != len(cells) and part not in STAGED):
+            return f"it has {plural(len(mine), 'run')} of experiment={part}, the full sweep {len(cells)}"
+        if not cells <= have:
+            return f"it lacks {plural(len(cells - have), 'job')} of experiment={part}'s grid"
     return None
 
 

@@ -1,185 +1,83 @@
-"""Experiment 2's report: does 1/sqrt(d_k) keep training stable? (see configs/experiment/sqrt_dk.yaml)
+"""Experiment 2's report: does 1/sqrt(d_k) keep training stable? (design: docs/experiments/sqrt_dk/DESIGN.md)
 
-Works on any set of runs that differ in learning rate and attention variant (scale, qk_norm, qk_init,
-head dim), drawing what they support. An arm is (d_k, variant); a variant is (scale, qk-norm, init); a cell is an
-arm at one learning rate. Every cell's final loss is a bootstrap sample over its seeds and the validation windows
-(diagnostics.npz), all cells drawn in one bootstrap so that LR sensitivities, best losses and gaps between arms
-are computed on aligned replicates (tinygpt.analysis.stats).
+The numbers come from tinygpt.analysis.sqrt_dk_numbers (each arm's optimum, basin width and LR sensitivity with
+their intervals, the comparisons and the float16 counts); the verdict words from tinygpt.analysis.lr_basin; the
+prose from sqrt_dk.md. This module draws the figures and fills the prose. It works on any set of runs that
+differ in learning rate and attention variant, drawing what they support (a quick sweep has one seed and a
+few rates).
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from dataclasses import dataclass
+import subprocess
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
+from tinygpt.analysis import lr_basin
 from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, save
 from tinygpt.analysis.init_stats import logits_at_init, slopes
-from tinygpt.analysis.stats import (
-    LEVEL,
-    METHOD,
-    N_BOOT,
-    Estimate,
-    combine,
-    Sample,
-    bootstrap,
-    difference_words,
-    direction,
-    failed_to_train,
-    growth_verdict,
-    lr_sensitivity,
-    mean_spread,
-    stack,
-    trend,
+from tinygpt.analysis.sqrt_dk_numbers import (
+    Arm,
+    ArmKey,
+    Comparison,
+    Measures,
+    Numbers,
+    arms_of,
+    baselines,
+    compare,
+    diverged_step,
+    final_loss,
+    fp16_counts,
+    growth,
+    max_logit,
+    numbers,
+    stage_two,
 )
-from tinygpt.analysis.sweep import ReportError, Run, seeds_words, sweep_wall_seconds
+from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate, failed_to_train, mean_spread, verb
+from tinygpt.analysis.sweep import Run, seeds_words, sweep_wall_seconds
 from tinygpt.analysis.templates import Report, plural, prose
 
-VARIANT_STYLE = {  # variant -> (label, colour, line style)
-    ("sqrt_dk", False, "gpt2"): ("1/sqrt(d_k)", "tab:blue", "-"),
-    ("none", False, "gpt2"): ("unscaled", "tab:red", "-"),
-    ("inv_dk", False, "gpt2"): ("1/d_k", "tab:green", "-"),
-    ("none", True, "gpt2"): ("unscaled + qk-norm", "tab:purple", "-"),
-    ("sqrt_dk", False, "unit"): ("1/sqrt(d_k), unit init", "tab:blue", "--"),
-    ("none", False, "unit"): ("unscaled, unit init", "tab:red", "--"),
-}
-INITS = {"gpt2": "GPT-2 init", "unit": "unit-variance init"}
+LADDER = [10 ** (k / 3) for k in range(-18, -2)]  # the design's rates, three a decade, for stage 2
+COLOURS = {("sqrt_dk", False): "tab:blue", ("none", False): "tab:red", ("sqrt_dk", True): "tab:green",
+           ("none", True): "tab:purple", ("inv_dk", False): "tab:olive"}
+ROOT = Path(__file__).resolve().parents[3]
 
 
-def sentence(text: str) -> str:
-    """The first letter capitalised, the rest kept (GPT-2 stays GPT-2)."""
-    return text[:1].upper() + text[1:]
-# what sqrt_dk.yaml's ``prediction`` says: for runs made before it was written into the config
-DEFAULT_PREDICTION = {"sensitivity_gap": "rises", "best_loss_gap": "rises", "failed_to_train": 0.5}
+def colour(k: ArmKey) -> str:
+    return COLOURS.get((k.scale, k.qk_norm), "tab:gray")
 
 
-def variant(run: Run) -> tuple[str, bool, str]:
-    a = run.config["model"]["attn"]
-    return (str(a["scale"]), bool(a.get("qk_norm", False)), a.get("qk_init", "gpt2"))
+def rate(x: float) -> str:
+    return f"{x:.3g}"
 
 
-def variant_label(v) -> str:
-    if v in VARIANT_STYLE:
-        return VARIANT_STYLE[v][0]
-    scale, qk_norm, init = v
-    return f"scale {scale}" + (" + qk-norm" if qk_norm else "") + (f", {init} init" if init != "gpt2" else "")
+def lr_est(e: Estimate) -> str:
+    """A best log10(lr) as a rate: '1.2e-03 [8.1e-04, 1.9e-03]'."""
+    if not math.isfinite(e.value):
+        return "n/a"
+    return f"{10 ** e.value:.2g} [{10 ** e.lo:.2g}, {10 ** e.hi:.2g}]"
 
 
-def style(v) -> tuple[str, str]:
-    return VARIANT_STYLE.get(v, (None, "tab:gray", ":"))[1:]
+def factor(e: Estimate) -> str:
+    """A difference of log10(lr) as the ratio of the rates: 'lr* ratio 0.46 [0.45, 0.47]'."""
+    return f"lr* ratio {10 ** e.value:.2g} [{10 ** e.lo:.2g}, {10 ** e.hi:.2g}]"
 
 
-def head_dim(run: Run) -> int:
-    m = run.config["model"]
-    return m["n_embd"] // m["n_head"]
+def width_text(a: Arm) -> str:
+    """'0.84 [0.71, 0.97] decades (2.1e-04 to 1.5e-03)', with what is open."""
+    opens = [side for side, o in (("below", a.open_lo), ("above", a.open_hi)) if o]
+    note = f"; open {' and '.join(opens)}: a lower bound" if opens else ""
+    if a.open_share and not opens:
+        note = f"; open in {a.open_share:.0%} of the replicates"
+    return f"{a.width.format(2)} decades ({10 ** a.lo:.2g} to {10 ** a.hi:.2g}{note})"
 
 
-def lr(run: Run) -> float:
-    return float(run.config["optim"]["lr"])
-
-
-def init_loss(run: Run) -> float:
-    """The loss at initialisation, taken as ln(vocab): near-uniform predictions from the tied 0.02-std head."""
-    return math.log(run.summary["vocab_size"])
-
-
-def final_loss(run: Run) -> float:
-    """Final validation loss; NaN for a diverged or non-finite run."""
-    v = run.summary.get("val_loss")
-    if run.summary.get("diverged") or v is None or not math.isfinite(v):
-        return float("nan")
-    return float(v)
-
-
-def arms_of(runs: list[Run]) -> dict[tuple[int, tuple], dict[float, list[Run]]]:
-    """(d_k, variant) -> {lr: [runs sorted by seed]}."""
-    arms: dict = defaultdict(lambda: defaultdict(list))
-    for r in runs:
-        arms[(head_dim(r), variant(r))][lr(r)].append(r)
-    for by_lr in arms.values():
-        for rs in by_lr.values():
-            rs.sort(key=lambda r: r.seed)
-    return arms
-
-
-def arm_name(arm) -> str:
-    return f"d_k = {arm[0]}, {variant_label(arm[1])}"
-
-
-def edge(x: float, lrs: list[float]) -> str:
-    """A warning when a best learning rate sits at an end of the grid (the optimum may lie beyond it)."""
-    if len(lrs) > 2 and x in (lrs[0], lrs[-1]):
-        return " (the grid's " + ("lowest" if x == lrs[0] else "highest") + " rate: its optimum may lie beyond)"
-    return ""
-
-
-# ----------------------------------------------------------------------------- the numbers
-
-
-def window_losses(run: Run, n_windows: int) -> np.ndarray:
-    """(windows,) final validation loss of each window; a diverged run (no diagnostics.npz) counts as its initial
-    loss on every window (Wortsman et al.)."""
-    if not math.isfinite(final_loss(run)):
-        return np.full(n_windows, init_loss(run))
-    v = run.windows()
-    if v is None:
-        raise ReportError(f"{run.dir} has no diagnostics.npz (run before the per-window diagnostics); rerun the "
-                          "sweep at this version.")
-    return v.mean(1)
-
-
-@dataclass
-class Arm:
-    """One arm's numbers, from the shared bootstrap: the final loss per learning rate, LR sensitivity, best loss."""
-
-    lrs: list[float]
-    loss: dict[float, Estimate]  # per learning rate
-    sensitivity: Estimate
-    best: Estimate  # the lowest final loss on the grid (per replicate: biased low, see numbers())
-    best_lr: float
-    best_lr_share: np.ndarray  # (B,) index of the best rate in each replicate
-    failed: dict[float, int]  # runs that failed to train, per learning rate
-    diverged: dict[float, int]
-    runs: dict[float, int]
-
-
-def numbers(arms, fraction: float) -> dict:
-    """Every arm's Arm, from one bootstrap over all cells (aligned replicates: arms can be compared). The best loss is
-    the minimum over the grid in every replicate, so its replicates, and its interval, sit a little below the best
-    cell's own (the minimum of noisy cells is biased low); the report says so."""
-    any_npz = next((r for by_lr in arms.values() for rs in by_lr.values() for r in rs if r.windows() is not None),
-                   None)
-    if any_npz is None:
-        raise ReportError("no run has diagnostics.npz: rerun the sweep at this version.")
-    n = len(any_npz.windows())
-    base = any_npz.summary.get("diagnostics", {})
-    samples = {(arm, x): Sample(np.stack([window_losses(r, n) for r in rs]))
-               for arm, by_lr in arms.items() for x, rs in by_lr.items()}
-    est = bootstrap(samples)
-    out = {}
-    for arm, by_lr in arms.items():
-        lrs = sorted(by_lr)
-        init = init_loss(by_lr[lrs[0]][0])
-        cells = [est[(arm, x)] for x in lrs]
-        values, reps = stack(cells)  # (L,), (B, L)
-        failed = {x: sum(failed_to_train(final_loss(r), base["unigram_loss"], base["bigram_loss"], fraction)
-                         for r in by_lr[x]) for x in lrs}
-        out[arm] = Arm(lrs, {x: est[(arm, x)] for x in lrs},
-                       combine(lambda y, init=init: lr_sensitivity(y, init), cells),
-                       combine(lambda y, init=init: np.minimum(y, init).min(-1), cells), lrs[int(values.argmin())],
-                       reps.argmin(1),
-                       failed, {x: sum(not math.isfinite(final_loss(r)) for r in by_lr[x]) for x in lrs},
-                       {x: len(by_lr[x]) for x in lrs})
-    return out
-
-
-def baselines(runs: list[Run]) -> tuple[float, float]:
-    d = next(r.summary["diagnostics"] for r in runs if r.summary.get("diagnostics", {}).get("unigram_loss"))
-    return d["unigram_loss"], d["bigram_loss"]
+def opt_text(a: Arm) -> str:
+    edge = {-1: ", the grid's lowest rate: not interpolated", 1: ", the grid's highest rate: not interpolated"}
+    return f"lr* {lr_est(a.opt_x)}{edge.get(a.opt_edge, '')}"
 
 
 # ----------------------------------------------------------------------------- figures
@@ -190,91 +88,120 @@ def errbars(estimates: list[Estimate]) -> tuple[np.ndarray, np.ndarray]:
     return v, np.array([[e.value - e.lo for e in estimates], [e.hi - e.value for e in estimates]])
 
 
-def fig_loss_vs_lr(arms, nums: dict, path: Path) -> Path:
-    dks = sorted({dk for dk, _ in arms})
-    fig = Figure(figsize=(4.2 * len(dks), 4.2))
-    axes = fig.subplots(1, len(dks), squeeze=False)[0]
-    for ax, dk in zip(axes, dks, strict=True):
-        for arm in sorted((a for a in arms if a[0] == dk), key=lambda a: str(a[1])):
-            a = nums[arm]
+def panels(nums: Numbers) -> list[tuple[str, list[ArmKey]]]:
+    """The loss-vs-lr panels: one per (d_k, heads, width), the qk-layernorm arms in their own."""
+    groups: dict = {}
+    for k in nums.arms:
+        title = f"d_k = {k.d_k}, {plural(k.heads, 'head')}, width {k.width}" + (", qk-layernorm" if k.qk_norm else "")
+        groups.setdefault((k.qk_norm, -k.d_k, -k.width, title), []).append(k)
+    return [(t, ks) for (_, _, _, t), ks in sorted(groups.items())]
+
+
+def fig_loss_vs_lr(nums: Numbers, path: Path) -> Path:
+    ps = panels(nums)
+    fig = Figure(figsize=(4.3 * len(ps), 4.6))
+    axes = fig.subplots(1, len(ps), squeeze=False)[0]
+    for ax, (title, keys) in zip(axes, ps, strict=True):
+        for k in sorted(keys):
+            a = nums.arms[k]
             v, err = errbars([a.loss[x] for x in a.lrs])
-            color, ls = style(arm[1])
-            ax.errorbar(a.lrs, v, yerr=err, fmt=ls, color=color, marker="o", ms=3, capsize=2,
-                        label=variant_label(arm[1]))
+            c = colour(k)
+            ax.errorbar(a.lrs, v, yerr=err, fmt="-o", color=c, ms=3, capsize=2, label=k.scale_label
+                        + (" + qk-LN" if k.qk_norm else ""))
+            ax.plot([10 ** a.opt_x.value], [a.opt_loss.value], "*", color=c, ms=11, mec="black", mew=0.5)
+            level = a.opt_loss.value + nums.measures.delta
+            ax.plot([10 ** a.lo, 10 ** a.hi], [level, level], "|-", color=c, lw=2.5, ms=12, alpha=0.7)
             div = [(x, a.loss[x].value) for x in a.lrs if a.diverged[x]]
             if div:
-                ax.plot(*zip(*div, strict=True), "x", color=color, ms=9, mew=2)
-        any_run = next(r for (d, _), by_lr in arms.items() if d == dk for rs in by_lr.values() for r in rs)
-        ax.axhline(init_loss(any_run), color="black", lw=0.8, ls=":", label="ln(vocab): initial loss")
+                ax.plot(*zip(*div, strict=True), "x", color=c, ms=9, mew=2)
+        top = max(c.hi for k in keys for c in nums.arms[k].loss.values() if math.isfinite(c.hi))
+        init = nums.arms[keys[0]].init
+        if init < top + 0.1:  # drawn only where the curves come near it
+            ax.axhline(init, color="black", lw=0.8, ls=":")
+        ax.set_ylim(top=min(top, init) + 0.08)
         ax.set_xscale("log")
-        finish_axes(ax, "peak learning rate", "final validation loss, 95% interval (x: diverged)" if dk == dks[0]
-                    else "", f"d_k = {dk}", legend=dk == dks[-1])
+        finish_axes(ax, "peak learning rate", "final validation loss (95% interval)" if ax is axes[0] else "",
+                    title, legend=False)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+    fig.suptitle(f"Final loss against learning rate. Star: the interpolated optimum; bar: the basin (within "
+                 f"{nums.measures.delta:g} nats of it); dotted: the initial loss ln(vocab); x: a diverged run",
+                 fontsize=9)
     return save(fig, path)
 
 
-def fig_sensitivity(nums: dict, path: Path) -> Path:
-    order = sorted(nums, key=lambda a: (a[0], str(a[1])))
-    v, err = errbars([nums[a].sensitivity for a in order])
-    fig = Figure(figsize=(7.5, 0.35 * len(order) + 1.5))
-    ax = fig.subplots()
+def fig_measures(nums: Numbers, path: Path) -> Path:
+    """Each arm's optimum rate, basin width and LR sensitivity with their intervals (a forest plot)."""
+    order = sorted(nums.arms, key=lambda k: (k.qk_norm, -k.d_k, -k.width, k.scale))
+    fig = Figure(figsize=(12, 0.42 * len(order) + 1.8))
+    axes = fig.subplots(1, 3, sharey=True)
     y = np.arange(len(order))
-    ax.barh(y, v, xerr=err, color=[style(a[1])[0] for a in order], alpha=0.8)
-    ax.set_yticks(y, [arm_name(a) for a in order], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("LR sensitivity (nats; lower = more stable across learning rates; 95% interval)")
-    ax.grid(alpha=0.3, axis="x")
+    for ax, (name, get, xlabel) in zip(axes, (
+            ("optimum", lambda a: a.opt_x, "best learning rate, log10 (interpolated)"),
+            ("basin", lambda a: a.width, f"basin width within {nums.measures.delta:g} nats (decades of lr)"),
+            ("sensitivity", lambda a: a.sensitivity,
+             f"LR sensitivity over {rate(nums.measures.sensitivity_range[0])} to "
+             f"{rate(nums.measures.sensitivity_range[1])} (nats)")), strict=True):
+        ests = [get(nums.arms[k]) for k in order]
+        v, err = errbars(ests)
+        for i, k in enumerate(order):
+            a = nums.arms[k]
+            hollow = (name == "basin" and a.open) or (name == "optimum" and a.opt_edge)
+            ax.errorbar([v[i]], [y[i]], xerr=err[:, i:i + 1], fmt="o", color=colour(k), capsize=3,
+                        mfc="white" if hollow else colour(k))
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.grid(alpha=0.3, axis="x")
+    axes[0].set_yticks(y, [k.label for k in order], fontsize=8)
+    axes[0].invert_yaxis()
+    fig.suptitle("The three measures per arm, 95% intervals (hollow: an optimum at the grid's edge or an open "
+                 "basin, a bound)", fontsize=9)
     return save(fig, path)
 
 
-def fig_stability(arms, dk: int, lrs: list[float], windows: int, path: Path) -> Path:
-    """Max logit and mean attention entropy over steps at d_k = dk, one column per learning rate."""
-    fig = Figure(figsize=(5.0 * len(lrs), 7))
+def fig_sensitivity_vs_width(nums: Numbers, path: Path) -> Path:
+    """Scaled vs unscaled at each (d_k, heads, width): what the fixed-range sensitivity and the basin say."""
+    fig = Figure(figsize=(6.2, 4.6))
+    ax = fig.subplots()
+    for k, a in sorted(nums.arms.items()):
+        ax.errorbar([a.width.value], [a.sensitivity.value], xerr=errbars([a.width])[1],
+                    yerr=errbars([a.sensitivity])[1],
+                    fmt="o" if k.scale == "sqrt_dk" else "s", color=colour(k), capsize=2, label=k.label, ms=5)
+    ax.set_xlabel(f"basin width within {nums.measures.delta:g} nats (decades)")
+    ax.set_ylabel("LR sensitivity over the fixed range (nats)")
+    ax.set_title("A narrow basin and a shifted optimum both raise the sensitivity", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    return save(fig, path)
+
+
+def fig_stability(arms: dict, keys: list[ArmKey], lrs: list[float], windows: int, path: Path) -> Path:
+    """Max logit and mean attention entropy over steps, one column per learning rate, one line per seed."""
+    fig = Figure(figsize=(5.0 * len(lrs), 7.4))
     axes = fig.subplots(2, len(lrs), squeeze=False)
     for col, x in enumerate(lrs):
-        for (d, v), by_lr in sorted(arms.items(), key=lambda kv: str(kv[0][1])):
-            if d != dk or x not in by_lr:
-                continue
-            color, ls = style(v)
-            for i, r in enumerate(by_lr[x]):
+        for k in keys:
+            for i, r in enumerate(arms.get(k, {}).get(x, [])):
                 for row, key in enumerate(("stab/max_logit", "stab/entropy")):
                     steps, vals = r.series(key)
                     if len(steps):
-                        axes[row, col].plot(steps, np.abs(vals) if row == 0 else vals, ls, color=color, lw=1.3,
-                                            alpha=0.85, label=variant_label(v) if i == 0 else None)
+                        axes[row, col].plot(steps, np.abs(vals) if row == 0 else vals, color=colour(k), lw=1.1,
+                                            alpha=0.8, label=(k.scale_label + (" + qk-LN" if k.qk_norm else ""))
+                                            if i == 0 else None)
         axes[0, col].set_yscale("log")
-        axes[0, col].set_title(f"d_k = {dk}, learning rate {x:g} (one line per seed)", fontsize=10)
+        axes[0, col].set_title(f"d_k = {keys[0].d_k}, learning rate {rate(x)} (one line per seed)", fontsize=10)
         axes[0, col].set_ylabel(f"|max pre-softmax logit| ({windows} windows)")
         axes[1, col].set_ylabel("mean normalised attention entropy (1 = uniform)")
         axes[1, col].set_xlabel("step")
         for row in range(2):
             axes[row, col].grid(alpha=0.3, which="both")
-    axes[0, 0].legend(fontsize=7)
-    return save(fig, path)
-
-
-def fig_gap(rows_by_init: dict[str, list[dict]], path: Path) -> Path:
-    fig = Figure(figsize=(6.5, 4.3))
-    ax = fig.subplots()
-    lrs = sorted({r["lr"] for rows in rows_by_init.values() for r in rows})
-    for init, rows in rows_by_init.items():
-        for i, x in enumerate(lrs):
-            sel = [r for r in rows if r["lr"] == x]
-            if not sel:
-                continue
-            v, err = errbars([r["gap"] for r in sel])
-            ax.errorbar([r["d_k"] for r in sel], v, yerr=err, fmt="-o" if init == "gpt2" else "--s", color=f"C{i}",
-                        ms=4, capsize=3, label=f"lr {x:g}" + ("" if init == "gpt2" else ", unit init"))
-    ax.axhline(0, color="black", lw=0.8)
-    ax.set_xscale("log", base=2)
-    finish_axes(ax, "head dim d_k", "final loss, unscaled minus 1/sqrt(d_k) (nats)",
-                "Cost of dropping 1/sqrt(d_k) (95% intervals over windows and seeds)")
+    if axes[1, -1].get_legend_handles_labels()[0]:
+        axes[1, -1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     return save(fig, path)
 
 
 def fig_init(rows: list[dict], width: int, path: Path) -> Path:
-    fig = Figure(figsize=(10, 4))
+    fig = Figure(figsize=(11, 4.2))
     ax1, ax2 = fig.subplots(1, 2)
-    colors = {"none": "tab:red", "sqrt_dk": "tab:blue", "inv_dk": "tab:green"}
+    colors = {"none": "tab:red", "sqrt_dk": "tab:blue", "inv_dk": "tab:olive"}
     for init, ls in (("gpt2", "-"), ("unit", "--")):
         for scale, color in colors.items():
             sel = sorted((r["d_k"], r["logit_std"], r["entropy"]) for r in rows
@@ -282,382 +209,356 @@ def fig_init(rows: list[dict], width: int, path: Path) -> Path:
             if not sel:
                 continue
             dks, std, ent = zip(*sel, strict=True)
-            ax1.plot(dks, std, ls, marker="o", ms=3, color=color, label=f"{scale}, {init} init")
-            ax2.plot(dks, ent, ls, marker="o", ms=3, color=color, label=f"{scale}, {init} init")
+            label = f"{scale}, {'GPT-2 init (std 0.02)' if init == 'gpt2' else 'unit-variance q, k'}"
+            ax1.plot(dks, std, ls, marker="o", ms=3, color=color, label=label)
+            ax2.plot(dks, ent, ls, marker="o", ms=3, color=color, label=label)
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel(f"head dim d_k (width {width})")
+        ax.set_xlabel(f"head dim d_k (width {width}, random tokens)")
         ax.grid(alpha=0.3, which="both")
     ax1.set_yscale("log")
     ax1.set_ylabel("std of pre-softmax logits at init")
     ax2.set_ylabel("normalised attention entropy at init")
-    ax1.legend(fontsize=7)
+    ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False,
+               title="scale, init (solid: GPT-2, dashed: unit)", title_fontsize=7)
+    fig.suptitle("Layer 0 at initialisation: logit size and attention entropy against d_k", fontsize=10)
     return save(fig, path)
 
 
 # ----------------------------------------------------------------------------- sections
 
 
-def init_section(rep: Report, cfg: dict, out: Path) -> None:
-    """Logits at initialisation against d_k, measured on a fresh model of the sweep's width."""
-    width = cfg["model"]["n_embd"]
+def design_commit() -> str:
+    """The commit that added DESIGN.md (the design came before the sweep), from git where the checkout has it."""
+    try:
+        out = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h", "--",
+                              "docs/experiments/sqrt_dk/DESIGN.md"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=10, check=False).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    return f"commit {out[-1]}" if out else "its first commit"
+
+
+def init_section(rep: Report, width: int, block: int, out: Path) -> None:
+    """Logits at initialisation against d_k, measured on a fresh model of the sweep's largest width."""
     head_dims = tuple(d for d in (8, 16, 32, 64, 128, 256, 512) if d <= width and width % d == 0)
-    init_rows = logits_at_init(n_embd=width, head_dims=head_dims, block_size=cfg["model"]["block_size"])
+    rows = logits_at_init(n_embd=width, head_dims=head_dims, block_size=block)
     lo_d, hi_d = head_dims[0], head_dims[-1]
-    s = slopes(init_rows)
-    fig_init(init_rows, width, out / "init_slopes.png")
-    std = {(r["init"], r["scale"], r["d_k"]): r["logit_std"] for r in init_rows}
-    ent = {(r["init"], r["scale"], r["d_k"]): r["entropy"] for r in init_rows}
-    rep.sections += [
-        "## At initialisation",
-        "",
-        "![init](init_slopes.png)",
-        "",
-        markdown_table(["init", "none", "sqrt_dk", "inv_dk"],
-                       [[init] + [f"{s[(init, sc)]:+.3f}" for sc in ("none", "sqrt_dk", "inv_dk")]
-                        for init in ("unit", "gpt2")]),
-        "",
-        "Log-log slope of the logit std against d_k (layer 0 of the real model at init, random tokens). Under the "
-        "unit-variance init (Vaswani's premise) the unscaled logits grow like sqrt(d_k) (slope "
-        f"{s[('unit', 'none')]:+.2f}), 1/sqrt(d_k) keeps them flat ({s[('unit', 'sqrt_dk')]:+.2f}; std "
-        f"{std[('unit', 'sqrt_dk', hi_d)]:.2f} at d_k = {hi_d}) and 1/d_k shrinks them "
-        f"({s[('unit', 'inv_dk')]:+.2f}); unscaled, the softmax saturates: normalised entropy "
-        f"{ent[('unit', 'none', hi_d)]:.2f} at d_k = {hi_d} vs {ent[('unit', 'sqrt_dk', hi_d)]:.2f} scaled. Under "
-        f"GPT-2's init the exponents are the same but the constant is small (q, k components have variance "
-        f"0.02² x {width}): unscaled logits have std {std[('gpt2', 'none', lo_d)]:.2f} at d_k = {lo_d} and "
-        f"{std[('gpt2', 'none', hi_d)]:.2f} at {hi_d}, normalised entropy {ent[('gpt2', 'none', lo_d)]:.2f} and "
-        f"{ent[('gpt2', 'none', hi_d)]:.2f} (1 = uniform; scaled: {ent[('gpt2', 'sqrt_dk', hi_d)]:.2f}).",
-        "",
-    ]
+    s = slopes(rows)
+    fig_init(rows, width, out / "init_slopes.png")
+    std = {(r["init"], r["scale"], r["d_k"]): r["logit_std"] for r in rows}
+    ent = {(r["init"], r["scale"], r["d_k"]): r["entropy"] for r in rows}
+    table = markdown_table(["init", "unscaled", "1/sqrt(d_k)", "1/d_k"],
+                           [[name] + [f"{s[(init, sc)]:+.3f}" for sc in ("none", "sqrt_dk", "inv_dk")]
+                            for init, name in (("unit", "unit-variance q, k"), ("gpt2", "GPT-2 (std 0.02)"))])
+    rep.sections += ["## At initialisation", "", "![init](init_slopes.png)", "", table, "", prose(
+        "sqrt_dk", "init", u_none=f"{s[('unit', 'none')]:+.2f}", u_sqrt=f"{s[('unit', 'sqrt_dk')]:+.2f}",
+        u_inv=f"{s[('unit', 'inv_dk')]:+.2f}", hi_d=hi_d, lo_d=lo_d, width=width,
+        u_std=f"{std[('unit', 'sqrt_dk', hi_d)]:.2f}", u_ent_none=f"{ent[('unit', 'none', hi_d)]:.2f}",
+        u_ent_sqrt=f"{ent[('unit', 'sqrt_dk', hi_d)]:.2f}", g_std_lo=f"{std[('gpt2', 'none', lo_d)]:.2f}",
+        g_std_hi=f"{std[('gpt2', 'none', hi_d)]:.2f}", g_ent_lo=f"{ent[('gpt2', 'none', lo_d)]:.2f}",
+        g_ent_hi=f"{ent[('gpt2', 'none', hi_d)]:.2f}", g_ent_sqrt=f"{ent[('gpt2', 'sqrt_dk', hi_d)]:.2f}"), ""]
 
 
-# ----------------------------------------------------------------------------- text
-
-
-def arm_table(nums: dict) -> str:
-    lrs = sorted({x for a in nums.values() for x in a.lrs})
-    header = ["arm", "LR sensitivity", "best loss on the grid (its rate)", "diverged", "failed to train"] + [
-        f"lr {x:g}" for x in lrs]
+def loss_table(nums: Numbers) -> str:
+    lrs = sorted({x for a in nums.arms.values() for x in a.lrs})
     rows = []
-    for arm in sorted(nums, key=lambda a: (a[0], str(a[1]))):
-        a = nums[arm]
+    for k, a in sorted(nums.arms.items(), key=lambda kv: (kv[0].qk_norm, -kv[0].d_k, -kv[0].width, kv[0].scale)):
+        cells = []
+        for x in lrs:
+            if x not in a.loss:
+                cells.append("")
+                continue
+            notes = [f"{a.failed[x]} failed" for _ in [0] if a.failed[x]] + [
+                f"{a.diverged[x]} diverged" for _ in [0] if a.diverged[x]]
+            cells.append(a.loss[x].format() + (f" ({', '.join(notes)})" if notes else ""))
+        rows.append([k.label] + cells)
+    return markdown_table(["arm"] + [f"lr {rate(x)}" for x in lrs], rows)
+
+
+def measures_table(nums: Numbers) -> str:
+    m = nums.measures
+    rows = []
+    for k, a in sorted(nums.arms.items(), key=lambda kv: (kv[0].qk_norm, -kv[0].d_k, -kv[0].width, kv[0].scale)):
         n = sum(a.runs.values())
-        cells = [a.loss[x].format() + (f" ({a.failed[x]} failed)" if a.failed.get(x) else "")
-                 + (f" ({a.diverged[x]} diverged)" if a.diverged.get(x) else "") if x in a.loss else "" for x in lrs]
-        rows.append([arm_name(arm), a.sensitivity.format(), f"{a.best.format()} ({a.best_lr:g}{edge_mark(a)})",
-                     f"{sum(a.diverged.values())}/{n}", f"{sum(a.failed.values())}/{n}"] + cells)
-    return markdown_table(header, rows)
+        rows.append([k.label, opt_text(a), a.opt_loss.format(), width_text(a)]
+                    + [a.widths[d].format(2) for d in m.other_deltas]
+                    + [a.sensitivity.format(), f"{sum(a.diverged.values())}/{n}", f"{sum(a.failed.values())}/{n}"])
+    return markdown_table(["arm", "(a) best rate", "(a) best loss", f"(b) basin width, delta {m.delta:g} (its rates)"]
+                          + [f"width, delta {d:g}" for d in m.other_deltas]
+                          + ["(c) LR sensitivity", "diverged", "failed to train"], rows)
 
 
-def edge_mark(a: Arm) -> str:
-    return ", the grid's end" if len(a.lrs) > 2 and a.best_lr in (a.lrs[0], a.lrs[-1]) else ""
+def comparison_line(c: Comparison, what: str) -> str:
+    """One comparison (a minus b) on the three measures, with the words the directions give."""
+    lower = {1: f"{what}: higher", -1: f"{what}: lower", 0: "no difference at the 95% level"}
+    return prose(
+        "sqrt_dk", "comparison", a=c.a.key.label, b=c.b.key.label,
+        d_opt=c.d_opt.format(2, signed=True), factor=factor(c.d_opt), opt_words=lower[c.dir_opt],
+        d_best=c.d_best.format(3, signed=True),
+        best_words={1: f"{what}: worse", -1: f"{what}: better", 0: "no difference at the 95% level"}[c.dir_best],
+        d_width=c.d_width.format(2, signed=True),
+        width_words={1: f"{what}: wider", -1: f"{what}: narrower", 0: "no difference at the 95% level"}[c.dir_width],
+        d_sens=c.d_sens.format(3, signed=True), sens_words=lower[c.dir_sens],
+        reading=lr_basin.sensitivity_words(c.dir_sens, -c.dir_width))
 
 
-def setup_text(runs: list[Run], arms) -> str:
-    """The **Setup.** paragraph: the recipe from the first run's config, the grid, the sweep's wall time."""
-    cfg = runs[0].config
-    wall = sweep_wall_seconds(runs)
-    lrs = sorted({x for by_lr in arms.values() for x in by_lr})
-    dks = sorted({d for d, _ in arms})
-    seeds = sorted({r.seed for r in runs})
-    uni, bi = baselines(runs)
-    return (
-        f"**Setup.** {cfg['model']['n_layer']} layers, {cfg['model']['n_embd']} wide, context "
-        f"{cfg['model']['block_size']}, batch {cfg['data']['batch_size']}, {cfg['trainer']['max_steps']} steps of "
-        f"AdamW ({cfg['optim']['warmup_steps']} warmup steps, cosine to {cfg['optim']['min_lr']:g}), grad clip "
-        f"{cfg['trainer']['gradient_clip_val']}, fp32, on the embedded Shakespeare corpus (characters). Head dims "
-        f"{', '.join(map(str, dks))} at a fixed width; peak learning rates {', '.join(f'{x:g}' for x in lrs)}; "
-        f"seeds {', '.join(map(str, seeds))}. The final loss is scored on {cfg['data']['val_windows']} validation "
-        f"windows, the stability probes on {cfg['callbacks']['stability']['windows']} every "
-        f"{cfg['callbacks']['stability']['every_n_steps']} steps, the end-of-run attention diagnostics on "
-        f"{cfg['diagnostics']['windows']}. Count baselines on the same windows (fitted on the training split): "
-        f"unigram {uni:.3f}, bigram {bi:.3f} nats. Sweep wall time: {wall / 60:.1f} min "
-        f"({plural(runs[0].summary.get('threads') or 1, 'thread')} per job)."
-    )
+def verdict(v: str) -> str:
+    return f"**{verb(v)}**"
 
 
-def best_lower_share(a: Arm, b: Arm) -> float:
-    """The share of bootstrap replicates in which arm a's best learning rate is lower than arm b's."""
-    la, lb = np.array(a.lrs)[a.best_lr_share], np.array(b.lrs)[b.best_lr_share]
-    return float((la < lb).mean())
+def scale_pairs(nums: Numbers) -> list[tuple[Arm, Arm]]:
+    """(unscaled, scaled) at each (d_k, heads, width) without qk-layernorm."""
+    out = []
+    for k, a in sorted(nums.arms.items(), key=lambda kv: (-kv[0].d_k, -kv[0].width)):
+        if k.scale == "none" and not k.qk_norm:
+            s = nums.arms.get(k.partner(scale="sqrt_dk"))
+            if s:
+                out.append((a, s))
+    return out
 
 
-def pair(nums: dict, dk: int, init: str) -> tuple[Arm, Arm] | None:
-    a, b = nums.get((dk, ("none", False, init))), nums.get((dk, ("sqrt_dk", False, init)))
-    return (a, b) if a and b else None
+def predictions(rep: Report, nums: Numbers, pred: dict, fp16: dict) -> None:
+    """P1-P7 as the design wrote them, each verdict from lr_basin's tested functions."""
+    m = nums.measures
+    s256, n256 = nums.get(d_k=256, heads=1, width=256, scale="sqrt_dk", qk_norm=False), nums.get(
+        d_k=256, heads=1, width=256, scale="none", qk_norm=False)
+    if not (s256 and n256):
+        rep.findings.append(prose("sqrt_dk", "no_predictions"))
+        return
+    c = compare(n256, s256, m)  # unscaled minus scaled
+    v1 = lr_basin.sign_verdict(c.dir_opt, -1 if pred.get("optimum_shift", "lower") == "lower" else 1)
+    v2 = lr_basin.sign_verdict(c.dir_best, +1)
+    v3 = lr_basin.sign_verdict(-c.dir_width, +1)  # scaled minus unscaled width above 0
+    v5 = lr_basin.sign_verdict(c.dir_sens, +1)
+    rep.findings += [
+        prose("sqrt_dk", "p1", verdict=verdict(v1), d=c.d_opt.format(2, signed=True), factor=factor(c.d_opt),
+              s=opt_text(s256), n=opt_text(n256)),
+        prose("sqrt_dk", "p2", verdict=verdict(v2), d=c.d_best.format(3, signed=True), s=s256.opt_loss.format(),
+              n=n256.opt_loss.format()),
+        prose("sqrt_dk", "p3", verdict=verdict(v3), d=(s256.width - n256.width).format(2, signed=True),
+              s=width_text(s256), n=width_text(n256), delta=f"{m.delta:g}"),
+    ]
+    grow = []
+    for small_heads, small_width, name in ((4, 256, "fixed width"), (1, 64, "fixed head count")):
+        s64 = nums.get(d_k=64, heads=small_heads, width=small_width, scale="sqrt_dk", qk_norm=False)
+        n64 = nums.get(d_k=64, heads=small_heads, width=small_width, scale="none", qk_norm=False)
+        if s64 and n64:
+            est, d = growth(s256, n256, s64, n64, m)
+            small = compare(n64, s64, m)
+            grow.append((name, est, d, s64, n64, small))
+    if grow:
+        v4 = lr_basin.all_verdict([d for _, _, d, *_ in grow], +1) if len(grow) == 2 else "undecided"
+        rep.findings.append(prose("sqrt_dk", "p4", verdict=verdict(v4), small_dk=64, big_dk=256, parts="; ".join(
+            prose("sqrt_dk", "p4_part", where=name, d=est.format(2, signed=True),
+                  small=f"d_k = {s64.key.d_k} with {plural(s64.key.heads, 'head')} at width {s64.key.width}",
+                  small_gap=(s64.width - n64.width).format(2, signed=True),
+                  big_gap=(s256.width - n256.width).format(2, signed=True))
+            for name, est, d, s64, n64, _ in grow)))
+    rep.findings.append(prose("sqrt_dk", "p5", verdict=verdict(v5), d=c.d_sens.format(3, signed=True),
+                              s=s256.sensitivity.format(), n=n256.sensitivity.format(),
+                              lo=rate(m.sensitivity_range[0]), hi=rate(m.sensitivity_range[1]),
+                              reading=lr_basin.sensitivity_words(c.dir_sens, -c.dir_width)))
+    q = nums.get(d_k=256, heads=1, width=256, scale="sqrt_dk", qk_norm=True)
+    if q:
+        cq = compare(q, s256, m)  # qk-layernorm minus without
+        v6 = lr_basin.both_verdict(cq.dir_width, +1, cq.dir_sens, -1)
+        rep.findings.append(prose("sqrt_dk", "p6", verdict=verdict(v6), d_width=cq.d_width.format(2, signed=True),
+                                  d_sens=cq.d_sens.format(3, signed=True), d_best=cq.d_best.format(3, signed=True),
+                                  q_width=width_text(q), s_width=width_text(s256)))
+    if fp16:
+        counts = {x: (by.get("none", (0, 0))[0], by.get("sqrt_dk", (0, 0))[0]) for x, by in fp16.items()}
+        v7 = lr_basin.fp16_verdict(counts, int(pred.get("fp16_min_unscaled", 3)), int(pred.get("fp16_max_scaled", 1)))
+        rep.findings.append(prose("sqrt_dk", "p7", verdict=verdict(v7), counts="; ".join(
+            f"lr {rate(x)}: unscaled {by.get('none', (0, 0))[0]} of {by.get('none', (0, 0))[1]}, scaled "
+            f"{by.get('sqrt_dk', (0, 0))[0]} of {by.get('sqrt_dk', (0, 0))[1]}" for x, by in fp16.items())))
 
 
-def sensitivity_section(rep: Report, nums: dict, dks: list[int], pred: dict) -> dict[str, dict]:
-    """Per init: the scaled and unscaled arms at each d_k, and the prediction that the benefit grows with d_k.
-    Returns, per init, the gaps and verdicts for the summary."""
-    result = {}
-    for init in ("gpt2", "unit"):
-        at = [d for d in dks if pair(nums, d, init)]
-        if not at:
-            continue
-        rep.sections += [f"### {sentence(INITS[init])}", ""]
-        sens_gaps, best_gaps = [], []
-        for dk in at:
-            a, b = pair(nums, dk, init)
-            sg, bg = a.sensitivity - b.sensitivity, a.best - b.best
-            sens_gaps.append(sg)
-            best_gaps.append(bg)
-            lrs = a.lrs
-            rep.sections.append(
-                f"- d_k = {dk}: LR sensitivity {b.sensitivity.format()} with 1/sqrt(d_k), {a.sensitivity.format()} "
-                f"unscaled; unscaled minus scaled {sg.format(signed=True)}: "
-                f"**{difference_words(sg, 'unscaled more sensitive', 'unscaled less sensitive')}**. Best loss on the "
-                f"grid {b.best.format()} at lr {b.best_lr:g}{edge(b.best_lr, lrs)} scaled, {a.best.format()} at lr "
-                f"{a.best_lr:g}{edge(a.best_lr, lrs)} unscaled; unscaled minus scaled {bg.format(signed=True)}: "
-                f"**{difference_words(bg, 'unscaled worse', 'unscaled better')}**. The unscaled arm's best rate is "
-                f"lower than the scaled arm's in {best_lower_share(a, b):.0%} of the bootstrap replicates.")
-        rep.sections.append("")
-        result[init] = {"dks": at, "sens": sens_gaps, "best": best_gaps}
-        if len(at) < 2:
-            continue
-        t_sens, t_best = trend(at, sens_gaps), trend(at, best_gaps)
-        v_sens = growth_verdict(sens_gaps, t_sens, pred["sensitivity_gap"])
-        v_best = growth_verdict(best_gaps, t_best, pred["best_loss_gap"])
-        rep.sections += [
-            f"Does the benefit grow with d_k ({INITS[init]})? The unscaled arm's extra LR sensitivity "
-            f"{t_sens.words('d_k')} with d_k; the prediction (above 0 at every d_k and {pred['sensitivity_gap']}) "
-            f"**{v_sens}**{why_not(v_sens, at, sens_gaps, t_sens, pred['sensitivity_gap'])}. Its best-loss gap "
-            f"{t_best.words('d_k')}; the prediction (above 0 and {pred['best_loss_gap']}) "
-            f"**{v_best}**{why_not(v_best, at, best_gaps, t_best, pred['best_loss_gap'])}.",
-            "",
-        ]
-        result[init].update(t_sens=t_sens, t_best=t_best, v_sens=v_sens, v_best=v_best)
-    return result
+def pairs_section(rep: Report, nums: Numbers) -> None:
+    rep.sections += ["## Scaled against unscaled", "", prose("sqrt_dk", "pairs_intro"), ""]
+    for n, s in scale_pairs(nums):
+        rep.sections += ["- " + comparison_line(compare(n, s, nums.measures), "unscaled"), ""]
+    a4 = nums.get(d_k=64, heads=4, width=256, scale="sqrt_dk", qk_norm=False)
+    a1 = nums.get(d_k=64, heads=1, width=64, scale="sqrt_dk", qk_norm=False)
+    if a4 and a1:
+        rep.sections += ["Head count at d_k = 64 (no verdict was predicted):", ""]
+        for scale in ("sqrt_dk", "none"):
+            b4, b1 = a4.key.partner(scale=scale), a1.key.partner(scale=scale)
+            if b4 in nums.arms and b1 in nums.arms:
+                rep.sections += ["- " + comparison_line(compare(nums.arms[b4], nums.arms[b1], nums.measures),
+                                                        "4 heads at width 256"), ""]
 
 
-def why_not(verdict: str, dks: list[int], gaps: list[Estimate], t, predicted: str) -> str:
-    """Why a growth prediction did not hold: where the gap is not above 0, and whether the trend went the other
-    way or stayed inside the noise."""
-    if verdict == "holds":
-        return ""
-    parts = [f"{'below' if direction(g) < 0 else 'not above'} 0 at d_k = {d}" for d, g in zip(dks, gaps, strict=True)
-             if direction(g) <= 0]
-    if t.word != predicted:
-        parts.append("the trend " + ("is flat within noise" if t.word == "flat within noise" else t.word))
-    return f" ({'; '.join(parts)})" if parts else ""
-
-
-def gap_rows(nums: dict, init: str) -> list[dict]:
-    """Final loss gap (unscaled minus 1/sqrt(d_k)) per (d_k, lr), with its interval."""
+def qknorm_section(rep: Report, nums: Numbers, arms: dict) -> None:
+    s = nums.get(d_k=256, heads=1, width=256, scale="sqrt_dk", qk_norm=False)
+    n = nums.get(d_k=256, heads=1, width=256, scale="none", qk_norm=False)
+    qs = nums.get(d_k=256, heads=1, width=256, scale="sqrt_dk", qk_norm=True)
+    qn = nums.get(d_k=256, heads=1, width=256, scale="none", qk_norm=True)
+    if not ((s and qs) or (n and qn)):
+        return
+    rep.sections += ["## qk-layernorm", "", prose("sqrt_dk", "qknorm_intro"), ""]
+    for a, b, what in ((qs, s, "with qk-layernorm"), (qn, n, "with qk-layernorm"), (qn, qs, "unscaled")):
+        if a and b:
+            rep.sections += ["- " + comparison_line(compare(a, b, nums.measures), what), ""]
+    top = max(s.lrs) if s else max(n.lrs)
     rows = []
-    for dk in sorted({d for d, _ in nums}):
-        p = pair(nums, dk, init)
-        if not p:
-            continue
-        a, b = p
-        for x in sorted(set(a.loss) & set(b.loss)):
-            rows.append({"d_k": dk, "lr": x, "gap": a.loss[x] - b.loss[x]})
-    return rows
+    for k in (x.key for x in (s, n, qs, qn) if x):
+        cells = []
+        for x in sorted({y for a in nums.arms.values() for y in a.lrs if y >= 1e-3}):
+            ml = max_logit(arms.get(k, {}).get(x, []))
+            cells.append("" if ml is None else fmt(*ml, 1))
+        rows.append([k.label] + cells)
+    lrs = sorted({y for a in nums.arms.values() for y in a.lrs if y >= 1e-3})
+    rep.sections += [prose("sqrt_dk", "max_logit_table", top=rate(top)), "",
+                     markdown_table(["arm"] + [f"lr {rate(x)}" for x in lrs], rows), ""]
 
 
-def gap_section(rep: Report, nums: dict, out: Path) -> dict[str, list[dict]]:
-    """Where dropping the factor costs: the (d_k, lr) cells whose final-loss gap excludes 0."""
-    gaps = {init: gap_rows(nums, init) for init in ("gpt2", "unit")}
-    gaps = {k: v for k, v in gaps.items() if v}
-    if gaps:
-        fig_gap(gaps, out / "gap_vs_dk.png")
-        rep.sections += ["## Where dropping the factor costs", "", "![gap](gap_vs_dk.png)", ""]
-        for init, rows in gaps.items():
-            worse = [r for r in rows if direction(r["gap"]) > 0]
-            better = [r for r in rows if direction(r["gap"]) < 0]
-            rep.sections += [
-                f"{sentence(INITS[init])}: of {len(rows)} (d_k, learning rate) cells, the unscaled arm is worse in "
-                f"{len(worse)}" + (": " + "; ".join(f"d_k = {r['d_k']}, lr {r['lr']:g}: {r['gap'].format(signed=True)}"
-                                                    for r in worse) if worse else "")
-                + f"; better in {len(better)}" + (": " + "; ".join(
-                    f"d_k = {r['d_k']}, lr {r['lr']:g}: {r['gap'].format(signed=True)}" for r in better)
-                    if better else "")
-                + f"; in the other {len(rows) - len(worse) - len(better)} the interval contains 0.",
-                "",
-            ]
-    return gaps
+def fp16_section(rep: Report, arms: dict, fp16: dict, nums: Numbers) -> None:
+    if not fp16:
+        rep.sections += ["## Float16", "", prose("sqrt_dk", "fp16_missing"), ""]
+        return
+    rows = []
+    for x, by in fp16.items():
+        for scale in ("none", "sqrt_dk"):
+            if scale not in by:
+                continue
+            k16 = next(k for k in arms if k.fp16 and k.scale == scale)
+            rs = arms[k16][x]
+            steps = [s for r in rs if not math.isfinite(final_loss(r)) and (s := diverged_step(r)) is not None]
+            ok = [final_loss(r) for r in rs if math.isfinite(final_loss(r))]
+            k32 = k16.partner(precision="32-true")
+            ml32 = max_logit(arms.get(k32, {}).get(x, []))
+            ml16 = max_logit(rs)
+            rows.append([rate(x), k16.scale_label, f"{by[scale][0]} of {by[scale][1]}",
+                         ", ".join(map(str, sorted(steps))) or "-",
+                         fmt(*mean_spread(ok), 3) if ok else "-", fmt(*ml16, 0) if ml16 else "-",
+                         fmt(*ml32, 0) if ml32 else "(not in the float32 grid)"])
+    f16 = [r for k, by in arms.items() if k.fp16 for rs in by.values() for r in rs]
+    f32 = [r for k, by in arms.items() if not k.fp16 and k.d_k == 256 and k.heads == 1 and not k.qk_norm
+           and k.scale in ("none", "sqrt_dk") for x, rs in by.items() if x >= 1e-3 for r in rs]
+    t16 = np.median([r.summary["train_seconds"] / max(1, r.summary.get("step") or 1) for r in f16
+                     if r.summary.get("train_seconds")])
+    t32 = np.median([r.summary["train_seconds"] / max(1, r.summary.get("step") or 1) for r in f32
+                     if r.summary.get("train_seconds")]) if f32 else math.nan
+    rep.sections += ["## Float16", "", prose("sqrt_dk", "fp16_intro", n_runs=plural(len(f16), "run"),
+                                             fp16_max=f"{float(np.finfo(np.float16).max):.0f}",
+                                             wall=f"{sweep_wall_seconds(f16) / 60:.1f}",
+                                             step16=f"{1000 * t16:.0f}", step32=f"{1000 * t32:.0f}"), "",
+                     markdown_table(["lr", "arm", "diverged (float16)", "stopped at step", "final loss of the others",
+                                     "max logit at the end, float16 runs", "max logit at the end, float32 runs"], rows),
+                     "", prose("sqrt_dk", "fp16_reading"), ""]
 
 
-def logit_at(arms, arm, x) -> tuple[float, float] | None:
-    rs = arms.get(arm, {}).get(x)
-    vals = [r.summary.get("attn_max_logit") for r in rs or []]
-    vals = [v for v in vals if v is not None and math.isfinite(v)]
-    return mean_spread(vals) if vals else None
-
-
-def logit_words(arms, arm, x) -> str:
-    m = logit_at(arms, arm, x)
-    return "n/a" if m is None else f"{m[0]:.1f} ± {m[1]:.1f}"
-
-
-def stability_section(rep: Report, arms, nums: dict, dks: list[int], lrs: list[float], gaps, cfg: dict,
-                      out: Path) -> None:
-    """Logit growth and entropy collapse at the largest d_k."""
-    big = max(dks)
-    at_big = {v: by_lr for (d, v), by_lr in arms.items() if d == big}
-    gap_big = [r for r in gaps.get("gpt2", []) if r["d_k"] == big]
-    stable = min((x for x in lrs if x >= 1e-3), default=lrs[0])
-    unstable = max(gap_big, key=lambda r: r["gap"].value)["lr"] if gap_big else lrs[-1]
-    shown = sorted({stable, unstable})
-    n_stab, n_diag = cfg["callbacks"]["stability"]["windows"], cfg["diagnostics"]["windows"]
-    fig_stability(arms, big, shown, n_stab, out / "stability.png")
+def stability_section(rep: Report, arms: dict, nums: Numbers, cfg: dict, out: Path) -> None:
+    """Max logit and entropy over training at the largest head dim, one line per seed."""
+    big = max(k.d_k for k in nums.arms)
+    order = {("sqrt_dk", False): 0, ("none", False): 1, ("sqrt_dk", True): 2, ("none", True): 3}
+    keys = sorted((k for k in nums.arms if k.d_k == big and (k.scale, k.qk_norm) in order),
+                  key=lambda k: (k.width, order[(k.scale, k.qk_norm)]))
+    if not keys:
+        return
+    lrs = sorted({x for k in keys for x in arms[k]})
+    shown = sorted({min(lrs, key=lambda x: abs(math.log10(x) + 3)), lrs[-1]})
+    n_stab = cfg["callbacks"]["stability"]["windows"]
+    fig_stability(arms, keys, shown, n_stab, out / "stability.png")
     ends = []
-    for v in sorted(at_big, key=str):
-        vals = [e[-1] for e in (r.series("stab/entropy")[1] for r in at_big[v].get(stable, [])) if len(e)]
+    for k in keys:
+        vals = [e[-1] for e in (r.series("stab/entropy")[1] for r in arms[k].get(shown[0], [])) if len(e)]
         if vals:
-            ends.append(f"{variant_label(v)}: {fmt(*mean_spread(vals), 2)}")
+            ends.append(f"{k.scale_label}{' + qk-layernorm' if k.qk_norm else ''} {fmt(*mean_spread(vals), 2)}")
+    links = explorers({f"d_k = {big}, {k.scale_label}{' + qk-layernorm' if k.qk_norm else ''}, lr {rate(x)}":
+                       arms[k][x][0] for k in keys[:2] for x in shown if x in arms[k]}, out)
+    rep.sections += [f"## Logit growth and entropy at d_k = {big}", "", "![stability](stability.png)", ""]
     if ends:
-        rep.findings.append(
-            f"Saturation: at d_k = {big} and lr {stable:g}, the mean normalised attention entropy at the end of "
-            f"training ({n_stab} probe windows, ± seed sd) is {'; '.join(ends)} (1 = uniform, 0 = one-hot).")
-    rep.sections += [f"## Logit growth and entropy collapse at d_k = {big}", "", "![stability](stability.png)", ""]
-    links = explorers({f"d_k = {big}, {variant_label(v)}, lr {x:g}": at_big[v][x][0]
-                       for v in (("sqrt_dk", False, "gpt2"), ("none", False, "gpt2")) for x in shown
-                       if x in at_big.get(v, {})}, out)
+        rep.sections += [prose("sqrt_dk", "stability", lr=rate(shown[0]), n_stab=n_stab, ends="; ".join(ends)), ""]
     if links:
-        rep.sections += ["The final attention, interactive (every head, the weight under the pointer; open from a "
-                         "clone, the pages work offline): " + ", ".join(links) + ".", ""]
-    for x in shown:
-        rep.sections.append(f"Max logit at the end ({n_diag} diagnostics windows, ± seed sd), lr {x:g}: " + ", ".join(
-            f"{variant_label(v)} {logit_words(arms, (big, v), x)}" for v in sorted(at_big, key=str)) + ".")
-    rep.sections.append("")
-    qk, none = (big, ("none", True, "gpt2")), (big, ("none", False, "gpt2"))
-    if qk in nums and none in nums:
-        q, n = nums[qk], nums[none]
-        d = difference_words(q.sensitivity - n.sensitivity, "qk-norm more sensitive", "qk-norm less sensitive")
-        rep.findings.append(
-            f"The positive control (d_k = {big}, unscaled + qk-layernorm): LR sensitivity {q.sensitivity.format()} "
-            f"vs {n.sensitivity.format()} unscaled without it ({d}); max logit at lr {unstable:g}: "
-            f"{logit_words(arms, qk, unstable)} vs "
-            f"{logit_words(arms, none, unstable)}; but its best loss on the grid is {q.best.format()} (lr "
-            f"{q.best_lr:g}) against {n.best.format()} without it. With qk-norm the q and k components have unit "
-            "RMS (times the LayerNorm gains), so without the 1/sqrt(d_k) factor its logits start with std "
-            f"~sqrt(d_k) = {math.sqrt(big):.0f} (the unit-init row of the table above): bounded and stable across "
-            "learning rates, but saturated from the first step.")
-        rep.comparison.append(
-            "Wortsman et al.: attention-logit growth precedes instability and qk-layernorm removes it. Here, at "
-            f"d_k = {big} and lr {unstable:g}, the unscaled arm ends with max logit "
-            f"{logit_words(arms, none, unstable)}, "
-            f"the qk-norm arm {logit_words(arms, qk, unstable)} (|q.k| is at most d_k = {big} times the product of "
-            f"the two LayerNorms' gains, which training moves away from 1); diverged runs: unscaled "
-            f"{sum(n.diverged.values())}/{sum(n.runs.values())}, qk-norm {sum(q.diverged.values())}/"
-            f"{sum(q.runs.values())}; LR sensitivity unscaled {n.sensitivity.format()}, qk-norm "
-            f"{q.sensitivity.format()}.")
-    inv, sq = (big, ("inv_dk", False, "gpt2")), (big, ("sqrt_dk", False, "gpt2"))
-    if inv in nums and sq in nums:
-        i, s = nums[inv], nums[sq]
-        rep.comparison.append(
-            f"muP (Yang et al. 2022) argues for 1/d_k. At d_k = {big}: LR sensitivity 1/d_k {i.sensitivity.format()} "
-            f"vs 1/sqrt(d_k) {s.sensitivity.format()} "
-            f"({difference_words(i.sensitivity - s.sensitivity, '1/d_k more sensitive', '1/d_k less sensitive')}); "
-            f"best final loss 1/d_k {i.best.format()} (lr {i.best_lr:g}) vs {s.best.format()} (lr {s.best_lr:g}) "
-            f"({difference_words(i.best - s.best, '1/d_k worse', '1/d_k better')}).")
+        rep.sections += [prose("sqrt_dk", "explorers", links=", ".join(links)), ""]
 
 
-def huge_logits_comparison(rep: Report, runs: list[Run], unigram: float, bigram: float, fraction: float) -> None:
-    """Runs whose max logit passed 1e4, against Wortsman et al.'s divergence threshold."""
-    huge = [r for r in runs if (r.summary.get("attn_max_logit") or 0) > 1e4]
-    if huge:
-        ok = [v for r in huge if math.isfinite(v := final_loss(r))]
-        failed = sum(failed_to_train(v, unigram, bigram, fraction) for v in ok)
-        rep.comparison.append(
-            f"Wortsman et al. saw runs diverge once the max logit passed ~1e4. Here {len(huge)} of {len(runs)} runs "
-            f"ended with a max logit above 1e4 (largest {max(r.summary['attn_max_logit'] for r in huge):.3g}); "
-            f"{len(huge) - len(ok)} of them diverged"
-            + (f"; the others ended at a final loss of {min(ok):.2f} to {max(ok):.2f}, {failed} of them failed to "
-               "train by this report's criterion (near-one-hot attention: a degraded model rather than NaNs, in fp32 "
-               "with gradient clipping)." if ok else "."))
+def literature(rep: Report, runs: list[Run], nums: Numbers, baseline: tuple) -> None:
+    huge = [r for r in runs if not arm_is_fp16(r) and (r.summary.get("attn_max_logit") or 0) > 1e4]
+    ok = [v for r in huge if math.isfinite(v := final_loss(r))]
+    failed = sum(failed_to_train(v, *baseline, nums.measures.failed_fraction) for v in ok)
+    n32 = sum(not arm_is_fp16(r) for r in runs)
+    rep.comparison.append(prose("sqrt_dk", "huge_logits", n_huge=len(huge), n_runs=n32, threshold="1e4",
+                                n_div=len(huge) - len(ok), n_failed=failed,
+                                largest=f"{max((r.summary['attn_max_logit'] for r in huge), default=0):.3g}"))
 
 
-def summary_and_literature(rep: Report, runs: list[Run], nums: dict, growth: dict, fraction: float) -> None:
-    """The finding at the top (in short; diverged and failed runs) and the comparison with the literature."""
-    n_div = sum(sum(a.diverged.values()) for a in nums.values())
-    n_failed = sum(sum(a.failed.values()) for a in nums.values())
-    parts = []
-    for init, g in growth.items():
-        best = ", ".join(f"{e.format(signed=True)} at d_k = {d}" for d, e in zip(g["dks"], g["best"], strict=True))
-        sens = ", ".join(f"{e.format(signed=True)} at d_k = {d}" for d, e in zip(g["dks"], g["sens"], strict=True))
-        if "t_best" in g:
-            best += f" ({g['t_best'].word} with d_k; the prediction that it is above 0 and rises: **{g['v_best']}**)"
-            sens += f" ({g['t_sens'].word} with d_k; the same prediction: **{g['v_sens']}**)"
-        parts.append(f"{INITS[init]}: the unscaled arm's best loss on the grid minus the scaled arm's is {best}; "
-                     f"its extra LR sensitivity {sens}")
-    rep.findings.insert(0, (
-        f"**In short.** {n_div} of {len(runs)} runs diverged and {n_failed} failed to train (final loss not below "
-        f"the unigram baseline by {fraction:g} of the unigram-bigram gap)."
-        + "".join(f" {sentence(p)}." for p in parts)))
-    rep.comparison += [
-        "Vaswani et al.'s footnote assumes unit-variance q and k; the init table above shows that GPT-2's init "
-        "does not meet it, which is why the scaled and unscaled arms start alike. The unit-init arms test the "
-        "premise itself.",
-        "References: Vaswani et al. 2017 (arXiv 1706.03762); Yang et al. 2022, muP (arXiv 2203.03466); Wortsman "
-        "et al. 2023 (arXiv 2309.14322); Dehghani et al. 2023 (arXiv 2302.05442); Zhai et al. 2023 "
-        "(arXiv 2303.06296); Henry et al. 2020 (arXiv 2010.04245). Small models train without the factor: GPT-Neo "
-        "applies none (transformers issue 20828), and TinyStories-1M (d_k = 4) trains fine.",
-    ]
+def arm_is_fp16(run: Run) -> bool:
+    return str(run.config["trainer"].get("precision", "32-true")).startswith("16")
 
 
-def bracket_text(nums: dict) -> str:
-    """Which arms' best rate sits at an end of the grid, and which needed the grid's lowest two rates."""
-    at_end = [arm_name(k) for k, a in sorted(nums.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))
-              if edge_mark(a)]
-    second = [arm_name(k) for k, a in sorted(nums.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))
-              if len(a.lrs) > 3 and a.best_lr == a.lrs[1]]
-    return ("Every arm's best learning rate is inside the grid." if not at_end else
-            "Arms whose best learning rate is at an end of the grid (their optimum may lie beyond): "
-            + ", ".join(at_end) + ".") + (
-        " Arms whose best rate is the grid's second-lowest (bracketed only by its lowest rate): "
-        + ", ".join(second) + "." if second else "")
+def setup_text(runs: list[Run], arms: dict, nums: Numbers, baseline: tuple) -> str:
+    cfg = next(r for r in runs if not arm_is_fp16(r)).config
+    lrs = sorted({x for a in nums.arms.values() for x in a.lrs})
+    main = [r for r in runs if not arm_is_fp16(r)]
+    return prose(
+        "sqrt_dk", "setup", n_layer=cfg["model"]["n_layer"], block=cfg["model"]["block_size"],
+        batch=cfg["data"]["batch_size"], steps=cfg["trainer"]["max_steps"], warmup=cfg["optim"]["warmup_steps"],
+        min_lr=f"{cfg['optim']['min_lr']:g}", clip=cfg["trainer"]["gradient_clip_val"],
+        arms="; ".join(k.label for k in sorted(nums.arms, key=lambda k: (k.qk_norm, -k.d_k, -k.width, k.scale))),
+        lrs=", ".join(rate(x) for x in lrs), seeds=", ".join(map(str, sorted({r.seed for r in main}))),
+        val=cfg["data"]["val_windows"], n_stab=cfg["callbacks"]["stability"]["windows"],
+        every=cfg["callbacks"]["stability"]["every_n_steps"], n_diag=cfg["diagnostics"]["windows"],
+        wide=max(k.width for k in nums.arms), narrow=min(k.width for k in nums.arms),
+        unigram=f"{baseline[0]:.3f}", bigram=f"{baseline[1]:.3f}", wall=f"{sweep_wall_seconds(main) / 60:.1f}",
+        n_main=plural(len(main), "run"), threads=plural(runs[0].summary.get("threads") or 1, "thread"))
 
 
-def limits(rep: Report, cfg: dict, runs: list[Run]) -> None:
-    """What this sweep cannot tell."""
-    rep.limits += [
-        f"Short runs ({cfg['trainer']['max_steps']} steps) of a {cfg['model']['n_layer']}-layer character model on "
-        "the CPU: instabilities that need long training or large models are out of reach; the learning-rate grid "
-        "stands in for them, as in Wortsman et al. LR sensitivity depends on the grid it is averaged over.",
-        "Adam normalises gradient scale, so a constant factor on the logits is partly absorbed by the learning rate "
-        "and the init of W_Q, W_K: only a learning-rate sweep compares fairly, and the factor moves the stability "
-        "boundary rather than removing logit growth.",
-        f"fp32 with gradient clipping at {cfg['trainer']['gradient_clip_val']}: NaNs are rarer than in bf16 without "
-        "clipping.",
-        f"Seeds per cell: {len({r.seed for r in runs})}; with so few the seed level of the bootstrap is coarse.",
-    ]
+def stage_two_text(nums: Numbers) -> str:
+    need = stage_two(nums, LADDER)
+    grids = sorted({tuple(a.lrs) for a in nums.arms.values()})
+    extended = [a.key.label for a in nums.arms.values() if len(a.lrs) > min(len(g) for g in grids)]
+    if not need:
+        return prose("sqrt_dk", "stage2_done", extended=", ".join(extended) if extended else "none")
+    return prose("sqrt_dk", "stage2_needed", arms="; ".join(
+        f"{k.label}: {', '.join(rate(x) for x in xs)}" for k, xs in need.items()))
 
 
 def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
-    """The report (README.md and its PNGs in ``out``) from experiment 2's runs, each section drawn where the runs
-    support it."""
+    """The report (README.md and its PNGs in ``out``) from experiment 2's runs."""
     arms = arms_of(runs)
-    cfg = runs[0].config
-    pred = cfg.get("prediction") or DEFAULT_PREDICTION
-    fraction = pred["failed_to_train"]
-    nums = numbers(arms, fraction)
-    unigram, bigram = baselines(runs)
-    lrs = sorted({x for by_lr in arms.values() for x in by_lr})
-    dks = sorted({d for d, _ in arms})
-    head = [prose("sqrt_dk", "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps)), "",
-            setup_text(runs, arms), "",
-            prose("sqrt_dk", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, fraction=fraction, method=METHOD,
-                  n_seeds=seeds_words(rs for by_lr in arms.values() for rs in by_lr.values())), ""]
+    cfg = next((r for r in runs if not arm_is_fp16(r)), runs[0]).config
+    pred = cfg.get("prediction") or {}
+    m = Measures(float(pred.get("basin_delta", 0.1)), tuple(pred.get("sensitivity_range", (1e-4, 1e-2))),
+                 failed_fraction=float(pred.get("failed_to_train", 0.5)))
+    baseline = baselines(runs)
+    nums = numbers(arms, m, baseline)
+    fp16 = fp16_counts(arms)
     rep = Report()
-    init_section(rep, cfg, out)
-    fig_loss_vs_lr(arms, nums, out / "loss_vs_lr.png")
-    fig_sensitivity(nums, out / "lr_sensitivity.png")
+    n_div = sum(sum(a.diverged.values()) for a in nums.arms.values())
+    n_failed = sum(sum(a.failed.values()) for a in nums.arms.values())
+    rep.findings.append(prose("sqrt_dk", "in_short", n_div=n_div, n_failed=n_failed,
+                              n_runs=sum(sum(a.runs.values()) for a in nums.arms.values()),
+                              fraction=f"{m.failed_fraction:g}"))
+    predictions(rep, nums, pred, fp16)
+    width = max(k.width for k in nums.arms)
+    init_section(rep, width, cfg["model"]["block_size"], out)
+    fig_loss_vs_lr(nums, out / "loss_vs_lr.png")
+    fig_measures(nums, out / "measures.png")
+    fig_sensitivity_vs_width(nums, out / "sensitivity_vs_width.png")
     rep.sections += ["## Final loss against learning rate", "", "![loss vs lr](loss_vs_lr.png)", "",
-                     "## LR sensitivity", "", "![sensitivity](lr_sensitivity.png)", "", arm_table(nums), "",
-                     bracket_text(nums), "", "## Scaled against unscaled, per head dim", ""]
-    growth = sensitivity_section(rep, nums, dks, pred)
-    gaps = gap_section(rep, nums, out)
-    stability_section(rep, arms, nums, dks, lrs, gaps, cfg, out)
-    huge_logits_comparison(rep, runs, unigram, bigram, fraction)
-    summary_and_literature(rep, runs, nums, growth, fraction)
-    limits(rep, cfg, runs)
+                     loss_table(nums), "", stage_two_text(nums), "",
+                     "## The three measures per arm", "", "![measures](measures.png)", "", measures_table(nums), "",
+                     "![sensitivity vs width](sensitivity_vs_width.png)", "", prose("sqrt_dk", "measures_reading"), ""]
+    pairs_section(rep, nums)
+    qknorm_section(rep, nums, arms)
+    fp16_section(rep, arms, fp16, nums)
+    stability_section(rep, arms, nums, cfg, out)
+    literature(rep, runs, nums, baseline)
+    head = [prose("sqrt_dk", "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
+                  design=design_commit()), "",
+            setup_text(runs, arms, nums, baseline), "",
+            prose("sqrt_dk", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, method=METHOD, delta=f"{m.delta:g}",
+                  lo=rate(m.sensitivity_range[0]), hi=rate(m.sensitivity_range[1]),
+                  fraction=f"{m.failed_fraction:g}",
+                  n_seeds=seeds_words(rs for by_lr in arms.values() for rs in by_lr.values())), ""]
     sections = head + ["## Finding", ""] + [f"- {f}" for f in rep.findings] + [""]
     sections += [prose("sqrt_dk", "changes"), ""] + rep.sections
-    sections += ["## How this compares with the literature", ""] + [f"- {c}" for c in rep.comparison] + [""]
+    sections += ["## How this compares with the literature", "", prose("sqrt_dk", "literature")]
+    sections += [f"- {c}" for c in rep.comparison] + [""]
     sections += [prose("sqrt_dk", "threats"), ""]
-    sections += ["## Limits", ""] + [f"- {x}" for x in rep.limits] + [""]
     path = out / "README.md"
     path.write_text("\n".join(sections))
     return path

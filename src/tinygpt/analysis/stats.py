@@ -295,28 +295,7 @@ def trend(xs, estimates: Sequence[Estimate]) -> Trend:
     return Trend(word, s, monotonic)
 
 
-def growth_verdict(gaps: Sequence[Estimate], t: Trend, predicted: str = "rises") -> str:
-    """A prediction that a gap is above 0 at every x and ``predicted`` ('rises' or 'falls') with x: 'holds' when
-    every gap's interval lies above 0 and the trend test gives the predicted word, 'fails' when some gap's interval
-    lies below 0 or the trend goes the other way, 'undecided' otherwise (inside the noise)."""
-    if predicted not in ("rises", "falls"):
-        raise ValueError(f"a predicted trend is 'rises' or 'falls', got {predicted!r}.")
-    other = "falls" if predicted == "rises" else "rises"
-    signs = [direction(g) for g in gaps]
-    if any(s < 0 for s in signs) or t.word == other:
-        return "fails"
-    return "holds" if all(s > 0 for s in signs) and t.word == predicted else "undecided"
-
-
-# ----------------------------------------------------------------------------- learning-rate sweeps
-
-
-def lr_sensitivity(losses: np.ndarray, initial: float) -> np.ndarray | float:
-    """Wortsman et al.'s LR sensitivity over the last axis (the learning-rate grid): the mean of
-    min(loss, initial) minus the best loss. losses (L,) or (B, L)."""
-    capped = np.minimum(np.asarray(losses, dtype=np.float64), initial)
-    out = capped.mean(-1) - capped.min(-1)
-    return float(out) if np.ndim(out) == 0 else out
+# ----------------------------------------------------------------------------- runs that fail
 
 
 def failed_to_train(loss: float, unigram: float, bigram: float, fraction: float) -> bool:

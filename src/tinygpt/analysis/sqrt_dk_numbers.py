@@ -1,0 +1,319 @@
+"""Experiment 2's numbers, apart from how the report words them: each arm's three measures (optimum, basin width,
+LR sensitivity), the comparisons between arms, the predictions' verdicts and the float16 counts. Design:
+docs/experiments/sqrt_dk/DESIGN.md.
+
+An arm is (d_k, heads, width, scale, qk-norm, precision); a cell is an arm at one learning rate, a Sample of its
+seeds' per-window final losses. All cells are drawn in one bootstrap, with one seed draw for every cell of the
+same seeds (the same seed is the same data order, and at the same width the same init, in every arm), so that
+every measure and difference is computed on aligned replicates (tinygpt.analysis.stats).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tinygpt.analysis import lr_basin
+from tinygpt.analysis.stats import Estimate, Sample, bootstrap, combine, failed_to_train, mean_spread
+from tinygpt.analysis.sweep import ReportError, Run
+
+
+@dataclass(frozen=True, order=True)
+class ArmKey:
+    d_k: int
+    heads: int
+    width: int
+    scale: str
+    qk_norm: bool
+    precision: str = "32-true"
+
+    @property
+    def fp16(self) -> bool:
+        return self.precision.startswith("16")
+
+    @property
+    def scale_label(self) -> str:
+        return {"sqrt_dk": "1/sqrt(d_k)", "none": "unscaled", "inv_dk": "1/d_k"}.get(self.scale, f"scale {self.scale}")
+
+    @property
+    def label(self) -> str:
+        return (f"d_k = {self.d_k} ({self.heads} head{'s' if self.heads != 1 else ''}, width {self.width}), "
+                f"{self.scale_label}" + (" + qk-layernorm" if self.qk_norm else "")
+                + (f", {self.precision}" if self.fp16 else ""))
+
+    def partner(self, **change) -> ArmKey:
+        return ArmKey(**{**self.__dict__, **change})
+
+
+def arm_of(run: Run) -> ArmKey:
+    m = run.config["model"]
+    return ArmKey(m["n_embd"] // m["n_head"], m["n_head"], m["n_embd"], str(m["attn"]["scale"]),
+                  bool(m["attn"].get("qk_norm", False)), str(run.config["trainer"].get("precision", "32-true")))
+
+
+def lr(run: Run) -> float:
+    return float(run.config["optim"]["lr"])
+
+
+def init_loss(run: Run) -> float:
+    """The loss at initialisation, taken as ln(vocab): near-uniform predictions from the tied 0.02-std head."""
+    return math.log(run.summary["vocab_size"])
+
+
+def final_loss(run: Run) -> float:
+    """Final validation loss; NaN for a diverged or non-finite run."""
+    v = run.summary.get("val_loss")
+    if run.summary.get("diverged") or v is None or not math.isfinite(v):
+        return float("nan")
+    return float(v)
+
+
+def window_losses(run: Run, n_windows: int) -> np.ndarray:
+    """(windows,) final validation loss of each window; a diverged run counts as its initial loss on every window
+    (Wortsman et al.)."""
+    if not math.isfinite(final_loss(run)):
+        return np.full(n_windows, init_loss(run))
+    v = run.windows()
+    if v is None:
+        raise ReportError(f"{run.dir} has no diagnostics.npz (run before the per-window diagnostics); rerun the "
+                          "sweep at this version.")
+    return v.mean(1)
+
+
+def arms_of(runs: list[Run]) -> dict[ArmKey, dict[float, list[Run]]]:
+    """arm -> {lr: [runs sorted by seed]}."""
+    arms: dict = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        arms[arm_of(r)][lr(r)].append(r)
+    for by_lr in arms.values():
+        for rs in by_lr.values():
+            rs.sort(key=lambda r: r.seed)
+    return {k: dict(v) for k, v in arms.items()}
+
+
+def baselines(runs: list[Run]) -> tuple[float, float]:
+    d = next(r.summary["diagnostics"] for r in runs if r.summary.get("diagnostics", {}).get("unigram_loss"))
+    return d["unigram_loss"], d["bigram_loss"]
+
+
+# ----------------------------------------------------------------------------- one arm
+
+
+@dataclass
+class Arm:
+    """One arm's numbers from the shared bootstrap. ``opt_edge``: -1/+1 when the best rate is the grid's first/last
+    (not interpolated); ``open_lo``/``open_hi``: the basin reaches the grid's end on that side (the width is a lower
+    bound); ``open_share``: the share of replicates with an open basin."""
+
+    key: ArmKey
+    lrs: list[float]
+    loss: dict[float, Estimate]
+    opt_x: Estimate  # best log10(lr), interpolated
+    opt_loss: Estimate
+    opt_edge: int
+    width: Estimate  # basin width in decades at the design's delta
+    lo: float  # edges of the basin at the data's value (log10 lr)
+    hi: float
+    open_lo: bool
+    open_hi: bool
+    open_share: float
+    widths: dict[float, Estimate]  # the robustness deltas
+    sensitivity: Estimate
+    diverged: dict[float, int]
+    failed: dict[float, int]
+    runs: dict[float, int]
+    init: float  # ln(vocab): the loss at initialisation, the cap of the LR sensitivity
+    cells: list[Estimate] = field(repr=False, default_factory=list)
+
+    @property
+    def xs(self) -> np.ndarray:
+        return np.log10(self.lrs)
+
+    @property
+    def open(self) -> bool:
+        return self.open_lo or self.open_hi
+
+
+@dataclass(frozen=True)
+class Measures:
+    """What the design fixes: the basin's delta, the robustness deltas, the fixed range of the LR sensitivity."""
+
+    delta: float
+    sensitivity_range: tuple[float, float]
+    other_deltas: tuple[float, ...] = (0.05, 0.2)
+    failed_fraction: float = 0.5
+
+
+def cells_of(arms: dict) -> dict[tuple[ArmKey, float], Estimate]:
+    """Every cell's final loss as an Estimate, all from one bootstrap; cells of the same seeds share the seed draw."""
+    any_npz = next((r for by_lr in arms.values() for rs in by_lr.values() for r in rs if r.windows() is not None),
+                   None)
+    if any_npz is None:
+        raise ReportError("no run has diagnostics.npz: rerun the sweep at this version.")
+    n = len(any_npz.windows())
+    samples = {}
+    for key, by_lr in sorted(arms.items()):
+        for x, rs in sorted(by_lr.items()):
+            ids = tuple(r.seed for r in rs)
+            samples[(key, x)] = Sample(np.stack([window_losses(r, n) for r in rs]), seeds=f"seeds {ids}", seed_ids=ids)
+    return bootstrap(samples)
+
+
+def arm_numbers(key: ArmKey, by_lr: dict[float, list[Run]], est: dict, m: Measures, baseline: tuple) -> Arm:
+    lrs = sorted(by_lr)
+    xs = np.log10(lrs)
+    cells = [est[(key, x)] for x in lrs]
+    values = np.array([c.value for c in cells])
+    init = init_loss(by_lr[lrs[0]][0])
+    lo_r, hi_r = np.log10(m.sensitivity_range)
+    b = lr_basin.basin(xs, values, m.delta)
+    reps_open = lr_basin.basin(xs, np.stack([c.replicates for c in cells], axis=-1), m.delta).open
+    unigram, bigram = baseline
+    return Arm(
+        key, lrs, {x: est[(key, x)] for x in lrs},
+        combine(lambda y: lr_basin.optimum(xs, y)[0], cells),
+        combine(lambda y: lr_basin.optimum(xs, y)[1], cells),
+        int(lr_basin.optimum(xs, values)[2]),
+        combine(lambda y: lr_basin.width(xs, y, m.delta), cells),
+        float(b.lo), float(b.hi), bool(b.open_lo), bool(b.open_hi), float(reps_open.mean()),
+        {d: combine(lambda y, d=d: lr_basin.width(xs, y, d), cells) for d in m.other_deltas},
+        combine(lambda y: lr_basin.sensitivity(xs, y, init, lo_r, hi_r), cells),
+        {x: sum(not math.isfinite(final_loss(r)) for r in by_lr[x]) for x in lrs},
+        {x: sum(failed_to_train(final_loss(r), unigram, bigram, m.failed_fraction) for r in by_lr[x]) for x in lrs},
+        {x: len(by_lr[x]) for x in lrs},
+        init,
+        cells,
+    )
+
+
+# ----------------------------------------------------------------------------- two arms
+
+
+@dataclass
+class Comparison:
+    """Arm a minus arm b on each measure, with directions that respect censoring (lr_basin.censored_direction)."""
+
+    a: Arm
+    b: Arm
+    d_opt: Estimate  # log10(lr*) of a minus b
+    d_best: Estimate  # best loss of a minus b
+    d_width: Estimate  # basin width of a minus b (decades)
+    d_sens: Estimate  # LR sensitivity of a minus b
+    dir_opt: int
+    dir_best: int
+    dir_width: int
+    dir_sens: int
+
+
+def _two(a: Arm, b: Arm, f) -> Estimate:
+    """f(a's curve) - f(b's curve) on aligned replicates."""
+    la = len(a.cells)
+    return combine(lambda y: f(a, y[..., :la]) - f(b, y[..., la:]), a.cells + b.cells)
+
+
+def opt_moves(arm: Arm, sign: int) -> list[int]:
+    """Where a censored optimum could move a difference it enters with ``sign``: an optimum at the grid's first
+    rate could be lower, at its last higher."""
+    return [sign * arm.opt_edge] if arm.opt_edge else []
+
+
+def best_moves(arm: Arm, sign: int) -> list[int]:
+    """A best loss read at the grid's edge could be lower beyond it."""
+    return [-sign] if arm.opt_edge else []
+
+
+def width_moves(arm: Arm, sign: int) -> list[int]:
+    """An open basin could be wider."""
+    return [sign] if arm.open else []
+
+
+def compare(a: Arm, b: Arm, m: Measures) -> Comparison:
+    lo_r, hi_r = np.log10(m.sensitivity_range)
+    d_opt = _two(a, b, lambda arm, y: lr_basin.optimum(arm.xs, y)[0])
+    d_best = _two(a, b, lambda arm, y: lr_basin.optimum(arm.xs, y)[1])
+    d_width = _two(a, b, lambda arm, y: lr_basin.width(arm.xs, y, m.delta))
+    d_sens = _two(a, b, lambda arm, y: lr_basin.sensitivity(arm.xs, y, arm.init, lo_r, hi_r))
+    cd = lr_basin.censored_direction
+    return Comparison(a, b, d_opt, d_best, d_width, d_sens,
+                      cd(d_opt, opt_moves(a, +1) + opt_moves(b, -1)),
+                      cd(d_best, best_moves(a, +1) + best_moves(b, -1)),
+                      cd(d_width, width_moves(a, +1) + width_moves(b, -1)),
+                      cd(d_sens, []))
+
+
+def growth(s_big: Arm, n_big: Arm, s_small: Arm, n_small: Arm, m: Measures) -> tuple[Estimate, int]:
+    """(scaled - unscaled width at the larger d_k) - (the same at the smaller): the growth of the scale's basin
+    advantage, and its censored direction."""
+    arms = [s_big, n_big, s_small, n_small]
+    sizes = np.cumsum([0] + [len(a.cells) for a in arms])
+    signs = [+1, -1, -1, +1]
+
+    def f(y):
+        return sum(s * lr_basin.width(a.xs, y[..., sizes[i]:sizes[i + 1]], m.delta)
+                   for i, (a, s) in enumerate(zip(arms, signs, strict=True)))
+
+    est = combine(f, [c for a in arms for c in a.cells])
+    moves = [mv for a, s in zip(arms, signs, strict=True) for mv in width_moves(a, s)]
+    return est, lr_basin.censored_direction(est, moves)
+
+
+# ----------------------------------------------------------------------------- the whole sweep
+
+
+@dataclass
+class Numbers:
+    arms: dict[ArmKey, Arm]
+    measures: Measures
+
+    def get(self, **kw) -> Arm | None:
+        key = ArmKey(**{"precision": "32-true", **kw})
+        return self.arms.get(key)
+
+
+def numbers(arms: dict, m: Measures, baseline: tuple) -> Numbers:
+    """Every float32 arm's numbers from one bootstrap (the float16 arms are counted apart: fp16_counts)."""
+    main = {k: v for k, v in arms.items() if not k.fp16}
+    if not main:
+        raise ReportError("no float32 runs: give the sweep of experiment=sqrt_dk, not only the float16 one.")
+    est = cells_of(main)
+    return Numbers({k: arm_numbers(k, by_lr, est, m, baseline) for k, by_lr in sorted(main.items())}, m)
+
+
+def stage_two(nums: Numbers, ladder: list[float]) -> dict[ArmKey, list[float]]:
+    """The design's stage-2 rule at the data's values: an arm whose basin is open, or whose best rate is the
+    outermost, on a side gets the next two rates of the ladder on that side (those it does not have yet)."""
+    need = {}
+    for k, a in nums.arms.items():
+        rates = []
+        if a.open_lo or a.opt_edge < 0:
+            rates += [x for x in ladder if x < a.lrs[0]][-2:]
+        if a.open_hi or a.opt_edge > 0:
+            rates += [x for x in ladder if x > a.lrs[-1]][:2]
+        if rates:
+            need[k] = rates
+    return need
+
+
+def fp16_counts(arms: dict) -> dict[float, dict[str, tuple[int, int]]]:
+    """{lr: {scale: (diverged, runs)}} of the float16 arms."""
+    out: dict = defaultdict(dict)
+    for k, by_lr in arms.items():
+        if k.fp16:
+            for x, rs in by_lr.items():
+                out[x][k.scale] = (sum(not math.isfinite(final_loss(r)) for r in rs), len(rs))
+    return dict(sorted(out.items()))
+
+
+def diverged_step(run: Run) -> int | None:
+    """The step at which a diverged run stopped (its last logged training step)."""
+    steps, _ = run.series("train/loss")
+    return int(steps[-1]) if len(steps) else run.summary.get("step")
+
+
+def max_logit(runs: list[Run]) -> tuple[float, float] | None:
+    """Mean ± sd over seeds of the max attention logit at the end (end-of-run diagnostics)."""
+    vals = [v for r in runs if (v := r.summary.get("attn_max_logit")) is not None and math.isfinite(v)]
+    return mean_spread(vals) if vals else None
