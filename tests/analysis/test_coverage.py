@@ -55,3 +55,49 @@ def test_the_95_percent_interval_covers_the_truth_95_percent_of_the_time(case, S
     rng = np.random.default_rng(1000 * S + list(CASES).index(case))
     coverage = np.mean([covered(case, S, rng) for _ in range(N_DATASETS)])
     assert 0.93 <= coverage <= 0.99, f"{case}, S = {S}: coverage {coverage:.3f}"
+
+
+# ----------------------------------------------------------------------------- Experiment 2's curve measures
+
+XS = np.arange(-12, -5) / 3  # log10(lr): the design's ladder
+CURVES = {"a": (-3.0, 0.6), "b": (-3.3, 0.9)}  # (best log10 lr, curvature): a wider basin and a higher optimum
+
+
+def lr_curve(x0, k):
+    return 2.2 + k * (XS - x0) ** 2 + 0.3 * np.maximum(XS - x0, 0) ** 3  # asymmetric, like a real basin
+
+
+def curve_measures_covered(rng, S=5, sd_seed=0.05, n_windows=128):
+    """Two arms' learning-rate curves, each cell a crossed sample: a seed effect that has its own offset, slope
+    and rate-by-rate part, a window effect shared by every run, and noise. Is the truth of the width difference
+    and of the optimum difference inside their intervals?"""
+    from tinygpt.analysis import lr_basin
+    from tinygpt.analysis.stats import combine
+
+    windows = 0.2 * rng.standard_normal(n_windows)
+    samples, truth = {}, {}
+    for name, (x0, k) in CURVES.items():
+        curve = lr_curve(x0, k)
+        truth[name] = (lr_basin.width(XS, curve, 0.1), lr_basin.optimum(XS, curve)[0])
+        seed_part = (sd_seed * rng.standard_normal((S, 1)) * (1 + XS - XS.mean())
+                     + sd_seed * rng.standard_normal((S, len(XS))))  # (S, L)
+        for i in range(len(XS)):
+            v = curve[i] + seed_part[:, i:i + 1] + windows[None, :] + 0.05 * rng.standard_normal((S, n_windows))
+            samples[(name, i)] = Sample(v, seeds="runs", seed_ids=tuple(range(S)))
+    est = bootstrap(samples, n_boot=1000, seed=int(rng.integers(2**31)))
+    cells = [est[(n, i)] for n in CURVES for i in range(len(XS))]
+    L = len(XS)
+    dw = combine(lambda y: lr_basin.width(XS, y[..., :L], 0.1) - lr_basin.width(XS, y[..., L:], 0.1), cells)
+    do = combine(lambda y: lr_basin.optimum(XS, y[..., :L])[0] - lr_basin.optimum(XS, y[..., L:])[0], cells)
+    return (dw.lo <= truth["a"][0] - truth["b"][0] <= dw.hi), (do.lo <= truth["a"][1] - truth["b"][1] <= do.hi)
+
+
+@pytest.mark.slow
+def test_the_basin_width_and_optimum_differences_cover_their_truth():
+    """The same calibration carried through the curve measures (a minimum, a vertex, interpolated edges: not
+    smooth in the data). 150 datasets (Monte Carlo SE about 1.8%); separate runs of 150 gave 96.7% and 99.3%
+    (width) and 95.3% and 96.0% (optimum) at seed sds 0.03 and 0.08."""
+    rng = np.random.default_rng(7)
+    hits = np.array([curve_measures_covered(rng) for _ in range(150)])  # (150, 2)
+    width, opt = hits.mean(0)
+    assert 0.90 <= width <= 1.0 and 0.90 <= opt <= 1.0, (width, opt)
