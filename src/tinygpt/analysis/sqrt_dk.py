@@ -297,10 +297,15 @@ def comparison_line(c: Comparison, what: str) -> str:
         d_opt=c.d_opt.format(2, signed=True), factor=factor(c.d_opt), opt_words=lower[c.dir_opt],
         d_best=c.d_best.format(3, signed=True),
         best_words={1: f"{what}: worse", -1: f"{what}: better", 0: "no difference at the 95% level"}[c.dir_best],
-        d_width=c.d_width.format(2, signed=True),
+        d_width=c.d_width.format(2, signed=True), other_deltas=other_deltas(c),
         width_words={1: f"{what}: wider", -1: f"{what}: narrower", 0: "no difference at the 95% level"}[c.dir_width],
         d_sens=c.d_sens.format(3, signed=True), sens_words=lower[c.dir_sens],
         reading=lr_basin.sensitivity_words(c.dir_sens, -c.dir_width))
+
+
+def other_deltas(c: Comparison) -> str:
+    """'at delta 0.05: +0.10 [+0.02, +0.18]; at 0.2: ...' (the robustness check of a basin difference)."""
+    return "; ".join(f"{d:g}: {e.format(2, signed=True)}" for d, e in c.d_widths.items())
 
 
 def verdict(v: str) -> str:
@@ -337,7 +342,8 @@ def predictions(rep: Report, nums: Numbers, pred: dict, fp16: dict) -> None:
         prose("sqrt_dk", "p2", verdict=verdict(v2), d=c.d_best.format(3, signed=True), s=s256.opt_loss.format(),
               n=n256.opt_loss.format()),
         prose("sqrt_dk", "p3", verdict=verdict(v3), d=(s256.width - n256.width).format(2, signed=True),
-              s=width_text(s256), n=width_text(n256), delta=f"{m.delta:g}"),
+              s=width_text(s256), n=width_text(n256), delta=f"{m.delta:g}",
+              other_deltas="; ".join(f"{d:g}: {e.scaled(-1).format(2, signed=True)}" for d, e in c.d_widths.items())),
     ]
     grow = []
     for small_heads, small_width, name in ((4, 256, "fixed width"), (1, 64, "fixed head count")):

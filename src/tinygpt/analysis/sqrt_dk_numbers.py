@@ -202,6 +202,7 @@ class Comparison:
     d_best: Estimate  # best loss of a minus b
     d_width: Estimate  # basin width of a minus b (decades)
     d_sens: Estimate  # LR sensitivity of a minus b
+    d_widths: dict[float, Estimate]  # the width difference at the robustness deltas
     dir_opt: int
     dir_best: int
     dir_width: int
@@ -236,8 +237,9 @@ def compare(a: Arm, b: Arm, m: Measures) -> Comparison:
     d_best = _two(a, b, lambda arm, y: lr_basin.optimum(arm.xs, y)[1])
     d_width = _two(a, b, lambda arm, y: lr_basin.width(arm.xs, y, m.delta))
     d_sens = _two(a, b, lambda arm, y: lr_basin.sensitivity(arm.xs, y, arm.init, lo_r, hi_r))
+    d_widths = {d: _two(a, b, lambda arm, y, d=d: lr_basin.width(arm.xs, y, d)) for d in m.other_deltas}
     cd = lr_basin.censored_direction
-    return Comparison(a, b, d_opt, d_best, d_width, d_sens,
+    return Comparison(a, b, d_opt, d_best, d_width, d_sens, d_widths,
                       cd(d_opt, opt_moves(a, +1) + opt_moves(b, -1)),
                       cd(d_best, best_moves(a, +1) + best_moves(b, -1)),
                       cd(d_width, width_moves(a, +1) + width_moves(b, -1)),
