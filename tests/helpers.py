@@ -149,20 +149,109 @@ def future_jacobian(model, idx):
     return torch.stack(rows)  # (T, T)
 
 
-def write_checkpoint(path: Path, vocab_size: int = 64, step: int = 60, tokenizer: str | None = None) -> Path:
-    """A small train.py-like checkpoint (2 layers, 2 heads, 16 wide, context 16, random weights) at ``path``, in a
-    second: for the command-line tools' tests. Without ``tokenizer`` it is a token-id model (random_tokens)."""
+def write_checkpoint(path: Path, vocab_size: int = 64, step: int = 60, tokenizer: str | None = None,
+                     model: dict | None = None, attention_bug: dict | None = None) -> Path:
+    """A small train.py-like checkpoint (2 layers, 2 heads, 16 wide, context 16, random weights; ``model`` changes
+    these model.* settings) at ``path``, in a second: for the command-line tools' tests. Without ``tokenizer`` it is a
+    token-id model (random_tokens)."""
     import torch
 
     from tinygpt.model.gpt import GPT, GPTConfig
 
-    model = {"block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16}
+    model = {"block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16, **(model or {})}
     torch.manual_seed(0)
     gpt = GPT(GPTConfig(vocab_size=vocab_size, **model))
-    ckpt = {"state_dict": {f"model.{k}": v for k, v in gpt.state_dict().items()},
-            "hyper_parameters": {"model": model, "vocab_size": vocab_size}, "global_step": step}
+    hp = {"model": model, "vocab_size": vocab_size, **({"attention_bug": attention_bug} if attention_bug else {})}
+    ckpt = {"state_dict": {f"model.{k}": v for k, v in gpt.state_dict().items()}, "hyper_parameters": hp,
+            "global_step": step}
     if tokenizer is not None:
         ckpt["tokenizer"] = tokenizer
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(ckpt, path)
     return path
+
+
+# ----------------------------------------------------------------------------- a small GPT-2 in Hugging Face's format
+
+
+def write_hf_gpt2(path: Path, tokenizer_files: str = "tokenizer.json", seed: int = 0, n_positions: int = 16) -> Path:
+    """A small random GPT-2 saved as `transformers` saves one (config.json, model.safetensors: 2 layers, 2 heads,
+    32 wide, ``n_positions`` positions, weights of std 0.1) with a byte-level BPE of 300 tokens trained by
+    `tokenizers` on TEXT, saved as tokenizer.json or (``tokenizer_files="vocab.json"``) as vocab.json + merges.txt.
+    Its biases and LayerNorm parameters are random too (GPT-2's init makes them 0 and 1, which would hide a bias mapped
+    to the wrong place)."""
+    import torch
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = ByteLevelBPETokenizer()
+    tok.train_from_iterator(TEXT.splitlines(), vocab_size=300, special_tokens=["<|endoftext|>"], show_progress=False)
+    eot = tok.token_to_id("<|endoftext|>")
+    torch.manual_seed(seed)
+    config = GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=n_positions, vocab_size=tok.get_vocab_size(),
+                        bos_token_id=eot, eos_token_id=eot, initializer_range=0.1)  # logits of a few units
+    model = GPT2LMHeadModel(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, 0.05)
+            elif ".ln_" in name:
+                p.normal_(1.0, 0.1)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    if tokenizer_files == "tokenizer.json":
+        tok.save(str(path / "tokenizer.json"))
+    else:
+        tok.save_model(str(path))  # vocab.json + merges.txt
+    return path
+
+
+# ----------------------------------------------------------------------------- a run exported to transformers
+
+# A few steps of a run, in-process (the model: model=tiny with model.block_size=32, long enough for a prompt and 20
+# greedy tokens, or init_from's).
+EXPORT_RECIPE = ["logger=csv", "data.batch_size=4", "data.val_windows=8",
+                 "trainer.max_steps=3", "trainer.val_check_interval=3", "trainer.log_every_n_steps=1",
+                 "optim.warmup_steps=1", "diagnostics.windows=4", "callbacks.attention_maps.every_n_steps=0",
+                 "callbacks.text_samples.max_new_tokens=4", "callbacks.stability.every_n_steps=3"]
+
+
+def train_in_process(out: Path, overrides: list[str]) -> dict:
+    """train.py's run of ``overrides`` in this process, into ``out`` (as tests/train/test_end_of_run.py runs them):
+    its summary. A second or so for the tiny model, where a subprocess pays the imports again."""
+    from tinygpt.train import run as run_phases
+
+    return run_phases.train(compose_train(overrides, out_dir=out))
+
+
+def transformers_agreement(ours, theirs, ids) -> dict:
+    """How far transformers' model is from ours on ids (B, T), both in eval mode: float32 logits (the largest
+    difference over the largest logit), float64 logits (the largest difference, both models cast to double and back)
+    and the loss (ours on ids[:, :-1] -> ids[:, 1:], transformers' with labels=ids, which it shifts itself)."""
+    import torch
+
+    with torch.no_grad():
+        a, b = ours(ids)[0], theirs(ids).logits  # (B, T, V)
+        _, loss = ours(ids[:, :-1], ids[:, 1:])
+        expected = theirs(input_ids=ids, labels=ids).loss
+        try:
+            a64, b64 = ours.double()(ids)[0], theirs.double()(ids).logits
+        finally:
+            ours.float(), theirs.float()
+    return {"float32": ((a - b).abs().max() / b.abs().max()).item(), "float64": (a64 - b64).abs().max().item(),
+            "loss": abs(loss.item() - expected.item()) / expected.item()}
+
+
+def greedy_three_ways(ours, theirs, prompt: list[int], new: int) -> tuple[list[int], list[int], list[int]]:
+    """``new`` greedy tokens after ``prompt``: ours with the KV cache, ours without, transformers' generate
+    (do_sample=False; eos_token_id=None, as our generate never stops at <|endoftext|>)."""
+    import torch
+
+    from tinygpt.model.generate import generate
+
+    idx = torch.tensor([prompt])
+    cached, recomputed = (generate(ours, idx, new, top_k=1, use_cache=c)[0].tolist() for c in (True, False))
+    with torch.no_grad():
+        hf = theirs.generate(idx, attention_mask=torch.ones_like(idx), do_sample=False, max_new_tokens=new,
+                             eos_token_id=None, pad_token_id=0)[0].tolist()
+    return cached, recomputed, hf

@@ -1,15 +1,18 @@
-"""Look at a trained model's attention on any text: `python scripts/attention.py --ckpt <run dir> --text "..."`.
+"""Look at a trained model's attention on any text: `python scripts/attention.py --ckpt <run dir> --text "..."`, or a
+pretrained GPT-2's: `--init_from gpt2` (a Hub name or a local Hugging Face model dir) instead of --ckpt.
 
 Writes the interactive explorer (tinygpt.train.explorer) for the text through the checkpoint's model: every layer and
 head, hover for query, key and weight, a query picked on the text. A leaky checkpoint (trained without the mask)
 shows its weights on the future. ``--png DIR`` also draws the static heatmaps, one PNG per layer. Without ``--out`` the
-page goes into the run dir it reads: ``<run dir>/attention/<checkpoint>_step<N>_<text hash>.html``.
+page goes into the run dir it reads: ``<run dir>/attention/<checkpoint>_step<N>_<text hash>.html``, or for
+``--init_from``, which has no run dir: ``outputs/attention/<model name>_<text hash>.html``.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import sys
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from tinygpt.experiments.leaky_masks import BuggyAttention
 from tinygpt.sample import checkpoint_file, find_latest_checkpoint, load_checkpoint_at_step, token_ids
 from tinygpt.train import explorer
 from tinygpt.train.diagnostics import evaluating
+from tinygpt.train.pretrained import load_model
 from tinygpt.train.plots import LayerPlotter, token_label
 
 
@@ -96,15 +100,30 @@ def default_page(ckpt: Path, step: int, text: str) -> Path:
     return run_dir_of(ckpt) / "attention" / f"{ckpt.stem}_step{step}_{digest}.html"
 
 
+def pretrained_page(source: str, text: str) -> Path:
+    """Where an --init_from page goes without --out: outputs/attention/<model name>_<text hash>.html."""
+    digest = hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
+    name = re.sub(r"[^\w.-]+", "_", Path(source.rstrip("/\\")).name or source) or "model"
+    return Path("outputs") / "attention" / f"{name}_{digest}.html"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/attention.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ckpt", help="checkpoint or run dir (default: the newest last.ckpt under outputs/ and multirun/)")
+    source = ap.add_mutually_exclusive_group()
+    source.add_argument("--ckpt", help="checkpoint or run dir (default: the newest last.ckpt under outputs/ and "
+                        "multirun/)")
+    source.add_argument("--init_from", "--init-from", dest="init_from", metavar="DIR_OR_NAME",
+                        help="a pretrained GPT-2 instead: a local Hugging Face model dir or a Hub name (gpt2, "
+                        "gpt2-medium, gpt2-large, gpt2-xl, owner/name)")
     ap.add_argument("--text", required=True, help="the text to look at (clipped to the model's block_size)")
     ap.add_argument("--out", type=Path, default=None, help="the page to write (default: <run dir>/attention/"
-                    "<checkpoint>_step<N>_<text hash>.html)")
+                    "<checkpoint>_step<N>_<text hash>.html; with --init_from: outputs/attention/<name>_<text "
+                    "hash>.html)")
     ap.add_argument("--png", type=Path, default=None, help="also write one heatmap PNG per layer into this dir")
     args = ap.parse_args(argv)
+    if args.init_from:
+        return pretrained_main(args)
     ckpt = args.ckpt or find_latest_checkpoint()
     if ckpt is None:
         print_error("attention: no --ckpt given and none found under outputs/ or multirun/; run `python train.py` "
@@ -132,16 +151,40 @@ def main(argv: list[str] | None = None) -> int:
         print_error(f"attention: {ckpt} is not a train.py checkpoint ({type(err).__name__}).")
         return 2
     print(f"# {path} (step {step})", file=sys.stderr)
-    for note in notes:
-        print(f"# {note}", file=sys.stderr)
-    w = weights_of(model, ids).numpy()  # (n_layer, H, T, T)
     bugs = sorted({b.attn.kind for b in model.blocks if isinstance(b.attn, BuggyAttention)})
     kind = ("causal" if model.config.attn.causal else "no mask: the future is visible") + (
         f", with experiment 3's mask bug {', '.join(bugs)}" if bugs else "")
-    page = explorer.write(out, [(step, w, labels)], f"{Path(str(ckpt)).name} ({kind})")
+    write_pages(args, model, ids, labels, notes, step, f"{Path(str(ckpt)).name} ({kind})", out)
+    return 0
+
+
+def pretrained_main(args: argparse.Namespace) -> int:
+    """main's work for --init_from: a pretrained GPT-2's attention on the text (step 0: it was not trained here)."""
+    out = args.out or pretrained_page(args.init_from, args.text)
+    try:
+        check_writable(out, f"--out={args.out}" if args.out is not None else
+                       f"the default page {out} (pass --out to write it elsewhere)")
+        if args.png is not None:
+            check_writable(args.png, f"--png={args.png}", directory=True)
+        model, tok, pre = load_model(args.init_from)
+        ids, labels, notes = tokens(tok, args.text, model.config.block_size, model.config.vocab_size)
+    except (FileNotFoundError, ConfigError, ValueError) as err:
+        print_error(f"attention: {err}")
+        return 2
+    print(f"# init_from {pre.source} ({pre.path})", file=sys.stderr)
+    write_pages(args, model, ids, labels, notes, 0, f"{pre.source} (pretrained GPT-2, causal)", out)
+    return 0
+
+
+def write_pages(args: argparse.Namespace, model: GPT, ids: list[int], labels: list[str], notes: list[str], step: int,
+                title: str, out: Path) -> None:
+    """The notes, then the explorer page of the text's attention (and the PNGs with --png), each path printed."""
+    for note in notes:
+        print(f"# {note}", file=sys.stderr)
+    w = weights_of(model, ids).numpy()  # (n_layer, H, T, T)
+    page = explorer.write(out, [(step, w, labels)], title)
     print(f"attention: {len(ids)} tokens, {w.shape[0]} layers x {w.shape[1]} heads -> {page}")
     if args.png:
         args.png.mkdir(parents=True, exist_ok=True)
         paths = LayerPlotter()(w, labels, step, args.png)
         print(f"attention: {len(paths)} PNGs -> {args.png}")
-    return 0

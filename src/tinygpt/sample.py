@@ -1,4 +1,5 @@
-"""Generate text from a checkpoint: `python scripts/sample.py --ckpt outputs/.../last.ckpt --prompt ROMEO:`.
+"""Generate text from a checkpoint: `python scripts/sample.py --ckpt outputs/.../last.ckpt --prompt ROMEO:`, or from
+a pretrained GPT-2 without a run: `--init_from gpt2` (a Hub name or a local Hugging Face model dir).
 
 Several ``--prompt``s decode together as one left-padded batch (each continues as it would alone)."""
 
@@ -18,6 +19,7 @@ from tinygpt.model.fast_linear import use_fast_decode
 from tinygpt.model.generate import check_sampling, generate, pad_prompts
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.data.tokenizer import decode, encode
+from tinygpt.train.pretrained import load_model
 
 
 def find_latest_checkpoint(roots=("outputs", "multirun")) -> Path | None:
@@ -74,6 +76,13 @@ def load_checkpoint_at_step(path: str | Path, device: str = "cpu") -> tuple[GPT,
     model.load_state_dict(state)
     tok = Tokenizer.from_str(ckpt["tokenizer"]) if "tokenizer" in ckpt else None
     return model.to(device).eval(), tok, int(ckpt.get("global_step", 0))
+
+
+def load_pretrained(source: str, device: str = "cpu") -> tuple[GPT, Tokenizer]:
+    """The GPT (eval mode) and tokenizer of a pretrained GPT-2 (``--init_from``: a Hugging Face model dir or a Hub
+    name; tinygpt.train.pretrained)."""
+    model, tok, _ = load_model(source, device)
+    return model, tok
 
 
 def token_ids(text: str, vocab_size: int, flag: str = "--prompt") -> list[int]:
@@ -150,7 +159,12 @@ def crop_note(n_tokens: int, block_size: int) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--ckpt", help="checkpoint or run dir (default: the newest last.ckpt under outputs/ and multirun/)")
+    source = ap.add_mutually_exclusive_group()
+    source.add_argument("--ckpt", help="checkpoint or run dir (default: the newest last.ckpt under outputs/ and "
+                        "multirun/)")
+    source.add_argument("--init_from", "--init-from", dest="init_from", metavar="DIR_OR_NAME",
+                        help="a pretrained GPT-2 instead: a local Hugging Face model dir or a Hub name (gpt2, "
+                        "gpt2-medium, gpt2-large, gpt2-xl, owner/name)")
     ap.add_argument("--prompt", action="append", help="text to continue (default: a newline); repeat it for "
                     "several prompts, decoded together as one padded batch")
     ap.add_argument("--max-new-tokens", type=int, default=500)
@@ -164,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                     "for comparison with the KV cache)")
     args = ap.parse_args(argv)
     prompts = args.prompt or ["\n"]
-    ckpt = args.ckpt or find_latest_checkpoint()
+    ckpt = args.init_from or args.ckpt or find_latest_checkpoint()
     if ckpt is None:
         ap.error("no checkpoint given and none found under outputs/ or multirun/; run `python train.py` first.")
     if args.max_new_tokens < 1:
@@ -178,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         ap.error(f"--{err}".replace("top_k=", "top-k="))
     try:
-        model, tok = load_checkpoint(ckpt, args.device)
+        if args.init_from:
+            model, tok = load_pretrained(args.init_from, args.device)
+        else:
+            model, tok = load_checkpoint(ckpt, args.device)
         use_fast_decode(model)  # KV-cache decoding's few-row products on both cores (tinygpt.model.fast_linear)
     except (FileNotFoundError, ConfigError) as e:
         ap.error(str(e))

@@ -32,8 +32,8 @@ def test_constructor_defaults_are_the_configs_defaults():
     """Using TextDataModule from Python gives the recipe `python train.py` uses."""
     defaults = {k: p.default for k, p in inspect.signature(TextDataModule).parameters.items()}
     cfg = compose_train()
-    for key in ("source", "tokenizer", "vocab_size", "train_fraction", "block_size", "batch_size", "val_batch_size",
-                "val_windows", "seed", "overfit"):
+    for key in ("source", "tokenizer", "vocab_size", "tokenizer_dir", "train_fraction", "block_size", "batch_size",
+                "val_batch_size", "val_windows", "seed", "overfit"):
         assert defaults[key] == cfg.data[key], key
     assert defaults["n_tokens"] == compose_train(["data=random_tokens"]).data.n_tokens == 1_000_000
     assert defaults["cache_dir"] == "data/cache" and defaults["path"] is None and defaults["split"] == "train"
@@ -41,7 +41,12 @@ def test_constructor_defaults_are_the_configs_defaults():
 
 BAD = [
     (dict(source="web"), "data.source='web' is not one of shakespeare, text_file, hf_hub, random_tokens."),
-    (dict(tokenizer="word"), "data.tokenizer='word' is not one of char, bpe."),
+    (dict(tokenizer="word"), "data.tokenizer='word' is not one of char, bpe, pretrained."),
+    (dict(tokenizer="pretrained"), "data.tokenizer=pretrained needs data.tokenizer_dir=<a Hugging Face model dir "
+                                   "with tokenizer.json or vocab.json + merges.txt> (init_from sets it)."),
+    (dict(tokenizer="pretrained", tokenizer_dir="/no/such"), "data.tokenizer_dir='/no/such' is not a directory."),
+    (dict(tokenizer_dir="/no/such"), "data.tokenizer_dir='/no/such' is read only with data.tokenizer=pretrained, "
+                                     "not data.tokenizer='char'."),
     (dict(tokenizer="bpe", vocab_size=256),
      "data.vocab_size=256 is too small for byte-level BPE: it needs at least 257 (256 bytes + <|endoftext|>)."),
     (dict(source="random_tokens", vocab_size=1), "data.vocab_size=1 must be at least 2 for random_tokens."),

@@ -253,6 +253,33 @@ def test_cache_path_depends_on_every_tokenizer_setting(corpus_file, tmp_path):
     assert len(paths) == 5  # sweeping data.vocab_size (or anything else) never reuses another tokenizer's ids
 
 
+def test_a_pretrained_tokenizer_tokenizes_as_it_is_into_a_cache_of_its_own(corpus_file, tmp_path):
+    """data.tokenizer=pretrained (init_from's): the corpus goes through the dir's tokenizer unchanged; the cache's name
+    carries a hash of that tokenizer, so another one (or one trained here) never reads its ids; the cache's copy of
+    the tokenizer is the same tokenizer (a resume compares them)."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    from tinygpt.data.tokenizer import load_pretrained_tokenizer
+
+    dirs = []
+    for size in (280, 300):
+        tok = ByteLevelBPETokenizer()
+        tok.train_from_iterator(TEXT.splitlines(), vocab_size=size, special_tokens=["<|endoftext|>"],
+                                show_progress=False)
+        (tmp_path / str(size)).mkdir()
+        tok.save(str(tmp_path / str(size) / "tokenizer.json"))
+        dirs.append(str(tmp_path / str(size)))
+    dm = make_dm(corpus_file, tmp_path, tokenizer="pretrained", tokenizer_dir=dirs[1])
+    dm.setup()
+    theirs = load_pretrained_tokenizer(dirs[1])
+    text = corpus_file.read_text()
+    assert dm.train_ids.tolist() == encode(theirs, split_text(text, 0.9)[0]) and dm.vocab_size == 300
+    assert dm.tokenizer.to_str() == theirs.to_str()
+    paths = {make_dm(corpus_file, tmp_path, tokenizer="pretrained", tokenizer_dir=d)._cache_dir_for(text)
+             for d in dirs} | {make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=300)._cache_dir_for(text)}
+    assert len(paths) == 3 and dm.cache_path in paths
+
+
 def test_tokenizer_is_trained_on_the_training_split_only(tmp_path):
     path = tmp_path / "c.txt"
     path.write_text("abcab\n" * 150 + "Z" * 100)  # 'Z' occurs only in the last 10%: the validation split

@@ -74,8 +74,8 @@ def test_a_mistyped_key_is_one_line_naming_it_with_exit_status_2(tmp_path):
     for args in (["model=smal", f"hydra.run.dir={out}"], ["-m", "model=smal,tiny", f"hydra.sweep.dir={out}"]):
         proc = run_train(args, check=False)
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-            "error: model=smal is not an option of model; did you mean model=small? the options: baby, small, "
-            "tiny."], proc.stderr
+            "error: model=smal is not an option of model; did you mean model=small? the options: baby, gpt2, "
+            "gpt2_large, gpt2_medium, gpt2_xl, small, tiny."], proc.stderr
         assert not out.exists()
     # swept: Hydra composes a sweep's jobs after it starts; the typo is caught before any job runs
     sweep = tmp_path / "sweep"

@@ -121,6 +121,27 @@ def test_unit_qk_init_gives_unit_variance_queries_and_keys():
         assert v.var().item() == pytest.approx(0.02**2 * C, rel=0.1)  # values keep the GPT-2 init
 
 
+def test_activation_and_ln_eps_options():
+    """gelu_tanh is GPT-2's tanh GELU, ln_eps every block's and the final LayerNorm's eps; the defaults are the exact
+    GELU and 1e-5, and the options draw the same initial weights (no other random numbers)."""
+    torch.manual_seed(0)
+    default = GPT(tiny())
+    torch.manual_seed(0)
+    gpt2_like = GPT(tiny(activation="gelu_tanh", ln_eps=1e-6))
+    assert default.blocks[0].mlp.gelu.approximate == "none" and default.ln_f.eps == 1e-5
+    assert gpt2_like.blocks[1].mlp.gelu.approximate == "tanh"
+    assert {m.eps for m in gpt2_like.modules() if isinstance(m, torch.nn.LayerNorm)} == {1e-6}
+    assert all(torch.equal(a, b) for a, b in zip(default.state_dict().values(), gpt2_like.state_dict().values(),
+                                                 strict=True))
+
+
+def test_bad_activation_and_ln_eps_are_one_sentence():
+    with pytest.raises(ValueError, match=r"^model.activation='relu' is not one of gelu, gelu_tanh\.$"):
+        tiny(activation="relu")
+    with pytest.raises(ValueError, match=r"^model.ln_eps=-1 must be a positive number \(the LayerNorms' eps, "):
+        tiny(ln_eps=-1)
+
+
 def test_bad_qk_init_is_one_sentence():
     with pytest.raises(ValueError, match="model.attn.qk_init='xavier' is not one of gpt2, unit"):
         tiny(attn={"qk_init": "xavier"})

@@ -46,7 +46,9 @@ BAD = [  # (overrides, the exact sentence)
     (["diagnostics.windows=0"], "diagnostics.windows=0 must be a positive integer (validation windows to probe)."),
     (["data.val_batch_size=0"], "data.val_batch_size=0 must be a positive integer."),
     (["data.batch_size=0"], "data.batch_size=0 must be a positive integer."),
-    (["data.tokenizer=word"], "data.tokenizer='word' is not one of char, bpe."),
+    (["data.tokenizer=word"], "data.tokenizer='word' is not one of char, bpe, pretrained."),
+    (["data.tokenizer=pretrained"], "data.tokenizer=pretrained needs data.tokenizer_dir=<a Hugging Face model dir "
+                                    "with tokenizer.json or vocab.json + merges.txt> (init_from sets it)."),
     (["data.tokenizer=bpe", "data.vocab_size=100"], "data.vocab_size=100 is too small for byte-level BPE"),
     (["data.train_fraction=1.5"], "data.train_fraction=1.5 must be between 0 and 1."),
     (["data.path=/no/such/file.txt"], "data.path='/no/such/file.txt' is not a file."),
@@ -68,6 +70,10 @@ BAD = [  # (overrides, the exact sentence)
     (["callbacks.progress_bar.refresh_rate=true"], "callbacks.progress_bar.refresh_rate=True must be >= 0"),
     (["data.vocab_size=true"], "data.vocab_size=True must be a positive integer."),
     (["model.dropout=false"], "model.dropout=False must be in [0, 1)."),
+    (["model.activation=relu"], "model.activation='relu' is not one of gelu, gelu_tanh."),
+    (["model.ln_eps=0"], "model.ln_eps=0 must be a positive number (the LayerNorms' eps, e.g. 1e-5)."),
+    (["init_from=/no/such/dir"], "init_from='/no/such/dir' is neither a directory nor a Hub name (such as gpt2 or "
+                                 "owner/name); pass a local Hugging Face model dir"),
     (["seed=true"], "seed=True must be an integer in [0, 2**32)."),
     (["trainer.val_check_interval=true"], "trainer.val_check_interval=True must be a number."),
     (["trainer.gradient_clip_val=true"], "trainer.gradient_clip_val=True must be a number."),

@@ -20,7 +20,7 @@ import numpy as np
 
 from tinygpt.runtime.errors import ConfigError
 from tinygpt.runtime.run_dirs import cannot_write
-from tinygpt.data.tokenizer import train_tokenizer
+from tinygpt.data.tokenizer import fingerprint, train_tokenizer
 
 CACHE_VERSION = 1
 
@@ -81,22 +81,26 @@ def default_mode(path: Path) -> None:
 
 
 def cache_dir_for(root: Path, source: str, text: str | None, *, tokenizer: str, vocab_size: int,
-                  train_fraction: float, n_tokens: int, seed: int) -> Path:
+                  train_fraction: float, n_tokens: int, seed: int, pretrained=None) -> Path:
     """The cache's own dir under ``root``: named by the source, a hash of the text and the tokenizer (or, for
-    random tokens, by what draws them), so another corpus or tokenizer never reads this one's ids."""
+    random tokens, by what draws them), so another corpus or tokenizer never reads this one's ids. A ``pretrained``
+    tokenizer (data.tokenizer=pretrained) is named by a hash of its whole JSON."""
     if source == "random_tokens":
         key = f"random_tokens-v{vocab_size}-n{n_tokens}-s{seed}"
     else:
         h = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
         tok = tokenizer + (f"{vocab_size}" if tokenizer == "bpe" else "")
+        if pretrained is not None:
+            tok = f"{tokenizer}{fingerprint(pretrained)}"
         key = f"{source}-{h}-{tok}-f{train_fraction}"
     return root / f"{key}-c{CACHE_VERSION}"
 
 
 def build(out: Path, source: str, text: str | None, *, tokenizer: str, vocab_size: int, train_fraction: float,
-          n_tokens: int, seed: int) -> None:
+          n_tokens: int, seed: int, pretrained=None) -> None:
     """Write the cache into ``out``: train.npy, val.npy, tokenizer.json (text sources) and meta.json. Text is
-    split contiguously (the first ``train_fraction`` trains) and the tokenizer is trained on the train split."""
+    split contiguously (the first ``train_fraction`` trains) and the tokenizer is trained on the train split, or is
+    ``pretrained`` (a tokenizers.Tokenizer read from a model dir) as it is."""
     if source == "random_tokens":
         rng = np.random.default_rng(seed)
         ids = rng.integers(0, vocab_size, size=n_tokens).astype(np.uint16 if vocab_size <= 65536 else np.int32)
@@ -106,7 +110,7 @@ def build(out: Path, source: str, text: str | None, *, tokenizer: str, vocab_siz
         if not text.strip():
             raise ValueError(f"the corpus for data.source={source!r} is empty.")
         train_text, val_text = split_text(text, train_fraction)
-        tok = train_tokenizer(tokenizer, chunk_lines(train_text), vocab_size)
+        tok = pretrained if pretrained is not None else train_tokenizer(tokenizer, chunk_lines(train_text), vocab_size)
         vocab = tok.get_vocab_size()
         dtype = np.uint16 if vocab <= 65536 else np.int32
         train, val = tokenize_to_array(tok, train_text, dtype), tokenize_to_array(tok, val_text, dtype)

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from tinygpt.data import cache, corpus
-from tinygpt.data.tokenizer import TOKENIZERS, decode, encode, load_tokenizer
+from tinygpt.data.tokenizer import PRETRAINED, TOKENIZERS, decode, encode, load_pretrained_tokenizer, load_tokenizer
 from tinygpt.data.windows import RandomWindows, fixed_windows
 from tinygpt.runtime.checks import one_of, positive_int
 
@@ -35,6 +35,7 @@ class TextDataModule(L.LightningDataModule):
         text_column: str = "text",
         tokenizer: str = "char",
         vocab_size: int = 512,
+        tokenizer_dir: str | None = None,
         n_tokens: int = 1_000_000,
         train_fraction: float = 0.9,
         block_size: int = 64,
@@ -49,7 +50,8 @@ class TextDataModule(L.LightningDataModule):
         one_of("data.source", source, SOURCES)
         positive_int("data.vocab_size", vocab_size)
         if source != "random_tokens":
-            one_of("data.tokenizer", tokenizer, TOKENIZERS)
+            one_of("data.tokenizer", tokenizer, (*TOKENIZERS, PRETRAINED))
+        self.pretrained = self._pretrained_tokenizer(source, tokenizer, tokenizer_dir)
         if source != "random_tokens" and tokenizer == "bpe" and vocab_size < 257:
             raise ValueError(
                 f"data.vocab_size={vocab_size} is too small for byte-level BPE: it needs at least 257 "
@@ -75,12 +77,32 @@ class TextDataModule(L.LightningDataModule):
         self.source, self.path, self.name, self.config = source, path, name, config
         self.split, self.text_column = split, text_column
         self.tokenizer_kind, self.tokenizer_vocab, self.n_tokens = tokenizer, vocab_size, n_tokens
+        self.tokenizer_dir = tokenizer_dir
         self.train_fraction, self.block_size = train_fraction, block_size
         self.batch_size, self.val_batch_size, self.val_windows = batch_size, val_batch_size, val_windows
         self.cache_root, self.seed, self.overfit = Path(cache_dir).expanduser(), seed, overfit
         self.tokenizer = None
         self.train_ids = self.val_ids = None
         self.cache_path: Path | None = None
+
+    @staticmethod
+    def _pretrained_tokenizer(source: str, tokenizer: str, tokenizer_dir: str | None):
+        """data.tokenizer=pretrained's tokenizer, read now from data.tokenizer_dir (a mistake stops before any work);
+        None for a tokenizer trained on the corpus."""
+        if tokenizer != PRETRAINED or source == "random_tokens":
+            if tokenizer_dir is not None and source != "random_tokens":
+                raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r} is read only with data.tokenizer=pretrained, "
+                                 f"not data.tokenizer={tokenizer!r}.")
+            return None
+        if not tokenizer_dir:
+            raise ValueError("data.tokenizer=pretrained needs data.tokenizer_dir=<a Hugging Face model dir with "
+                             "tokenizer.json or vocab.json + merges.txt> (init_from sets it).")
+        if not Path(tokenizer_dir).expanduser().is_dir():
+            raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r} is not a directory.")
+        try:
+            return load_pretrained_tokenizer(Path(tokenizer_dir).expanduser())
+        except ValueError as err:
+            raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r}: {err}") from None
 
     # ------------------------------------------------------------------ cache
 
@@ -98,8 +120,9 @@ class TextDataModule(L.LightningDataModule):
         )
 
     def _cache_settings(self) -> dict:
-        return {"tokenizer": self.tokenizer_kind, "vocab_size": self.tokenizer_vocab,
-                "train_fraction": self.train_fraction, "n_tokens": self.n_tokens, "seed": self.seed}
+        settings = {"tokenizer": self.tokenizer_kind, "vocab_size": self.tokenizer_vocab,
+                    "train_fraction": self.train_fraction, "n_tokens": self.n_tokens, "seed": self.seed}
+        return settings if self.pretrained is None else {**settings, "pretrained": self.pretrained}
 
     def _cache_dir_for(self, text: str | None) -> Path:
         return cache.cache_dir_for(self.cache_root, self.source, text, **self._cache_settings())

@@ -3,16 +3,20 @@
 - ``char``: one token per character (nanoGPT's Shakespeare recipe), vocab = the train split's
   characters plus ``<unk>`` for characters only the validation text has.
 - ``bpe``: byte-level BPE (GPT-2 style), any text round-trips; vocab size configurable.
+- ``pretrained``: not trained here but read from a Hugging Face model dir (GPT-2's byte-level BPE, 50257 tokens,
+  from its tokenizer.json or vocab.json + merges.txt): what ``init_from`` uses.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-TOKENIZERS = ("char", "bpe")
+TOKENIZERS = ("char", "bpe")  # trained on the corpus
+PRETRAINED = "pretrained"  # read from data.tokenizer_dir
 UNK = "<unk>"
 EOT = "<|endoftext|>"
 
@@ -43,6 +47,33 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int = 512) -> T
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     return Tokenizer.from_file(str(path))
+
+
+def load_pretrained_tokenizer(model_dir: str | Path) -> Tokenizer:
+    """GPT-2's byte-level BPE from a Hugging Face model dir: its tokenizer.json, or vocab.json + merges.txt (the
+    BPE with a ByteLevel pre-tokenizer and decoder, no prefix space, ``<|endoftext|>`` special, as transformers'
+    GPT2TokenizerFast builds it); one sentence when the dir has neither or a file is not readable."""
+    d = Path(model_dir)
+    vocab, merges = d / "vocab.json", d / "merges.txt"
+    try:
+        if (d / "tokenizer.json").is_file():
+            return Tokenizer.from_file(str(d / "tokenizer.json"))
+        if vocab.is_file() and merges.is_file():
+            tok = Tokenizer(models.BPE.from_file(str(vocab), str(merges)))
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+            tok.decoder = decoders.ByteLevel()
+            if tok.token_to_id(EOT) is not None:
+                tok.add_special_tokens([EOT])
+            return tok
+    except Exception as err:  # tokenizers' own errors on a malformed file
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ValueError(f"the tokenizer files in {d} are not readable ({first[:160]}).") from None
+    raise ValueError(f"{d} has no tokenizer: neither tokenizer.json nor vocab.json + merges.txt.")
+
+
+def fingerprint(tok: Tokenizer) -> str:
+    """12 hex digits that change with anything about the tokenizer (its whole JSON): a cache key."""
+    return hashlib.sha256(tok.to_str().encode("utf-8")).hexdigest()[:12]
 
 
 def encode(tok: Tokenizer, text: str) -> list[int]:

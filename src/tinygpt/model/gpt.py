@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.model.attention import BACKENDS, CausalSelfAttention, resolve_scale
-from tinygpt.runtime.checks import is_number, one_of, positive_int
+from tinygpt.runtime.checks import is_number, one_of, positive_int, positive_number
 
 
 @dataclass
@@ -23,6 +23,7 @@ class AttnConfig:
 
 
 QK_INITS = ("gpt2", "unit")
+ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}  # model.activation -> nn.GELU's ``approximate``
 
 
 @dataclass
@@ -34,6 +35,8 @@ class GPTConfig:
     n_embd: int = 128
     dropout: float = 0.0
     bias: bool = False
+    activation: str = "gelu"  # gelu (exact, erf) | gelu_tanh (GPT-2's tanh approximation, transformers' gelu_new)
+    ln_eps: float = 1e-5  # the eps of the blocks' and the final LayerNorm (GPT-2's layer_norm_epsilon)
     attn: AttnConfig = field(default_factory=AttnConfig)
     head_dim: int = field(init=False)
 
@@ -48,6 +51,8 @@ class GPTConfig:
             )
         if not is_number(self.dropout) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout={self.dropout!r} must be in [0, 1).")
+        one_of("model.activation", self.activation, ACTIVATIONS)
+        positive_number("model.ln_eps", self.ln_eps, " (the LayerNorms' eps, e.g. 1e-5)")
         one_of("model.attn.backend", self.attn.backend, BACKENDS)
         one_of("model.attn.qk_init", self.attn.qk_init, QK_INITS)
         self.head_dim = self.n_embd // self.n_head
@@ -63,7 +68,7 @@ class MLP(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
-        self.gelu = nn.GELU()
+        self.gelu = nn.GELU(approximate=ACTIVATIONS[cfg.activation])
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
 
@@ -76,7 +81,7 @@ class Block(nn.Module):
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.ln_eps, bias=cfg.bias)
         self.attn = CausalSelfAttention(
             cfg.n_embd,
             cfg.n_head,
@@ -87,7 +92,7 @@ class Block(nn.Module):
             bias=cfg.bias,
             qk_norm=cfg.attn.qk_norm,
         )
-        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.ln_eps, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
     def forward(self, x: Tensor, kv_cache=None, padding_mask: Tensor | None = None) -> Tensor:
@@ -103,7 +108,7 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.ln_eps, bias=cfg.bias)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying
         self.apply(self._init_weights)

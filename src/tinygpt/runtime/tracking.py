@@ -4,8 +4,6 @@ with one notice line; quiet; each job its own run, closed at the end with the `w
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from lightning.pytorch.loggers import WandbLogger
@@ -13,9 +11,9 @@ from rich.console import Console
 
 from tinygpt.runtime.console import is_quiet
 from tinygpt.runtime.errors import ConfigError
+from tinygpt.runtime.network import REACH_TIMEOUT_S, unreachable  # noqa: F401 (re-exported)
 
 console = Console(stderr=True)
-REACH_TIMEOUT_S = 3.0
 
 
 def _wandb_settings():
@@ -40,19 +38,6 @@ def has_credentials() -> bool:
         )
     except Exception:  # an older or newer wandb without this module: assume none, run offline
         return False
-
-
-def unreachable(url: str, timeout: float = REACH_TIMEOUT_S) -> str | None:
-    """None if the W&B server answers an HTTP request within ``timeout`` seconds (any status), else why not."""
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
-            return None
-    except urllib.error.HTTPError:
-        return None  # it answered
-    except urllib.error.URLError as err:
-        return str(err.reason)
-    except (OSError, ValueError) as err:
-        return str(err) or type(err).__name__
 
 
 MODES = ("online", "offline", "disabled", "dryrun", "shared")

@@ -24,13 +24,14 @@ from omegaconf import DictConfig, OmegaConf
 from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
 from tinygpt.runtime.console import out as console
 from tinygpt.runtime.console import is_quiet, say, set_quiet
-from tinygpt.runtime.errors import as_config_errors
+from tinygpt.runtime.errors import ConfigError, as_config_errors
 from tinygpt.runtime.interrupts import RunInterrupted
 from tinygpt.train import diagnostics, memory
 from tinygpt.train.callbacks import StabilityMonitor, full_model
 from tinygpt.train.guards import Diverged, DivergenceGuard
 from tinygpt.train.leak_alarm import LeakAlarm
 from tinygpt.train.module import GPTModule
+from tinygpt.train.pretrained import attention_note, load_weights
 from tinygpt.train.setup import Run, quiet_libraries, run_identity, setup
 from tinygpt.train.summary import base_summary, done_line, with_diagnostics, write_summary
 
@@ -121,13 +122,25 @@ def keep_history(ckpt: dict | None, loggers: list) -> None:
 
 
 def build_module(run: Run) -> GPTModule:
-    """The LightningModule for the data's vocabulary, with the optimizer recipe built at set-up; a resumed
-    checkpoint must hold the same model shape and tokenizer."""
+    """The LightningModule for the data's vocabulary (init_from's, starting from its weights), with the optimizer
+    recipe built at set-up; a resumed checkpoint must hold the same model shape and tokenizer."""
     cfg, vocab_size = run.cfg, run.dm.vocab_size
+    pre = run.pretrained
+    if pre is not None:
+        if vocab_size > pre.vocab_size:
+            raise ConfigError(f"the data have {vocab_size} token ids, more than the vocab_size={pre.vocab_size} of "
+                              f"init_from={pre.source!r}; use its tokenizer (data.tokenizer=pretrained).")
+        vocab_size = pre.vocab_size
     if cfg.get("check_memory", True):  # before anything is allocated (tinygpt.train.memory)
         memory.check(run.resolved["model"], vocab_size, cfg.data.batch_size, cfg.trainer.get("accelerator"))
     module = GPTModule(model=run.resolved["model"], vocab_size=vocab_size, optim=run.optim,
                        attention_bug=run.resolved.get("attention_bug"))
+    if pre is not None and run.ckpt is None:  # a resume takes the checkpoint's weights instead
+        load_weights(module.model, pre)
+        console.print(f"init_from: {pre.source} ({pre.path}): weights loaded", soft_wrap=True)
+        note = attention_note(run.resolved["model"], run.resolved.get("attention_bug"))
+        if note:
+            console.print(f"[yellow]{note}[/]", soft_wrap=True)
     if run.ckpt is not None:
         tok = run.dm.tokenizer.to_str() if run.dm.tokenizer is not None else None
         checkpoint.check_resume_model(run.ckpt, run.ckpt_path, module.model.state_dict(), run.resolved["model"],

@@ -28,6 +28,7 @@ from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, firs
 from tinygpt.runtime.interrupts import GracefulStop
 from tinygpt.train.guards import StepClock
 from tinygpt.train.optim import AdamWCosine
+from tinygpt.train.pretrained import Pretrained, configure
 
 LOGGERS = ("wandb", "csv")
 NUMERIC_TRAINER_KEYS = ("val_check_interval", "gradient_clip_val", "log_every_n_steps", "devices", "num_nodes")
@@ -105,6 +106,7 @@ class Run:
     trainer: L.Trainer
     ckpt_path: Path | None = None
     ckpt: dict | None = None
+    pretrained: Pretrained | None = None  # init_from's model, when the run starts from one
 
     def callback(self, kind: type):
         """This run's callback of that kind, or None (the config may leave it out)."""
@@ -125,9 +127,13 @@ class Run:
 
 def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | None = None) -> Run:
     """Check every value and build the objects that own them (data module, optimizer recipe, callbacks, loggers,
-    trainer); reads no data, starts no W&B run and writes nothing. Any mistake is one ConfigError."""
+    trainer); reads no data, starts no W&B run and writes nothing (init_from reads its config.json, its weights' headers
+    and its tokenizer, and fetches a Hub model into the Hugging Face cache). Any mistake is one ConfigError."""
     with as_config_errors(TypeError, MisconfigurationException):
         validate_config(cfg)
+        pretrained = configure(cfg, command_line_overrides())  # init_from: its architecture and tokenizer into cfg
+        if pretrained is not None:
+            validate_config(cfg)  # again, with the checkpoint's block_size
         resolved = OmegaConf.to_container(cfg, resolve=True)
         GPTConfig(vocab_size=1, **resolved["model"])  # checks model.* (the vocab size comes with the data)
         optim = build("optim", cfg.optim)  # checks optim.*
@@ -146,7 +152,15 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
             quiet = {"enable_progress_bar": False}
         trainer = build("trainer", cfg.trainer, callbacks=callbacks, logger=loggers or False, **quiet,
                         plugins=[checkpoint.AtomicCheckpointIO(), *distributed.cluster_plugins()])
-    return Run(cfg, out_dir, resolved, dm, optim, trainer, ckpt_path, ckpt)
+    return Run(cfg, out_dir, resolved, dm, optim, trainer, ckpt_path, ckpt, pretrained)
+
+
+def command_line_overrides() -> list[str]:
+    """The run's overrides as given on the command line (Hydra's task overrides); [] outside a Hydra run."""
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:  # HydraConfig was not set: a config composed by hand
+        return []
 
 
 def resume_point(cfg: DictConfig, out_dir: Path) -> tuple[Path | None, dict | None]:

@@ -1,0 +1,73 @@
+"""A pretrained model as a local dir: a dir given by the user as it is, or a Hugging Face Hub name (``gpt2``,
+``gpt2-medium``, ``owner/name``) fetched with ``huggingface_hub.snapshot_download`` (only the config, weight and
+tokenizer files; the Hub's gpt2 repo also holds TF, Flax, ONNX and TFLite copies).
+
+The Hub is asked only after it answers an HTTP request within seconds (runtime/network.py): an unreachable Hub, or
+HF_HUB_OFFLINE=1, falls back to the local Hugging Face cache and, without a copy there, is one sentence at once
+saying to pass a local dir (``huggingface_hub`` itself would retry for half a minute, then print a traceback).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from tinygpt.runtime.errors import ConfigError, first_line
+from tinygpt.runtime.network import unreachable
+
+HUB_TIMEOUT_S = 3.0
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")  # gpt2, openai-community/gpt2
+SAFETENSORS_FILES = ["model.safetensors", "model-*-of-*.safetensors", "model.safetensors.index.json"]
+BIN_FILES = ["pytorch_model.bin", "pytorch_model-*-of-*.bin", "pytorch_model.bin.index.json"]
+OTHER_FILES = ["config.json", "tokenizer.json", "vocab.json", "merges.txt"]
+WHAT_A_DIR_HOLDS = ("config.json, model.safetensors or pytorch_model.bin, and tokenizer.json or vocab.json + "
+                    "merges.txt")
+
+
+def model_dir(name: str, key: str = "init_from") -> Path:
+    """The local dir of ``name``: itself when it is a dir, else the Hub's snapshot of it (downloaded, or from the
+    local cache when the Hub cannot be used); one sentence naming ``key`` when neither is there."""
+    local = Path(name).expanduser()
+    if local.is_dir():
+        return local
+    if local.exists():
+        raise ConfigError(f"{key}={name!r} is a file; pass a Hugging Face model dir ({WHAT_A_DIR_HOLDS}) or a Hub "
+                          "name such as gpt2.")
+    if not HUB_ID.match(name):
+        raise ConfigError(f"{key}={name!r} is neither a directory nor a Hub name (such as gpt2 or owner/name); pass a "
+                          f"local Hugging Face model dir ({WHAT_A_DIR_HOLDS}).")
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+    reason = "HF_HUB_OFFLINE is set" if offline else unreachable(endpoint, HUB_TIMEOUT_S)
+    if reason:
+        cached = _snapshot(name, local_files_only=True)
+        if cached is not None:
+            return cached
+        raise ConfigError(f"{key}={name!r} is not a local directory, the Hugging Face Hub cannot be used ({endpoint}: "
+                          f"{reason}) and its cache has no copy; pass a local model dir ({WHAT_A_DIR_HOLDS}).")
+    try:
+        return _snapshot(name, local_files_only=False)
+    except Exception as err:  # huggingface_hub's errors: no such repo, gated, a dropped connection
+        raise ConfigError(f"{key}={name!r}: the Hugging Face Hub did not give it ({first_line(err)[:200]}); pass a "
+                          f"local model dir ({WHAT_A_DIR_HOLDS}) or another name.") from None
+
+
+def _snapshot(name: str, local_files_only: bool) -> Path | None:
+    """The snapshot dir of ``name`` with its safetensors weights, else its pytorch_model.bin ones; from the cache
+    only (None when it has no copy), or from the Hub. HF_HUB_CACHE, when set, is read now (the library reads it
+    once, at import)."""
+    from huggingface_hub import snapshot_download
+
+    cache = {"cache_dir": os.environ["HF_HUB_CACHE"]} if os.environ.get("HF_HUB_CACHE") else {}
+    for weights in (SAFETENSORS_FILES, SAFETENSORS_FILES + BIN_FILES):
+        try:
+            path = Path(snapshot_download(name, allow_patterns=OTHER_FILES + weights,
+                                          local_files_only=local_files_only, **cache))
+        except Exception:
+            if local_files_only:
+                return None
+            raise
+        if any(path.glob("model*.safetensors")) or any(path.glob("pytorch_model*.bin")):
+            return path
+    return path
