@@ -165,3 +165,25 @@ def test_a_callback_is_switched_off_with_null_or_tilde(tmp_path, corpus_file, ca
     run = setup_with(tmp_path, corpus_file, cache_dir, off)
     assert None not in run.trainer.callbacks
     assert run.callback(LeakAlarm) is None and run.timer is not None and run.stop is not None
+
+
+def test_16_mixed_on_the_cpu_is_float16_not_lightnings_silent_bfloat16():
+    """Lightning turns precision=16-mixed on the CPU into bf16-mixed (a warning only); Experiment 2's float16
+    question needs float16, which torch's CPU autocast does: set-up passes the plugin itself."""
+    import lightning as L
+    import torch
+    from omegaconf import OmegaConf
+
+    from tinygpt.train.setup import cpu_float16
+
+    cfg = OmegaConf.create({"accelerator": "cpu", "precision": "16-mixed"})
+    (plugin,) = cpu_float16(cfg)
+    trainer = L.Trainer(accelerator="cpu", plugins=[plugin], logger=False, enable_checkpointing=False)
+    assert trainer.precision == "16-mixed"
+    with trainer.precision_plugin.forward_context():
+        assert torch.get_autocast_dtype("cpu") == torch.float16
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float16
+    assert trainer.precision_plugin.scaler is not None  # gradients scaled, as on a GPU
+    for other in ({"accelerator": "cpu", "precision": "bf16-mixed"}, {"accelerator": "cpu", "precision": "32-true"}):
+        assert cpu_float16(OmegaConf.create(other)) == []
+    assert L.Trainer(accelerator="cpu", precision="16-mixed", logger=False).precision == "bf16-mixed"  # why

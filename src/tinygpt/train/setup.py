@@ -150,9 +150,25 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         if run_dirs.in_parallel_sweep():  # jobs at once share the terminal: no progress bars, one line each
             callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
             quiet = {"enable_progress_bar": False}
+        precision = cpu_float16(cfg.trainer)
         trainer = build("trainer", cfg.trainer, callbacks=callbacks, logger=loggers or False, **quiet,
-                        plugins=[checkpoint.AtomicCheckpointIO(), *distributed.cluster_plugins()])
+                        plugins=[checkpoint.AtomicCheckpointIO(), *distributed.cluster_plugins(), *precision],
+                        **({"precision": None} if precision else {}))
     return Run(cfg, out_dir, resolved, dm, optim, trainer, ckpt_path, ckpt, pretrained)
+
+
+def cpu_float16(trainer_cfg: DictConfig) -> list:
+    """trainer.precision=16-mixed on the CPU: Lightning would train in bfloat16 instead, with a warning (its AMP
+    on the CPU is bfloat16 only); torch's CPU autocast does float16, so the run gets it as asked, with a gradient
+    scaler (MixedPrecision with device "cpu"). Returns the precision plugin to pass, or [] for any other case."""
+    accelerator = str(trainer_cfg.get("accelerator", "auto"))
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available()
+                                      and not torch.backends.mps.is_available())
+    if str(trainer_cfg.get("precision")) != "16-mixed" or not on_cpu:
+        return []
+    from lightning.pytorch.plugins import MixedPrecision
+
+    return [MixedPrecision("16-mixed", "cpu")]
 
 
 def command_line_overrides() -> list[str]:
