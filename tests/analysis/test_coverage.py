@@ -95,9 +95,11 @@ def curve_measures_covered(rng, S=5, sd_seed=0.05, n_windows=128):
 @pytest.mark.slow
 def test_the_basin_width_and_optimum_differences_cover_their_truth():
     """The same calibration carried through the curve measures (a minimum, a vertex, interpolated edges: not
-    smooth in the data). 150 datasets (Monte Carlo SE about 1.8%); separate runs of 150 gave 96.7% and 99.3%
-    (width) and 95.3% and 96.0% (optimum) at seed sds 0.03 and 0.08."""
+    smooth in the data). 400 datasets (Monte Carlo SE about 1.1%); separate runs of 150 gave 96.7% and 99.3%
+    (width) and 95.3% and 96.0% (optimum) at seed sds 0.03 and 0.08; this seed, 97.3% and 96.8% (the basin edges
+    move continuously with the losses since the vertex is a point of the curve)."""
     rng = np.random.default_rng(7)
-    hits = np.array([curve_measures_covered(rng) for _ in range(150)])  # (150, 2)
+    hits = np.array([curve_measures_covered(rng) for _ in range(400)])  # (400, 2)
     width, opt = hits.mean(0)
-    assert 0.90 <= width <= 1.0 and 0.90 <= opt <= 1.0, (width, opt)
+    print(f"coverage: width difference {width:.3f}, optimum difference {opt:.3f}")
+    assert 0.93 <= width <= 1.0 and 0.93 <= opt <= 1.0, (width, opt)

@@ -43,11 +43,18 @@ def test_an_optimum_at_the_grid_edge_is_flagged_and_its_basin_open_on_that_side(
     assert optimum(EXACT, falling[::-1])[2] == -1
 
 
-def test_a_basin_narrower_than_the_grid_step_uses_the_parabola():
+def test_the_width_moves_continuously_as_a_cliff_rises_beside_the_optimum():
+    """The vertex is a point of the curve, so a loss rising past the vertex + delta never makes the width jump
+    (the reviewer's case: a cliff just above the best rate)."""
+    widths = []
+    for y2 in np.linspace(3.0, 5.0, 81):
+        y = np.array([3.0, 2.8, 2.5, 2.2, y2, 4.3, 4.3])
+        widths.append(width(EXACT, y, 0.1))
+    assert max(abs(np.diff(widths))) < 0.01
     y = 2.0 + 50.0 * (EXACT - (EXACT[3] + 0.1)) ** 2  # steep: the lowest rate is 0.5 above the vertex
     b = basin(EXACT, y, 0.1)
-    assert b.lo == pytest.approx(EXACT[3] + 0.1 - np.sqrt(0.1 / 50))
-    assert b.hi - b.lo == pytest.approx(2 * np.sqrt(0.002))
+    assert b.lo == pytest.approx(EXACT[3] + 0.1 - 0.1 / 0.5 * 0.1)  # between the vertex and the rate, linearly
+    assert 0 < b.hi - b.lo < 2 * np.sqrt(0.1 / 50)  # inside the parabola's own basin
 
 
 def test_rows_are_replicates():
@@ -85,17 +92,18 @@ def test_a_shifted_optimum_with_an_equal_basin_has_a_higher_fixed_range_sensitiv
     rng = (-4.0, -2.0)
     assert sensitivity(grid, b, 4.17, *rng) > sensitivity(grid, a, 4.17, *rng) + 0.01
     assert width(grid, a, 0.1) == pytest.approx(width(grid, b, 0.1))
-    words = sensitivity_words(fixed_range=+1, basin_gap=0)
+    words = sensitivity_words(fixed_range=+1, basin_gap=0, optimum_moved=True)
     assert "more sensitive" not in words.replace("not shown more sensitive", "")
-    assert words.startswith("not shown more sensitive")
+    assert words.startswith("not shown more sensitive") and "where the optimum sits" in words
 
 
 def test_sensitivity_words_need_the_basin_for_more_or_less_sensitive():
     assert sensitivity_words(+1, +1) == "more sensitive (a narrower basin)"
     assert sensitivity_words(0, +1) == "more sensitive (a narrower basin)"  # the basin is the measure of it
-    assert sensitivity_words(+1, -1).startswith("less sensitive (a wider basin); its higher fixed-range")
+    assert sensitivity_words(+1, -1, True).endswith("comes with a moved optimum")
     assert sensitivity_words(-1, 0).startswith("not shown less sensitive")
-    assert sensitivity_words(0, 0) == "no difference in sensitivity by either measure"
+    assert sensitivity_words(+1, 0).endswith("that no detected basin or optimum difference explains")
+    assert sensitivity_words(0, 0) == "not distinguished in sensitivity by either measure"
 
 
 def est(lo, hi):
@@ -109,6 +117,7 @@ def test_censoring_keeps_only_directions_a_larger_true_value_cannot_undo():
     assert censored_direction(above, [1]) == 1  # an open width added: the true difference is larger still
     assert censored_direction(above, [-1]) == 0  # an open width subtracted could be larger: undecided
     assert censored_direction(below, [-1]) == -1 and censored_direction(below, [1]) == 0
+    assert censored_direction(Estimate(-0.01, 0.02, 0.3), []) == 0  # the value outside its own interval
 
 
 def test_sign_both_and_all_verdicts():

@@ -9,8 +9,9 @@ losses of shape (L,) or (..., L) (a bootstrap's replicates on the leading axes) 
   log10(lr) and the best loss. At the grid's first or last rate there is no neighbour on one side: the optimum is
   that rate and is flagged as at the edge (the true one may lie beyond).
 - ``basin``: the log10(lr) range around the optimum over which the loss stays within ``delta`` of the best (the
-  vertex loss). Each edge is interpolated linearly between the last rate inside and the first outside; with no
-  rate outside on a side the edge is the grid's end and is "open": the width is then a lower bound.
+  vertex loss). The vertex is a point of the curve; each edge is interpolated linearly between the last point
+  inside and the first outside; with no rate outside on a side the edge is the grid's end and is "open": the
+  width is then a lower bound.
 - Censoring in verdicts: a width with an open edge can only be larger, an optimum at the grid's lowest rate only
   lower, at its highest only higher. A difference is called (above or below 0) only when its interval excludes 0
   and no censored term could move it back across 0 (``censored_direction``).
@@ -30,33 +31,36 @@ def _rows(losses) -> tuple[np.ndarray, tuple]:
     return y.reshape(-1, y.shape[-1]), y.shape[:-1]  # (R, L), leading shape
 
 
-def _vertex(x3: np.ndarray, y3: np.ndarray) -> tuple[float, float, float]:
-    """The vertex of the parabola through three points (x increasing, the middle one lowest) and its x^2
-    coefficient; the middle point itself (and 0) when the three are collinear or the parabola opens downward."""
-    (x0, x1, x2), (y0, y1, y2) = x3, y3
-    a = ((y2 - y1) / (x2 - x1) - (y1 - y0) / (x1 - x0)) / (x2 - x0)  # the x^2 coefficient
-    if not a > 0:
-        return float(x1), float(y1), 0.0
-    b = (y1 - y0) / (x1 - x0) - a * (x0 + x1)
-    xv = -b / (2 * a)
-    yv = y1 + a * (xv - x1) ** 2 + (2 * a * x1 + b) * (xv - x1)  # the parabola at xv, expanded around x1
-    return float(xv), float(yv), float(a)
-
-
-def _optimum_row(xs: np.ndarray, row: np.ndarray) -> tuple[int, float, float, float, int]:
-    """(index of the lowest rate, best log10 lr, best loss, the parabola's x^2 coefficient, edge) of one curve."""
-    i = int(np.nanargmin(row)) if np.isfinite(row).any() else 0
-    if i == 0 or i == len(xs) - 1:
-        return i, float(xs[i]), float(row[i]), 0.0, -1 if i == 0 else 1
-    return i, *_vertex(xs[i - 1:i + 2], row[i - 1:i + 2]), 0
+def _optimum_rows(xs: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of y (R, L): (index of the lowest rate, best log10 lr, best loss, edge). Inside the grid the best
+    is the vertex of the parabola through the lowest rate and its two neighbours (the lowest rate itself when the
+    three are collinear, the parabola opens downward or a neighbour is not finite)."""
+    R, L = y.shape
+    finite = np.where(np.isfinite(y), y, np.inf)
+    i = finite.argmin(1)  # (R,): an all-NaN row gives 0
+    rows = np.arange(R)
+    edge = np.where(i == 0, -1, np.where(i == L - 1, 1, 0))
+    j = np.clip(i, 1, L - 2) if L >= 3 else i
+    bx, by = xs[i].astype(np.float64), y[rows, i].astype(np.float64)
+    if L < 3:
+        return i, bx, by, edge
+    x0, x1, x2 = xs[j - 1], xs[j], xs[j + 1]
+    y0, y1, y2 = y[rows, j - 1], y[rows, j], y[rows, j + 1]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        a = ((y2 - y1) / (x2 - x1) - (y1 - y0) / (x1 - x0)) / (x2 - x0)  # the x^2 coefficient
+        b = (y1 - y0) / (x1 - x0) - a * (x0 + x1)
+        xv = -b / (2 * a)
+        yv = y1 + a * (xv - x1) ** 2 + (2 * a * x1 + b) * (xv - x1)  # the parabola at xv, expanded around x1
+    ok = (edge == 0) & (a > 0) & np.isfinite(xv) & np.isfinite(yv)
+    return i, np.where(ok, xv, bx), np.where(ok, yv, by), edge
 
 
 def optimum(xs, losses) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(best log10 lr, best loss, edge) per row: edge -1 at the grid's first rate, +1 at its last, 0 inside."""
     xs = np.asarray(xs, dtype=np.float64)
     y, lead = _rows(losses)
-    out = np.array([_optimum_row(xs, row)[1:] for row in y]).reshape(len(y), 4)  # (R, 4)
-    return out[:, 0].reshape(lead), out[:, 1].reshape(lead), out[:, 3].astype(int).reshape(lead)
+    _, bx, by, edge = _optimum_rows(xs, y)
+    return bx.reshape(lead), by.reshape(lead), edge.reshape(lead)
 
 
 @dataclass(frozen=True)
@@ -75,34 +79,46 @@ class Basin:
         return self.open_lo | self.open_hi
 
 
-def _edge(xs: np.ndarray, row: np.ndarray, start: int, step: int, level: float) -> tuple[float, bool]:
-    """Walk from ``start`` by ``step`` while the loss is within ``level``; interpolate where it leaves."""
-    j = start
-    while 0 <= j + step < len(xs):
-        k = j + step
-        if not row[k] <= level:  # outside (or not finite)
-            if not np.isfinite(row[k]):
-                return float(xs[k]), False
-            f = (level - row[j]) / (row[k] - row[j])
-            return float(xs[j] + f * (xs[k] - xs[j])), False
-        j = k
-    return float(xs[j]), True
+def _edges(X: np.ndarray, Y: np.ndarray, start: np.ndarray, level: np.ndarray, step: int):
+    """Per row: walk from ``start`` by ``step`` while Y <= level; the edge is interpolated linearly between the
+    last point inside and the first outside (that point itself when its loss is not finite); with no point outside
+    the edge is the grid's end and open. X, Y (R, M) sorted by X."""
+    R, M = Y.shape
+    rows = np.arange(R)
+    idx = np.arange(M)[None, :]
+    outside = ~(Y <= level[:, None])  # NaN counts as outside
+    side = (idx < start[:, None]) if step < 0 else (idx > start[:, None])
+    cand = outside & side
+    if step < 0:
+        k = np.where(cand.any(1), np.where(cand, idx, -1).max(1), -1)  # the nearest outside point below start
+        inner, end = np.clip(k + 1, 0, M - 1), X[:, 0]
+    else:
+        k = np.where(cand.any(1), np.where(cand, idx, M).min(1), M)  # ... above start
+        inner, end = np.clip(k - 1, 0, M - 1), X[:, -1]
+    is_open = (k < 0) | (k >= M)
+    kc = np.clip(k, 0, M - 1)
+    xk, yk, xi, yi = X[rows, kc], Y[rows, kc], X[rows, inner], Y[rows, inner]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f = (level - yi) / (yk - yi)
+        x = np.where(np.isfinite(yk), xi + f * (xk - xi), xk)
+    return np.where(is_open, end, x), is_open
 
 
 def basin(xs, losses, delta: float) -> Basin:
-    """The basin within ``delta`` of each row's best (the vertex loss of ``optimum``), edges interpolated."""
+    """The basin within ``delta`` of each row's best (the vertex loss of ``optimum``), edges interpolated; the
+    vertex is a point of the curve, so the width moves continuously with the losses."""
     xs = np.asarray(xs, dtype=np.float64)
     y, lead = _rows(losses)
-    lo, hi = np.empty(len(y)), np.empty(len(y))
-    olo, ohi = np.zeros(len(y), dtype=bool), np.zeros(len(y), dtype=bool)
-    for r, row in enumerate(y):
-        i, xv, best, a, _ = _optimum_row(xs, row)
-        level = best + delta
-        if row[i] > level:  # the vertex dips more than delta below the lowest rate: the parabola's own edges
-            lo[r], hi[r] = xv - np.sqrt(delta / a), xv + np.sqrt(delta / a)
-            continue
-        lo[r], olo[r] = _edge(xs, row, i, -1, level)
-        hi[r], ohi[r] = _edge(xs, row, i, +1, level)
+    R, L = y.shape
+    _, xv, best, _ = _optimum_rows(xs, y)
+    X = np.concatenate([np.broadcast_to(xs, (R, L)), xv[:, None]], axis=1)  # (R, L+1): the vertex joins the curve
+    Y = np.concatenate([y, best[:, None]], axis=1)
+    order = np.argsort(X, axis=1, kind="stable")  # a vertex at a rate (an edge optimum) sorts after it: same loss
+    X, Y = np.take_along_axis(X, order, 1), np.take_along_axis(Y, order, 1)
+    start = (order == L).argmax(1)  # (R,): where the vertex went
+    level = best + delta
+    lo, olo = _edges(X, Y, start, level, -1)
+    hi, ohi = _edges(X, Y, start, level, +1)
     return Basin(lo.reshape(lead), hi.reshape(lead), olo.reshape(lead), ohi.reshape(lead))
 
 
@@ -131,6 +147,8 @@ def censored_direction(est: Estimate, open_terms: list[int]) -> int:
     move the difference: +1 up (an open width added, an optimum at the grid's top rate added, one at its lowest
     rate subtracted), -1 down. An interval above 0 survives +1 terms; one below 0 survives -1 terms."""
     d = direction(est)
+    if d and not est.value * d > 0:  # an interval on one side of 0 and a value on the other: not called
+        return 0
     if d > 0 and any(s < 0 for s in open_terms):
         return 0
     if d < 0 and any(s > 0 for s in open_terms):
@@ -171,20 +189,22 @@ def fp16_verdict(counts: dict, min_unscaled: int, max_scaled: int) -> str:
     return "undecided"
 
 
-def sensitivity_words(fixed_range: int, basin_gap: int) -> str:
+def sensitivity_words(fixed_range: int, basin_gap: int, optimum_moved: bool = False) -> str:
     """What an arm's LR sensitivity difference means, from the fixed-range sensitivity (+1: the arm's is higher,
-    -1 lower, 0 no difference) and its basin compared with the other arm's (+1: the other's basin is wider, so
-    this arm's is narrower; -1: this arm's is wider; 0 no difference). "More sensitive" needs the narrower basin;
-    a higher fixed-range sensitivity alone is a shifted optimum."""
+    -1 lower, 0 not distinguished), its basin against the other arm's (+1: the other's basin is wider, so this
+    arm's is narrower; -1: this arm's is wider; 0 not distinguished) and whether the optimum moved (its difference
+    called). "More sensitive" needs the narrower basin; a fixed-range difference alone is attributed to the optimum
+    only when the optimum's own difference is called."""
     if basin_gap > 0:
         return "more sensitive (a narrower basin)"
     if basin_gap < 0:
         return "less sensitive (a wider basin)" + (
-            "; its higher fixed-range sensitivity comes from where its optimum sits" if fixed_range > 0 else "")
-    if fixed_range > 0:
-        return ("not shown more sensitive: a higher fixed-range sensitivity, but no difference in basin width "
-                "(where the optimum sits, not how wide the basin is)")
-    if fixed_range < 0:
-        return ("not shown less sensitive: a lower fixed-range sensitivity, but no difference in basin width "
-                "(where the optimum sits, not how wide the basin is)")
-    return "no difference in sensitivity by either measure"
+            "; its higher fixed-range sensitivity comes with a moved optimum" if fixed_range > 0 and optimum_moved
+            else "; its fixed-range sensitivity is higher all the same" if fixed_range > 0 else "")
+    if fixed_range:
+        word = "higher" if fixed_range > 0 else "lower"
+        why = ("with the optimum moved: where the optimum sits, not a basin difference, is what the data show"
+               if optimum_moved else "that no detected basin or optimum difference explains")
+        return (f"not shown {'more' if fixed_range > 0 else 'less'} sensitive: a {word} fixed-range sensitivity, "
+                f"basin widths not distinguished, {why}")
+    return "not distinguished in sensitivity by either measure"

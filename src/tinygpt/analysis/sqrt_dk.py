@@ -30,6 +30,7 @@ from tinygpt.analysis.sqrt_dk_numbers import (
     compare,
     diverged_step,
     final_loss,
+    fp16_complete,
     fp16_counts,
     growth,
     max_logit,
@@ -37,7 +38,7 @@ from tinygpt.analysis.sqrt_dk_numbers import (
     stage_two,
 )
 from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate, failed_to_train, mean_spread, verb
-from tinygpt.analysis.sweep import Run, seeds_words, sweep_wall_seconds
+from tinygpt.analysis.sweep import ReportError, Run, seeds_words, sweep_wall_seconds
 from tinygpt.analysis.templates import Report, plural, prose
 
 LADDER = [10 ** (k / 3) for k in range(-18, -2)]  # the design's rates, three a decade, for stage 2
@@ -68,6 +69,8 @@ def factor(e: Estimate) -> str:
 
 def width_text(a: Arm) -> str:
     """'0.84 [0.71, 0.97] decades (2.1e-04 to 1.5e-03)', with what is open."""
+    if not a.trained:
+        return "n/a (the arm never trains: its best rate fails to train)"
     opens = [side for side, o in (("below", a.open_lo), ("above", a.open_hi)) if o]
     note = f"; open {' and '.join(opens)}: a lower bound" if opens else ""
     if a.open_share and not opens:
@@ -281,10 +284,11 @@ def measures_table(nums: Numbers) -> str:
     rows = []
     for k, a in sorted(nums.arms.items(), key=lambda kv: (kv[0].qk_norm, -kv[0].d_k, -kv[0].width, kv[0].scale)):
         n = sum(a.runs.values())
-        rows.append([k.label, opt_text(a), a.opt_loss.format(), width_text(a)]
+        rows.append([k.label, opt_text(a), f"{a.opt_loss.format()} ({a.dip:.3f} below its best rate's)", width_text(a)]
                     + [a.widths[d].format(2) for d in m.other_deltas]
                     + [a.sensitivity.format(), f"{sum(a.diverged.values())}/{n}", f"{sum(a.failed.values())}/{n}"])
-    return markdown_table(["arm", "(a) best rate", "(a) best loss", f"(b) basin width, delta {m.delta:g} (its rates)"]
+    return markdown_table(["arm", "(a) best rate", "(a) best loss (the vertex's dip)",
+                           f"(b) basin width, delta {m.delta:g} (its rates)"]
                           + [f"width, delta {d:g}" for d in m.other_deltas]
                           + ["(c) LR sensitivity", "diverged", "failed to train"], rows)
 
@@ -300,7 +304,7 @@ def comparison_line(c: Comparison, what: str) -> str:
         d_width=c.d_width.format(2, signed=True), other_deltas=other_deltas(c),
         width_words={1: f"{what}: wider", -1: f"{what}: narrower", 0: "no difference at the 95% level"}[c.dir_width],
         d_sens=c.d_sens.format(3, signed=True), sens_words=lower[c.dir_sens],
-        reading=lr_basin.sensitivity_words(c.dir_sens, -c.dir_width))
+        reading=lr_basin.sensitivity_words(c.dir_sens, -c.dir_width, c.dir_opt != 0))
 
 
 def other_deltas(c: Comparison) -> str:
@@ -323,6 +327,29 @@ def scale_pairs(nums: Numbers) -> list[tuple[Arm, Arm]]:
     return out
 
 
+WORDS = {  # each prediction's word in the config's prediction block -> the side of 0 it expects
+    "optimum_shift": {"lower": -1, "higher": +1},
+    "best_loss_gap": {"above": +1, "below": -1},
+    "basin_gap": {"wider_scaled": +1, "narrower_scaled": -1},
+    "basin_growth": {"grows": +1, "shrinks": -1},
+    "sensitivity_gap": {"above": +1, "below": -1},
+    "qknorm_effect": {"wider_and_less_sensitive": (+1, -1), "narrower_and_more_sensitive": (-1, +1)},
+}
+DESIGNED = {"optimum_shift": "lower", "best_loss_gap": "above", "basin_gap": "wider_scaled", "basin_growth": "grows",
+            "sensitivity_gap": "above", "qknorm_effect": "wider_and_less_sensitive"}
+
+
+def expected(pred: dict) -> dict:
+    """The sides of 0 the config's prediction block expects (the design's words where a key is missing)."""
+    out = {}
+    for key, words in WORDS.items():
+        word = str(pred.get(key, DESIGNED[key]))
+        if word not in words:
+            raise ReportError(f"prediction.{key}={word!r} is not one of {', '.join(words)}.")
+        out[key] = words[word]
+    return out
+
+
 def predictions(rep: Report, nums: Numbers, pred: dict, fp16: dict) -> None:
     """P1-P7 as the design wrote them, each verdict from lr_basin's tested functions."""
     m = nums.measures
@@ -332,10 +359,11 @@ def predictions(rep: Report, nums: Numbers, pred: dict, fp16: dict) -> None:
         rep.findings.append(prose("sqrt_dk", "no_predictions"))
         return
     c = compare(n256, s256, m)  # unscaled minus scaled
-    v1 = lr_basin.sign_verdict(c.dir_opt, -1 if pred.get("optimum_shift", "lower") == "lower" else 1)
-    v2 = lr_basin.sign_verdict(c.dir_best, +1)
-    v3 = lr_basin.sign_verdict(-c.dir_width, +1)  # scaled minus unscaled width above 0
-    v5 = lr_basin.sign_verdict(c.dir_sens, +1)
+    e = expected(pred)
+    v1 = lr_basin.sign_verdict(c.dir_opt, e["optimum_shift"])
+    v2 = lr_basin.sign_verdict(c.dir_best, e["best_loss_gap"])
+    v3 = lr_basin.sign_verdict(-c.dir_width, e["basin_gap"])  # scaled minus unscaled width
+    v5 = lr_basin.sign_verdict(c.dir_sens, e["sensitivity_gap"])
     rep.findings += [
         prose("sqrt_dk", "p1", verdict=verdict(v1), d=c.d_opt.format(2, signed=True), factor=factor(c.d_opt),
               s=opt_text(s256), n=opt_text(n256)),
@@ -351,30 +379,30 @@ def predictions(rep: Report, nums: Numbers, pred: dict, fp16: dict) -> None:
         n64 = nums.get(d_k=64, heads=small_heads, width=small_width, scale="none", qk_norm=False)
         if s64 and n64:
             est, d = growth(s256, n256, s64, n64, m)
-            small = compare(n64, s64, m)
-            grow.append((name, est, d, s64, n64, small))
+            grow.append((name, est, d, s64, n64))
     if grow:
-        v4 = lr_basin.all_verdict([d for _, _, d, *_ in grow], +1) if len(grow) == 2 else "undecided"
+        v4 = lr_basin.all_verdict([d for _, _, d, *_ in grow], e["basin_growth"]) if len(grow) == 2 else "undecided"
         rep.findings.append(prose("sqrt_dk", "p4", verdict=verdict(v4), small_dk=64, big_dk=256, parts="; ".join(
             prose("sqrt_dk", "p4_part", where=name, d=est.format(2, signed=True),
                   small=f"d_k = {s64.key.d_k} with {plural(s64.key.heads, 'head')} at width {s64.key.width}",
                   small_gap=(s64.width - n64.width).format(2, signed=True),
                   big_gap=(s256.width - n256.width).format(2, signed=True))
-            for name, est, d, s64, n64, _ in grow)))
+            for name, est, d, s64, n64 in grow)))
     rep.findings.append(prose("sqrt_dk", "p5", verdict=verdict(v5), d=c.d_sens.format(3, signed=True),
                               s=s256.sensitivity.format(), n=n256.sensitivity.format(),
                               lo=rate(m.sensitivity_range[0]), hi=rate(m.sensitivity_range[1]),
-                              reading=lr_basin.sensitivity_words(c.dir_sens, -c.dir_width)))
+                              reading=lr_basin.sensitivity_words(c.dir_sens, -c.dir_width, c.dir_opt != 0)))
     q = nums.get(d_k=256, heads=1, width=256, scale="sqrt_dk", qk_norm=True)
     if q:
         cq = compare(q, s256, m)  # qk-layernorm minus without
-        v6 = lr_basin.both_verdict(cq.dir_width, +1, cq.dir_sens, -1)
+        v6 = lr_basin.both_verdict(cq.dir_width, e["qknorm_effect"][0], cq.dir_sens, e["qknorm_effect"][1])
         rep.findings.append(prose("sqrt_dk", "p6", verdict=verdict(v6), d_width=cq.d_width.format(2, signed=True),
                                   d_sens=cq.d_sens.format(3, signed=True), d_best=cq.d_best.format(3, signed=True),
                                   q_width=width_text(q), s_width=width_text(s256)))
     if fp16:
         counts = {x: (by.get("none", (0, 0))[0], by.get("sqrt_dk", (0, 0))[0]) for x, by in fp16.items()}
-        v7 = lr_basin.fp16_verdict(counts, int(pred.get("fp16_min_unscaled", 3)), int(pred.get("fp16_max_scaled", 1)))
+        v7 = lr_basin.fp16_verdict(counts, int(pred.get("fp16_min_unscaled", 3)),
+                                   int(pred.get("fp16_max_scaled", 1))) if fp16_complete(fp16) else "undecided"
         rep.findings.append(prose("sqrt_dk", "p7", verdict=verdict(v7), counts="; ".join(
             f"lr {rate(x)}: unscaled {by.get('none', (0, 0))[0]} of {by.get('none', (0, 0))[1]}, scaled "
             f"{by.get('sqrt_dk', (0, 0))[0]} of {by.get('sqrt_dk', (0, 0))[1]}" for x, by in fp16.items())))
@@ -387,7 +415,8 @@ def pairs_section(rep: Report, nums: Numbers) -> None:
     a4 = nums.get(d_k=64, heads=4, width=256, scale="sqrt_dk", qk_norm=False)
     a1 = nums.get(d_k=64, heads=1, width=64, scale="sqrt_dk", qk_norm=False)
     if a4 and a1:
-        rep.sections += ["Head count at d_k = 64 (no verdict was predicted):", ""]
+        rep.sections += ["Head count and width at d_k = 64 (four heads at width 256 against one at width 64; no "
+                         "verdict was predicted):", ""]
         for scale in ("sqrt_dk", "none"):
             b4, b1 = a4.key.partner(scale=scale), a1.key.partner(scale=scale)
             if b4 in nums.arms and b1 in nums.arms:
@@ -406,16 +435,11 @@ def qknorm_section(rep: Report, nums: Numbers, arms: dict) -> None:
     for a, b, what in ((qs, s, "with qk-layernorm"), (qn, n, "with qk-layernorm"), (qn, qs, "unscaled")):
         if a and b:
             rep.sections += ["- " + comparison_line(compare(a, b, nums.measures), what), ""]
-    top = max(s.lrs) if s else max(n.lrs)
-    rows = []
-    for k in (x.key for x in (s, n, qs, qn) if x):
-        cells = []
-        for x in sorted({y for a in nums.arms.values() for y in a.lrs if y >= 1e-3}):
-            ml = max_logit(arms.get(k, {}).get(x, []))
-            cells.append("" if ml is None else fmt(*ml, 1))
-        rows.append([k.label] + cells)
-    lrs = sorted({y for a in nums.arms.values() for y in a.lrs if y >= 1e-3})
-    rep.sections += [prose("sqrt_dk", "max_logit_table", top=rate(top)), "",
+    shown = [x for x in (s, n, qs, qn) if x]
+    lrs = sorted({y for a in shown for y in a.lrs if y >= 1e-3})
+    rows = [[a.key.label] + ["" if (ml := max_logit(arms.get(a.key, {}).get(x, []))) is None else fmt(*ml, 1)
+                             for x in lrs] for a in shown]
+    rep.sections += [prose("sqrt_dk", "max_logit_table", lo=rate(lrs[0]), hi=rate(lrs[-1])), "",
                      markdown_table(["arm"] + [f"lr {rate(x)}" for x in lrs], rows), ""]
 
 
@@ -442,17 +466,21 @@ def fp16_section(rep: Report, arms: dict, fp16: dict, nums: Numbers) -> None:
     f16 = [r for k, by in arms.items() if k.fp16 for rs in by.values() for r in rs]
     f32 = [r for k, by in arms.items() if not k.fp16 and k.d_k == 256 and k.heads == 1 and not k.qk_norm
            and k.scale in ("none", "sqrt_dk") for x, rs in by.items() if x >= 1e-3 for r in rs]
-    t16 = np.median([r.summary["train_seconds"] / max(1, r.summary.get("step") or 1) for r in f16
-                     if r.summary.get("train_seconds")])
-    t32 = np.median([r.summary["train_seconds"] / max(1, r.summary.get("step") or 1) for r in f32
-                     if r.summary.get("train_seconds")]) if f32 else math.nan
+    t16 = step_seconds(f16)
+    t32 = step_seconds(f32)
     rep.sections += ["## Float16", "", prose("sqrt_dk", "fp16_intro", n_runs=plural(len(f16), "run"),
                                              fp16_max=f"{float(np.finfo(np.float16).max):.0f}",
-                                             wall=f"{sweep_wall_seconds(f16) / 60:.1f}",
+                                             wall=f"{wall_minutes(f16):.1f}",
                                              step16=f"{1000 * t16:.0f}", step32=f"{1000 * t32:.0f}"), "",
                      markdown_table(["lr", "arm", "diverged (float16)", "stopped at step", "final loss of the others",
                                      "max logit at the end, float16 runs", "max logit at the end, float32 runs"], rows),
                      "", prose("sqrt_dk", "fp16_reading"), ""]
+
+
+def step_seconds(runs: list[Run]) -> float:
+    """The median over runs of each run's median training step (summary.json's step_seconds_median)."""
+    vals = [v for r in runs if (v := r.summary.get("step_seconds_median")) is not None and math.isfinite(v)]
+    return float(np.median(vals)) if vals else math.nan
 
 
 def stability_section(rep: Report, arms: dict, nums: Numbers, cfg: dict, out: Path) -> None:
@@ -508,18 +536,29 @@ def setup_text(runs: list[Run], arms: dict, nums: Numbers, baseline: tuple) -> s
         val=cfg["data"]["val_windows"], n_stab=cfg["callbacks"]["stability"]["windows"],
         every=cfg["callbacks"]["stability"]["every_n_steps"], n_diag=cfg["diagnostics"]["windows"],
         wide=max(k.width for k in nums.arms), narrow=min(k.width for k in nums.arms),
-        unigram=f"{baseline[0]:.3f}", bigram=f"{baseline[1]:.3f}", wall=f"{sweep_wall_seconds(main) / 60:.1f}",
+        unigram=f"{baseline[0]:.3f}", bigram=f"{baseline[1]:.3f}", wall=f"{wall_minutes(main):.1f}",
+        n_seeds=seeds_words(rs for by_lr in arms.values() for rs in by_lr.values()),
         n_main=plural(len(main), "run"), threads=plural(runs[0].summary.get("threads") or 1, "thread"))
 
 
+def wall_minutes(runs: list[Run]) -> float:
+    """The sweeps' wall time: each sweep dir's own (first config.yaml to last summary.json), summed, so the wait
+    between two sweeps (stage 1 and stage 2) is not counted."""
+    by_dir: dict = {}
+    for r in runs:
+        by_dir.setdefault(r.dir.parent, []).append(r)
+    return sum(sweep_wall_seconds(rs) for rs in by_dir.values()) / 60
+
+
 def stage_two_text(nums: Numbers) -> str:
-    need = stage_two(nums, LADDER)
-    grids = sorted({tuple(a.lrs) for a in nums.arms.values()})
-    extended = [a.key.label for a in nums.arms.values() if len(a.lrs) > min(len(g) for g in grids)]
-    if not need:
-        return prose("sqrt_dk", "stage2_done", extended=", ".join(extended) if extended else "none")
-    return prose("sqrt_dk", "stage2_needed", arms="; ".join(
-        f"{k.label}: {', '.join(rate(x) for x in xs)}" for k, xs in need.items()))
+    need, still_open = stage_two(nums, LADDER)
+    stage1 = set.intersection(*(set(a.lrs) for a in nums.arms.values()))
+    extended = [a.key.label for a in nums.arms.values() if set(a.lrs) != stage1]
+    if need:
+        return prose("sqrt_dk", "stage2_needed", arms="; ".join(
+            f"{k.label}: {', '.join(rate(x) for x in xs)}" for k, xs in need.items()))
+    return prose("sqrt_dk", "stage2_done", extended=", ".join(extended) if extended else "none",
+                 still_open=", ".join(k.label for k in still_open) if still_open else "none")
 
 
 def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:

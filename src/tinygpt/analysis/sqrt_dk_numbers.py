@@ -106,7 +106,9 @@ def baselines(runs: list[Run]) -> tuple[float, float]:
 class Arm:
     """One arm's numbers from the shared bootstrap. ``opt_edge``: -1/+1 when the best rate is the grid's first/last
     (not interpolated); ``open_lo``/``open_hi``: the basin reaches the grid's end on that side (the width is a lower
-    bound); ``open_share``: the share of replicates with an open basin."""
+    bound); the ``*_share`` fields: the share of bootstrap replicates in which that happens (an interval that
+    mixes bounds with values); ``dip``: how far the interpolated best loss lies below the best rate's loss;
+    ``trained``: the best rate's loss is below the failed-to-train line (an arm that never trains has no basin)."""
 
     key: ArmKey
     lrs: list[float]
@@ -120,6 +122,12 @@ class Arm:
     open_lo: bool
     open_hi: bool
     open_share: float
+    open_lo_share: float
+    open_hi_share: float
+    edge_lo_share: float  # replicates whose optimum is at the grid's first rate
+    edge_hi_share: float
+    dip: float
+    trained: bool
     widths: dict[float, Estimate]  # the robustness deltas
     sensitivity: Estimate
     diverged: dict[float, int]
@@ -135,6 +143,18 @@ class Arm:
     @property
     def open(self) -> bool:
         return self.open_lo or self.open_hi
+
+    def may_be_open(self, side: int) -> bool:
+        """Whether the basin is, or in more than 2.5% of the replicates may be, open below (-1) or above (+1)."""
+        return (self.open_lo or self.open_lo_share > CENSORED) if side < 0 else (
+            self.open_hi or self.open_hi_share > CENSORED)
+
+    def may_be_at_edge(self, side: int) -> bool:
+        """Whether the optimum is, or in more than 2.5% of the replicates may be, at the grid's first/last rate."""
+        return (self.opt_edge == side) or (self.edge_lo_share if side < 0 else self.edge_hi_share) > CENSORED
+
+
+CENSORED = 0.025  # a share of replicates with an open edge (or an edge optimum) above this makes the arm censored
 
 
 @dataclass(frozen=True)
@@ -170,16 +190,23 @@ def arm_numbers(key: ArmKey, by_lr: dict[float, list[Run]], est: dict, m: Measur
     init = init_loss(by_lr[lrs[0]][0])
     lo_r, hi_r = np.log10(m.sensitivity_range)
     b = lr_basin.basin(xs, values, m.delta)
-    reps_open = lr_basin.basin(xs, np.stack([c.replicates for c in cells], axis=-1), m.delta).open
+    reps = np.stack([c.replicates for c in cells], axis=-1)  # (B, L)
+    rb = lr_basin.basin(xs, reps, m.delta)
+    r_edge = lr_basin.optimum(xs, reps)[2]
+    _, best, edge = lr_basin.optimum(xs, values)
     unigram, bigram = baseline
+    trained = float(np.nanmin(values)) < unigram - m.failed_fraction * (unigram - bigram)
+    nan = Estimate(math.nan, math.nan, math.nan)
     return Arm(
         key, lrs, {x: est[(key, x)] for x in lrs},
         combine(lambda y: lr_basin.optimum(xs, y)[0], cells),
         combine(lambda y: lr_basin.optimum(xs, y)[1], cells),
-        int(lr_basin.optimum(xs, values)[2]),
-        combine(lambda y: lr_basin.width(xs, y, m.delta), cells),
-        float(b.lo), float(b.hi), bool(b.open_lo), bool(b.open_hi), float(reps_open.mean()),
-        {d: combine(lambda y, d=d: lr_basin.width(xs, y, d), cells) for d in m.other_deltas},
+        int(edge),
+        combine(lambda y: lr_basin.width(xs, y, m.delta), cells) if trained else nan,
+        float(b.lo), float(b.hi), bool(b.open_lo), bool(b.open_hi), float(rb.open.mean()),
+        float(rb.open_lo.mean()), float(rb.open_hi.mean()), float((r_edge < 0).mean()), float((r_edge > 0).mean()),
+        float(np.nanmin(values) - best), trained,
+        {d: combine(lambda y, d=d: lr_basin.width(xs, y, d), cells) if trained else nan for d in m.other_deltas},
         combine(lambda y: lr_basin.sensitivity(xs, y, init, lo_r, hi_r), cells),
         {x: sum(not math.isfinite(final_loss(r)) for r in by_lr[x]) for x in lrs},
         {x: sum(failed_to_train(final_loss(r), unigram, bigram, m.failed_fraction) for r in by_lr[x]) for x in lrs},
@@ -216,19 +243,19 @@ def _two(a: Arm, b: Arm, f) -> Estimate:
 
 
 def opt_moves(arm: Arm, sign: int) -> list[int]:
-    """Where a censored optimum could move a difference it enters with ``sign``: an optimum at the grid's first
-    rate could be lower, at its last higher."""
-    return [sign * arm.opt_edge] if arm.opt_edge else []
+    """Where a censored optimum could move a difference it enters with ``sign``: an optimum at (or, in some
+    replicates, near enough to be at) the grid's first rate could be lower, at its last higher."""
+    return [sign * side for side in (-1, 1) if arm.may_be_at_edge(side)]
 
 
 def best_moves(arm: Arm, sign: int) -> list[int]:
     """A best loss read at the grid's edge could be lower beyond it."""
-    return [-sign] if arm.opt_edge else []
+    return [-sign] if arm.may_be_at_edge(-1) or arm.may_be_at_edge(1) else []
 
 
 def width_moves(arm: Arm, sign: int) -> list[int]:
-    """An open basin could be wider."""
-    return [sign] if arm.open else []
+    """An open basin (or one open in some replicates) could be wider."""
+    return [sign] if arm.may_be_open(-1) or arm.may_be_open(1) else []
 
 
 def compare(a: Arm, b: Arm, m: Measures) -> Comparison:
@@ -276,43 +303,67 @@ class Numbers:
 
 
 def numbers(arms: dict, m: Measures, baseline: tuple) -> Numbers:
-    """Every float32 arm's numbers from one bootstrap (the float16 arms are counted apart: fp16_counts)."""
+    """Every float32 arm's numbers from one bootstrap (the float16 arms are counted apart: fp16_counts). An arm
+    that lacks a rate of the fixed range the others have gets no LR sensitivity (it would average other rates)."""
     main = {k: v for k, v in arms.items() if not k.fp16}
     if not main:
         raise ReportError("no float32 runs: give the sweep of experiment=sqrt_dk, not only the float16 one.")
     est = cells_of(main)
-    return Numbers({k: arm_numbers(k, by_lr, est, m, baseline) for k, by_lr in sorted(main.items())}, m)
+    out = {k: arm_numbers(k, by_lr, est, m, baseline) for k, by_lr in sorted(main.items())}
+    lo, hi = m.sensitivity_range
+    in_range = {x for a in out.values() for x in a.lrs if lo * (1 - 1e-9) <= x <= hi * (1 + 1e-9)}
+    for a in out.values():
+        if not in_range <= set(a.lrs):
+            a.sensitivity = Estimate(math.nan, math.nan, math.nan)
+    return Numbers(out, m)
 
 
-def stage_two(nums: Numbers, ladder: list[float]) -> dict[ArmKey, list[float]]:
-    """The design's stage-2 rule at the data's values: an arm whose basin is open, or whose best rate is the
-    outermost, on a side gets the next two rates of the ladder on that side (those it does not have yet)."""
-    need = {}
+def stage_two(nums: Numbers, ladder: list[float]) -> tuple[dict[ArmKey, list[float]], list[ArmKey]]:
+    """The design's stage-2 rule at the data's values: an arm still on the stage-1 grid (the rates every arm has)
+    whose loss at the outermost rate on a side is within delta of its best, or whose best rate is that outermost
+    rate, gets the next two rates of the ladder on that side. Returns (what stage 2 needs, the arms it extended
+    that are still open: reported open, the design runs no third stage)."""
+    stage1 = set.intersection(*(set(a.lrs) for a in nums.arms.values()))
+    need, still_open = {}, []
     for k, a in nums.arms.items():
-        rates = []
-        if a.open_lo or a.opt_edge < 0:
-            rates += [x for x in ladder if x < a.lrs[0]][-2:]
-        if a.open_hi or a.opt_edge > 0:
-            rates += [x for x in ladder if x > a.lrs[-1]][:2]
+        values = np.array([a.loss[x].value for x in a.lrs])
+        best = float(np.nanmin([a.opt_loss.value, *values]))
+        low = values[0] <= best + nums.measures.delta or a.opt_edge < 0
+        high = values[-1] <= best + nums.measures.delta or a.opt_edge > 0
+        if set(a.lrs) != stage1:  # extended by stage 2 already
+            if low or high:
+                still_open.append(k)
+            continue
+        rates = ([x for x in ladder if x < a.lrs[0] * (1 - 1e-6)][-2:] if low else []) + (
+            [x for x in ladder if x > a.lrs[-1] * (1 + 1e-6)][:2] if high else [])
         if rates:
             need[k] = rates
-    return need
+    return need, still_open
+
+
+FP16_ARMS = {"sqrt_dk", "none"}  # the float16 sweep's two arms, at d_k = 256 (one head at width 256)
 
 
 def fp16_counts(arms: dict) -> dict[float, dict[str, tuple[int, int]]]:
-    """{lr: {scale: (diverged, runs)}} of the float16 arms."""
+    """{lr: {scale: (diverged, runs)}} of the float16 arms of the design (d_k = 256, one head, width 256)."""
     out: dict = defaultdict(dict)
     for k, by_lr in arms.items():
-        if k.fp16:
+        if k.fp16 and (k.d_k, k.heads, k.width, k.qk_norm) == (256, 1, 256, False) and k.scale in FP16_ARMS:
             for x, rs in by_lr.items():
                 out[x][k.scale] = (sum(not math.isfinite(final_loss(r)) for r in rs), len(rs))
     return dict(sorted(out.items()))
 
 
+def fp16_complete(counts: dict, rates: int = 3, seeds: int = 5) -> bool:
+    """Whether the float16 counts hold the design's sweep: both arms, at least ``rates`` rates, ``seeds`` each."""
+    return len(counts) >= rates and all(set(by) == FP16_ARMS and all(n == seeds for _, n in by.values())
+                                        for by in counts.values())
+
+
 def diverged_step(run: Run) -> int | None:
     """The step at which a diverged run stopped (its last logged training step)."""
     steps, _ = run.series("train/loss")
-    return int(steps[-1]) if len(steps) else run.summary.get("step")
+    return int(steps[-1]) if len(steps) else run.summary.get("steps")
 
 
 def max_logit(runs: list[Run]) -> tuple[float, float] | None:
