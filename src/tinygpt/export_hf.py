@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {path} (step {int(ckpt.get('global_step', 0))})", file=sys.stderr)
     if not model.get("bias", False):
         print("# note: model.bias=false: written as GPT-2 with zero biases (the same function)", file=sys.stderr)
+    print(f"# note: n_positions={model['block_size']} is the run's model.block_size: the exported model reads at most "
+          f"{model['block_size']} tokens (a GPT-2 fine-tuned at a shorter block_size keeps only those positions)",
+          file=sys.stderr)
     print(f"export_hf: GPT2LMHeadModel, {model['n_layer']} layers x {model['n_head']} heads, {model['n_embd']} wide, "
           f"{model['block_size']} positions, vocab {hp['vocab_size']}; "
           f"tokenizer: {tokenizer_kind(ckpt.get('tokenizer'))} -> {args.out}")

@@ -45,8 +45,9 @@ BAD = [
     (dict(tokenizer="pretrained"), "data.tokenizer=pretrained needs data.tokenizer_dir=<a Hugging Face model dir "
                                    "with tokenizer.json or vocab.json + merges.txt> (init_from sets it)."),
     (dict(tokenizer="pretrained", tokenizer_dir="/no/such"), "data.tokenizer_dir='/no/such' is not a directory."),
-    (dict(tokenizer_dir="/no/such"), "data.tokenizer_dir='/no/such' is read only with data.tokenizer=pretrained, "
-                                     "not data.tokenizer='char'."),
+    (dict(tokenizer_dir="/no/such"), "data.tokenizer_dir='/no/such' is used only with data.tokenizer=pretrained (this "
+                                     "run has data.tokenizer='char'); add data.tokenizer=pretrained to tokenize with "
+                                     "it, or init_from=/no/such to start from its weights too."),
     (dict(tokenizer="bpe", vocab_size=256),
      "data.vocab_size=256 is too small for byte-level BPE: it needs at least 257 (256 bytes + <|endoftext|>)."),
     (dict(source="random_tokens", vocab_size=1), "data.vocab_size=1 must be at least 2 for random_tokens."),

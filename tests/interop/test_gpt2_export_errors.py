@@ -123,7 +123,9 @@ def test_force_writes_the_model_over_a_dirs_model_files_and_keeps_the_rest(run, 
     assert code == 0 and out == (f"export_hf: GPT2LMHeadModel, 2 layers x 2 heads, 16 wide, 16 positions, vocab 46; "
                                  f"tokenizer: char (46 tokens) -> {full_out}\n")
     assert err == (f"# {run / 'checkpoints' / 'last.ckpt'} (step 60)\n"
-                   "# note: model.bias=false: written as GPT-2 with zero biases (the same function)\n")
+                   "# note: model.bias=false: written as GPT-2 with zero biases (the same function)\n"
+                   "# note: n_positions=16 is the run's model.block_size: the exported model reads at most 16 tokens "
+                   "(a GPT-2 fine-tuned at a shorter block_size keeps only those positions)\n")
     assert sorted(tree(full_out)) == ["config.json", "model.safetensors", "notes", "notes/keep.txt", "tokenizer.json",
                                       "tokenizer_config.json"]
     assert json.loads((full_out / "config.json").read_text())["model_type"] == "gpt2"

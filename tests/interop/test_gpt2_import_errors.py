@@ -128,8 +128,21 @@ def test_a_file_or_a_path_that_is_no_hub_name(gpt2_dir):
         f"init_from={str(gpt2_dir / 'config.json')!r} is a file; pass a Hugging Face model dir ({WHAT_A_DIR_HOLDS}) "
         "or a Hub name such as gpt2.")
     assert refused("/no/such/dir") == (
-        "init_from='/no/such/dir' is neither a directory nor a Hub name (such as gpt2 or owner/name); pass a local "
-        f"Hugging Face model dir ({WHAT_A_DIR_HOLDS}).")
+        f"init_from='/no/such/dir': no such directory. Pass a local Hugging Face model dir ({WHAT_A_DIR_HOLDS}) or a "
+        "Hub name (gpt2, gpt2-medium, gpt2-large, gpt2-xl, distilgpt2 or owner/name).")
+
+
+def test_a_mistyped_dir_or_gpt2_name_gets_a_suggestion_before_any_network(gpt2_dir):
+    typo = str(gpt2_dir.parent / "nm")  # the fixture's dir is "m"; a sibling that is close enough
+    (gpt2_dir.parent / "model-dir").mkdir()
+    assert refused(str(gpt2_dir.parent / "model-dri")).startswith(
+        f"init_from={str(gpt2_dir.parent / 'model-dri')!r}: no such directory (did you mean "
+        f"{gpt2_dir.parent / 'model-dir'}?). Pass a local")
+    assert "did you mean" not in refused(typo + "-far-off-name")
+    assert refused("gpt2-small") == ("init_from='gpt2-small' is not one of GPT-2's Hub names (gpt2, gpt2-medium, "
+                                     "gpt2-large, gpt2-xl, distilgpt2); did you mean gpt2 (GPT-2 small)? Another "
+                                     "model is owner/name, or a local dir.")
+    assert "did you mean gpt2-medium?" in refused("gpt2-meduim")
 
 
 # ----------------------------------------------------------------------------- train.py's overrides
@@ -202,3 +215,12 @@ def test_an_unreachable_hub_is_one_sentence_within_seconds(tmp_path, monkeypatch
         f"init_from='openai-community/gpt2' is not a local directory, the Hugging Face Hub cannot be used ({endpoint}: "
         f"timed out) and its cache has no copy; pass a local model dir ({WHAT_A_DIR_HOLDS}).")
     assert elapsed < 5
+
+
+def test_model_gpt2_from_scratch_says_its_weights_are_random():
+    from tinygpt.train.pretrained import random_gpt2_note
+
+    assert random_gpt2_note("gpt2_medium", "scratch") == (
+        "note: model=gpt2_medium is GPT-2's architecture with random weights; init_from=gpt2-medium loads the "
+        "pretrained ones.")
+    assert random_gpt2_note("gpt2", "/some/dir") is None and random_gpt2_note("baby", "scratch") is None

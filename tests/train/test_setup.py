@@ -72,8 +72,7 @@ BAD = [  # (overrides, the exact sentence)
     (["model.dropout=false"], "model.dropout=False must be in [0, 1)."),
     (["model.activation=relu"], "model.activation='relu' is not one of gelu, gelu_tanh."),
     (["model.ln_eps=0"], "model.ln_eps=0 must be a positive number (the LayerNorms' eps, e.g. 1e-5)."),
-    (["init_from=/no/such/dir"], "init_from='/no/such/dir' is neither a directory nor a Hub name (such as gpt2 or "
-                                 "owner/name); pass a local Hugging Face model dir"),
+    (["init_from=/no/such/dir"], "init_from='/no/such/dir': no such directory. Pass a local Hugging Face model dir"),
     (["seed=true"], "seed=True must be an integer in [0, 2**32)."),
     (["trainer.val_check_interval=true"], "trainer.val_check_interval=True must be a number."),
     (["trainer.gradient_clip_val=true"], "trainer.gradient_clip_val=True must be a number."),

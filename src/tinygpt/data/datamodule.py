@@ -91,8 +91,9 @@ class TextDataModule(L.LightningDataModule):
         None for a tokenizer trained on the corpus."""
         if tokenizer != PRETRAINED or source == "random_tokens":
             if tokenizer_dir is not None and source != "random_tokens":
-                raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r} is read only with data.tokenizer=pretrained, "
-                                 f"not data.tokenizer={tokenizer!r}.")
+                raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r} is used only with data.tokenizer=pretrained "
+                                 f"(this run has data.tokenizer={tokenizer!r}); add data.tokenizer=pretrained to "
+                                 f"tokenize with it, or init_from={tokenizer_dir} to start from its weights too.")
             return None
         if not tokenizer_dir:
             raise ValueError("data.tokenizer=pretrained needs data.tokenizer_dir=<a Hugging Face model dir with "

@@ -9,6 +9,7 @@ saying to pass a local dir (``huggingface_hub`` itself would retry for half a mi
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
@@ -25,6 +26,26 @@ WHAT_A_DIR_HOLDS = ("config.json, model.safetensors or pytorch_model.bin, and to
                     "merges.txt")
 
 
+GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")  # the Hub's one-word GPT-2 names
+ALIASES = {"gpt2-small": "gpt2 (GPT-2 small)", "gpt2-base": "gpt2 (GPT-2 small)", "gpt-2": "gpt2",
+           "gpt2small": "gpt2 (GPT-2 small)", "gpt2-124m": "gpt2 (GPT-2 small)"}
+
+
+def looks_like_path(name: str) -> bool:
+    """'/x', './x', '~/x', 'x/y/z' (deeper than a Hub owner/name), or a name with os.sep that is no Hub id."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
+
+
+def nearest_sibling(path: Path) -> Path | None:
+    """The existing dir beside ``path`` whose name is closest to its name, for a "did you mean"."""
+    parent = path.parent
+    if not parent.is_dir():
+        return None
+    names = [p.name for p in parent.iterdir() if p.is_dir()]
+    near = difflib.get_close_matches(path.name, names, n=1, cutoff=0.7)
+    return parent / near[0] if near else None
+
+
 def model_dir(name: str, key: str = "init_from") -> Path:
     """The local dir of ``name``: itself when it is a dir, else the Hub's snapshot of it (downloaded, or from the
     local cache when the Hub cannot be used); one sentence naming ``key`` when neither is there."""
@@ -34,9 +55,17 @@ def model_dir(name: str, key: str = "init_from") -> Path:
     if local.exists():
         raise ConfigError(f"{key}={name!r} is a file; pass a Hugging Face model dir ({WHAT_A_DIR_HOLDS}) or a Hub "
                           "name such as gpt2.")
-    if not HUB_ID.match(name):
-        raise ConfigError(f"{key}={name!r} is neither a directory nor a Hub name (such as gpt2 or owner/name); pass a "
-                          f"local Hugging Face model dir ({WHAT_A_DIR_HOLDS}).")
+    if looks_like_path(name) or not HUB_ID.match(name):
+        near = nearest_sibling(local)
+        hint = f" (did you mean {near}?)" if near else ""
+        raise ConfigError(f"{key}={name!r}: no such directory{hint}. Pass a local Hugging Face model dir "
+                          f"({WHAT_A_DIR_HOLDS}) or a Hub name ({', '.join(GPT2_NAMES)} or owner/name).")
+    if "/" not in name and name not in GPT2_NAMES:
+        near = [ALIASES[name.lower()]] if name.lower() in ALIASES else difflib.get_close_matches(name, GPT2_NAMES, n=1,
+                                                                                                 cutoff=0.8)
+        raise ConfigError(f"{key}={name!r} is not one of GPT-2's Hub names ({', '.join(GPT2_NAMES)}); "
+                          + (f"did you mean {near[0]}? " if near else "") + "Another model is owner/name, or a local "
+                          "dir.")
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
     reason = "HF_HUB_OFFLINE is set" if offline else unreachable(endpoint, HUB_TIMEOUT_S)

@@ -180,3 +180,13 @@ def load_model(source: str, device: str = "cpu") -> tuple[GPT, Tokenizer, Pretra
     model = GPT(GPTConfig(vocab_size=pre.vocab_size, **pre.model))
     load_weights(model, pre)
     return model.to(device).eval(), pre.tokenizer, pre
+
+
+def random_gpt2_note(model_choice: str | None, init_from: str | None) -> str | None:
+    """A note when model=gpt2* trains from scratch: GPT-2's architecture with random weights, which a user who
+    meant GPT-2 itself gets from init_from."""
+    if not model_choice or not str(model_choice).startswith("gpt2") or (init_from or "scratch") != "scratch":
+        return None
+    name = str(model_choice).replace("_", "-")
+    return (f"note: model={model_choice} is GPT-2's architecture with random weights; init_from={name} loads "
+            "the pretrained ones.")

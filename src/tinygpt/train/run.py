@@ -31,7 +31,7 @@ from tinygpt.train.callbacks import StabilityMonitor, full_model
 from tinygpt.train.guards import Diverged, DivergenceGuard
 from tinygpt.train.leak_alarm import LeakAlarm
 from tinygpt.train.module import GPTModule
-from tinygpt.train.pretrained import attention_note, load_weights
+from tinygpt.train.pretrained import attention_note, load_weights, random_gpt2_note
 from tinygpt.train.setup import Run, quiet_libraries, run_identity, setup
 from tinygpt.train.summary import base_summary, done_line, with_diagnostics, write_summary
 
@@ -151,6 +151,9 @@ def build_module(run: Run) -> GPTModule:
         if run.ckpt.get("global_step") == cfg.trainer.max_steps:  # stopped in its end-of-run phase
             console.print(f"resuming at step {cfg.trainer.max_steps} = trainer.max_steps: no step left to train; the "
                           "end-of-run validation, diagnostics and summary run.", soft_wrap=True)
+    note = random_gpt2_note(HydraConfig.get().runtime.choices.get("model"), cfg.get("init_from"))
+    if note:
+        console.print(f"[yellow]{note}[/]", soft_wrap=True)
     module.flops_per_batch = module.model.flops_per_token() * cfg.data.batch_size * cfg.model.block_size
     if cfg.get("compile"):
         module.compile_model()
