@@ -37,7 +37,7 @@ from tinygpt.analysis.sqrt_dk_numbers import (
     numbers,
     stage_two,
 )
-from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate, failed_to_train, mean_spread, verb
+from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate, direction, failed_to_train, mean_spread, verb
 from tinygpt.analysis.sweep import ReportError, Run, seeds_words, sweep_wall_seconds
 from tinygpt.analysis.templates import Report, plural, prose
 
@@ -293,17 +293,28 @@ def measures_table(nums: Numbers) -> str:
                           + ["(c) LR sensitivity", "diverged", "failed to train"], rows)
 
 
+def called(est: Estimate, d: int, above: str, below: str) -> str:
+    """The words of a censored direction: the side, 'not called' when the interval excludes 0 but an open basin
+    edge or an optimum at the grid's edge could undo it, else no difference."""
+    if d:
+        return above if d > 0 else below
+    if direction(est):
+        return "not called: an open basin edge or an optimum at the grid's edge could undo it"
+    return "no difference at the 95% level"
+
+
 def comparison_line(c: Comparison, what: str) -> str:
     """One comparison (a minus b) on the three measures, with the words the directions give."""
-    lower = {1: f"{what}: higher", -1: f"{what}: lower", 0: "no difference at the 95% level"}
     return prose(
         "sqrt_dk", "comparison", a=c.a.key.label, b=c.b.key.label,
-        d_opt=c.d_opt.format(2, signed=True), factor=factor(c.d_opt), opt_words=lower[c.dir_opt],
+        d_opt=c.d_opt.format(2, signed=True), factor=factor(c.d_opt),
+        opt_words=called(c.d_opt, c.dir_opt, f"{what}: higher", f"{what}: lower"),
         d_best=c.d_best.format(3, signed=True),
-        best_words={1: f"{what}: worse", -1: f"{what}: better", 0: "no difference at the 95% level"}[c.dir_best],
+        best_words=called(c.d_best, c.dir_best, f"{what}: worse", f"{what}: better"),
         d_width=c.d_width.format(2, signed=True), other_deltas=other_deltas(c),
-        width_words={1: f"{what}: wider", -1: f"{what}: narrower", 0: "no difference at the 95% level"}[c.dir_width],
-        d_sens=c.d_sens.format(3, signed=True), sens_words=lower[c.dir_sens],
+        width_words=called(c.d_width, c.dir_width, f"{what}: wider", f"{what}: narrower"),
+        d_sens=c.d_sens.format(3, signed=True),
+        sens_words=called(c.d_sens, c.dir_sens, f"{what}: higher", f"{what}: lower"),
         reading=lr_basin.sensitivity_words(c.dir_sens, -c.dir_width, c.dir_opt != 0))
 
 
