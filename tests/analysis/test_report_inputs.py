@@ -90,7 +90,8 @@ class Job:  # what full_sweep_gap reads of a run
 
 def grid_jobs(experiment, extra=()):
     keys, cells = report.grid_cells(report.CONFIGS / f"{experiment}.yaml")
-    return [Job(experiment, sorted(c) + list(extra)) for c in cells]
+    return [Job(experiment, [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(c, key=str)]
+                + list(extra)) for c in cells]  # written as Hydra records them: 0.0001, not 1e-4
 
 
 def test_experiment_2s_full_sweep_is_its_two_grids_and_may_add_stage_two_runs():

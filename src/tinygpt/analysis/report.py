@@ -57,13 +57,23 @@ PARTS = {"sqrt_dk": ("sqrt_dk", "sqrt_dk_fp16")}  # an experiment whose full swe
 STAGED = {"sqrt_dk"}  # its design may add runs beyond the grid (stage 2), with only the grid's keys overridden
 
 
+def setting(override: str) -> tuple[str, object]:
+    """'optim.lr=1e-4' -> ('optim.lr', 0.0001): a job's override as its value, however it was written (Hydra
+    records the value it parsed, 0.0001, where the sweep config says 1e-4)."""
+    key, _, value = override.partition("=")
+    try:
+        return key, float(value)
+    except ValueError:
+        return key, value.strip()
+
+
 def grid_cells(cfg_path: Path) -> tuple[set, set]:
-    """The keys a config sweeps and every cell of its grid (a frozenset of key=value overrides)."""
+    """The keys a config sweeps and every cell of its grid (a frozenset of (key, value) settings)."""
     params = OmegaConf.load(cfg_path).hydra.sweeper.params
     keys = set(params)
     cells = {frozenset()}
     for k, values in params.items():
-        cells = {c | {f"{k}={v.strip()}"} for c in cells for v in str(values).split(",")}
+        cells = {c | {setting(f"{k}={v.strip()}")} for c in cells for v in str(values).split(",")}
     return keys, cells
 
 
@@ -87,7 +97,7 @@ def full_sweep_gap(runs: list[Run], excluded: list, experiment: str) -> str | No
     for part, path in zip(parts, paths, strict=True):
         keys, cells = grid_cells(path)
         mine = [r for r in runs if r.experiment == part]
-        have = {frozenset(o for o in r.overrides if o.split("=")[0] in keys) for r in mine}
+        have = {frozenset(setting(o) for o in r.overrides if o.split("=")[0] in keys) for r in mine}
         extra = sorted({o.split("=")[0] for r in mine for o in r.overrides} - keys - {"experiment"})
         if extra:
             return f"it overrides {', '.join(extra)}"

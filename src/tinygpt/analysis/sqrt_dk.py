@@ -162,15 +162,16 @@ def fig_measures(nums: Numbers, path: Path) -> Path:
 
 def fig_sensitivity_vs_width(nums: Numbers, path: Path) -> Path:
     """Scaled vs unscaled at each (d_k, heads, width): what the fixed-range sensitivity and the basin say."""
-    fig = Figure(figsize=(6.2, 4.6))
+    fig = Figure(figsize=(9.5, 4.8))
     ax = fig.subplots()
+    shapes = {}  # one marker per (d_k, heads, width); colour by scale and qk-layernorm
     for k, a in sorted(nums.arms.items()):
+        shape = shapes.setdefault((k.d_k, k.heads, k.width), "osD^v"[len(shapes) % 5])
         ax.errorbar([a.width.value], [a.sensitivity.value], xerr=errbars([a.width])[1],
-                    yerr=errbars([a.sensitivity])[1],
-                    fmt="o" if k.scale == "sqrt_dk" else "s", color=colour(k), capsize=2, label=k.label, ms=5)
-    ax.set_xlabel(f"basin width within {nums.measures.delta:g} nats (decades)")
-    ax.set_ylabel("LR sensitivity over the fixed range (nats)")
-    ax.set_title("A narrow basin and a shifted optimum both raise the sensitivity", fontsize=10)
+                    yerr=errbars([a.sensitivity])[1], fmt=shape, color=colour(k), capsize=2, label=k.label, ms=6)
+    ax.set_xlabel(f"(b) basin width within {nums.measures.delta:g} nats (decades; 95% interval)")
+    ax.set_ylabel("(c) LR sensitivity over the fixed range (nats)")
+    ax.set_title("Basin width against fixed-range sensitivity, per arm", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     return save(fig, path)
@@ -315,7 +316,8 @@ def comparison_line(c: Comparison, what: str) -> str:
         width_words=called(c.d_width, c.dir_width, f"{what}: wider", f"{what}: narrower"),
         d_sens=c.d_sens.format(3, signed=True),
         sens_words=called(c.d_sens, c.dir_sens, f"{what}: higher", f"{what}: lower"),
-        reading=lr_basin.sensitivity_words(c.dir_sens, -c.dir_width, c.dir_opt != 0))
+        reading=lr_basin.sensitivity_words(c.dir_sens, -c.dir_width, c.dir_opt != 0) + (
+            f", around a best loss worse by {c.d_best.format(3)} nats" if c.dir_width > 0 and c.dir_best > 0 else ""))
 
 
 def other_deltas(c: Comparison) -> str:
