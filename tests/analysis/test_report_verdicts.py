@@ -236,7 +236,7 @@ def test_fp16_counts_decide_p7_only_on_the_whole_design(tmp_path):
     assert "| 0.01 | unscaled | 5 of 5 | 120, 120, 120, 120, 120 |" in text
     # the float16 runs are counted apart: not in the float32 measures or counts
     assert "0 of 210 float32 runs diverged" in text
-    assert "a median training step took 29 ms in float16 against 33 ms" in text
+    assert "a median training step took 29 ms in float16 and 33 ms for the same arms in float32" in text
 
 
 def test_an_open_basin_is_a_lower_bound_and_stage_two_is_asked_for(tmp_path):
