@@ -23,7 +23,8 @@ from tinygpt.model.gpt import GPT
 from tinygpt.runtime.checkpoint import run_dir_of
 from tinygpt.runtime.errors import ConfigError, print_error
 from tinygpt.experiments.leaky_masks import BuggyAttention
-from tinygpt.sample import checkpoint_file, find_latest_checkpoint, load_checkpoint_at_step, token_ids
+from tinygpt.sample import (add_model_source, checkpoint_file, find_latest_checkpoint, load_checkpoint_at_step,
+                            token_ids)
 from tinygpt.train import explorer
 from tinygpt.train.diagnostics import evaluating
 from tinygpt.train.pretrained import load_model
@@ -110,12 +111,7 @@ def pretrained_page(source: str, text: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/attention.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    source = ap.add_mutually_exclusive_group()
-    source.add_argument("--ckpt", help="checkpoint or run dir (default: the newest last.ckpt under outputs/ and "
-                        "multirun/)")
-    source.add_argument("--init_from", "--init-from", dest="init_from", metavar="DIR_OR_NAME",
-                        help="a pretrained GPT-2 instead: a local Hugging Face model dir or a Hub name (gpt2, "
-                        "gpt2-medium, gpt2-large, gpt2-xl, owner/name)")
+    add_model_source(ap)
     ap.add_argument("--text", required=True, help="the text to look at (clipped to the model's block_size)")
     ap.add_argument("--out", type=Path, default=None, help="the page to write (default: <run dir>/attention/"
                     "<checkpoint>_step<N>_<text hash>.html; with --init_from: outputs/attention/<name>_<text "

@@ -157,14 +157,19 @@ def crop_note(n_tokens: int, block_size: int) -> str | None:
             f"sees only its last {block_size}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+def add_model_source(ap: argparse.ArgumentParser) -> None:
+    """--ckpt or --init_from, one of them: where the CLIs' model comes from."""
     source = ap.add_mutually_exclusive_group()
     source.add_argument("--ckpt", help="checkpoint or run dir (default: the newest last.ckpt under outputs/ and "
                         "multirun/)")
     source.add_argument("--init_from", "--init-from", dest="init_from", metavar="DIR_OR_NAME",
                         help="a pretrained GPT-2 instead: a local Hugging Face model dir or a Hub name (gpt2, "
                         "gpt2-medium, gpt2-large, gpt2-xl, owner/name)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    add_model_source(ap)
     ap.add_argument("--prompt", action="append", help="text to continue (default: a newline); repeat it for "
                     "several prompts, decoded together as one padded batch")
     ap.add_argument("--max-new-tokens", type=int, default=500)
