@@ -203,8 +203,8 @@ def sensitivity_words(fixed_range: int, basin_gap: int, optimum_moved: bool = Fa
             else "; its fixed-range sensitivity is higher all the same" if fixed_range > 0 else "")
     if fixed_range:
         word = "higher" if fixed_range > 0 else "lower"
-        why = ("with the optimum moved: where the optimum sits, not a basin difference, is what the data show"
-               if optimum_moved else "that no detected basin or optimum difference explains")
+        why = ("with the optimum moved: the optimum's shift is established, a basin difference neither established "
+               "nor excluded" if optimum_moved else "that no detected basin or optimum difference explains")
         return (f"not shown {'more' if fixed_range > 0 else 'less'} sensitive: a {word} fixed-range sensitivity, "
                 f"basin widths not distinguished, {why}")
     return "not distinguished in sensitivity by either measure"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,7 @@ from tinygpt.analysis.sqrt_dk_numbers import (
     growth,
     max_logit,
     numbers,
+    seed_level,
     stage_two,
 )
 from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate, direction, failed_to_train, mean_spread, verb
@@ -67,20 +69,39 @@ def factor(e: Estimate) -> str:
     return f"lr* ratio {10 ** e.value:.2g} [{10 ** e.lo:.2g}, {10 ** e.hi:.2g}]"
 
 
+def nonneg(e: Estimate) -> Estimate:
+    """A width's interval cut at 0 (the bootstrap's Gaussian seed weights can carry it below; a width cannot)."""
+    return replace(e, lo=max(0.0, e.lo)) if math.isfinite(e.lo) else e
+
+
 def width_text(a: Arm) -> str:
     """'0.84 [0.71, 0.97] decades (2.1e-04 to 1.5e-03)', with what is open."""
     if not a.trained:
         return "n/a (the arm never trains: its best rate fails to train)"
+    if not a.beats_bigram:
+        return "n/a (the arm never beats the bigram baseline)"
     opens = [side for side, o in (("below", a.open_lo), ("above", a.open_hi)) if o]
     note = f"; open {' and '.join(opens)}: a lower bound" if opens else ""
     if a.open_share and not opens:
         note = f"; open in {a.open_share:.0%} of the replicates"
-    return f"{a.width.format(2)} decades ({10 ** a.lo:.2g} to {10 ** a.hi:.2g}{note})"
+    return f"{nonneg(a.width).format(2)} decades ({10 ** a.lo:.2g} to {10 ** a.hi:.2g}{note})"
 
 
 def opt_text(a: Arm) -> str:
     edge = {-1: ", the grid's lowest rate: not interpolated", 1: ", the grid's highest rate: not interpolated"}
     return f"lr* {lr_est(a.opt_x)}{edge.get(a.opt_edge, '')}"
+
+
+def bracket_text(a: Arm) -> str:
+    """The grid's own bracket of the optimum: the best rate and how far the loss rises to each neighbour (a rise on
+    one side over three times the other's is a cliff, where the parabola is a poor shape)."""
+    v = [a.loss[x].value for x in a.lrs]
+    i = int(np.nanargmin(v))
+    left = v[i - 1] - v[i] if i > 0 else math.nan
+    right = v[i + 1] - v[i] if i < len(v) - 1 else math.nan
+    cliff = math.isfinite(left) and math.isfinite(right) and max(left, right) > 3 * min(left, right)
+    return (f"{rate(a.lrs[i])}; up {left:.3f} and {right:.3f} nats to the neighbours"
+            + ("; a cliff on one side" if cliff else ""))
 
 
 # ----------------------------------------------------------------------------- figures
@@ -121,14 +142,17 @@ def fig_loss_vs_lr(nums: Numbers, path: Path) -> Path:
         init = nums.arms[keys[0]].init
         if init < top + 0.1:  # drawn only where the curves come near it
             ax.axhline(init, color="black", lw=0.8, ls=":")
+        ax.axhline(nums.bigram, color="gray", lw=0.8, ls="--")
         ax.set_ylim(top=min(top, init) + 0.08)
         ax.set_xscale("log")
         finish_axes(ax, "peak learning rate", "final validation loss (95% interval)" if ax is axes[0] else "",
                     title, legend=False)
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
-    fig.suptitle(f"Final loss against learning rate. Star: the interpolated optimum; bar: the basin (within "
-                 f"{nums.measures.delta:g} nats of it); dotted: the initial loss ln(vocab); x: a diverged run",
-                 fontsize=9)
+    fig.suptitle(f"Final loss against learning rate (error bars: 95% interval of each cell's mean, mostly window noise "
+                 f"that all arms share, so overlapping bars are no test: the paired comparisons are in the text). "
+                 f"Star: the interpolated optimum (it may dip below the points); bar: the basin (within "
+                 f"{nums.measures.delta:g} nats of it); dashed: the bigram baseline; dotted: ln(vocab); x: diverged",
+                 fontsize=8, wrap=True)
     return save(fig, path)
 
 
@@ -144,7 +168,7 @@ def fig_measures(nums: Numbers, path: Path) -> Path:
             ("sensitivity", lambda a: a.sensitivity,
              f"LR sensitivity over {rate(nums.measures.sensitivity_range[0])} to "
              f"{rate(nums.measures.sensitivity_range[1])} (nats)")), strict=True):
-        ests = [get(nums.arms[k]) for k in order]
+        ests = [nonneg(get(nums.arms[k])) if name == "basin" else get(nums.arms[k]) for k in order]
         v, err = errbars(ests)
         for i, k in enumerate(order):
             a = nums.arms[k]
@@ -213,7 +237,8 @@ def fig_init(rows: list[dict], width: int, path: Path) -> Path:
             if not sel:
                 continue
             dks, std, ent = zip(*sel, strict=True)
-            label = f"{scale}, {'GPT-2 init (std 0.02)' if init == 'gpt2' else 'unit-variance q, k'}"
+            name = {"none": "unscaled", "sqrt_dk": "1/sqrt(d_k)", "inv_dk": "1/d_k"}[scale]
+            label = f"{name}, {'GPT-2 init (std 0.02)' if init == 'gpt2' else 'unit-variance q, k'}"
             ax1.plot(dks, std, ls, marker="o", ms=3, color=color, label=label)
             ax2.plot(dks, ent, ls, marker="o", ms=3, color=color, label=label)
     for ax in (ax1, ax2):
@@ -274,6 +299,7 @@ def loss_table(nums: Numbers) -> str:
                 cells.append("")
                 continue
             notes = [f"{a.failed[x]} failed" for _ in [0] if a.failed[x]] + [
+                f"{a.at_bigram[x]} at or above the bigram" for _ in [0] if a.at_bigram.get(x)] + [
                 f"{a.diverged[x]} diverged" for _ in [0] if a.diverged[x]]
             cells.append(a.loss[x].format() + (f" ({', '.join(notes)})" if notes else ""))
         rows.append([k.label] + cells)
@@ -285,10 +311,12 @@ def measures_table(nums: Numbers) -> str:
     rows = []
     for k, a in sorted(nums.arms.items(), key=lambda kv: (kv[0].qk_norm, -kv[0].d_k, -kv[0].width, kv[0].scale)):
         n = sum(a.runs.values())
-        rows.append([k.label, opt_text(a), f"{a.opt_loss.format()} ({a.dip:.3f} below its best rate's)", width_text(a)]
-                    + [a.widths[d].format(2) for d in m.other_deltas]
+        rows.append([k.label, opt_text(a), bracket_text(a),
+                     f"{a.opt_loss.format()} ({a.dip:.3f} below its best rate's)", width_text(a)]
+                    + [nonneg(a.widths[d]).format(2) for d in m.other_deltas]
                     + [a.sensitivity.format(), f"{sum(a.diverged.values())}/{n}", f"{sum(a.failed.values())}/{n}"])
-    return markdown_table(["arm", "(a) best rate", "(a) best loss (the vertex's dip)",
+    return markdown_table(["arm", "(a) best rate", "the grid's best rate (its bracket)",
+                           "(a) best loss (the vertex's dip)",
                            f"(b) basin width, delta {m.delta:g} (its rates)"]
                           + [f"width, delta {d:g}" for d in m.other_deltas]
                           + ["(c) LR sensitivity", "diverged", "failed to train"], rows)
@@ -305,7 +333,15 @@ def called(est: Estimate, d: int, above: str, below: str) -> str:
 
 
 def comparison_line(c: Comparison, what: str) -> str:
-    """One comparison (a minus b) on the three measures, with the words the directions give."""
+    """One comparison (a minus b) on the three measures, with the words the directions give. A basin difference
+    that is not on the same side at every delta is marked; an arm whose best loss does not beat the bigram baseline
+    has no meaningful basin or sensitivity (a flat floor), so the line says so instead of reading them."""
+    if not (c.a.beats_bigram and c.b.beats_bigram):
+        flat = c.a if not c.a.beats_bigram else c.b
+        return prose("sqrt_dk", "comparison_flat", a=c.a.key.label, b=c.b.key.label,
+                     d_opt=c.d_opt.format(2, signed=True), factor=factor(c.d_opt),
+                     d_best=c.d_best.format(3, signed=True), flat=flat.key.label)
+    only = c.dir_width and any(direction(e) != c.dir_width for e in c.d_widths.values())
     return prose(
         "sqrt_dk", "comparison", a=c.a.key.label, b=c.b.key.label,
         d_opt=c.d_opt.format(2, signed=True), factor=factor(c.d_opt),
@@ -313,11 +349,13 @@ def comparison_line(c: Comparison, what: str) -> str:
         d_best=c.d_best.format(3, signed=True),
         best_words=called(c.d_best, c.dir_best, f"{what}: worse", f"{what}: better"),
         d_width=c.d_width.format(2, signed=True), other_deltas=other_deltas(c),
-        width_words=called(c.d_width, c.dir_width, f"{what}: wider", f"{what}: narrower"),
+        width_words=called(c.d_width, c.dir_width, f"{what}: wider", f"{what}: narrower")
+        + (f"; at delta {c.delta:g} only, not at every delta" if only else ""),
         d_sens=c.d_sens.format(3, signed=True),
         sens_words=called(c.d_sens, c.dir_sens, f"{what}: higher", f"{what}: lower"),
-        reading=lr_basin.sensitivity_words(c.dir_sens, -c.dir_width, c.dir_opt != 0) + (
-            f", around a best loss worse by {c.d_best.format(3)} nats" if c.dir_width > 0 and c.dir_best > 0 else ""))
+        reading=lr_basin.sensitivity_words(c.dir_sens, 0 if only else -c.dir_width, c.dir_opt != 0) + (
+            f", around a best loss worse by {c.d_best.format(3)} nats"
+            if c.dir_width > 0 and c.dir_best > 0 and not only else ""))
 
 
 def other_deltas(c: Comparison) -> str:
@@ -363,8 +401,15 @@ def expected(pred: dict) -> dict:
     return out
 
 
-def predictions(rep: Report, nums: Numbers, pred: dict, fp16: dict) -> None:
-    """P1-P7 as the design wrote them, each verdict from lr_basin's tested functions."""
+def entropy_at_best(a: Arm, arms: dict) -> str:
+    """The arm's mean normalised attention entropy at the end of training at its best grid rate (seed mean)."""
+    x = a.lrs[int(np.nanargmin([a.loss[y].value for y in a.lrs]))]
+    vals = [e[-1] for e in (r.series("stab/entropy")[1] for r in arms.get(a.key, {}).get(x, [])) if len(e)]
+    return f"{np.mean(vals):.2f}" if vals else "n/a"
+
+
+def predictions(rep: Report, nums: Numbers, pred: dict, fp16: dict, arms_by_key: dict) -> None:
+    """P1-P7 as the design wrote them, each verdict from lr_basin's tested functions; then the answer they give."""
     m = nums.measures
     s256, n256 = nums.get(d_k=256, heads=1, width=256, scale="sqrt_dk", qk_norm=False), nums.get(
         d_k=256, heads=1, width=256, scale="none", qk_norm=False)
@@ -377,13 +422,17 @@ def predictions(rep: Report, nums: Numbers, pred: dict, fp16: dict) -> None:
     v2 = lr_basin.sign_verdict(c.dir_best, e["best_loss_gap"])
     v3 = lr_basin.sign_verdict(-c.dir_width, e["basin_gap"])  # scaled minus unscaled width
     v5 = lr_basin.sign_verdict(c.dir_sens, e["sensitivity_gap"])
+    xs_opt = lambda a, y: lr_basin.optimum(a.xs, y)  # noqa: E731
+    sl_opt = seed_level(n256, s256, lambda a, y: xs_opt(a, y)[0])
+    sl_best = seed_level(n256, s256, lambda a, y: xs_opt(a, y)[1])
+    sl_width = seed_level(s256, n256, lambda a, y: lr_basin.width(a.xs, y, m.delta))
     rep.findings += [
         prose("sqrt_dk", "p1", verdict=verdict(v1), d=c.d_opt.format(2, signed=True), factor=factor(c.d_opt),
-              s=opt_text(s256), n=opt_text(n256)),
+              s=opt_text(s256), n=opt_text(n256), seedwise=sl_opt.format(2)),
         prose("sqrt_dk", "p2", verdict=verdict(v2), d=c.d_best.format(3, signed=True), s=s256.opt_loss.format(),
-              n=n256.opt_loss.format()),
+              n=n256.opt_loss.format(), seedwise=sl_best.format(3)),
         prose("sqrt_dk", "p3", verdict=verdict(v3), d=(s256.width - n256.width).format(2, signed=True),
-              s=width_text(s256), n=width_text(n256), delta=f"{m.delta:g}",
+              s=width_text(s256), n=width_text(n256), delta=f"{m.delta:g}", seedwise=sl_width.format(2),
               other_deltas="; ".join(f"{d:g}: {e.scaled(-1).format(2, signed=True)}" for d, e in c.d_widths.items())),
     ]
     grow = []
@@ -393,10 +442,12 @@ def predictions(rep: Report, nums: Numbers, pred: dict, fp16: dict) -> None:
         if s64 and n64:
             est, d = growth(s256, n256, s64, n64, m)
             grow.append((name, est, d, s64, n64))
+    v4 = v6 = v7 = "undecided"
     if grow:
         v4 = lr_basin.all_verdict([d for _, _, d, *_ in grow], e["basin_growth"]) if len(grow) == 2 else "undecided"
         rep.findings.append(prose("sqrt_dk", "p4", verdict=verdict(v4), small_dk=64, big_dk=256, parts="; ".join(
             prose("sqrt_dk", "p4_part", where=name, d=est.format(2, signed=True),
+                  entropy=entropy_at_best(s64, arms_by_key), entropy_n=entropy_at_best(n64, arms_by_key),
                   small=f"d_k = {s64.key.d_k} with {plural(s64.key.heads, 'head')} at width {s64.key.width}",
                   small_gap=(s64.width - n64.width).format(2, signed=True),
                   big_gap=(s256.width - n256.width).format(2, signed=True))
@@ -419,6 +470,11 @@ def predictions(rep: Report, nums: Numbers, pred: dict, fp16: dict) -> None:
         rep.findings.append(prose("sqrt_dk", "p7", verdict=verdict(v7), counts="; ".join(
             f"lr {rate(x)}: unscaled {by.get('none', (0, 0))[0]} of {by.get('none', (0, 0))[1]}, scaled "
             f"{by.get('sqrt_dk', (0, 0))[0]} of {by.get('sqrt_dk', (0, 0))[1]}" for x, by in fp16.items())))
+    said = {v: f"the prediction {verb(v)}" for v in ("holds", "fails", "undecided")}
+    rep.findings.append(prose(
+        "sqrt_dk", "answer", p1=said[v1], p2=said[v2], p3=said[v3], seedwise=sl_width.format(2),
+        p4=said[v4] if grow else "not tested here", p6=said[v6] if q else "not tested here",
+        p7=said[v7] if fp16 else "not tested here"))
 
 
 def pairs_section(rep: Report, nums: Numbers) -> None:
@@ -448,6 +504,9 @@ def qknorm_section(rep: Report, nums: Numbers, arms: dict) -> None:
     for a, b, what in ((qs, s, "with qk-layernorm"), (qn, n, "with qk-layernorm"), (qn, qs, "unscaled")):
         if a and b:
             rep.sections += ["- " + comparison_line(compare(a, b, nums.measures), what), ""]
+    for a in (qs, qn):
+        if a and not a.beats_bigram:
+            rep.sections += [prose("sqrt_dk", "never_beats_bigram", arm=a.key.label, best=a.opt_loss.format()), ""]
     shown = [x for x in (s, n, qs, qn) if x]
     lrs = sorted({y for a in shown for y in a.lrs if y >= 1e-3})
     rows = [[a.key.label] + ["" if (ml := max_logit(arms.get(a.key, {}).get(x, []))) is None else fmt(*ml, 1)
@@ -471,10 +530,11 @@ def fp16_section(rep: Report, arms: dict, fp16: dict, nums: Numbers) -> None:
             ok = [final_loss(r) for r in rs if math.isfinite(final_loss(r))]
             k32 = k16.partner(precision="32-true")
             ml32 = max_logit(arms.get(k32, {}).get(x, []))
-            ml16 = max_logit(rs)
+            raw = [v for r in rs if (v := raw_product(r, k16)) is not None]
             rows.append([rate(x), k16.scale_label, f"{by[scale][0]} of {by[scale][1]}",
                          ", ".join(map(str, sorted(steps))) or "-",
-                         fmt(*mean_spread(ok), 3) if ok else "-", fmt(*ml16, 0) if ml16 else "-",
+                         fmt(*mean_spread(ok), 3) if ok else "-",
+                         f"{min(raw):,.0f} to {max(raw):,.0f}" if raw else "-",
                          fmt(*ml32, 0) if ml32 else "(not in the float32 grid)"])
     f16 = [r for k, by in arms.items() if k.fp16 for rs in by.values() for r in rs]
     f32 = [r for k, by in arms.items() if not k.fp16 and k.d_k == 256 and k.heads == 1 and not k.qk_norm
@@ -486,8 +546,19 @@ def fp16_section(rep: Report, arms: dict, fp16: dict, nums: Numbers) -> None:
                                              wall=f"{wall_minutes(f16):.1f}",
                                              step16=f"{1000 * t16:.0f}", step32=f"{1000 * t32:.0f}"), "",
                      markdown_table(["lr", "arm", "diverged (float16)", "stopped at step", "final loss of the others",
-                                     "max logit at the end, float16 runs", "max logit at the end, float32 runs"], rows),
+                                     "largest raw q.k at a probe (float16 runs; the last probe before a stop)",
+                                     "max logit at the end, float32 runs"], rows),
                      "", prose("sqrt_dk", "fp16_reading"), ""]
+
+
+def raw_product(run: Run, key: ArmKey) -> float | None:
+    """The largest |q.k| before the scale (the stability probe's max logit divided by the scale) at the run's last
+    probe: what float16 has to hold before the multiplication."""
+    _, vals = run.series("stab/max_logit")
+    if not len(vals):
+        return None
+    scale = 1 / math.sqrt(key.d_k) if key.scale == "sqrt_dk" else 1.0 if key.scale == "none" else math.nan
+    return float(abs(vals[-1]) / scale)
 
 
 def step_seconds(runs: list[Run]) -> float:
@@ -513,8 +584,9 @@ def stability_section(rep: Report, arms: dict, nums: Numbers, cfg: dict, out: Pa
         vals = [e[-1] for e in (r.series("stab/entropy")[1] for r in arms[k].get(shown[0], [])) if len(e)]
         if vals:
             ends.append(f"{k.scale_label}{' + qk-layernorm' if k.qk_norm else ''} {fmt(*mean_spread(vals), 2)}")
-    links = explorers({f"d_k = {big}, {k.scale_label}{' + qk-layernorm' if k.qk_norm else ''}, lr {rate(x)}":
-                       arms[k][x][0] for k in keys[:2] for x in shown if x in arms[k]}, out)
+    links = explorers({f"d_k = {big}, {k.scale_label}{' + qk-layernorm' if k.qk_norm else ''}, lr {rate(x)}, "
+                       f"seed {arms[k][x][0].seed}": arms[k][x][0] for k in keys[:2] for x in shown if x in arms[k]},
+                      out)
     rep.sections += [f"## Logit growth and entropy at d_k = {big}", "", "![stability](stability.png)", ""]
     if ends:
         rep.sections += [prose("sqrt_dk", "stability", lr=rate(shown[0]), n_stab=n_stab, ends="; ".join(ends)), ""]
@@ -527,7 +599,10 @@ def literature(rep: Report, runs: list[Run], nums: Numbers, baseline: tuple) -> 
     ok = [v for r in huge if math.isfinite(v := final_loss(r))]
     failed = sum(failed_to_train(v, *baseline, nums.measures.failed_fraction) for v in ok)
     n32 = sum(not arm_is_fp16(r) for r in runs)
+    above = sum(not v < baseline[1] for v in ok)
     rep.comparison.append(prose("sqrt_dk", "huge_logits", n_huge=len(huge), n_runs=n32, threshold="1e4",
+                                n_above=above, lo=f"{min(ok, default=math.nan):.2f}",
+                                hi=f"{max(ok, default=math.nan):.2f}",
                                 n_div=len(huge) - len(ok), n_failed=failed,
                                 largest=f"{max((r.summary['attn_max_logit'] for r in huge), default=0):.3g}"))
 
@@ -574,6 +649,18 @@ def stage_two_text(nums: Numbers) -> str:
                  still_open=", ".join(k.label for k in still_open) if still_open else "none")
 
 
+def adam_shift(nums: Numbers) -> dict[str, str]:
+    """The optimum shift Adam's reparametrisation predicts (-log10(d_k) / 4) beside the measured one, at the largest
+    head dim and at the middle one (four heads)."""
+    out = {}
+    for name, d_k, heads in (("big", 256, 1), ("small", 64, 4)):
+        n = nums.get(d_k=d_k, heads=heads, width=256, scale="none", qk_norm=False)
+        s = nums.get(d_k=d_k, heads=heads, width=256, scale="sqrt_dk", qk_norm=False)
+        out[f"pred_{name}"] = f"{-math.log10(d_k) / 4:+.2f}"
+        out[f"obs_{name}"] = compare(n, s, nums.measures).d_opt.format(2, signed=True) if n and s else "n/a"
+    return out
+
+
 def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     """The report (README.md and its PNGs in ``out``) from experiment 2's runs."""
     arms = arms_of(runs)
@@ -587,10 +674,13 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     rep = Report()
     n_div = sum(sum(a.diverged.values()) for a in nums.arms.values())
     n_failed = sum(sum(a.failed.values()) for a in nums.arms.values())
-    rep.findings.append(prose("sqrt_dk", "in_short", n_div=n_div, n_failed=n_failed,
+    n_slow = sum(n for a in nums.arms.values() for x, n in a.failed.items()
+                 if x < a.lrs[int(np.nanargmin([a.loss[y].value for y in a.lrs]))])
+    rep.findings.append(prose("sqrt_dk", "in_short", n_div=n_div, n_failed=n_failed, n_slow=n_slow,
+                              n_fast=n_failed - n_slow,
                               n_runs=sum(sum(a.runs.values()) for a in nums.arms.values()),
                               fraction=f"{m.failed_fraction:g}"))
-    predictions(rep, nums, pred, fp16)
+    predictions(rep, nums, pred, fp16, arms)
     width = max(k.width for k in nums.arms)
     init_section(rep, width, cfg["model"]["block_size"], out)
     fig_loss_vs_lr(nums, out / "loss_vs_lr.png")
@@ -616,7 +706,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     sections += [prose("sqrt_dk", "changes"), ""] + rep.sections
     sections += ["## How this compares with the literature", "", prose("sqrt_dk", "literature")]
     sections += [f"- {c}" for c in rep.comparison] + [""]
-    sections += [prose("sqrt_dk", "threats"), ""]
+    sections += [prose("sqrt_dk", "threats", **adam_shift(nums)), ""]
     path = out / "README.md"
     path.write_text("\n".join(sections))
     return path

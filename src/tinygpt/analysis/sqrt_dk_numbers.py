@@ -134,6 +134,10 @@ class Arm:
     failed: dict[float, int]
     runs: dict[float, int]
     init: float  # ln(vocab): the loss at initialisation, the cap of the LR sensitivity
+    beats_bigram: bool  # its best loss is below the bigram baseline: its attention learned something
+    seed_curves: np.ndarray = field(repr=False, default=None)  # (S, L): each seed's window-mean loss per rate
+    seeds: tuple = ()
+    at_bigram: dict = field(default_factory=dict)  # runs per rate ending at or above the bigram baseline
     cells: list[Estimate] = field(repr=False, default_factory=list)
 
     @property
@@ -197,6 +201,10 @@ def arm_numbers(key: ArmKey, by_lr: dict[float, list[Run]], est: dict, m: Measur
     unigram, bigram = baseline
     trained = float(np.nanmin(values)) < unigram - m.failed_fraction * (unigram - bigram)
     nan = Estimate(math.nan, math.nan, math.nan)
+    seeds = tuple(r.seed for r in by_lr[lrs[0]])
+    same_seeds = all(tuple(r.seed for r in by_lr[x]) == seeds for x in lrs)
+    n = len(next(r for rs in by_lr.values() for r in rs if r.windows() is not None).windows())
+    curves = np.stack([[window_losses(r, n).mean() for r in by_lr[x]] for x in lrs], axis=1) if same_seeds else None
     return Arm(
         key, lrs, {x: est[(key, x)] for x in lrs},
         combine(lambda y: lr_basin.optimum(xs, y)[0], cells),
@@ -212,6 +220,10 @@ def arm_numbers(key: ArmKey, by_lr: dict[float, list[Run]], est: dict, m: Measur
         {x: sum(failed_to_train(final_loss(r), unigram, bigram, m.failed_fraction) for r in by_lr[x]) for x in lrs},
         {x: len(by_lr[x]) for x in lrs},
         init,
+        bool(float(np.nanmin(values)) < bigram),
+        curves,
+        seeds if same_seeds else (),
+        {x: sum(not final_loss(r) < bigram for r in by_lr[x]) for x in lrs},
         cells,
     )
 
@@ -234,6 +246,7 @@ class Comparison:
     dir_best: int
     dir_width: int
     dir_sens: int
+    delta: float = 0.1
 
 
 def _two(a: Arm, b: Arm, f) -> Estimate:
@@ -270,7 +283,7 @@ def compare(a: Arm, b: Arm, m: Measures) -> Comparison:
                       cd(d_opt, opt_moves(a, +1) + opt_moves(b, -1)),
                       cd(d_best, best_moves(a, +1) + best_moves(b, -1)),
                       cd(d_width, width_moves(a, +1) + width_moves(b, -1)),
-                      cd(d_sens, []))
+                      cd(d_sens, []), m.delta)
 
 
 def growth(s_big: Arm, n_big: Arm, s_small: Arm, n_small: Arm, m: Measures) -> tuple[Estimate, int]:
@@ -296,6 +309,7 @@ def growth(s_big: Arm, n_big: Arm, s_small: Arm, n_small: Arm, m: Measures) -> t
 class Numbers:
     arms: dict[ArmKey, Arm]
     measures: Measures
+    bigram: float = math.nan  # the bigram baseline's loss on the validation windows
 
     def get(self, **kw) -> Arm | None:
         key = ArmKey(**{"precision": "32-true", **kw})
@@ -315,7 +329,7 @@ def numbers(arms: dict, m: Measures, baseline: tuple) -> Numbers:
     for a in out.values():
         if not in_range <= set(a.lrs):
             a.sensitivity = Estimate(math.nan, math.nan, math.nan)
-    return Numbers(out, m)
+    return Numbers(out, m, baseline[1])
 
 
 def stage_two(nums: Numbers, ladder: list[float]) -> tuple[dict[ArmKey, list[float]], list[ArmKey]]:
@@ -361,9 +375,41 @@ def fp16_complete(counts: dict, rates: int = 3, seeds: int = 5) -> bool:
 
 
 def diverged_step(run: Run) -> int | None:
-    """The step at which a diverged run stopped (its last logged training step)."""
+    """The step at which a diverged run stopped (summary.json's steps: the guard stops at the first bad loss)."""
+    if run.summary.get("steps") is not None:
+        return int(run.summary["steps"])
     steps, _ = run.series("train/loss")
-    return int(steps[-1]) if len(steps) else run.summary.get("steps")
+    return int(steps[-1]) if len(steps) else None
+
+
+@dataclass(frozen=True)
+class SeedLevel:
+    """A difference computed seed by seed (each seed's own curves, paired by seed id): the mean, a t interval over
+    the seeds and how many seeds lie above 0. A robustness check beside the bootstrap, no verdict."""
+
+    mean: float
+    lo: float
+    hi: float
+    above: int
+    n: int
+
+    def format(self, digits: int = 2) -> str:
+        if not math.isfinite(self.mean):
+            return "n/a"
+        f = f"+.{digits}f"
+        return f"{self.mean:{f}} [{self.lo:{f}}, {self.hi:{f}}] ({self.above} of {self.n} seeds above 0)"
+
+
+def seed_level(a: Arm, b: Arm, f) -> SeedLevel:
+    """f(a's curve of seed s) - f(b's curve of seed s) for each seed both arms have, with a t(S-1) interval."""
+    from scipy import stats as scipy_stats
+
+    if a.seed_curves is None or b.seed_curves is None or a.seeds != b.seeds or len(a.seeds) < 2:
+        return SeedLevel(math.nan, math.nan, math.nan, 0, 0)
+    d = np.asarray(f(a, a.seed_curves) - f(b, b.seed_curves), dtype=np.float64)  # (S,)
+    S = len(d)
+    half = float(scipy_stats.t.ppf(0.975, S - 1) * d.std(ddof=1) / math.sqrt(S))
+    return SeedLevel(float(d.mean()), float(d.mean() - half), float(d.mean() + half), int((d > 0).sum()), S)
 
 
 def max_logit(runs: list[Run]) -> tuple[float, float] | None:
