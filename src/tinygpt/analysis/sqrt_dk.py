@@ -313,8 +313,9 @@ def measures_table(nums: Numbers) -> str:
         n = sum(a.runs.values())
         rows.append([k.label, opt_text(a), bracket_text(a),
                      f"{a.opt_loss.format()} ({a.dip:.3f} below its best rate's)", width_text(a)]
-                    + [nonneg(a.widths[d]).format(2) for d in m.other_deltas]
-                    + [a.sensitivity.format(), f"{sum(a.diverged.values())}/{n}", f"{sum(a.failed.values())}/{n}"])
+                    + [nonneg(a.widths[d]).format(2) if a.beats_bigram else "n/a" for d in m.other_deltas]
+                    + [a.sensitivity.format() if a.beats_bigram else "n/a (never beats the bigram)",
+                       f"{sum(a.diverged.values())}/{n}", f"{sum(a.failed.values())}/{n}"])
     return markdown_table(["arm", "(a) best rate", "the grid's best rate (its bracket)",
                            "(a) best loss (the vertex's dip)",
                            f"(b) basin width, delta {m.delta:g} (its rates)"]
