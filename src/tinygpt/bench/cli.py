@@ -13,12 +13,20 @@ attention math path against the fused kernel.
     python scripts/benchmark.py --out bench.json                      # plain loop as the reference
     python scripts/benchmark.py --nanogpt ../nanoGPT --out bench.json # nanoGPT itself
     python scripts/benchmark.py --quick --out bench.json              # a few steps of each (tests)
-    python scripts/benchmark.py --generate-only
+    python scripts/benchmark.py --generate-only                       # KV-cache decoding and its memory bound
+    python scripts/benchmark.py --hf-only --out hf.json               # our GPT against transformers' GPT-2
+
+Decoding is also measured against the bound that reading every fp32 weight once per token sets (weight bytes /
+the memory's streaming-read rate, at one thread and at all cores), with each of its levers turned off in turn
+and a profile of where a token's time goes. ``--hf`` puts our GPT beside transformers' GPT2LMHeadModel on the
+same random weights (a training step and cached greedy decoding, at the default model's size and GPT-2 small's
+shape), both programs at once, each on its own core with one thread.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -31,12 +39,13 @@ from rich.console import Console
 from rich.table import Table
 
 from tinygpt.data.datamodule import TextDataModule
-from tinygpt.bench.micro import (BABY, SMALL, attention_costs, baby_flops_per_token, generation_speed,
-                                 interleaved_steps, matmul_peak_gflops, plain_loop)
+from tinygpt.bench.micro import (BABY, SMALL, attention_costs, baby_flops_per_token, decode_at_memory_limit,
+                                 generation_speed, interleaved_steps, matmul_peak_gflops, plain_loop)
 from tinygpt.bench.programs import (
     ROOT,
     SWEEP_QUICK,
     debug_fast_wall,
+    hf_side_by_side,
     kept,
     levers,
     median_of,
@@ -62,6 +71,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", "--json", dest="out", help="write the results here as JSON")
     ap.add_argument("--quick", action="store_true", help="a few steps and short sequences (for tests)")
     ap.add_argument("--generate-only", action="store_true", help="only the KV-cache generation benchmark")
+    ap.add_argument("--hf", action="store_true",
+                    help="also our GPT beside transformers' GPT2LMHeadModel on the same weights (training step and "
+                         "cached greedy decoding; needs transformers, 2 cores and taskset)")
+    ap.add_argument("--hf-only", action="store_true", help="only that comparison")
+    ap.add_argument("--hf-pairs", type=int, default=2, metavar="PAIRS",
+                    help="runs of each comparison, both sides at once, cores swapped each time")
     ap.add_argument("--sweep", action="store_true",
                     help="also time a small sweep of experiment 1 one job after another and with its jobs at once")
     ap.add_argument("--sweep-only", action="store_true", help="only that sweep comparison")
@@ -82,6 +97,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         ap.error(f"--side-by-side={args.side_by_side} must be >= 0.")
     if args.nanogpt and args.side_by_side and ((os.cpu_count() or 1) < 2 or not shutil.which("taskset")):
         ap.error("--side-by-side needs 2 cores and taskset (util-linux); pass --side-by-side 0 to skip it.")
+    if (args.hf or args.hf_only) and ((os.cpu_count() or 1) < 2 or not shutil.which("taskset")):
+        ap.error("--hf needs 2 cores and taskset (util-linux): both programs run at once, each on its own core.")
+    if (args.hf or args.hf_only) and importlib.util.find_spec("transformers") is None:
+        ap.error("--hf needs transformers: pip install 'transformers>=4.40' (the test extra).")
+    if args.hf_pairs < 1:
+        ap.error(f"--hf-pairs={args.hf_pairs} must be >= 1.")
     if args.nanogpt and not (args.nanogpt / "train.py").is_file():
         ap.error(f"--nanogpt={args.nanogpt} is not a nanoGPT checkout (no train.py there).")
     if args.nanogpt and not args.data:
@@ -97,7 +118,15 @@ def generation(args) -> dict:
     # the same 200 new tokens after a 56-token prompt: the context fills to 256, as a chat or a sample does
     gen["small, prompt 56 (context filled)"] = generation_speed(SMALL, new_tokens, prompt_len=8 if args.quick else 56)
     show_generation(gen)
-    result: dict = {"generate": gen,
+    threads = sorted({1, torch.get_num_threads()})
+    decode = {name: {str(n): decode_at_memory_limit(arch, n, new_tokens=8 if args.quick else 255,
+                                                    rounds=1 if args.quick else 3,
+                                                    bandwidth_bytes=64 << 20 if args.quick else None,
+                                                    repeats=2 if args.quick else 20)
+                     for n in threads}
+              for name, arch in (("small (10.7M, context 256)", SMALL), ("baby (0.8M, context 64)", BABY))}
+    show_decode(decode)
+    result: dict = {"generate": gen, "decode": decode,
                     "generate_cached_tokens_per_sec": gen["small (10.7M, context 256)"]["cached_tokens_per_sec"],
                     "generate_uncached_tokens_per_sec": gen["small (10.7M, context 256)"]["uncached_tokens_per_sec"]}
     return result
@@ -226,14 +255,18 @@ def sweep_small(args) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     steps = 10 if args.quick else args.steps
-    if args.sweep_only:
-        result = {"sweep": sweep_small(args)}
+    if args.sweep_only or args.hf_only:
+        result = {"sweep": sweep_small(args)} if args.sweep_only else {}
+        if args.hf_only:
+            result["hf"] = transformers_side_by_side(args)
         result.update(machine=machine(), command="python scripts/benchmark.py " + " ".join(
             argv if argv is not None else sys.argv[1:]))
         if args.out:
             Path(args.out).write_text(json.dumps(result, indent=2))
         return 0
     result = generation(args)
+    if args.hf:
+        result["hf"] = transformers_side_by_side(args)
     if not args.generate_only:
         data_args = ["data=text_file", f"data.path={args.data}"] if args.data else []
         console.print(f"data: {args.data or 'embedded shakespeare'}; {steps} steps; torch threads "
@@ -273,4 +306,38 @@ def show_generation(gen: dict) -> None:
     for name, g in gen.items():
         table.add_row(name, str(g["prompt_tokens"]), str(g["new_tokens"]), f"{g['cached_tokens_per_sec']:,.0f}",
                       f"{g['uncached_tokens_per_sec']:,.0f}", f"{g['speedup']:.1f}x", str(g["identical"]))
+    console.print(table)
+
+
+def transformers_side_by_side(args) -> dict:
+    """Our GPT beside transformers' GPT-2 on the same weights, both at once on a core each (2 tiny pairs with
+    --quick)."""
+    sizes = ["tiny"] if args.quick else ["baby", "gpt2"]
+    hf = hf_side_by_side(sizes, pairs=args.hf_pairs)
+    table = Table(title="our GPT vs transformers' GPT2LMHeadModel, same weights, both at once, one core and one "
+                        "thread each (medians over the pairs)")
+    for col in ("size", "what", "tinygpt tokens/s", "transformers tokens/s", "ratio", "same greedy tokens"):
+        table.add_column(col)
+    for size, whats in hf.items():
+        for what, r in whats.items():
+            same = "" if what == "train" else str(all(p["identical_tokens"] for p in r["pairs"]))
+            table.add_row(size, what, f"{r['tinygpt_tokens_per_sec']:,.1f}", f"{r['transformers_tokens_per_sec']:,.1f}",
+                          f"{r['ratio']:.2f}", same)
+    console.print(table)
+    return hf
+
+
+def show_decode(decode: dict) -> None:
+    table = Table(title="cached greedy decoding at batch 1 against the memory bound (every fp32 weight read once "
+                        "per token / streaming-read rate)")
+    for col in ("model", "threads", "weights MB", "read GB/s", "bound tokens/s", "tokens/s", "of bound",
+                "products alone ms", "ms/token", "before (tokens/s)"):
+        table.add_column(col)
+    for name, by_threads in decode.items():
+        for n, d in by_threads.items():
+            before = d["levers"]["none of them (the decode path before)"]["tokens_per_sec"]
+            table.add_row(name, n, f"{d['weight_bytes'] / 1e6:.1f}", f"{d['bandwidth_gbps']:.1f}",
+                          f"{d['bound_tokens_per_sec']:,.0f}", f"{d['cached_tokens_per_sec']:,.0f}",
+                          f"{d['fraction_of_bound']:.0%}", f"{d['products_alone_ms']:.2f}", f"{d['ms_per_token']:.2f}",
+                          f"{before:,.0f}")
     console.print(table)

@@ -5,16 +5,20 @@ their ratios), the attention math path against the fused kernel, KV-cache genera
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from tinygpt.data.datamodule import TextDataModule
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.train.optim import clip_grad_norm_cpu_, lr_at, param_groups
+
+if TYPE_CHECKING:  # the data module imports Lightning: not for the side-by-side workers, which import this module
+    from tinygpt.data.datamodule import TextDataModule
 
 BABY = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0, bias=False)  # the default model
 SMALL = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.0, bias=False)  # the GPU recipe's model
@@ -192,3 +196,373 @@ def baby_flops_per_token(vocab: int = 65) -> float:
 
 
 # One switch at a time against the default recipe, on shorter runs (each its own train.py, back to back).
+
+
+# ----------------------------------------------------------------------------- decoding at the memory limit
+
+
+class OtherLoad:
+    """``with OtherLoad() as load:``: afterwards ``load.cores`` is the CPU the machine spent on other processes
+    during the block, in cores (Linux /proc/stat against this process's and its waited-for children's own time;
+    None elsewhere). A busy machine skews every timing, most of all those with more than one thread."""
+
+    cores: float | None = None
+
+    def __enter__(self) -> OtherLoad:
+        self.start = (time.perf_counter(), _machine_cpu_seconds(), _own_cpu_seconds())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        wall, machine, own = (b - a if a is not None and b is not None else None for a, b in
+                              zip(self.start, (time.perf_counter(), _machine_cpu_seconds(), _own_cpu_seconds()),
+                                  strict=True))
+        self.cores = None if machine is None else max(0.0, (machine - own) / wall)
+
+
+def _machine_cpu_seconds() -> float | None:
+    """CPU seconds all processes have used since boot (/proc/stat: user, nice, system, irq, softirq, steal)."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def cache_bytes(level: int = 3) -> int | None:
+    """The size of the CPU's level-``level`` cache in bytes (Linux sysfs), or None where it is not said."""
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            if int((index / "level").read_text()) != level:
+                continue
+            size = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+    return None
+
+
+def streaming_read_gbps(nbytes: int, repeats: int = 5) -> float:
+    """GB/s of one streaming read of ``nbytes`` of fp32 (a tensor's sum, at torch's current thread count), the
+    best of ``repeats`` after a first pass that touches every page."""
+    x = torch.ones(max(nbytes // 4, 1))
+    x.sum()
+    best = min(_timed_call(x.sum) for _ in range(repeats))
+    return x.numel() * 4 / best / 1e9
+
+
+def memory_bytes_for_bandwidth() -> int:
+    """A buffer far larger than the last-level cache (4x, at least 1 GiB), at most a quarter of the memory."""
+    l3 = cache_bytes(3) or 32 << 20
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(min(max(1 << 30, 4 * l3), ram // 4))
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of every parameter once (the tied embedding once: a decoded token reads it as the head)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+@torch.no_grad()
+def products_alone_seconds(model: torch.nn.Module, repeats: int = 30) -> float:
+    """Seconds for every Linear of ``model`` (the head included) applied to one row, in the model's order, with
+    nothing between them: the products of one decoded token without the rest of its work (median of
+    ``repeats`` passes; decode_linear where the model swapped it in)."""
+    import torch.nn.functional as F
+
+    from tinygpt.model.fast_linear import FastDecodeLinear, decode_linear
+
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    rows = {m.in_features: torch.randn(1, m.in_features) for m in linears}
+    calls = [((decode_linear if type(m) is FastDecodeLinear else F.linear), rows[m.in_features], m.weight, m.bias)
+             for m in linears]
+
+    def one_token():
+        for f, x, w, b in calls:
+            f(x, w, b)
+
+    one_token()
+    times = sorted(_timed_call(one_token) for _ in range(repeats))
+    return times[len(times) // 2]
+
+
+DECODE_LEVERS = {  # name -> what the variant turns off (patched in this process only; outputs must not change)
+    "all levers (as shipped)": (),
+    "without the lean cached step (GPT.forward per token)": ("step",),
+    "without the greedy shortcut (softmax + multinomial per token)": ("greedy",),
+    "without inference_mode (no_grad alone)": ("inference_mode",),
+    "split products always, at any thread count (as before)": ("split_any",),
+    "without the split products (plain F.linear)": ("no_split",),
+    "none of them (the decode path before)": ("step", "greedy", "inference_mode", "split_any"),
+}
+
+
+def _decode_variant(off: tuple):
+    """A context in which generate() runs without the levers named in ``off``."""
+    import contextlib
+    from unittest import mock
+
+    from tinygpt.model import generate as gen_module
+    from tinygpt.model.fast_linear import FastDecodeLinear
+
+    stack = contextlib.ExitStack()
+    if "step" in off:
+        stack.enter_context(mock.patch.object(gen_module.CachedStep, "for_model", lambda *a, **k: None))
+    if "greedy" in off:
+        stack.enter_context(mock.patch.object(gen_module, "greedy_token", lambda *a, **k: None))
+    if "inference_mode" in off:  # generate stays under its no_grad
+        stack.enter_context(mock.patch.object(gen_module, "_no_autograd", contextlib.nullcontext))
+    if "split_any" in off:  # whatever its timing says, at any thread count
+        stack.enter_context(mock.patch.object(FastDecodeLinear, "min_threads", 1))
+        stack.enter_context(mock.patch.object(FastDecodeLinear, "split_margin", 0.0))
+    if "no_split" in off:
+        stack.enter_context(mock.patch.object(FastDecodeLinear, "max_rows", 0))
+    return stack
+
+
+PRODUCT_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::mv", "aten::addmv")
+PROFILE_GROUPS = (  # (group, substrings of aten op names), first match wins
+    ("matrix-vector products", PRODUCT_OPS),
+    ("attention kernel", ("scaled_dot_product", "flash_attention", "softmax")),
+    ("LayerNorm", ("layer_norm",)),
+    ("GELU", ("gelu",)),
+    ("residual adds", ("aten::add",)),
+    ("sampling", ("topk", "multinomial", "aten::sum", "_local_scalar_dense", "isfinite", "aten::all", "aten::div")),
+    ("cache writes, views, copies, op wrappers", ("copy_", "narrow", "slice", "select", "view", "unbind", "transpose",
+                                        "reshape", "as_strided", "permute", "expand", "aten::t", "unsqueeze",
+                                        "stack", "aten::cat", "empty", "contiguous", "clone", "_to_copy",
+                                        "embedding", "index_select", "aten::to", "detach", "alias", "zeros",
+                                        "fill_", "arange", "matmul", "linear")),
+)
+
+
+@torch.no_grad()
+def decode_profile(model, prompt: torch.Tensor, new_tokens: int) -> dict:
+    """Where a cached greedy token's time goes: torch.profiler over one generate() call, the ops' self time per
+    token in groups (``PROFILE_GROUPS``), and the rest of the profiled wall time (Python, the dispatcher between
+    ops and the profiler's own bookkeeping). Profiled times run above unprofiled ones; read the shares."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from tinygpt.model.generate import generate
+
+    generate(model, prompt, new_tokens, top_k=1)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        generate(model, prompt, new_tokens, top_k=1)
+        wall = time.perf_counter() - t0
+    groups = {name: 0.0 for name, _ in PROFILE_GROUPS}
+    groups["other ops"] = 0.0
+    ops = []
+    for e in prof.key_averages():
+        us = e.self_cpu_time_total / new_tokens
+        ops.append({"op": e.key, "calls_per_token": e.count / new_tokens, "self_us_per_token": us})
+        group = next((name for name, keys in PROFILE_GROUPS if any(k in e.key for k in keys)), "other ops")
+        groups[group] += us
+    wall_us = 1e6 * wall / new_tokens
+    groups["outside the ops (Python, dispatch, profiler)"] = wall_us - sum(groups.values())
+    ops.sort(key=lambda o: -o["self_us_per_token"])
+    return {"profiled_us_per_token": wall_us, "groups_us_per_token": groups, "top_ops": ops[:12]}
+
+
+@torch.no_grad()
+def decode_at_memory_limit(arch: dict, threads: int, new_tokens: int = 255, vocab: int = 65, rounds: int = 3,
+                           bandwidth_bytes: int | None = None, profile: bool = True, repeats: int = 20) -> dict:
+    """Cached greedy decoding at batch 1 against the bound that reading every fp32 weight once per token sets:
+    weight bytes / the memory's streaming-read rate (a buffer far larger than the last-level cache, at
+    ``threads`` threads). Also: the same read of a buffer as large as the weights (a cache-resident model can
+    beat the bound), the products alone, each lever turned off in turn (``DECODE_LEVERS``, taking turns for
+    ``rounds`` rounds; best of the rounds; the greedy tokens of every variant must equal the shipped path's)
+    and a profile of one decode; and how much CPU other processes used meanwhile. ``repeats``: of the
+    weights-sized read and of the products alone (the best and the median)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with OtherLoad() as load:
+            result = _decode_at_memory_limit(arch, threads, new_tokens, vocab, rounds, bandwidth_bytes, profile,
+                                             repeats)
+        return {**result, "other_processes_cores": load.cores}
+    finally:
+        torch.set_num_threads(before)
+
+
+def _decode_at_memory_limit(arch: dict, threads: int, new_tokens: int, vocab: int, rounds: int,
+                            bandwidth_bytes: int | None, profile: bool, repeats: int) -> dict:
+    from tinygpt.model.fast_linear import use_fast_decode
+    from tinygpt.model.generate import generate
+
+    torch.manual_seed(0)
+    model = use_fast_decode(GPT(GPTConfig(vocab_size=vocab, **arch)).eval())
+    new_tokens = min(new_tokens, arch["block_size"] - 1)
+    prompt = torch.randint(0, vocab, (1, 1), generator=torch.Generator().manual_seed(0))
+    nbytes = weight_bytes(model)
+    dram = streaming_read_gbps(bandwidth_bytes or memory_bytes_for_bandwidth())
+    resident = streaming_read_gbps(nbytes, repeats=repeats)
+    levers = {name: off for name, off in DECODE_LEVERS.items()
+              if not (threads < 2 and "no_split" in off)}  # one thread never splits: that row is the first
+    times: dict[str, list[float]] = {name: [] for name in levers}
+    outs: dict[str, torch.Tensor] = {}
+    for name, off in levers.items():  # warm-up, outside the clock
+        with _decode_variant(off):
+            outs[name] = generate(model, prompt, new_tokens, top_k=1)
+    for _ in range(rounds):
+        for name, off in levers.items():
+            with _decode_variant(off):
+                times[name].append(_timed_call(lambda: generate(model, prompt, new_tokens, top_k=1)))
+    shipped = next(iter(levers))
+    tokens_per_sec = {name: new_tokens / min(t) for name, t in times.items()}
+    bound = dram * 1e9 / nbytes
+    products = products_alone_seconds(model, repeats=repeats + 10)
+    return {
+        "arch": arch, "threads": threads, "new_tokens": new_tokens, "rounds": rounds, "weight_bytes": nbytes,
+        "llc_bytes": cache_bytes(3),
+        "bandwidth_bytes": bandwidth_bytes or memory_bytes_for_bandwidth(), "bandwidth_gbps": dram,
+        "resident_read_gbps": resident, "bound_tokens_per_sec": bound,
+        "cached_tokens_per_sec": tokens_per_sec[shipped], "fraction_of_bound": tokens_per_sec[shipped] / bound,
+        "ms_per_token": 1000 / tokens_per_sec[shipped], "products_alone_ms": 1000 * products,
+        "levers": {name: {"tokens_per_sec": tps, "fraction_of_bound": tps / bound,
+                          "identical": bool(torch.equal(outs[name], outs[shipped]))}
+                   for name, tps in tokens_per_sec.items()},
+        "profile": decode_profile(model, prompt, new_tokens) if profile else None,
+    }
+
+
+# ----------------------------------------------------------------------------- side by side with transformers
+
+HF_SIZES = {  # our GPT configured as GPT-2 (biases, tanh GELU); the training batch (rows x tokens), the timed
+    # training steps, the prompt, the new tokens and the timed decodes of each
+    "baby": {"model": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65), "batch": (12, 64),
+             "steps": 40, "prompt": 8, "new_tokens": 56, "repeats": 10},
+    "gpt2": {"model": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257),
+             "batch": (1, 1024), "steps": 4, "prompt": 8, "new_tokens": 200, "repeats": 2},
+    "tiny": {"model": dict(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=65), "batch": (2, 32),
+             "steps": 2, "prompt": 4, "new_tokens": 8, "repeats": 1},  # --quick (tests)
+}
+
+
+def gpt2_shaped(size: str, seed: int = 0) -> GPT:
+    """Our GPT as GPT-2 (bias, tanh GELU, eps 1e-5, no dropout) at one of HF_SIZES, random weights: GPT-2's init
+    with the biases and LayerNorm parameters drawn too (so that a bias in the wrong place would show)."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(**HF_SIZES[size]["model"], dropout=0.0, bias=True, activation="gelu_tanh"))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, 0.02)
+            elif ".ln_" in name or name.startswith("ln_f"):
+                p.normal_(1.0, 0.1)
+    return model
+
+
+def transformers_copy(ours: GPT):
+    """transformers' GPT2LMHeadModel with our GPT's weights (tinygpt.model.hf_gpt2's names), its default attention."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tinygpt.model import hf_gpt2
+
+    config = hf_gpt2.hf_config(ours.config)
+    if ours.config.vocab_size <= 50256:  # GPT-2's default special tokens would lie outside the vocabulary
+        config.update(bos_token_id=None, eos_token_id=None)
+    theirs = GPT2LMHeadModel(GPT2Config.from_dict(config))
+    result = theirs.load_state_dict(hf_gpt2.to_hf_state_dict(ours), strict=False)
+    if result.unexpected_keys or set(result.missing_keys) - {"lm_head.weight"}:
+        raise RuntimeError(f"transformers' GPT-2 did not take our weights: {result}")
+    theirs.tie_weights()
+    theirs.generation_config.eos_token_id = None  # decode every asked token (random weights may emit GPT-2's eos)
+    theirs.generation_config.pad_token_id = 0
+    return theirs
+
+
+def hf_worker(side: str, size: str, whats=("train", "decode"), seed: int = 0, ready=None) -> dict:
+    """One side of the transformers comparison, in its own process: for each of ``whats``, "train" (forward,
+    backward and a fused AdamW step on HF_SIZES' batch: median tokens/s of its ``steps`` after one warm-up step)
+    or "decode" (cached greedy decoding at batch 1 from a random prompt: best tokens/s of its ``repeats`` after a
+    short warm-up; the tokens come back to be compared). ``ready()`` is called before each timed part: the caller
+    holds both sides there so that their timed parts run at once."""
+    steps, repeats = HF_SIZES[size]["steps"], HF_SIZES[size]["repeats"]
+    ours = gpt2_shaped(size, seed)
+    model = ours if side == "tinygpt" else transformers_copy(ours)
+    info = {"side": side, "size": size, "threads": torch.get_num_threads(),
+            "params": sum(p.numel() for p in model.parameters())}
+    if side == "transformers":
+        import transformers
+
+        info.update(transformers=transformers.__version__, attention=model.config._attn_implementation)
+    ready = ready or (lambda: None)
+    return {what: {**info, "what": what, **(_hf_train(side, model, size, steps, seed, ready) if what == "train"
+                                            else _hf_decode(side, model, size, repeats, seed, ready))}
+            for what in whats}
+
+
+def _hf_train(side: str, model, size: str, steps: int, seed: int, ready) -> dict:
+    B, T = HF_SIZES[size]["batch"]
+    model.train()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                            lr=1e-4, betas=(0.9, 0.95), fused=True)
+    vocab = HF_SIZES[size]["model"]["vocab_size"]
+    data = torch.randint(0, vocab, (steps + 1, B, T + 1), generator=torch.Generator().manual_seed(seed))
+    ready()
+    times = []
+    for i in range(steps + 1):
+        x, y = data[i, :, :-1], data[i, :, 1:]
+        t0 = time.perf_counter()
+        if side == "tinygpt":
+            loss = model(x, y)[1]
+        else:  # labels = the inputs: transformers shifts them itself, as its users call it
+            loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i:  # the first step warms up
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    opt.state.clear()
+    return {"batch": [B, T], "steps": steps, "tokens_per_sec": B * T / times[len(times) // 2], "loss": loss.item()}
+
+
+@torch.no_grad()
+def _hf_decode(side: str, model, size: str, repeats: int, seed: int, ready) -> dict:
+    from tinygpt.model.fast_linear import use_fast_decode
+    from tinygpt.model.generate import generate
+
+    spec = HF_SIZES[size]
+    model.eval()
+    prompt = torch.randint(0, spec["model"]["vocab_size"], (1, spec["prompt"]),
+                           generator=torch.Generator().manual_seed(seed))
+    if side == "tinygpt":
+        use_fast_decode(model)  # as the sampling CLI does (it splits products only with 2 threads or more)
+
+        def run(n):
+            return generate(model, prompt, n, top_k=1)
+    else:
+        def run(n):
+            return model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, do_sample=False,
+                                  use_cache=True)
+    run(4)  # warm-up
+    ready()
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = run(spec["new_tokens"])
+        best = min(best, time.perf_counter() - t0)
+    return {"prompt": spec["prompt"], "new_tokens": spec["new_tokens"], "tokens_per_sec": spec["new_tokens"] / best,
+            "tokens": out[0, spec["prompt"]:].tolist()}
+
+
+def hf_worker_main(args_json: str) -> None:
+    """``python -c`` entry of hf_worker (programs.hf_side_by_side): says "ready" on stdout and waits for a line
+    on stdin before each timed part; the result is the last line of stdout, as JSON."""
+    import json
+
+    def ready():
+        print("ready", flush=True)
+        sys.stdin.readline()
+
+    print(json.dumps(hf_worker(**json.loads(args_json), ready=ready)), flush=True)

@@ -203,3 +203,95 @@ def debug_fast_wall(cache_dir: str) -> float:
         timed(cmd, ROOT)  # warms the cache (the embedded corpus is converted and tokenized once)
         shutil.rmtree(f"{out}/run")
         return timed(cmd, ROOT)[1]
+
+
+def _hf_pair(size: str, whats: tuple[str, ...], cores: dict[str, int]) -> dict:
+    """Both sides of one transformers comparison at once: each its own process (tinygpt.bench.micro.hf_worker),
+    pinned to its own core with one thread; before each timed part both are held until both are ready, then
+    started together. Returns {side: {what: result}} and, under "other_processes_cores", the CPU that other
+    processes used meanwhile."""
+    from tinygpt.bench.micro import OtherLoad
+
+    with OtherLoad() as load:
+        out = _hf_processes(size, whats, cores)
+    return {**out, "other_processes_cores": load.cores}
+
+
+def _hf_processes(size: str, whats: tuple[str, ...], cores: dict[str, int]) -> dict:
+    procs, errs = {}, {}
+    for side, core in cores.items():
+        args = json.dumps({"side": side, "size": size, "whats": list(whats)})
+        code = "import sys; from tinygpt.bench.micro import hf_worker_main; hf_worker_main(sys.argv[1])"
+        errs[side] = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty side cannot block on it
+        procs[side] = subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c", code, args], cwd=ROOT,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errs[side],
+                                       text=True, env={**os.environ, **ONE_THREAD, "TRANSFORMERS_VERBOSITY": "error"})
+
+    def failed(side: str, line: str = "") -> SystemExit:
+        procs[side].kill()
+        procs[side].wait()
+        errs[side].seek(0)
+        return SystemExit(f"the {side} side of the transformers comparison failed:\n{line}{errs[side].read()[-3000:]}")
+
+    try:
+        for _ in whats:
+            for side, p in procs.items():  # each says "ready" before its timed part
+                line = p.stdout.readline()
+                if line.strip() != "ready":
+                    raise failed(side, line)
+            for p in procs.values():
+                p.stdin.write("go\n")
+                p.stdin.flush()
+        out = {}
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            done = {side: pool.submit(p.communicate) for side, p in procs.items()}
+            for side, fut in done.items():
+                stdout, _ = fut.result()
+                if procs[side].returncode:
+                    raise failed(side)
+                out[side] = json.loads(stdout.strip().splitlines()[-1])
+        return out
+    finally:
+        for side, p in procs.items():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            errs[side].close()
+
+
+def hf_side_by_side(sizes: list[str], pairs: int = 2) -> dict:
+    """Our GPT against transformers' GPT2LMHeadModel on the same random weights: a training step's tokens/s and
+    cached greedy decoding's tokens/s at each of ``sizes`` (tinygpt.bench.micro.HF_SIZES), both programs at once,
+    each on its own core with one thread, ``pairs`` times with the cores swapped; the ratios are medians over the
+    pairs, and the greedy tokens of the two sides are compared."""
+    whats = ("train", "decode")
+    results = {}
+    for size in sizes:
+        runs: dict[str, list] = {what: [] for what in whats}
+        for i in range(pairs):
+            cores = {"tinygpt": 0, "transformers": 1} if i % 2 == 0 else {"tinygpt": 1, "transformers": 0}
+            pair = _hf_pair(size, whats, cores)
+            for what in whats:
+                ours, theirs = pair["tinygpt"][what], pair["transformers"][what]
+                run = {side: {k: v for k, v in pair[side][what].items() if k != "tokens"} | {"core": cores[side]}
+                       for side in cores}
+                run["other_processes_cores"] = pair["other_processes_cores"]
+                if what == "decode":
+                    same = [a == b for a, b in zip(ours["tokens"], theirs["tokens"], strict=True)]
+                    run["identical_tokens"] = all(same)
+                    run["tokens_equal_before_first_difference"] = same.index(False) if False in same else len(same)
+                runs[what].append(run)
+                console.print(f"{size} {what}, pair {i + 1}/{pairs} (tinygpt on core {cores['tinygpt']}): tinygpt "
+                              f"{ours['tokens_per_sec']:,.1f} tokens/s, transformers {theirs['tokens_per_sec']:,.1f} "
+                              f"tokens/s ({ours['tokens_per_sec'] / theirs['tokens_per_sec']:.2f}x)"
+                              + (f"; same greedy tokens: {run['identical_tokens']}" if what == "decode" else ""))
+        for what in whats:
+            ratios = sorted(r["tinygpt"]["tokens_per_sec"] / r["transformers"]["tokens_per_sec"] for r in runs[what])
+            n = len(ratios)
+            results.setdefault(size, {})[what] = {
+                "pairs": runs[what],
+                "ratio": ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2,
+                "tinygpt_tokens_per_sec": median_of([r["tinygpt"] for r in runs[what]])["tokens_per_sec"],
+                "transformers_tokens_per_sec": median_of([r["transformers"] for r in runs[what]])["tokens_per_sec"],
+            }
+    return results

@@ -208,8 +208,9 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
     """docs/benchmarks.md (and its attention plot) from the run ``r`` read from ``json_path``; ``earlier`` full
     runs fill the table of runs and stand in for sections this run lacks, and ``others`` (any earlier JSON, a
     ``--sweep-only`` one included) for the sweep section."""
-    lines = [*training_lines(r, json_path, earlier), *sweep_lines(r, others), *generation_lines(r, earlier),
-             *attention_lines(r), *lever_lines(r, earlier), *gpu_lines()]
+    lines = [*training_lines(r, json_path, earlier), *sweep_lines(r, others), *generation_lines(r, earlier, others),
+             *decode_lines(r, others), *hf_lines(r, others), *attention_lines(r), *lever_lines(r, earlier),
+             *gpu_lines()]
     lines += while_building(out.parent / "benchmark" / WHILE_BUILDING)
     out.write_text("\n".join(lines))
     plot_attention(r["attention"], out.parent / "benchmark" / "attention.png")
@@ -313,27 +314,56 @@ def sweep_lines(r: dict, earlier) -> list[str]:
     ]
 
 
-def generation_lines(r: dict, earlier) -> list[str]:
-    """KV-cache decoding against recomputing."""
+def latest_with(key: str, r: dict, others) -> tuple[Path | None, dict] | None:
+    """The last JSON (``others`` in command-line order, then the reported run ``r``) that measured ``key``."""
+    found = [(path, run) for path, run in others if run.get(key)]
+    if r.get(key):
+        found.append((None, r))
+    return found[-1] if found else None
+
+
+def source_note(path: Path | None, run: dict) -> str:
+    """Where a section's numbers come from, when not from the reported run."""
+    if path is None:
+        return ""
+    return f" From `{path.name}` (`{portable(run['command'])}`; machine: {run['machine']})."
+
+
+def generation_lines(r: dict, earlier, others=()) -> list[str]:
+    """KV-cache decoding against recomputing (from the latest JSON that also measured the memory bound, else the
+    reported run)."""
+    path, src = latest_with("decode", r, others) or (None, r)
     lines = [
         "## Generation with the KV cache",
         "",
         "Greedy decoding at batch 1, the cache against recomputing the whole context for every new token; "
-        "the outputs must be identical.",
+        "the outputs must be identical." + source_note(path, src),
         "",
         "| model | prompt tokens | new tokens | cached tokens/s | recomputed tokens/s | speedup | identical |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, g in r["generate"].items():
+    for name, g in src["generate"].items():
         lines.append(f"| {name} | {g.get('prompt_tokens', 1)} | {g['new_tokens']} | {g['cached_tokens_per_sec']:,.0f} "
                      f"| {g['uncached_tokens_per_sec']:,.0f} | {g['speedup']:.1f}x | {g['identical']} |")
-    small = r["generate"]["small (10.7M, context 256)"]
-    filled = r["generate"].get("small, prompt 56 (context filled)")
+    small = src["generate"]["small (10.7M, context 256)"]
+    filled = src["generate"].get("small, prompt 56 (context filled)")
     lines += [
         "",
         f"Target: at least 5x on the 10.7M model for 200 new tokens: from a 1-token prompt {small['speedup']:.1f}x "
         f"({mark(small['speedup'] >= 5)}); with the context filled (56-token prompt, as when sampling after a "
         f"prompt) {filled['speedup']:.1f}x ({mark(filled['speedup'] >= 5)})." if filled else "",
+    ]
+    if src.get("decode"):
+        lines += [
+            f"A cached token on the 10.7M model takes {1000 / small['cached_tokens_per_sec']:.1f} ms in this run "
+            "(torch's default threads). The longer the context, the more recomputing costs and the more the cache "
+            "saves. Beyond the context the learned position embeddings cannot slide, so the decode loop recomputes "
+            "the last block_size tokens (`src/tinygpt/model/generate.py`); a leaky model (no mask) never caches. "
+            "How close a cached token comes to the memory's limit, and what brought it there: the next section.",
+            "",
+        ]
+        return lines
+    lines += [
         "A cached step reads every weight once for one token (10.7M fp32 weights, 43 MB), so it is bound by "
         "memory bandwidth, and torch's `F.linear` on one row (MKL here) reads a weight on one core, far below "
         "what the memory gives two; `tinygpt.model.fast_linear.FastDecodeLinear` computes such products (at most "
@@ -348,6 +378,233 @@ def generation_lines(r: dict, earlier) -> list[str]:
         "",
     ]
     return lines
+
+
+BEFORE = "none of them (the decode path before)"
+SHIPPED = "all levers (as shipped)"
+SPLIT_ALWAYS = "split products always, at any thread count (as before)"
+
+
+def decode_lines(r: dict, others) -> list[str]:
+    """Cached decoding against the bound that reading every weight once per token sets: the table, the levers
+    one at a time, the profile."""
+    found = latest_with("decode", r, others)
+    if found is None:
+        return []
+    path, src = found
+    dec = src["decode"]
+    cols = [(name, n) for name, by_threads in dec.items() for n in by_threads]
+    first = dec[cols[0][0]][cols[0][1]]
+    rows = []
+    for name, n in cols:
+        d = dec[name][n]
+        before = d["levers"][BEFORE]
+        rows.append(f"| {name} | {n} | {d['weight_bytes'] / 1e6:.1f} | {d['bandwidth_gbps']:.1f} | "
+                    f"{d['bound_tokens_per_sec']:,.0f} | {d['cached_tokens_per_sec']:,.0f} | "
+                    f"{d['fraction_of_bound']:.0%} | >= 60%: {mark(d['fraction_of_bound'] >= 0.6)} | "
+                    f"{before['tokens_per_sec']:,.0f} ({before['fraction_of_bound']:.0%}) | "
+                    f"{d['cached_tokens_per_sec'] / before['tokens_per_sec']:.2f}x | "
+                    f"{fmt(d.get('other_processes_cores'), '.2f')} |")
+    lines = [
+        "## Decoding at the memory limit",
+        "",
+        "A cached token multiplies every weight by one row: 2 FLOPs per weight read, so a token cannot come faster "
+        "than the memory reads the weights. The bound: the weights' bytes (every parameter once, in fp32; the tied "
+        "embedding once, as the token reads it as the head; the position table whole, though a token reads one row "
+        "of it) / the memory's streaming-read rate, the best of 5 sums of a "
+        f"{first['bandwidth_bytes'] / 2**30:.1f} GiB fp32 tensor ({llc(first)}) at the decode's thread count. "
+        "Cached greedy decoding at batch 1 from a 1-token prompt to the end of the context, the best of "
+        f"{first['rounds']} rounds in which the variants below take turns; `before` is the decode path with all of "
+        "them off (the modules' forward per token, softmax + multinomial, no_grad without inference_mode, the split "
+        "products at any thread count), in the same process; its greedy tokens equal the shipped path's."
+        + source_note(path, src),
+        "",
+        "| model | threads | weights MB | read GB/s | bound tokens/s | cached tokens/s | of the bound | target | "
+        "before: tokens/s (of the bound) | speedup | other processes (cores) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "The last column is the CPU that other processes used during each row's measurements, on average: on this "
+        "shared 2-core machine a busy core slows every timing, and with 2 threads each parallel region waits for "
+        "the slower core.",
+        "",
+    ]
+    resident = [(name, n, dec[name][n]) for name, n in cols
+                if dec[name][n]["resident_read_gbps"] > 1.5 * dec[name][n]["bandwidth_gbps"]]
+    if resident:
+        name, n, d = resident[0]
+        lines += [f"The same read of a buffer as large as the weights runs at {d['resident_read_gbps']:.1f} GB/s "
+                  f"({name}, {n} thread{'s' if n != '1' else ''}; {d['bandwidth_gbps']:.1f} from memory): here the "
+                  "weights stay in the last-level cache between tokens, so a token can beat the memory bound.", ""]
+    levers = max((list(dec[name][n]["levers"]) for name, n in cols), key=len)  # a 1-thread run lacks one
+    lines += [
+        "Each lever turned off in turn (tokens/s, and against the shipped path; every variant's greedy tokens equal "
+        "the shipped path's, checked in the run):",
+        "",
+        "| variant | " + " | ".join(f"{name.split(' (')[0]}, {n} thr." for name, n in cols) + " | identical |",
+        "|---|" + "---|" * len(cols) + "---|",
+    ]
+    for lever in levers:
+        cells = []
+        for name, n in cols:
+            d = dec[name][n]
+            v = d["levers"].get(lever)
+            cells.append("-" if v is None else f"{v['tokens_per_sec']:,.0f}" + (
+                "" if lever == SHIPPED else f" ({v['tokens_per_sec'] / d['cached_tokens_per_sec']:.2f})"))
+        same = all(dec[name][n]["levers"][lever]["identical"] for name, n in cols if lever in dec[name][n]["levers"])
+        lines.append(f"| {lever} | " + " | ".join(cells) + f" | {same} |")
+    lines += ["", *profile_lines(dec, cols), *decode_findings(dec), "", *DECODE_LEVER_NOTES, ""]
+    return lines
+
+
+def decode_findings(dec: dict) -> list[str]:
+    """What the profile says, in numbers from the run: the products' share of a token, the rest per layer on
+    each model, what the levers bought."""
+    one = {name: by_threads["1"] for name, by_threads in dec.items() if "1" in by_threads and
+           by_threads["1"].get("arch")}
+    if len(one) < 2:
+        return []
+    (big_name, big), (small_name, small) = sorted(one.items(), key=lambda kv: -kv[1]["weight_bytes"])[:2]
+
+    def rest_per_layer(d):
+        return (d["ms_per_token"] - d["products_alone_ms"]) / d["arch"]["n_layer"]
+
+    def share(d):
+        return d["products_alone_ms"] / d["ms_per_token"]
+
+    short = {big_name: big_name.split(" (")[0], small_name: small_name.split(" (")[0]}
+    return [
+        f"Reading it (one thread): on the {short[big_name]} model a token's products alone are {share(big):.0%} of its "
+        f"time ({big['products_alone_ms']:.2f} of {big['ms_per_token']:.2f} ms), and the rest (LayerNorm, GELU, "
+        "attention, the cache writes and views, the Python between them) costs "
+        f"{rest_per_layer(big):.3f} ms a layer, {rest_per_layer(big) / rest_per_layer(small):.1f}x what the same ops "
+        f"cost a layer of the {short[small_name]} model ({rest_per_layer(small):.3f} ms), though they work on rows "
+        f"only {big['arch']['n_embd'] / small['arch']['n_embd']:.0f}x as wide: each of its products streams "
+        f"{4 * big['arch']['n_embd'] ** 2 / 1e6:.1f}-{16 * big['arch']['n_embd'] ** 2 / 1e6:.1f} MB of weights "
+        "through the core's cache, and the op after it finds its code and data gone "
+        "(measured while building, below), so every op saved counts several times. The "
+        f"{short[small_name]} model's {small['weight_bytes'] / 1e6:.1f} MB of weights never leave the caches: its "
+        f"products alone are {share(small):.0%} of a token and the rest is the cost of each op's dispatch, which no "
+        "memory bound covers; that is why it stays below 60% of a bound it is nowhere near. Before the levers, one "
+        "thread split its products in two halves run one after the other (the split made for two cores): "
+        f"that alone held the {short[big_name]} model at "
+        f"{big['levers'][SPLIT_ALWAYS]['tokens_per_sec'] / big['cached_tokens_per_sec']:.2f}x its speed now.",
+    ]
+
+
+def llc(d: dict) -> str:
+    """The bandwidth buffer against the last-level cache, as far as the run knew its size."""
+    if not d.get("llc_bytes"):
+        return "far larger than the last-level cache"
+    return f"{d['bandwidth_bytes'] / d['llc_bytes']:.0f}x the {d['llc_bytes'] / 2**20:,.0f} MiB last-level cache"
+
+
+def profile_lines(dec: dict, cols) -> list[str]:
+    """Where a token's time goes: torch.profiler's self time per token in groups, with the unprofiled figures."""
+    with_profile = [(name, n) for name, n in cols if dec[name][n].get("profile")]
+    if not with_profile:
+        return []
+    groups = list(dec[with_profile[0][0]][with_profile[0][1]]["profile"]["groups_us_per_token"])
+    lines = [
+        "Where a token's time goes, shipped path: torch.profiler over one decode, each op's own time per token in "
+        "groups (us), then the rest of the profiled wall time (the Python between ops, torch's dispatcher, the "
+        "profiler's own bookkeeping). The profiler slows every op, most of all the many small ones; the last rows are "
+        "without it: all of a token's products alone, one after another with nothing between them, and the whole "
+        "token.",
+        "",
+        "| us per token | " + " | ".join(f"{name.split(' (')[0]}, {n} thr." for name, n in with_profile) + " |",
+        "|---|" + "---|" * len(with_profile),
+    ]
+    for g in groups:
+        lines.append(f"| {g} | " + " | ".join(
+            f"{dec[name][n]['profile']['groups_us_per_token'][g]:,.0f}" for name, n in with_profile) + " |")
+    lines += [
+        "| profiled token | " + " | ".join(f"{dec[name][n]['profile']['profiled_us_per_token']:,.0f}"
+                                         for name, n in with_profile) + " |",
+        "| products alone, unprofiled | " + " | ".join(f"{1000 * dec[name][n]['products_alone_ms']:,.0f}"
+                                                     for name, n in with_profile) + " |",
+        "| token, unprofiled | " + " | ".join(f"{1000 * dec[name][n]['ms_per_token']:,.0f}"
+                                             for name, n in with_profile) + " |",
+        "",
+    ]
+    return lines
+
+
+DECODE_LEVER_NOTES = [
+    "The levers (`src/tinygpt/model/generate.py`, `fast_linear.py`, `kv_cache.py`), each keeping the greedy "
+    "tokens identical (`tests/model/test_generate_fast.py`): the lean cached step (`CachedStep`) runs a token "
+    "through the blocks with the same kernels on the same rows as `GPT.forward` (its logits are bit-identical, "
+    "tested), without the modules' calls, checks and views, and writes each layer's key and value with one copy "
+    "into the preallocated cache; the greedy shortcut (`greedy_token`) takes top_k=1's token from a top-2 when the "
+    "largest logit stands alone (softmax over the top 1 is then exactly one-hot, so multinomial could only draw "
+    "it; ties and non-finite logits still sample as before); the loop runs under `torch.inference_mode` (no "
+    "autograd bookkeeping on any op; the tokens are cloned out as a plain tensor); the split products "
+    "(`FastDecodeLinear`) run only with two threads or more (with one they cannot use a second core and cost "
+    "more than `F.linear`) and only where they were timed faster than `F.linear` on the machine at hand (once "
+    "per process and weight shape): MKL reads a one-row product on one core of an AMD EPYC, where the split "
+    "wins, but on both cores of an Intel Xeon, where it loses. The KV cache "
+    "was already preallocated and written in place (no `torch.cat`), and `torch.compile` is not used (see "
+    "the measurements below).",
+]
+
+
+def hf_lines(r: dict, others) -> list[str]:
+    """Our GPT beside transformers' GPT-2 on the same weights, both at once on a core each."""
+    found = latest_with("hf", r, others)
+    if found is None:
+        return []
+    path, src = found
+    hf = src["hf"]
+    any_pair = next(iter(next(iter(hf.values())).values()))["pairs"][0]
+    theirs = any_pair["transformers"]
+    rows, pair_rows = [], []
+    for size, whats in hf.items():
+        for what, res in whats.items():
+            p0 = res["pairs"][0]["tinygpt"]
+            shape = (f"batch {p0['batch'][0]} x {p0['batch'][1]}" if what == "train"
+                     else f"prompt {p0['prompt']}, {p0['new_tokens']} new")
+            same = "" if what == "train" else str(all(p["identical_tokens"] for p in res["pairs"]))
+            label = {"train": "training step", "decode": "cached greedy decoding"}[what]
+            rows.append(f"| {size} ({p0['params'] / 1e6:.1f}M) | {label} | {shape} | "
+                        f"{res['transformers_tokens_per_sec']:,.1f} | {res['tinygpt_tokens_per_sec']:,.1f} | "
+                        f"{res['ratio']:.2f} | >= 1: {mark(res['ratio'] >= 1)} | {same} |")
+            for i, p in enumerate(res["pairs"], 1):
+                ours, them = p["tinygpt"], p["transformers"]
+                ratio = ours["tokens_per_sec"] / them["tokens_per_sec"]
+                pair_rows.append(f"| {size} | {label} | {i} | {ours['core']} | {them['tokens_per_sec']:,.1f} | "
+                                 f"{ours['tokens_per_sec']:,.1f} | {ratio:.2f} "
+                                 f"| {p.get('tokens_equal_before_first_difference', '')} | "
+                                 f"{fmt(p.get('other_processes_cores'), '.2f')} |")
+    return [
+        "## Side by side with transformers",
+        "",
+        f"Our GPT and `transformers`' `GPT2LMHeadModel` (transformers {theirs.get('transformers')}, its default "
+        f"attention, `{theirs.get('attention')}`) on the same random weights: our GPT configured as GPT-2 (biases, "
+        "tanh GELU), its weights copied into transformers' model by `tinygpt.model.hf_gpt2`. Both programs at once, "
+        "each in its own process pinned to its own core with one thread, held until both have built their model "
+        "and then started together, the cores swapped between pairs; medians over the pairs. A training step is "
+        "forward, backward and a fused AdamW step on random tokens (transformers called as its users call it, "
+        "`labels=input_ids`), the median of its timed steps after one warm-up step; decoding is cached greedy "
+        "decoding at batch 1 from a random prompt (ours `generate(top_k=1)` after `use_fast_decode`, as the "
+        "sampling CLI; theirs `generate(do_sample=False, use_cache=True)`), the best of its runs after a warm-up, "
+        "and the two sides' tokens compared." + source_note(path, src),
+        "",
+        "| model | what | batch | transformers tokens/s | tinygpt tokens/s | ratio | target | same greedy tokens |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "| model | what | pair | tinygpt core | transformers tokens/s | tinygpt tokens/s | ratio | greedy tokens equal "
+        "before the first difference | other processes (cores) |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *pair_rows,
+        "",
+        "At the default model's size a decoded token is almost all per-token overhead on both sides (the decoding "
+        "section above): transformers' `generate` spends more of it in Python (a module call per layer and "
+        "sub-layer, its logits processors and stopping criteria, a cache grown by `torch.cat` every token), so that "
+        "ratio measures overhead, not arithmetic. At GPT-2's size both read about half a gigabyte of weights per "
+        "token and both training steps run the same large matrix products, so the two land close together.",
+        "",
+    ]
 
 
 def attention_lines(r: dict) -> list[str]:

@@ -1,19 +1,28 @@
 """A faster CPU path for the matrix-vector products of KV-cache decoding, swapped in explicitly.
 
 Decoding one token multiplies every weight by one row: each product reads its whole weight for 2 FLOPs a
-weight, so it is bound by memory, not arithmetic. ``F.linear`` on one row (MKL) reads the weight on one core;
-the same product split into two half-weight products and run as one ``torch.bmm`` reads it on both. Nothing
-changes for training (gradients on), for more than ``max_rows`` rows, for weights small enough to sit in a
-core's cache (the split then costs more than it saves) or off the CPU. Measured in docs/benchmarks.md.
+weight, so it is bound by memory, not arithmetic. On some machines ``F.linear`` on one row (MKL on a 2-core AMD
+EPYC) reads the weight on one core; the same product split into two half-weight products and run as one
+``torch.bmm`` reads it on two. Where the BLAS already reads a one-row product on every core (MKL on an Intel
+Xeon), the split is slower, so it is taken only where it was timed faster on the machine at hand
+(``split_speedup``, once per process and weight shape).
+Nothing changes for training (gradients on), for more than ``max_rows`` rows, for weights small enough to sit
+in a core's cache (the split then costs more than it saves), with one torch thread (the split has no second
+core to use, and one thread's ``bmm`` is about half as fast as ``F.linear`` there) or off the CPU. Measured in
+docs/benchmarks.md.
 
 Same math, another summation kernel: the outputs agree with ``F.linear`` to float rounding (~1e-6 relative),
 as F.linear on one row and on a hundred rows already do with each other.
 
 The architecture never names this class: ``use_fast_decode(model)`` turns a built GPT's block Linears into
 ``FastDecodeLinear`` in place (same parameters, same state dict), and the sampling CLI and the benchmark call it.
+The decode loop's lean step (tinygpt.model.generate.CachedStep) asks ``uses_split`` once per generate call and
+calls ``split_product`` or ``F.linear`` directly.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 import torch.nn.functional as F
@@ -25,29 +34,71 @@ class FastDecodeLinear(nn.Linear):
 
     max_rows = 8  # rows (B * T) up to which the split product is used
     min_weight_elements = 1 << 17  # 512 KiB of fp32: below this the weight stays in cache and F.linear wins
+    min_threads = 2  # torch threads: with one, bmm's two halves run one after the other, slower than F.linear
+    split_margin = 1.25  # the split is taken where it was timed this much faster than F.linear (0: always)
+    speedups: dict = {}  # (threads, weight shape, dtype) -> F.linear's time / the split's, timed once per process
 
     def uses_split(self, x: Tensor) -> bool:
         """Whether ``forward(x)`` takes the split matrix-vector path."""
-        w = self.weight
-        return (
-            x.device.type == "cpu"
-            and not (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))
-            and x.numel() <= self.max_rows * x.shape[-1]
-            and w.numel() >= self.min_weight_elements
-            and w.shape[0] % 2 == 0
-        )
+        return uses_split(x, self.weight)
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self.uses_split(x):
-            return F.linear(x, self.weight, self.bias)
-        out_features = self.weight.shape[0]
-        rows = x.reshape(-1, x.shape[-1])  # (R, in)
-        halves = self.weight.view(2, out_features // 2, -1)  # (2, out/2, in): the weight's two row halves
-        y = torch.bmm(halves, rows.t().expand(2, -1, -1))  # (2, out/2, in) @ (2, in, R) -> (2, out/2, R)
-        y = y.reshape(out_features, -1).t()  # (out, R) -> (R, out)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], out_features)  # (..., out)
+        return decode_linear(x, self.weight, self.bias)
+
+
+def uses_split(x: Tensor, weight: Tensor) -> bool:
+    """Whether ``decode_linear(x, weight, ...)`` takes the split matrix-vector path: few rows of a big weight,
+    no gradients, the CPU, two threads or more, and the split timed faster than F.linear on this machine."""
+    if not (
+        x.device.type == "cpu"
+        and not (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))
+        and x.numel() <= FastDecodeLinear.max_rows * x.shape[-1]
+        and weight.numel() >= FastDecodeLinear.min_weight_elements
+        and weight.shape[0] % 2 == 0
+        and torch.get_num_threads() >= FastDecodeLinear.min_threads
+    ):
+        return False
+    return split_speedup(weight) >= FastDecodeLinear.split_margin
+
+
+def split_speedup(weight: Tensor, trials: int = 7) -> float:
+    """F.linear's time / the split product's on one row of ``weight`` at the current thread count, timed once per
+    process and weight shape (the two taking turns, medians of ``trials``; a few ms). Whether one-row products
+    use every core is the BLAS's choice, and it differs between machines: MKL's F.linear read a one-row product on
+    one core of a 2-core AMD EPYC (the split, on both, was 2.7x faster) but on both cores of an Intel Xeon (there
+    the split is 2x slower). docs/benchmarks.md shows both paths on the machine that ran it."""
+    key = (torch.get_num_threads(), tuple(weight.shape), weight.dtype)
+    if key not in FastDecodeLinear.speedups:
+        x = torch.randn(1, weight.shape[1], dtype=weight.dtype)
+        times: dict[str, list[float]] = {"linear": [], "split": []}
+        with torch.no_grad():
+            for _ in range(trials + 1):  # the first round warms up
+                for name, product in (("linear", F.linear), ("split", split_product)):
+                    t0 = time.perf_counter()
+                    product(x, weight)
+                    times[name].append(time.perf_counter() - t0)
+        linear, split = (sorted(t[1:])[trials // 2] for t in times.values())
+        FastDecodeLinear.speedups[key] = linear / split
+    return FastDecodeLinear.speedups[key]
+
+
+def decode_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``F.linear(x, weight, bias)``, through the split product where ``uses_split`` says so."""
+    if not uses_split(x, weight):
+        return F.linear(x, weight, bias)
+    return split_product(x, weight, bias)
+
+
+def split_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x (..., in) @ weight.T as one bmm over the weight's two row halves (+ bias)."""
+    out_features = weight.shape[0]
+    rows = x.reshape(-1, x.shape[-1])  # (R, in)
+    halves = weight.view(2, out_features // 2, -1)  # (2, out/2, in): the weight's two row halves
+    y = torch.bmm(halves, rows.t().expand(2, -1, -1))  # (2, out/2, in) @ (2, in, R) -> (2, out/2, R)
+    y = y.reshape(out_features, -1).t()  # (out, R) -> (R, out)
+    if bias is not None:
+        y = y + bias
+    return y.reshape(*x.shape[:-1], out_features)  # (..., out)
 
 
 def use_fast_decode(model: nn.Module) -> nn.Module:

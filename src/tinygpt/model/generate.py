@@ -12,12 +12,19 @@ the last ``block_size`` tokens, exactly as without the cache (the outputs stay i
 Prompts of different lengths decode together as one left-padded batch (``pad_prompts`` builds it): pass its
 ``padding_mask`` and each row continues as it would alone (pads are never attended to; positions count real
 tokens only).
+
+Two shortcuts keep every token as it was and only save time: after the prompt, each cached token goes through
+``CachedStep`` (GPT.forward's arithmetic without the modules' glue; an unpadded batch of a plain GPT), and
+top_k=1 takes its token from ``greedy_token`` (no softmax and draw when the largest logit stands alone).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from tinygpt.runtime.checks import is_int, is_number
 
@@ -79,26 +86,161 @@ def generate(
 ) -> Tensor:
     """Sample max_new_tokens after idx (B, T) from ``model`` (idx -> (logits, loss)); returns (B, T + new).
     ``padding_mask`` (B, T): left-padded prompts of different lengths (pad_prompts); the pads stay in front."""
-    from tinygpt.model.kv_cache import KVCache
-
-    block_size = model.config.block_size
     check_sampling(temperature, top_k)
     if padding_mask is not None:
         check_left_padded(padding_mask, idx)
+    with _no_autograd():  # no autograd bookkeeping on any op; the tokens leave as a plain tensor
+        out = _decode(model, idx, max_new_tokens, temperature, top_k, generator, use_cache, padding_mask)
+    return out.clone()
+
+
+_no_autograd = torch.inference_mode  # the decode loop's context (no_grad alone does more bookkeeping per op)
+
+
+def _decode(model, idx: Tensor, max_new_tokens: int, temperature: float, top_k: int | None,
+            generator: torch.Generator | None, use_cache: bool, padding_mask: Tensor | None) -> Tensor:
+    """generate's loop, its arguments checked."""
+    from tinygpt.model.kv_cache import KVCache
+
+    block_size = model.config.block_size
     mask = padding_mask  # (B, T + generated so far), or None: every token real
     cache = KVCache.for_model(model, idx.shape[0]) if use_cache and model.config.attn.causal else None
+    step = CachedStep.for_model(model, cache) if cache is not None and mask is None else None
     for _ in range(max_new_tokens):
         if cache is not None and idx.shape[1] <= block_size:
             new = idx[:, cache.pos:]  # (B, t): the prompt first, then one token per step
-            pads = {} if mask is None else {"padding_mask": mask[:, cache.pos:]}  # (B, t)
-            logits, _ = model(new, cache=cache, **pads)  # (B, t, V)
+            if step is not None and new.shape[1] == 1:
+                last = step(new)  # (B, V): the same arithmetic as model(new, cache=cache), less glue
+            else:
+                pads = {} if mask is None else {"padding_mask": mask[:, cache.pos:]}  # (B, t)
+                last = model(new, cache=cache, **pads)[0][:, -1, :]  # (B, V): the last position predicts
         else:  # no cache, a leaky model (no cache is valid) or past the context: recompute the window
             context = idx[:, -block_size:]  # (B, <=block_size)
             pads = {} if mask is None else {"padding_mask": mask[:, -block_size:]}  # (B, <=block_size)
-            logits, _ = model(context, **pads)  # (B, t, V)
-        probs = next_token_probs(logits[:, -1, :], temperature, top_k)  # (B, V): the last position predicts
-        nxt = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+            last = model(context, **pads)[0][:, -1, :]  # (B, V)
+        nxt = greedy_token(last, temperature) if top_k == 1 else None  # (B, 1) or None
+        if nxt is None:
+            probs = next_token_probs(last, temperature, top_k)  # (B, V)
+            nxt = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
         idx = torch.cat((idx, nxt), dim=1)  # (B, T + 1)
         if mask is not None:
             mask = torch.cat((mask, torch.ones_like(nxt, dtype=torch.bool)), dim=1)  # (B, T + 1)
     return idx
+
+
+def greedy_token(logits: Tensor, temperature: float = 1.0) -> Tensor | None:
+    """The token top_k=1 sampling draws from logits (B, V), as (B, 1), without drawing: when every row's
+    largest logit / temperature is finite and strictly above the second largest, softmax over the top 1 is
+    exactly one-hot and ``multinomial`` can only return its index. None (sample as usual) otherwise: ties,
+    which sampling breaks at random, non-finite logits (next_token_probs names them) or one token."""
+    if logits.size(-1) < 2 or not math.isfinite(logits.sum().item()):  # a finite sum: every logit finite
+        return None
+    top = torch.topk(logits if temperature == 1.0 else logits / temperature, 2)  # (B, 2): as next_token_probs
+    for first, second in top.values.tolist():  # scales them
+        if not (first > second and math.isfinite(first)):
+            return None
+    return top.indices[:, :1]  # (B, 1)
+
+
+class CachedStep:
+    """One token per row through a GPT with its KV cache: ``step(new)`` (B, 1) -> logits (B, V), the same
+    arithmetic as ``model(new, cache=cache)[0][:, -1]`` (the same kernels on the same rows, so the same bits:
+    tests/model/test_generate_fast.py), without the modules' glue: no module calls, shape checks or per-layer
+    cache views, and each layer's key and value written into the cache with one copy. Decoding one token runs
+    few FLOPs (its products are memory-bound matrix-vector products), so on a small model that glue was most
+    of a token's time (docs/benchmarks.md).
+
+    Only for what it copies: a GPT whose classes are tinygpt's own (no subclass overriding a forward, no
+    hooks), causal, in eval mode or without dropout, no padding. ``for_model`` returns None otherwise, and
+    the decode loop calls the model."""
+
+    def __init__(self, model, cache, layers: list[tuple]):
+        self.model, self.cache, self.layers = model, cache, layers
+
+    @classmethod
+    def for_model(cls, model, cache) -> CachedStep | None:
+        from tinygpt.model.attention import CausalSelfAttention
+        from tinygpt.model.fast_linear import FastDecodeLinear, split_product, uses_split
+        from tinygpt.model.gpt import GPT, MLP, Block
+
+        expected = {GPT: ("forward", "_embed"), Block: ("forward",), MLP: ("forward",),
+                    CausalSelfAttention: ("forward", "_heads", "_sdpa")}
+        if not isinstance(model, GPT) or not model.config.attn.causal:
+            return None
+        for module in model.modules():
+            if module._forward_hooks or module._forward_pre_hooks:
+                return None
+            if module.training and ((isinstance(module, nn.Dropout) and module.p > 0)
+                                    or (isinstance(module, CausalSelfAttention) and module.dropout > 0)):
+                return None  # live dropout: the modules draw it
+            if isinstance(module, CausalSelfAttention) and not module.causal:
+                return None
+            if isinstance(module, nn.Linear) and type(module) not in (nn.Linear, FastDecodeLinear):
+                return None
+            for klass, methods in expected.items():
+                if isinstance(module, klass) and (type(module) is not klass or any(m in vars(module)
+                                                                                  for m in methods)):
+                    return None
+        if _global_hooks():
+            return None
+
+        rows = torch.empty(cache.kv.shape[2], 1, device=cache.kv.device)  # (B, 1): a token per row
+
+        def linear(layer: nn.Linear) -> tuple:
+            """(product, weight, bias): F.linear, or the split product where FastDecodeLinear would take it for
+            these rows (decided here once, not per token)."""
+            split = type(layer) is FastDecodeLinear and uses_split(rows.expand(-1, layer.in_features), layer.weight)
+            return (split_product if split else F.linear), layer.weight, layer.bias
+
+        def norm(ln: nn.LayerNorm) -> tuple:
+            return ln.normalized_shape, ln.weight, ln.bias, ln.eps
+
+        layers = []
+        for i, block in enumerate(model.blocks):
+            a = block.attn
+            layers.append((cache.kv[i], norm(block.ln_1), linear(a.c_attn), linear(a.c_proj), a.n_head, a.head_dim,
+                           a.scale, a.backend, a.q_norm, a.k_norm, norm(block.ln_2), linear(block.mlp.c_fc),
+                           block.mlp.gelu.approximate, linear(block.mlp.c_proj)))
+        return cls(model, cache, layers)
+
+    def __call__(self, idx: Tensor) -> Tensor:
+        """idx (B, 1): the next token of each row -> logits (B, V); the cache advances by one."""
+        from tinygpt.model.attention import scaled_dot_product_attention
+
+        model, cache = self.model, self.cache
+        B = idx.shape[0]
+        pos = cache.pos
+        if pos + 1 > model.config.block_size:  # GPT._embed's check, then the cache's
+            raise ValueError(f"sequence length {pos + 1} exceeds model.block_size={model.config.block_size}.")
+        end = cache.end_after(1)
+        # (B, C) rows throughout: the products, LayerNorms and GELU see the same rows as on (B, 1, C)
+        x = F.embedding(idx[:, 0], model.wte.weight) + model.wpe.weight[pos]  # (B, C): GPT._embed's sum
+        C = x.shape[-1]
+        for (kv, ln_1, (f_qkv, w_qkv, b_qkv), (f_o, w_o, b_o), H, D, scale, backend, q_norm, k_norm, ln_2,
+             (f_fc, w_fc, b_fc), approximate, (f_p, w_p, b_p)) in self.layers:  # kv: (2, B, H, max_len, D)
+            qkv = f_qkv(F.layer_norm(x, *ln_1), w_qkv, b_qkv).view(B, 3, H, 1, D).transpose(0, 1)  # (3, B, H, 1, D)
+            q = qkv[0]  # (B, H, 1, D), strided as CausalSelfAttention._heads makes it
+            if q_norm is not None:
+                q = q_norm(q)
+                kv.narrow(3, pos, 1).copy_(torch.stack((k_norm(qkv[1]), qkv[2])))  # (2, B, H, 1, D)
+            else:
+                kv.narrow(3, pos, 1).copy_(qkv[1:])  # this token's key and value at once
+            keys, values = kv.narrow(3, 0, end).unbind(0)  # (B, H, pos + 1, D) each
+            if backend == "math":
+                y, _ = scaled_dot_product_attention(q, keys, values, causal=True, scale=scale)
+            else:
+                y = F.scaled_dot_product_attention(q, keys, values, is_causal=end == 1, scale=scale)
+            x = x + f_o(y.reshape(B, C), w_o, b_o)  # (B, H, 1, D) -> (B, C): the heads side by side
+            x = x + f_p(F.gelu(f_fc(F.layer_norm(x, *ln_2), w_fc, b_fc), approximate=approximate), w_p, b_p)
+        cache.advance(1)
+        ln_f = model.ln_f
+        return F.linear(F.layer_norm(x, ln_f.normalized_shape, ln_f.weight, ln_f.bias, ln_f.eps),
+                        model.lm_head.weight, model.lm_head.bias)  # (B, V)
+
+
+def _global_hooks() -> bool:
+    """Whether any global module hook is registered (torch.nn.modules.module.register_module_forward_hook)."""
+    from torch.nn.modules import module as torch_module
+
+    return bool(getattr(torch_module, "_global_forward_hooks", None)
+                or getattr(torch_module, "_global_forward_pre_hooks", None))

@@ -1,10 +1,11 @@
 """A key/value cache for decoding: each layer's keys and values of the tokens seen so far.
 
-Preallocated to ``max_len`` positions, (n_layer, B, H, max_len, D) each for keys and values. A forward pass
-over T new tokens writes them at positions pos .. pos + T - 1 of every layer and returns all pos + T keys
-and values to attend to; the attention then aligns the causal triangle bottom-right (query i of the T new
-ones sees keys up to pos + i). With learned absolute positions the cache cannot slide: it holds at most
-``block_size`` tokens, and the decode loop falls back to recomputing the window beyond that.
+Preallocated to ``max_len`` positions, (n_layer, B, H, max_len, D) each for keys and values (views of one
+buffer ``kv``, each layer's keys next to its values), written in place: nothing is concatenated as the sequence
+grows. A forward pass over T new tokens writes them at positions pos .. pos + T - 1 of every layer and returns
+all pos + T keys and values to attend to; the attention then aligns the causal triangle bottom-right (query i
+of the T new ones sees keys up to pos + i). With learned absolute positions the cache cannot slide: it holds at
+most ``block_size`` tokens, and the decode loop falls back to recomputing the window beyond that.
 
 A batch of prompts of different lengths is left-padded: the cache also keeps which of its positions hold a
 real token (``mask``, (B, max_len)), so the pads are never attended to and each row's positions count its
@@ -20,9 +21,9 @@ from torch import Tensor
 class KVCache:
     def __init__(self, n_layer: int, batch: int, n_head: int, max_len: int, head_dim: int,
                  device=None, dtype=torch.float32):
-        shape = (n_layer, batch, n_head, max_len, head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)  # (L, B, H, max_len, D)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)  # (L, B, H, max_len, D)
+        # keys and values of a layer side by side in one buffer, so that decoding writes both with one copy
+        self.kv = torch.zeros((n_layer, 2, batch, n_head, max_len, head_dim), device=device, dtype=dtype)
+        self.k, self.v = self.kv[:, 0], self.kv[:, 1]  # (L, B, H, max_len, D) each: views of kv
         self.mask = torch.ones(batch, max_len, dtype=torch.bool, device=device)  # (B, max_len): True = real token
         self.padded = False  # whether any cached position is a pad
         self.max_len, self.pos = max_len, 0

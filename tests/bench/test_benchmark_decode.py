@@ -1,0 +1,56 @@
+"""scripts/benchmark.py's decoding figures end to end on short runs: the memory bound it measures and prints, the
+levers turned off one at a time (the same greedy tokens each), the profile, and their sections in
+docs/benchmarks.md. No timing is checked: only that every figure is there and consistent."""
+
+import json
+
+import pytest
+
+from helpers import ROOT
+from tinygpt.bench import cli
+from tinygpt.bench import report as bench_report
+from tinygpt.bench.micro import DECODE_LEVERS, PROFILE_GROUPS
+
+
+@pytest.fixture(scope="module")
+def quick_decode(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "decode.json"
+    assert cli.main(["--quick", "--generate-only", "--out", str(out)]) == 0
+    return out, json.loads(out.read_text())
+
+
+def test_the_bound_and_the_levers_are_measured_at_one_thread_and_all(quick_decode):
+    _, r = quick_decode
+    assert set(r["decode"]) == {"small (10.7M, context 256)", "baby (0.8M, context 64)"}
+    for by_threads in r["decode"].values():
+        assert "1" in by_threads
+        for n, d in by_threads.items():
+            assert d["threads"] == int(n) and d["weight_bytes"] > 0 and d["bandwidth_gbps"] > 0
+            assert d["bound_tokens_per_sec"] == pytest.approx(d["bandwidth_gbps"] * 1e9 / d["weight_bytes"])
+            assert d["fraction_of_bound"] == pytest.approx(d["cached_tokens_per_sec"] / d["bound_tokens_per_sec"])
+            assert d["products_alone_ms"] > 0 and d["resident_read_gbps"] > 0
+            expected = [k for k, off in DECODE_LEVERS.items() if not (n == "1" and "no_split" in off)]
+            assert list(d["levers"]) == expected
+            assert all(v["identical"] for v in d["levers"].values())  # every variant decodes the same tokens
+            groups = d["profile"]["groups_us_per_token"]
+            assert list(groups)[:len(PROFILE_GROUPS)] == [name for name, _ in PROFILE_GROUPS]
+            assert groups["matrix-vector products"] > 0 and d["profile"]["top_ops"]
+    small = r["decode"]["small (10.7M, context 256)"]["1"]
+    assert small["weight_bytes"] == 4 * 10_745_088  # every parameter once, the tied embedding once
+
+
+def test_the_report_renders_the_decode_sections_from_a_partial_run(quick_decode, tmp_path):
+    path, r = quick_decode
+    full = ROOT / "docs" / "benchmark" / "2026-11-30d.json"  # a committed full run for the other sections
+    md_path = tmp_path / "docs" / "benchmarks.md"
+    assert bench_report.main([str(full), str(path), "--out", str(md_path)]) == 0
+    md = md_path.read_text()
+    assert "## Decoding at the memory limit" in md and f"From `{path.name}`" in md
+    small = r["decode"]["small (10.7M, context 256)"]["1"]
+    assert f"{small['bound_tokens_per_sec']:,.0f} | {small['cached_tokens_per_sec']:,.0f}" in md
+    assert "| none of them (the decode path before) |" in md and "| matrix-vector products |" in md
+    assert "Reading it (one thread): on the small model a token's products alone are" in md
+    without = tmp_path / "without.md"  # no run measured the bound: no such section, the generation table stays
+    assert bench_report.main([str(full), "--out", str(without)]) == 0
+    assert "## Decoding at the memory limit" not in without.read_text()
+    assert "## Generation with the KV cache" in without.read_text()
