@@ -459,8 +459,12 @@ def gpt2_shaped(size: str, seed: int = 0) -> GPT:
     return model
 
 
+HF_ATTENTION = "sdpa"  # transformers' default attention for GPT-2
+
+
 def transformers_copy(ours: GPT):
-    """transformers' GPT2LMHeadModel with our GPT's weights (tinygpt.model.hf_gpt2's names), its default attention."""
+    """transformers' GPT2LMHeadModel with our GPT's weights (tinygpt.model.hf_gpt2's names), with its default
+    attention set by name (HF_ATTENTION), so the record says which ran."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from tinygpt.model import hf_gpt2
@@ -469,6 +473,7 @@ def transformers_copy(ours: GPT):
     if ours.config.vocab_size <= 50256:  # GPT-2's default special tokens would lie outside the vocabulary
         config.update(bos_token_id=None, eos_token_id=None)
     theirs = GPT2LMHeadModel(GPT2Config.from_dict(config))
+    theirs.set_attn_implementation(HF_ATTENTION)
     result = theirs.load_state_dict(hf_gpt2.to_hf_state_dict(ours), strict=False)
     if result.unexpected_keys or set(result.missing_keys) - {"lm_head.weight"}:
         raise RuntimeError(f"transformers' GPT-2 did not take our weights: {result}")
@@ -492,7 +497,7 @@ def hf_worker(side: str, size: str, whats=("train", "decode"), seed: int = 0, re
     if side == "transformers":
         import transformers
 
-        info.update(transformers=transformers.__version__, attention=model.config._attn_implementation)
+        info.update(transformers=transformers.__version__, attention=HF_ATTENTION)
     ready = ready or (lambda: None)
     return {what: {**info, "what": what, **(_hf_train(side, model, size, steps, seed, ready) if what == "train"
                                             else _hf_decode(side, model, size, repeats, seed, ready))}

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.runtime.checks import is_int, is_number
+from tinygpt.runtime.internals import any_global_hooks, has_hooks
 
 
 def check_sampling(temperature: float, top_k: int | None) -> None:
@@ -168,7 +169,7 @@ class CachedStep:
         if not isinstance(model, GPT) or not model.config.attn.causal:
             return None
         for module in model.modules():
-            if module._forward_hooks or module._forward_pre_hooks:
+            if has_hooks(module):
                 return None
             if module.training and ((isinstance(module, nn.Dropout) and module.p > 0)
                                     or (isinstance(module, CausalSelfAttention) and module.dropout > 0)):
@@ -181,7 +182,7 @@ class CachedStep:
                 if isinstance(module, klass) and (type(module) is not klass or any(m in vars(module)
                                                                                   for m in methods)):
                     return None
-        if _global_hooks():
+        if any_global_hooks():
             return None
 
         rows = torch.empty(cache.kv.shape[2], 1, device=cache.kv.device)  # (B, 1): a token per row
@@ -237,10 +238,3 @@ class CachedStep:
         return F.linear(F.layer_norm(x, ln_f.normalized_shape, ln_f.weight, ln_f.bias, ln_f.eps),
                         model.lm_head.weight, model.lm_head.bias)  # (B, V)
 
-
-def _global_hooks() -> bool:
-    """Whether any global module hook is registered (torch.nn.modules.module.register_module_forward_hook)."""
-    from torch.nn.modules import module as torch_module
-
-    return bool(getattr(torch_module, "_global_forward_hooks", None)
-                or getattr(torch_module, "_global_forward_pre_hooks", None))

@@ -9,21 +9,20 @@ logging's final flush), then the standard streams are flushed and the process en
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
-import threading
+
+from tinygpt.runtime.internals import exit_steps
 
 
 def exit_without_teardown(code: int = 0) -> None:
     """Run what a normal exit runs (thread joins, atexit handlers, stream flushes), then end the process at
     once with ``code``. Falls back to a normal exit on a Python without the hooks used here."""
-    join_threads = getattr(threading, "_shutdown", None)
-    run_atexit = getattr(atexit, "_run_exitfuncs", None)
-    if join_threads is None or run_atexit is None:
+    steps = exit_steps()  # threading's and atexit's own (tinygpt.runtime.internals)
+    if steps is None:
         sys.exit(code)
-    join_threads()
-    run_atexit()
+    for step in steps:
+        step()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

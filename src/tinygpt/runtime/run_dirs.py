@@ -3,6 +3,7 @@ ends a sweep. The two classes are Hydra callbacks (configs/hydra/default.yaml)."
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -252,20 +253,26 @@ class SweepReport(Callback):
 
 def sweep_jobs(sweep_dir: Path) -> list[list[str]] | None:
     """Every job's overrides in Hydra's order, expanded from the sweep's multirun.yaml as the basic sweeper
-    expands them (its params, then the command line's); None when that cannot be done."""
+    expands them: its params, then the command line's (a later value of a key replaces an earlier one), each
+    key's values in turn, the last key varying fastest. None when that cannot be done."""
     path = sweep_dir / "multirun.yaml"
     if not path.exists():
         return None
     try:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         cfg = OmegaConf.load(path)
         params = cfg.hydra.sweeper.get("params") or {}
         args = [f"{k}={v}" for k, v in params.items()] + [str(o) for o in cfg.hydra.overrides.task]
-        parsed = OverridesParser.create().parse_overrides(args)
-        return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
-    except Exception:  # another sweeper, or syntax this expansion does not know: the table shows what ran
+        choices: dict[str, list[str]] = {}
+        for o in OverridesParser.create().parse_overrides(args):
+            key = o.get_key_element()
+            if o.is_sweep_override() and not o.is_discrete_sweep():
+                return None  # a range or interval sweep is another sweeper's: the table shows what ran
+            values = o.sweep_string_iterator() if o.is_sweep_override() else [o.get_value_element_as_str()]
+            choices[key] = [f"{key}={v}" for v in values]
+        return [list(job) for job in itertools.product(*choices.values())]
+    except Exception:  # syntax this expansion does not know: the table shows what ran
         return None
 
 

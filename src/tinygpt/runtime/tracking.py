@@ -11,6 +11,7 @@ from rich.console import Console
 
 from tinygpt.runtime.console import is_quiet
 from tinygpt.runtime.errors import ConfigError
+from tinygpt.runtime.internals import drop_wandb_anonymous, wandb_stored_credentials
 from tinygpt.runtime.network import REACH_TIMEOUT_S, unreachable  # noqa: F401 (re-exported)
 
 console = Console(stderr=True)
@@ -28,15 +29,9 @@ def has_credentials() -> bool:
     if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
     try:
-        from wandb.sdk.lib import wbauth
-
         settings = _wandb_settings()
-        return bool(
-            wbauth.session_credentials(host=settings.base_url)
-            or wbauth.read_netrc_auth(host=settings.base_url)
-            or settings.api_key
-        )
-    except Exception:  # an older or newer wandb without this module: assume none, run offline
+        return bool(settings.api_key or wandb_stored_credentials(settings.base_url))
+    except Exception:  # a wandb whose lookup fails: assume none, run offline
         return False
 
 
@@ -78,10 +73,10 @@ class QuietWandbLogger(WandbLogger):
     ``silent``: nothing at all (a job of a parallel sweep, beside others on the same terminal)."""
 
     def __init__(self, *args, silent: bool = False, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._wandb_init.pop("anonymous", None)
         quiet = {"quiet": True, "show_info": False}
-        self._wandb_init.setdefault("settings", {**quiet, "silent": True} if silent else quiet)
+        kwargs.setdefault("settings", {**quiet, "silent": True} if silent else quiet)  # passed on to wandb.init
+        super().__init__(*args, **kwargs)
+        drop_wandb_anonymous(self)
 
 
 def run_info() -> dict | None:

@@ -23,6 +23,7 @@ from lightning.pytorch.callbacks import RichProgressBar, ThroughputMonitor
 
 from tinygpt.runtime.checks import non_negative_int, positive_int, positive_number
 from tinygpt.runtime.console import say
+from tinygpt.runtime.internals import label_train_task
 
 
 def windows_in(batch) -> int:
@@ -35,6 +36,7 @@ def tokens_in(batch) -> int:
     return batch[0].numel()
 
 
+@label_train_task("train")  # not "Epoch 0" (tinygpt.runtime.internals)
 class StepProgressBar(RichProgressBar):
     """Lightning's rich bar, labelled by steps: training here is step-based, one endless 'epoch'. No
     logger version (`v_num`): the run dir says which run this is."""
@@ -47,9 +49,6 @@ class StepProgressBar(RichProgressBar):
         items = super().get_metrics(trainer, pl_module)
         items.pop("v_num", None)
         return items
-
-    def _get_train_description(self, current_epoch: int) -> str:
-        return f"{'train':{len(self.validation_description)}}"
 
 
 class StepClock(ThroughputMonitor):

@@ -25,6 +25,7 @@ class GPTModule(L.LightningModule):
         self.config = GPTConfig(vocab_size=vocab_size, **model)
         self.attention_bug = attention_bug
         self.model = self.new_model()
+        self._step_forward = None  # compile_model's compiled forward, for training and validation steps
         self.train_losses: list[torch.Tensor] = []  # detached, kept on device: no sync per step
         self.last_val_loss, self.last_val_step = float("nan"), -1
 
@@ -39,11 +40,11 @@ class GPTModule(L.LightningModule):
         """torch.compile the forward used by training and validation only: their shapes are fixed, while
         the diagnostics, attention maps and samples feed every length from 1 to block_size (each would be a
         recompile, and past torch's limit a warning). The compiled callable shares the model's parameters
-        and is kept outside the module tree, so checkpoints keep their plain keys."""
-        self.__dict__["_step_forward"] = torch.compile(self.model)
+        and is kept outside the module tree (a bound method, not a module), so checkpoints keep their plain keys."""
+        self._step_forward = torch.compile(self.model).__call__
 
     def _step(self, x, y):
-        return self.__dict__.get("_step_forward", self.model)(x, y)
+        return self._step_forward(x, y) if self._step_forward is not None else self.model(x, y)
 
     def training_step(self, batch, batch_idx):
         x, y = batch

@@ -1,0 +1,80 @@
+"""Every use of another library's private names, in one place: each for a behaviour no public API gives, with why
+it is worth the risk. ``tests/runtime/test_internals.py`` checks each against the installed library and fails
+loudly, naming the name, when an upgrade removes or changes it; the code here falls back to the plain behaviour
+(no crash) when a name is missing.
+
+- ``threading._shutdown``, ``atexit._run_exitfuncs``: train.py ends without the interpreter's teardown of every
+  module (runtime/fast_exit.py), after doing what exiting must do, in the interpreter's own order.
+- ``wandb.sdk.lib.wbauth``: whether wandb has stored credentials, without wandb.login's network call (a run
+  without any goes offline at once instead of waiting for a login that cannot happen).
+- ``WandbLogger._wandb_init``: Lightning always passes wandb.init ``anonymous=``, a setting wandb deprecated and
+  warns about on every run; it is taken out before the run starts.
+- ``RichProgressBar._get_train_description``: Lightning labels its bar "Epoch N"; training here is step-based,
+  one endless epoch, and there is no public hook for the label.
+- torch modules' ``_forward_hooks`` / ``_forward_pre_hooks`` and the global hook registries: the lean decode step
+  (model/generate.py, ``CachedStep``) skips the modules' forward, so it must not run where a hook would have.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # nothing heavy at import: train.py imports this module before its --help
+    from torch import nn
+
+
+def exit_steps():
+    """(join the non-daemon threads, run the atexit handlers), what a normal exit does first; None when this
+    Python lacks either."""
+    join_threads = getattr(threading, "_shutdown", None)
+    run_atexit = getattr(atexit, "_run_exitfuncs", None)
+    if join_threads is None or run_atexit is None:
+        return None
+    return join_threads, run_atexit
+
+
+def wandb_stored_credentials(base_url: str) -> bool:
+    """A session login or a .netrc entry for wandb's host (the lookup wandb.login does before its network call);
+    False when this wandb lacks the module."""
+    try:
+        from wandb.sdk.lib import wbauth
+    except ImportError:
+        return False
+    return bool(wbauth.session_credentials(host=base_url) or wbauth.read_netrc_auth(host=base_url))
+
+
+def drop_wandb_anonymous(logger) -> None:
+    """Take ``anonymous`` out of the arguments a Lightning WandbLogger will pass wandb.init."""
+    init = getattr(logger, "_wandb_init", None)
+    if isinstance(init, dict):
+        init.pop("anonymous", None)
+
+
+def label_train_task(label: str):
+    """A class decorator for a subclass of Lightning's RichProgressBar: its training task is labelled ``label``
+    (padded to the validation label's width) instead of "Epoch N"."""
+
+    def decorate(cls):
+        def _get_train_description(self, current_epoch: int) -> str:
+            return f"{label:{len(self.validation_description)}}"
+
+        cls._get_train_description = _get_train_description
+        return cls
+
+    return decorate
+
+
+def has_hooks(module: nn.Module) -> bool:
+    """Whether a forward or forward-pre hook is registered on this module."""
+    return bool(getattr(module, "_forward_hooks", None) or getattr(module, "_forward_pre_hooks", None))
+
+
+def any_global_hooks() -> bool:
+    """Whether a global module hook is registered (torch.nn.modules.module.register_module_forward_hook and
+    its pre-hook twin)."""
+    from torch.nn.modules import module as torch_module
+
+    return bool(getattr(torch_module, "_global_forward_hooks", None)
+                or getattr(torch_module, "_global_forward_pre_hooks", None))

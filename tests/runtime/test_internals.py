@@ -1,0 +1,75 @@
+"""tinygpt.runtime.internals against the installed libraries: each private name it uses is still there and still
+does what the module relies on. A failure here means an upgrade changed one under us: the message names it."""
+
+import atexit
+import inspect
+import threading
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch.loggers import WandbLogger
+from torch import nn
+
+from tinygpt.runtime import internals
+
+
+def test_threading_and_atexit_still_have_the_exit_steps():
+    steps = internals.exit_steps()
+    assert steps is not None, "threading._shutdown or atexit._run_exitfuncs is gone: fast_exit falls back to sys.exit"
+    assert steps == (threading._shutdown, atexit._run_exitfuncs)
+    # what each does is checked end to end in a subprocess: tests/runtime/test_fast_exit.py
+
+
+def test_wandb_still_reads_a_netrc_entry_for_its_host(tmp_path, monkeypatch):
+    wbauth = pytest.importorskip("wandb.sdk.lib.wbauth", reason="wandb.sdk.lib.wbauth is gone: credentials "
+                                 "are then never found and runs go offline")
+    assert {"session_credentials", "read_netrc_auth"} <= set(dir(wbauth))
+    netrc = tmp_path / "netrc"
+    monkeypatch.setenv("NETRC", str(netrc))
+    netrc.write_text("")
+    assert internals.wandb_stored_credentials("https://api.wandb.ai") is False
+    netrc.write_text("machine api.wandb.ai\n  login user\n  password " + "a" * 40 + "\n")
+    netrc.chmod(0o600)
+    assert internals.wandb_stored_credentials("https://api.wandb.ai") is True
+
+
+def test_lightning_still_passes_wandb_the_anonymous_setting_we_drop(tmp_path):
+    plain = WandbLogger(project="p", save_dir=str(tmp_path), mode="offline")
+    assert "anonymous" in plain._wandb_init, ("Lightning's WandbLogger no longer passes anonymous=: "
+                                              "drop_wandb_anonymous can go")
+    internals.drop_wandb_anonymous(plain)
+    assert "anonymous" not in plain._wandb_init and plain._wandb_init["project"] == "p"
+
+
+def test_lightning_still_asks_the_rich_bar_for_its_training_label():
+    hook = getattr(RichProgressBar, "_get_train_description", None)
+    assert hook is not None, "RichProgressBar._get_train_description is gone: the bar says 'Epoch N' again"
+    assert list(inspect.signature(hook).parameters) == ["self", "current_epoch"]
+    assert "_get_train_description" in inspect.getsource(RichProgressBar)  # called, not only defined
+
+    @internals.label_train_task("train")
+    class Bar(RichProgressBar):
+        pass
+
+    bar = Bar()
+    assert bar._get_train_description(7) == "train".ljust(len(bar.validation_description))
+
+
+def test_torch_still_keeps_module_hooks_where_the_decode_step_looks():
+    layer = nn.Linear(2, 2)
+    assert not internals.has_hooks(layer) and not internals.any_global_hooks()
+    handle = layer.register_forward_hook(lambda *a: None)
+    assert internals.has_hooks(layer), "nn.Module._forward_hooks moved: CachedStep would skip a hook"
+    handle.remove()
+    handle = layer.register_forward_pre_hook(lambda *a: None)
+    assert internals.has_hooks(layer)
+    handle.remove()
+    for register in (torch.nn.modules.module.register_module_forward_hook,
+                     torch.nn.modules.module.register_module_forward_pre_hook):
+        handle = register(lambda *a: None)
+        try:
+            assert internals.any_global_hooks(), f"torch's global hook registry moved ({register.__name__})"
+        finally:
+            handle.remove()
+    assert not internals.any_global_hooks()
