@@ -2,7 +2,7 @@
 
 import sys
 
-from tinygpt.attention import main
+from tinygpt.cli.attention_page import main
 
 if __name__ == "__main__":
     sys.exit(main())

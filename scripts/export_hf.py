@@ -2,7 +2,7 @@
 
 import sys
 
-from tinygpt.export_hf import main
+from tinygpt.cli.export_hf import main
 
 if __name__ == "__main__":
     sys.exit(main())

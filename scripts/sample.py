@@ -2,7 +2,7 @@
 
 import sys
 
-from tinygpt.sample import main
+from tinygpt.cli.sample import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import write_checkpoint
-from tinygpt.attention import main
+from tinygpt.cli.attention_page import main
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def test_without_out_the_page_goes_into_the_newest_run_with_its_real_step(run, t
 def test_an_unknown_character_has_a_two_character_label_that_fits_its_cell():
     """'€' is not in a tokenizer trained on plain letters: its label is '¿€' (was '<unk>:€', seven characters that
     overflowed the text strip's cell and the key axis), and the note says what '¿' means."""
-    from tinygpt.attention import tokens
+    from tinygpt.cli.attention_page import tokens
     from tinygpt.data.tokenizer import train_tokenizer
 
     tok = train_tokenizer("char", ["abc de"])

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from helpers import write_checkpoint
-from tinygpt.sample import checkpoint_in, main, prompt_ids
+from tinygpt.cli.sample import checkpoint_in, main, prompt_ids
 
 
 @pytest.fixture(scope="module")

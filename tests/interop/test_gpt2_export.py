@@ -12,8 +12,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from helpers import EXPORT_RECIPE, TEXT, greedy_three_ways, train_in_process, transformers_agreement
 from tinygpt.data.tokenizer import decode, encode
-from tinygpt.export_hf import main as export_main
-from tinygpt.sample import load_checkpoint
+from tinygpt.cli.export_hf import main as export_main
+from tinygpt.cli.sample import load_checkpoint
 
 RUNS = {  # name -> train.py overrides
     "char, bias": ["model.bias=true"],

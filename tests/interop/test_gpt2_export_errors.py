@@ -12,7 +12,7 @@ import pytest
 
 from helpers import ROOT, TEXT, write_checkpoint
 from tinygpt.data.tokenizer import train_tokenizer
-from tinygpt.export_hf import main
+from tinygpt.cli.export_hf import main
 
 CANNOT = "has no GPT-2 equivalent ({}); such a model cannot be written as GPT-2."
 

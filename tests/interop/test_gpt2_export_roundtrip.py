@@ -13,8 +13,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel
 
 from helpers import EXPORT_RECIPE, TEXT, greedy_three_ways, train_in_process, transformers_agreement, write_hf_gpt2
 from tinygpt.data.tokenizer import decode, encode
-from tinygpt.export_hf import main as export_main
-from tinygpt.sample import load_checkpoint
+from tinygpt.cli.export_hf import main as export_main
+from tinygpt.cli.sample import load_checkpoint
 
 FINE_TUNE = ["optim.lr=1e-3"]
 UNMOVED = ["optim.lr=1e-30", "optim.min_lr=0", "trainer.max_steps=1"]  # AdamW's step, ~1e-30, is below every ulp

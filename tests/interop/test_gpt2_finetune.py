@@ -13,10 +13,10 @@ import torch.nn.functional as F
 from transformers import GPT2LMHeadModel
 
 from helpers import run_train, write_hf_gpt2
-from tinygpt.attention import main as attention_main
+from tinygpt.cli.attention_page import main as attention_main
 from tinygpt.data.tokenizer import decode, encode, load_pretrained_tokenizer
 from tinygpt.data.windows import RandomWindows
-from tinygpt.sample import main as sample_main
+from tinygpt.cli.sample import main as sample_main
 
 RECIPE = ["logger=csv", "data.batch_size=4", "data.val_windows=8", "trainer.val_check_interval=2",
           "trainer.log_every_n_steps=1", "optim.warmup_steps=1", "optim.lr=1e-4", "diagnostics.windows=4",
@@ -85,7 +85,7 @@ def test_sample_from_the_imported_model(gpt2_dir, theirs, capsys):
 
 
 def test_the_attention_page_of_the_imported_model(gpt2_dir, theirs, tmp_path, monkeypatch, capsys):
-    from tinygpt.attention import weights_of
+    from tinygpt.cli.attention_page import weights_of
     from tinygpt.train.pretrained import load_model
 
     text = "To be, or not to be"

@@ -23,7 +23,7 @@ from tinygpt.model.gpt import GPT
 from tinygpt.runtime.checkpoint import run_dir_of
 from tinygpt.runtime.errors import ConfigError, print_error
 from tinygpt.experiments.leaky_masks import BuggyAttention
-from tinygpt.sample import (add_model_source, checkpoint_file, find_latest_checkpoint, load_checkpoint_at_step,
+from tinygpt.cli.sample import (add_model_source, checkpoint_file, find_latest_checkpoint, load_checkpoint_at_step,
                             token_ids)
 from tinygpt.train import explorer
 from tinygpt.train.diagnostics import evaluating

@@ -31,7 +31,7 @@ from tinygpt.model import hf_gpt2
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime import checkpoint
 from tinygpt.runtime.errors import ConfigError, first_line, print_error
-from tinygpt.sample import checkpoint_file
+from tinygpt.cli.sample import checkpoint_file
 
 WEIGHTS = "model.safetensors"
 REPLACED = ("config.json", "generation_config.json", WEIGHTS, "model.safetensors.index.json", "pytorch_model.bin",

@@ -1,0 +1,1 @@
+"""The command lines over the package: sampling, the attention page, export to transformers (scripts/ wraps each)."""
