@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from tinygpt.analysis.init_stats import logits_at_init, loglog_slope, slopes
+from tinygpt.analysis.init_stats import logits_at_init, slopes
+from tinygpt.analysis.stats import loglog_slope
 
 
 @pytest.fixture(scope="module")

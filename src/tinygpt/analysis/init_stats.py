@@ -3,7 +3,7 @@
 Vaswani et al. (footnote 4): if q and k have independent components of mean 0 and variance 1, then q.k
 has variance d_k, so the unscaled logits grow like sqrt(d_k) and 1/sqrt(d_k) keeps them at unit size.
 ``logits_at_init`` measures this on the first layer of a real GPT at init, for each head dim (at a fixed
-width), scale option and W_Q/W_K init; ``loglog_slope`` turns a column into the exponent:
+width), scale option and W_Q/W_K init; ``stats.loglog_slope`` turns a column into the exponent:
 under the unit-variance init, about 0.5 for scale none, 0 for sqrt_dk and -0.5 for inv_dk.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
+from tinygpt.analysis.stats import loglog_slope
 from tinygpt.model.attention import causal_mask
 from tinygpt.model.gpt import GPT, GPTConfig
 
@@ -61,11 +61,6 @@ def logits_at_init(
                 rows.append({"init": init, "scale": scale, "d_k": d_k,
                              "logit_std": s[..., visible].std().item(), "entropy": ent.mean().item()})
     return rows
-
-
-def loglog_slope(xs, ys) -> float:
-    """Least-squares slope of log(y) against log(x)."""
-    return float(np.polyfit(np.log(np.asarray(xs, float)), np.log(np.asarray(ys, float)), 1)[0])
 
 
 def slopes(rows: list[dict]) -> dict[tuple[str, str], float]:

@@ -71,7 +71,7 @@ def final_loss(run: Run) -> float:
     return float(v)
 
 
-def window_losses(run: Run, n_windows: int) -> np.ndarray:
+def saved_window_losses(run: Run, n_windows: int) -> np.ndarray:
     """(windows,) final validation loss of each window; a diverged run counts as its initial loss on every window
     (Wortsman et al.)."""
     if not math.isfinite(final_loss(run)):
@@ -182,7 +182,8 @@ def cells_of(arms: dict) -> dict[tuple[ArmKey, float], Estimate]:
     for key, by_lr in sorted(arms.items()):
         for x, rs in sorted(by_lr.items()):
             ids = tuple(r.seed for r in rs)
-            samples[(key, x)] = Sample(np.stack([window_losses(r, n) for r in rs]), seeds=f"seeds {ids}", seed_ids=ids)
+            samples[(key, x)] = Sample(np.stack([saved_window_losses(r, n) for r in rs]), seeds=f"seeds {ids}",
+                                       seed_ids=ids)
     return bootstrap(samples)
 
 
@@ -204,7 +205,8 @@ def arm_numbers(key: ArmKey, by_lr: dict[float, list[Run]], est: dict, m: Measur
     seeds = tuple(r.seed for r in by_lr[lrs[0]])
     same_seeds = all(tuple(r.seed for r in by_lr[x]) == seeds for x in lrs)
     n = len(next(r for rs in by_lr.values() for r in rs if r.windows() is not None).windows())
-    curves = np.stack([[window_losses(r, n).mean() for r in by_lr[x]] for x in lrs], axis=1) if same_seeds else None
+    curves = (np.stack([[saved_window_losses(r, n).mean() for r in by_lr[x]] for x in lrs], axis=1)
+              if same_seeds else None)
     return Arm(
         key, lrs, {x: est[(key, x)] for x in lrs},
         combine(lambda y: lr_basin.optimum(xs, y)[0], cells),
