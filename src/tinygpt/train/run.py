@@ -1,10 +1,11 @@
-"""One training run, from the config to summary.json.
+"""One training run, from the config to summary.json: ``train`` is the recipe, read top to bottom.
 
 Phases: ``setup`` (setup.py) checks every value and builds the objects (no data read, nothing written; a
 mistake is a ConfigError); ``prepare_data`` reads or builds the data cache; ``build_module`` builds the model
-and checks a resume against it; then the run writes its config, trains, validates at the end, runs the
-diagnostics and writes summary.json (summary.py). A signal ends it with a checkpoint, a partial summary and
-the command that resumes it; one during the end-of-run phase too, and its resume (at max_steps) finishes that phase.
+and checks a resume against it; ``write_config``; ``fit``; ``finish_run`` validates at the end, runs the
+diagnostics and writes summary.json (summary.py). ``RunScope`` is the plumbing around them. A signal ends it
+with a checkpoint, a partial summary and the command that resumes it; one during the end-of-run phase too, and
+its resume (at max_steps) finishes that phase.
 """
 
 from __future__ import annotations
@@ -23,66 +24,95 @@ from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
 from tinygpt.runtime.console import out as console
-from tinygpt.runtime.console import is_quiet, say, set_quiet
+from tinygpt.runtime.console import is_quiet, say
 from tinygpt.runtime.errors import ConfigError, as_config_errors
 from tinygpt.runtime.interrupts import RunInterrupted
 from tinygpt.train import diagnostics, memory
-from tinygpt.train.callbacks import StabilityMonitor, full_model
-from tinygpt.train.guards import Diverged, DivergenceGuard
-from tinygpt.train.leak_alarm import LeakAlarm
+from tinygpt.train.callbacks import full_model
+from tinygpt.train.guards import Diverged
 from tinygpt.train.module import GPTModule
 from tinygpt.train.pretrained import attention_note, load_weights, random_gpt2_note
-from tinygpt.train.setup import Run, quiet_libraries, run_identity, setup
+from tinygpt.train.setup import TrainingRun, run_identity, setup
 from tinygpt.train.summary import base_summary, done_line, with_diagnostics, write_summary
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """One run: check, prepare, fit, final validation and diagnostics, summary.json. Under DDP/FSDP on one
-    machine this process is rank 0 and starts the others once the data is ready (runtime/distributed.py)."""
-    parallel = run_dirs.in_parallel_sweep()
-    quiet_libraries(parallel)
-    set_quiet(parallel)  # a job beside others says its done line only
-    out_dir, group, name = run_identity()
-    run = setup(cfg, out_dir, group, name)
-    trainer, loggers, stop = run.trainer, run.loggers, run.stop
-    if parallel:  # the sweep's own process records a signal in its dir; the job polls it after every step
-        stop.sweep_dir = Path(HydraConfig.get().sweep.dir)
-    stop.install()
-    exit_code = None
-    try:
+    """One run, the recipe: set up (every value checked, the objects built), seed, data, model, fit, finish (the
+    last validation, the diagnostics, summary.json). ``RunScope`` holds the plumbing around it: signals, the other
+    ranks of a DDP run, and W&B's teardown with the run's exit code."""
+    run = setup(cfg, *run_identity())
+    with RunScope(run) as scope:
         L.seed_everything(cfg.seed, workers=True, verbose=False)  # before the model's initial weights
         prepare_data(run)
-        ranks = distributed.launch_ranks(cfg, out_dir, list(HydraConfig.get().overrides.task),
-                                         run_dirs.project_root() / "train.py")  # None unless this is rank 0 of DDP
-        with ranks or contextlib.nullcontext():
-            module = build_module(run)
-            if distributed.is_rank_zero():
-                out_dir.mkdir(parents=True, exist_ok=True)
-                (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(run.resolved))
-            keep_history(run.ckpt, loggers)  # before any logger writes: a resume keeps the rows logged before
-            for lg in loggers:
-                lg.log_hyperparams(run.resolved)
-            try:
-                trainer.fit(module, datamodule=run.dm, ckpt_path=run.ckpt_path, weights_only=True)
-                if stop.signum is not None:  # a signal during the last validation
-                    raise RunInterrupted(stop.signum)
-            except Diverged:
-                pass  # the guard said why; no validation or checkpoint of a broken model, the last good one stays
-            except RunInterrupted as signalled:
-                exit_code = signalled.exit_code
-                stop.stopping = True  # from here a further signal is noted, not obeyed: nothing is cut short
-                interrupted(run, module, signalled)
-                raise
-            return finish_run(run, module)
-    except BaseException as err:
-        exit_code = exit_code or (err.exit_code if isinstance(err, RunInterrupted) else 1)
+        scope.start_ranks()  # DDP on one machine: this process is rank 0 and starts the others once the data is ready
+        module = build_module(run)
+        write_config(run)
+        fit(run, module)
+        return finish_run(run, module)
+
+
+class RunScope:
+    """Everything around a run's recipe, set up on entry and undone on exit in reverse order (an ExitStack):
+    the signal handler (a signal ends the step, then the run, with a checkpoint), in a parallel sweep the sweep's
+    stop file, the other DDP ranks of this node (waited for on exit), and the W&B run, closed with the run's exit
+    code (0, 1 for an error, 128 + the signal for a stop)."""
+
+    def __init__(self, run: TrainingRun):
+        self.run = run
+        self.stack = contextlib.ExitStack()
+
+    def __enter__(self) -> RunScope:
+        run = self.run
+        if run_dirs.in_parallel_sweep():  # the sweep's own process records a signal in its dir; polled every step
+            run.stop.sweep_dir = Path(HydraConfig.get().sweep.dir)
+        self.stack.__enter__()
+        self.stack.push(self._finish_tracking)  # last out: W&B sees the run's end after everything else
+        run.stop.install()
+        self.stack.callback(run.stop.uninstall)
+        return self
+
+    def start_ranks(self) -> None:
+        """Ranks 1..N-1 of a DDP run on this machine (none otherwise), ended or waited for when the run ends."""
+        ranks = distributed.launch_ranks(self.run.cfg, self.run.out_dir, list(HydraConfig.get().overrides.task),
+                                         run_dirs.project_root() / "train.py")
+        if ranks is not None:
+            self.stack.enter_context(ranks)
+
+    def _finish_tracking(self, kind, err, tb) -> None:
+        code = None if err is None else err.exit_code if isinstance(err, RunInterrupted) else 1
+        tracking.finish(self.run.loggers, exit_code=code)
+
+    def __exit__(self, kind, err, tb):
+        return self.stack.__exit__(kind, err, tb)
+
+
+def write_config(run: TrainingRun) -> None:
+    """config.yaml (the resolved config) by rank 0; the hyperparameters to every logger; a resumed run's history
+    kept (before any logger writes)."""
+    if distributed.is_rank_zero():
+        run.out_dir.mkdir(parents=True, exist_ok=True)
+        (run.out_dir / "config.yaml").write_text(OmegaConf.to_yaml(run.resolved))
+    keep_history(run.ckpt, run.loggers)
+    for lg in run.loggers:
+        lg.log_hyperparams(run.resolved)
+
+
+def fit(run: TrainingRun, module: GPTModule) -> None:
+    """trainer.fit. A divergence ends it quietly (the guard said why; no validation or checkpoint of a broken model,
+    the last good one stays); a signal ends it with last.ckpt, a partial summary and the resume command."""
+    try:
+        run.trainer.fit(module, datamodule=run.dm, ckpt_path=run.ckpt_path, weights_only=True)
+        if run.stop.signum is not None:  # a signal during the last validation
+            raise RunInterrupted(run.stop.signum)
+    except Diverged:
+        pass
+    except RunInterrupted as signalled:
+        run.stop.stopping = True  # from here a further signal is noted, not obeyed: nothing is cut short
+        interrupted(run, module, signalled)
         raise
-    finally:
-        stop.uninstall()
-        tracking.finish(loggers, exit_code=exit_code)
 
 
-def prepare_data(run: Run) -> None:
+def prepare_data(run: TrainingRun) -> None:
     """Read/tokenize/cache the corpus (or reuse the cache) and memory-map it; input mistakes are ConfigErrors."""
     dm = run.dm
     t0 = time.perf_counter()
@@ -121,7 +151,7 @@ def keep_history(ckpt: dict | None, loggers: list) -> None:
         lg.save()
 
 
-def build_module(run: Run) -> GPTModule:
+def build_module(run: TrainingRun) -> GPTModule:
     """The LightningModule for the data's vocabulary (init_from's, starting from its weights), with the optimizer
     recipe built at set-up; a resumed checkpoint must hold the same model shape and tokenizer."""
     cfg, vocab_size = run.cfg, run.dm.vocab_size
@@ -279,13 +309,13 @@ def resume_command(out_dir: Path) -> str:
     return " ".join(["python train.py", *overrides, f"hydra.run.dir={out_dir}", "ckpt_path=last"])
 
 
-def summary_of(run: Run, module: GPTModule, status: str) -> dict[str, Any]:
-    return base_summary(status, module=module, trainer=run.trainer, timer=run.timer,
-                        guard=run.callback(DivergenceGuard), stability=run.callback(StabilityMonitor), dm=run.dm,
-                        ckpt_path=run.ckpt_path, resolved=run.resolved, alarm=run.callback(LeakAlarm))
+def summary_of(run: TrainingRun, module: GPTModule, status: str) -> dict[str, Any]:
+    return base_summary(status, module=module, trainer=run.trainer, timer=run.clock, guard=run.guard,
+                        stability=run.stability, dm=run.dm, ckpt_path=run.ckpt_path, resolved=run.resolved,
+                        alarm=run.alarm)
 
 
-def interrupted(run: Run, module: GPTModule, signalled: RunInterrupted) -> None:
+def interrupted(run: TrainingRun, module: GPTModule, signalled: RunInterrupted) -> None:
     """A signal stopped training: last.ckpt at the current step, a partial summary, the resume command."""
     trainer, stop = run.trainer, run.stop
     if stop.saved_path is None:
@@ -303,13 +333,12 @@ def interrupted(run: Run, module: GPTModule, signalled: RunInterrupted) -> None:
         )
 
 
-def finish_run(run: Run, module: GPTModule) -> dict[str, Any]:
+def finish_run(run: TrainingRun, module: GPTModule) -> dict[str, Any]:
     """The end of a run that was not stopped by a signal: the last validation (unless it just ran or the run
     diverged), the diagnostics and summary.json, sized by diagnostics.max_val_tokens, each phase with its progress.
     A signal in the validation or the diagnostics stops at once: last.ckpt, a partial summary, the resume command."""
     trainer, dm = run.trainer, run.dm
-    guard = run.callback(DivergenceGuard)
-    diverged = bool(guard and guard.diverged)
+    diverged = bool(run.guard and run.guard.diverged)
     settings = run.cfg.get("diagnostics", {})
     n_probe, n_val = settings.get("windows", 32), len(dm.val_x)
     n_end = end_windows(n_val, dm.block_size, settings.get("max_val_tokens"))
@@ -336,8 +365,7 @@ def finish_run(run: Run, module: GPTModule) -> dict[str, Any]:
     diag.pop(diagnostics.ARRAYS, None)
     log_diagnostics(run.loggers, diag, trainer.global_step)
     wandb = tracking.run_info() if any(isinstance(lg, WandbLogger) for lg in run.loggers) else None
-    alarm = run.callback(LeakAlarm)
-    status = "diverged" if diverged else "leaky" if alarm and alarm.stopped else "completed"
+    status = "diverged" if diverged else "leaky" if run.alarm and run.alarm.stopped else "completed"
     summary = with_diagnostics(summary_of(run, module, status), diag, wandb)
     if trainer.is_global_zero:
         path = write_summary(run.out_dir, summary)

@@ -24,9 +24,12 @@ from omegaconf import DictConfig, OmegaConf
 from tinygpt.model.gpt import Block, GPTConfig
 from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
 from tinygpt.runtime.checks import positive_int
+from tinygpt.runtime.console import set_quiet
 from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line
 from tinygpt.runtime.interrupts import GracefulStop
-from tinygpt.train.guards import StepClock
+from tinygpt.train.callbacks import StabilityMonitor
+from tinygpt.train.guards import DivergenceGuard, StepClock
+from tinygpt.train.leak_alarm import LeakAlarm
 from tinygpt.train.optim import AdamWCosine
 from tinygpt.train.pretrained import Pretrained, configure
 
@@ -94,9 +97,10 @@ def validate_config(cfg: DictConfig) -> None:
 
 
 @dataclass
-class Run:
+class TrainingRun:
     """What ``setup`` built for one run: the config (as given and resolved), its output dir, the objects built
-    from it, and the checkpoint it resumes from (path and contents) if any."""
+    from it, the callbacks the run reads back by name (None where the config leaves one out), and the checkpoint
+    it resumes from (path and contents) if any."""
 
     cfg: DictConfig
     out_dir: Path
@@ -104,31 +108,32 @@ class Run:
     dm: Any
     optim: AdamWCosine
     trainer: L.Trainer
+    clock: StepClock  # times the steps: the summary's tokens/s (always there)
+    stop: GracefulStop  # the signal handler (always there)
+    guard: DivergenceGuard | None = None
+    stability: StabilityMonitor | None = None
+    alarm: LeakAlarm | None = None
     ckpt_path: Path | None = None
     ckpt: dict | None = None
     pretrained: Pretrained | None = None  # init_from's model, when the run starts from one
-
-    def callback(self, kind: type):
-        """This run's callback of that kind, or None (the config may leave it out)."""
-        return next((c for c in self.trainer.callbacks if isinstance(c, kind)), None)
-
-    @property
-    def timer(self) -> StepClock:
-        return self.callback(StepClock)
-
-    @property
-    def stop(self) -> GracefulStop:
-        return self.callback(GracefulStop)
 
     @property
     def loggers(self) -> list:
         return self.trainer.loggers
 
 
-def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | None = None) -> Run:
+def one_of(callbacks: list, kind: type):
+    """The callback of that kind in the list, or None (the config may leave it out)."""
+    return next((c for c in callbacks if isinstance(c, kind)), None)
+
+
+def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | None = None) -> TrainingRun:
     """Check every value and build the objects that own them (data module, optimizer recipe, callbacks, loggers,
     trainer); reads no data, starts no W&B run and writes nothing (init_from reads its config.json, its weights' headers
-    and its tokenizer, and fetches a Hub model into the Hugging Face cache). Any mistake is one ConfigError."""
+    and its tokenizer, and fetches a Hub model into the Hugging Face cache). Any mistake is one ConfigError. A job of
+    a parallel sweep is quiet from here (one line when it ends; the rest goes to its train.log)."""
+    quiet_libraries(run_dirs.in_parallel_sweep())
+    set_quiet(run_dirs.in_parallel_sweep())
     with as_config_errors(TypeError, MisconfigurationException):
         validate_config(cfg)
         pretrained = configure(cfg, command_line_overrides())  # init_from: its architecture and tokenizer into cfg
@@ -154,7 +159,9 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         trainer = build("trainer", cfg.trainer, callbacks=callbacks, logger=loggers or False, **quiet,
                         plugins=[checkpoint.AtomicCheckpointIO(), *distributed.cluster_plugins(), *precision],
                         **({"precision": None} if precision else {}))
-    return Run(cfg, out_dir, resolved, dm, optim, trainer, ckpt_path, ckpt, pretrained)
+    return TrainingRun(cfg, out_dir, resolved, dm, optim, trainer, clock=callbacks[0], stop=callbacks[-1],
+                       guard=one_of(callbacks, DivergenceGuard), stability=one_of(callbacks, StabilityMonitor),
+                       alarm=one_of(callbacks, LeakAlarm), ckpt_path=ckpt_path, ckpt=ckpt, pretrained=pretrained)
 
 
 def cpu_float16(trainer_cfg: DictConfig) -> list:
