@@ -169,3 +169,13 @@ def test_equal_training_losses_are_not_said_to_fall(tmp_path):
     path, _ = report.write("causal_mask", [sweep], tmp_path / "out")
     text = path.read_text()
     assert "the training loss ends at 2.000 (causal: 2.000)" in text and "falls to 2.000" not in text
+
+
+def test_a_jobs_override_matches_its_grid_value_however_either_is_written():
+    """Hydra records what it parsed (True, 0.0001); the sweep config says true, 1e-4: the same cell."""
+    from tinygpt.analysis.report import setting
+
+    assert setting("model.attn.causal=True") == setting("model.attn.causal=true") == ("model.attn.causal", True)
+    assert setting("optim.lr=0.0001") == setting("optim.lr=1e-4") == ("optim.lr", 1e-4)
+    assert setting("seed=1") == setting("seed=1.0")
+    assert setting("model.attn.scale=none") == ("model.attn.scale", "none") != setting("model.attn.scale=null")

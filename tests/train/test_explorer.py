@@ -53,8 +53,22 @@ def test_pages_in_one_folder_share_one_copy_of_the_library(tmp_path):
     for name in ("causal", "leaky"):
         html = (tmp_path / f"{name}.html").read_text()
         assert len(html) < 500_000 and re.search(r'<script[^>]*src="plotly.min.js"', html)
-    with pytest.raises(ValueError, match="'inline' or 'directory'"):
+    with pytest.raises(ValueError, match="'inline', 'directory' or a path"):
         explorer.write(tmp_path / "x.html", [(0, causal_weights(), list("abcdefg"))], "x", library="cdn")
+
+
+def test_folders_of_pages_share_one_copy_of_the_library_by_relative_path(tmp_path):
+    shared = tmp_path / "plotly.min.js"
+    for folder in ("a", "b"):
+        explorer.write(tmp_path / folder / "explorers" / "p.html", [(0, causal_weights(), list("abcdefg"))], folder,
+                       library=shared)
+    assert sorted(p.name for p in tmp_path.rglob("*.js")) == ["plotly.min.js"]  # one copy, not one a folder
+    assert shared.stat().st_size > 3_000_000 and "plotly" in shared.read_text()[:2000].lower()
+    for folder in ("a", "b"):
+        html = (tmp_path / folder / "explorers" / "p.html").read_text()
+        assert len(html) < 500_000 and re.search(r'<script[^>]*src="\.\./\.\./plotly\.min\.js"', html)
+    with pytest.raises(ValueError, match="not a .js file"):
+        explorer.write(tmp_path / "x.html", [(0, causal_weights(), list("abcdefg"))], "x", library=tmp_path / "x.css")
 
 
 def test_a_default_runs_explorer_stays_under_six_megabytes(tmp_path):

@@ -39,15 +39,27 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "experiments"  # the committed reports, in a source checkout
+
+
+def plotly_copy(out: Path) -> Path:
+    """Where a report's explorer pages find plotly.js: the committed reports share one copy beside them
+    (docs/experiments/plotly.min.js); a report written anywhere else keeps its own, in its explorers/."""
+    if out.resolve().parent == DOCS.resolve():
+        return DOCS / "plotly.min.js"
+    return out / "explorers" / "plotly.min.js"
+
+
 def explorers(runs: dict[str, object], out: Path) -> list[str]:
-    """One interactive attention explorer per named run (its saved weights), in ``out``/explorers/ with one shared
-    copy of plotly.js; returns Markdown links to them (the runs without saved weights are left out)."""
+    """One interactive attention explorer per named run (its saved weights), in ``out``/explorers/, linking
+    ``plotly_copy(out)``; returns Markdown links to them (the runs without saved weights are left out)."""
     links = []
     for name, run in runs.items():
         steps = explorer.load_steps(run.dir / "attention")
         if not steps:
             continue
         slug = "_".join("".join(c if c.isalnum() else " " for c in name).split())
-        explorer.write(out / "explorers" / f"{slug}.html", steps, f"{name} (seed {run.seed})", library="directory")
+        explorer.write(out / "explorers" / f"{slug}.html", steps, f"{name} (seed {run.seed})",
+                       library=plotly_copy(out))
         links.append(f"[{name}](explorers/{slug}.html)")
     return links

@@ -21,13 +21,13 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from tinygpt.analysis.figures import DOCS  # the committed reports
 from tinygpt.analysis.sweep import ReportError, Run, load_runs
 from tinygpt.analysis.templates import plural
 from tinygpt.runtime.errors import print_error
 
 EXPERIMENTS = ("causal_mask", "sqrt_dk", "partial_leaks")
-ROOT = Path(__file__).resolve().parents[3]  # a source checkout
-DOCS = ROOT / "docs" / "experiments"  # the committed reports
+ROOT = DOCS.parents[1]  # a source checkout
 CONFIGS = ROOT / "configs" / "experiment"
 
 
@@ -58,13 +58,13 @@ STAGED = {"sqrt_dk"}  # its design may add runs beyond the grid (stage 2), with 
 
 
 def setting(override: str) -> tuple[str, object]:
-    """'optim.lr=1e-4' -> ('optim.lr', 0.0001): a job's override as its value, however it was written (Hydra
-    records the value it parsed, 0.0001, where the sweep config says 1e-4)."""
-    key, _, value = override.partition("=")
-    try:
-        return key, float(value)
-    except ValueError:
-        return key, value.strip()
+    """'optim.lr=1e-4' -> ('optim.lr', 0.0001): a job's override as the value Hydra's parser makes of it, however
+    it was written (Hydra records 0.0001 where the sweep config says 1e-4, True where it says true)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_override(override.strip())
+    value = parsed.value()
+    return parsed.get_key_element(), float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 def grid_cells(cfg_path: Path) -> tuple[set, set]:

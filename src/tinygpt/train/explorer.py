@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -275,29 +276,41 @@ GLUE = r"""
 """
 
 
-def write(path: Path, steps: list[tuple[int, np.ndarray, list[str]]], title: str, library: str = "inline") -> Path:
-    """Write the explorer page. ``library``: 'inline' puts plotly.js inside the page (one self-contained file),
-    'directory' writes it once as plotly.min.js beside the page and links it (for folders with several pages)."""
-    if library not in ("inline", "directory"):
-        raise ValueError(f"library is 'inline' or 'directory', got {library!r}.")
+def write(path: Path, steps: list[tuple[int, np.ndarray, list[str]]], title: str,
+          library: str | Path = "inline") -> Path:
+    """Write the explorer page. ``library``: 'inline' puts plotly.js inside the page (one self-contained file);
+    'directory' writes it once as plotly.min.js beside the page and links it (for folders with several pages);
+    a path to a ``.js`` file links that one copy by relative path, written there first if absent (for several
+    folders of pages: the committed reports share one)."""
+    shared = Path(library) if isinstance(library, Path) else None
+    if shared is None and library not in ("inline", "directory"):
+        raise ValueError(f"library is 'inline', 'directory' or a path to a .js file, got {library!r}.")
+    if shared is not None and shared.suffix != ".js":
+        raise ValueError(f"library {str(shared)!r} is not a .js file; give the path of the shared plotly.min.js.")
     if not steps:
         raise ValueError("no attention steps to draw.")
     data = payload(steps, title)
     fig = figure(data, blank=True)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if shared is not None:
+        if not shared.exists():
+            import plotly.offline
+            shared.parent.mkdir(parents=True, exist_ok=True)
+            shared.write_text(plotly.offline.get_plotlyjs(), encoding="utf-8")
+        include = Path(os.path.relpath(shared.resolve(), path.parent.resolve())).as_posix()
+    else:
+        include = True if library == "inline" else "directory"  # directory: plotly writes plotly.min.js beside
     tmp = path.with_suffix(".tmp.html")
     try:
-        fig.write_html(tmp, include_plotlyjs=True if library == "inline" else "directory", full_html=True,
+        fig.write_html(tmp, include_plotlyjs=include, full_html=True,
                        div_id="tinygpt-explorer",  # fixed, so a regenerated report is byte-identical
                        post_script=GLUE.replace("__DATA__", json.dumps(data, allow_nan=False)),
                        config={"displaylogo": False, "responsive": True})
-        # library="directory": plotly writes plotly.min.js beside the page once; every page in the folder links it
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)  # a failed write (the target a directory, a full disk) leaves no 5 MB file behind
     return path
-
 
 
 def write_run_explorer(run_dir: Path, title: str | None = None) -> Path | None:
