@@ -54,3 +54,13 @@ def test_the_report_renders_the_decode_sections_from_a_partial_run(quick_decode,
     assert bench_report.main([str(full), "--out", str(without)]) == 0
     assert "## Decoding at the memory limit" not in without.read_text()
     assert "## Generation with the KV cache" in without.read_text()
+
+
+def test_a_recorded_command_is_shown_without_the_measuring_machines_paths():
+    from tinygpt.bench.report import ROOT, portable
+
+    recorded = (f"python scripts/benchmark.py --nanogpt {ROOT.parent}/nanoGPT --data /home/me/data/"
+                "tinyshakespeare/input.txt --out /tmp/b.json")
+    assert portable(recorded) == ("python scripts/benchmark.py --nanogpt ../nanoGPT --data <Tiny Shakespeare's "
+                                  "input.txt> --out /tmp/b.json")
+    assert portable("python scripts/benchmark.py --data my.txt") == "python scripts/benchmark.py --data my.txt"

@@ -55,15 +55,15 @@ from tinygpt.bench.programs import (
     tinygpt_run,
 )
 
-TINY_SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 console = Console()
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line, every value checked before any work."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(TINY_SHAKESPEARE) if TINY_SHAKESPEARE.exists() else None,
-                    help="a text file (default: Tiny Shakespeare from ../shared, else the embedded corpus)")
+    ap.add_argument("--data", default=None,
+                    help="a text file (default: the embedded corpus); docs/benchmarks.md's runs used Tiny "
+                         "Shakespeare's input.txt, the file nanoGPT's data/shakespeare_char/prepare.py downloads")
     ap.add_argument("--nanogpt", type=Path, help="a nanoGPT checkout: its own train.py is the reference")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=1337)

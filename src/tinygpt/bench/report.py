@@ -1,6 +1,6 @@
 """docs/benchmarks.md and its plot from one JSON written by scripts/benchmark.py (no number typed by hand).
 
-    python scripts/benchmark.py --nanogpt ../nanoGPT --data ../shared/data/tinyshakespeare/input.txt \
+    python scripts/benchmark.py --nanogpt ../nanoGPT --data <Tiny Shakespeare's input.txt> \
         --levers --out docs/benchmark/<date>.json
     python scripts/benchmark_report.py docs/benchmark/*.json   # the last reported, all in a table of runs
                                                                # -> docs/benchmarks.md, docs/benchmark/*.png
@@ -31,6 +31,12 @@ VERDICT = {
 
 
 WHILE_BUILDING = "measured-while-building.json"  # single measurements the code's design rests on
+IN_WORDS = "in-words-2026-11-30.md"  # the first comparisons with nanoGPT summarised by hand, kept as written then
+
+
+def in_words(path: Path) -> list[str]:
+    """The committed hand-written summary of the first runs against nanoGPT (its own section, as written)."""
+    return ["", path.read_text().rstrip("\n"), ""] if path.is_file() else []
 
 
 def while_building(path: Path) -> list[str]:
@@ -44,8 +50,13 @@ def while_building(path: Path) -> list[str]:
 
 
 def portable(command: str) -> str:
-    """A recorded command with this checkout's parent dir written as `..` (the JSON keeps the machine's path)."""
-    return command.replace(str(ROOT.parent) + "/", "../")
+    """A recorded command without the measuring machine's paths (the JSON keeps them): this checkout's parent dir
+    written as `..`, and the corpus file (`--data`) by what it is."""
+    words = command.replace(str(ROOT.parent) + "/", "../").split(" ")
+    for i, word in enumerate(words[:-1]):
+        if word == "--data" and words[i + 1].endswith("tinyshakespeare/input.txt"):
+            words[i + 1] = "<Tiny Shakespeare's input.txt>"
+    return " ".join(words)
 
 
 def mark(ok: bool) -> str:
@@ -212,6 +223,7 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
              *decode_lines(r, others), *hf_lines(r, others), *attention_lines(r), *lever_lines(r, earlier),
              *gpu_lines()]
     lines += while_building(out.parent / "benchmark" / WHILE_BUILDING)
+    lines += in_words(out.parent / "benchmark" / IN_WORDS)
     out.write_text("\n".join(lines))
     plot_attention(r["attention"], out.parent / "benchmark" / "attention.png")
     return "\n".join(lines)

@@ -2,8 +2,7 @@
 
 Every run writes it into its output dir, atomically: at the end (status ``completed``, ``diverged`` or ``leaky``, the
 leak alarm's stop, with the end-of-run diagnostics) or when a signal stops it (``interrupted``, with the signal).
-Non-finite numbers are written as null. The keys other code relies on are in ../shared/design.md and README's
-"What a run writes".
+Non-finite numbers are written as null. The keys are listed in docs/running.md, "What a run writes".
 """
 
 from __future__ import annotations
