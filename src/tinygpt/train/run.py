@@ -161,7 +161,7 @@ def build_module(run: TrainingRun) -> GPTModule:
             raise ConfigError(f"the data have {vocab_size} token ids, more than the vocab_size={pre.vocab_size} of "
                               f"init_from={pre.source!r}; use its tokenizer (data.tokenizer=pretrained).")
         vocab_size = pre.vocab_size
-    if cfg.get("check_memory", True):  # before anything is allocated (tinygpt.train.memory)
+    if cfg.check_memory:  # before anything is allocated (tinygpt.train.memory)
         memory.check(run.resolved["model"], vocab_size, cfg.data.batch_size, cfg.trainer.get("accelerator"))
     module = GPTModule(model=run.resolved["model"], vocab_size=vocab_size, optim=run.optim,
                        attention_bug=run.resolved.get("attention_bug"))
@@ -185,7 +185,7 @@ def build_module(run: TrainingRun) -> GPTModule:
     if note:
         console.print(f"[yellow]{note}[/]", soft_wrap=True)
     module.flops_per_batch = module.model.flops_per_token() * cfg.data.batch_size * cfg.model.block_size
-    if cfg.get("compile"):
+    if cfg.compile:
         module.compile_model()
     console.print(f"model: {module.model.num_params() / 1e6:.2f}M parameters, attention {module.config.attn}")
     return module
@@ -339,9 +339,9 @@ def finish_run(run: TrainingRun, module: GPTModule) -> dict[str, Any]:
     A signal in the validation or the diagnostics stops at once: last.ckpt, a partial summary, the resume command."""
     trainer, dm = run.trainer, run.dm
     diverged = bool(run.guard and run.guard.diverged)
-    settings = run.cfg.get("diagnostics", {})
-    n_probe, n_val = settings.get("windows", 32), len(dm.val_x)
-    n_end = end_windows(n_val, dm.block_size, settings.get("max_val_tokens"))
+    settings = run.cfg.diagnostics
+    n_probe, n_val = settings.windows, len(dm.val_x)
+    n_end = end_windows(n_val, dm.block_size, settings.max_val_tokens)
     n_final = None  # the windows of a final validation, if one runs here
     if not diverged and module.last_val_step != trainer.global_step:  # ended between validations, or resumed
         n_final = n_val if scheduled_validation(run.cfg.trainer, trainer.global_step) else n_end

@@ -71,7 +71,7 @@ def validate_config(cfg: DictConfig) -> None:
         key = missing[0]
         hint = " (one or more UTF-8 text files)" if key == "data.path" else ""
         raise ConfigError(f"{key} is required but not set; pass {key}=<value>{hint}.")
-    positive_int("trainer.max_steps", cfg.trainer.get("max_steps", -1), " (training is step-based)")
+    positive_int("trainer.max_steps", cfg.trainer.max_steps, " (training is step-based)")
     for key in NUMERIC_TRAINER_KEYS:  # Lightning takes True for 1: a bool is never a number here
         if isinstance(cfg.trainer.get(key), bool):
             raise ConfigError(f"trainer.{key}={cfg.trainer[key]!r} must be a number.")
@@ -87,9 +87,8 @@ def validate_config(cfg: DictConfig) -> None:
             f"trainer.accelerator={cfg.trainer.accelerator!r} but no CUDA GPU is visible; "
             "use trainer=cpu or trainer.accelerator=auto."
         )
-    positive_int("diagnostics.windows", cfg.get("diagnostics", {}).get("windows", 32),
-                 " (validation windows to probe)")
-    if cfg.get("diagnostics", {}).get("max_val_tokens") is not None:
+    positive_int("diagnostics.windows", cfg.diagnostics.windows, " (validation windows to probe)")
+    if cfg.diagnostics.max_val_tokens is not None:
         positive_int("diagnostics.max_val_tokens", cfg.diagnostics.max_val_tokens,
                      " (validation tokens the end of a run scores) or null")
     if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**32:
