@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from helpers import write_checkpoint
-from tinygpt.cli.sample import checkpoint_in, main, prompt_ids
+from tinygpt.cli.sample import main, prompt_ids
+from tinygpt.runtime.checkpoint import checkpoint_in
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from helpers import EXPORT_RECIPE, TEXT, greedy_three_ways, train_in_process, transformers_agreement
 from tinygpt.data.tokenizer import decode, encode
 from tinygpt.cli.export_hf import main as export_main
-from tinygpt.cli.sample import load_checkpoint
+from tinygpt.train.module import load_trained
 
 RUNS = {  # name -> train.py overrides
     "char, bias": ["model.bias=true"],
@@ -35,7 +35,7 @@ def exports(tmp_path_factory, corpus_file, cache_dir):
             train_in_process(root / "run", ["data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
                                             "model=tiny", "model.block_size=32", *EXPORT_RECIPE, *RUNS[name]])
             assert export_main(["--ckpt", str(root / "run"), "--out", str(root / "hf")]) == 0
-            ours, tok = load_checkpoint(root / "run")
+            ours, tok, _ = load_trained(root / "run")
             theirs = AutoModelForCausalLM.from_pretrained(root / "hf").eval()
             made[name] = ours, tok, theirs, AutoTokenizer.from_pretrained(root / "hf"), root / "hf"
         return made[name]

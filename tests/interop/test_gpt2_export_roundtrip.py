@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2LMHeadModel
 from helpers import EXPORT_RECIPE, TEXT, greedy_three_ways, train_in_process, transformers_agreement, write_hf_gpt2
 from tinygpt.data.tokenizer import decode, encode
 from tinygpt.cli.export_hf import main as export_main
-from tinygpt.cli.sample import load_checkpoint
+from tinygpt.train.module import load_trained
 
 FINE_TUNE = ["optim.lr=1e-3"]
 UNMOVED = ["optim.lr=1e-30", "optim.min_lr=0", "trainer.max_steps=1"]  # AdamW's step, ~1e-30, is below every ulp
@@ -47,7 +47,7 @@ def exported(tmp_path_factory, gpt2_dir, corpus_file, cache_dir):
 def fine_tuned(exported):
     """(our model, our tokenizer, transformers' model, transformers' tokenizer) of the fine-tuned run."""
     root = exported("fine_tuned", FINE_TUNE)
-    ours, tok = load_checkpoint(root / "run")
+    ours, tok, _ = load_trained(root / "run")
     theirs = AutoModelForCausalLM.from_pretrained(root / "hf").eval()
     return ours, tok, theirs, AutoTokenizer.from_pretrained(root / "hf")
 
@@ -92,6 +92,6 @@ def test_import_then_export_gives_back_the_original(exported, gpt2_dir):
     ids = torch.randint(0, 300, (3, 32), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert torch.equal(back(ids).logits, theirs(ids).logits)  # the original's logits, to the bit
-    ours, _ = load_checkpoint(root / "run")  # and on the way, our GPT computed them too
+    ours, _, _ = load_trained(root / "run")  # and on the way, our GPT computed them too
     far = transformers_agreement(ours, theirs, ids)
     assert far["float32"] < 1e-5 and far["float64"] < 1e-10 and far["loss"] < 1e-5, far

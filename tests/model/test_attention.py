@@ -288,15 +288,15 @@ def test_bad_arguments_raise_clear_errors():
         scaled_dot_product_attention(x3, torch.randn(2, 4, 6), x3)
     with pytest.raises(ValueError, match="same number of positions"):
         scaled_dot_product_attention(x3, x3, torch.randn(2, 5, 8))
-    with pytest.raises(ValueError, match=r"padding_mask must have shape \(B, T_k\)"):
+    with pytest.raises(ValueError, match=r"padding_mask must be bool of shape \(B, T_k\)"):
         scaled_dot_product_attention(x3, x3, x3, padding_mask=torch.ones(2, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="must be bool"):
         scaled_dot_product_attention(x3, x3, x3, padding_mask=torch.ones(2, 4))
     with pytest.raises(ValueError, match="'sqrt_k'"):
         CausalSelfAttention(8, 2, scale="sqrt_k")
-    with pytest.raises(ValueError, match="n_embd=10 must be divisible by n_head=3"):
+    with pytest.raises(ValueError, match="model.n_embd=10 must be divisible by model.n_head=3"):
         CausalSelfAttention(10, 3)
-    with pytest.raises(ValueError, match="backend 'flash'"):
+    with pytest.raises(ValueError, match=r"^model.attn.backend='flash' is not one of sdpa, math\.$"):
         CausalSelfAttention(8, 2, backend="flash")
     with pytest.raises(ValueError, match=r"expected input \(B, T, 8\)"):
         CausalSelfAttention(8, 2)(torch.randn(2, 4, 6))
@@ -398,7 +398,8 @@ def test_attention_from_scores_errors_and_causal_default():
     assert str(err.value) == "v has 5 positions but the scores have 4 keys."
     with pytest.raises(ValueError) as err:
         attention_from_scores(torch.zeros(3, 2, 4), torch.zeros(3, 4, 2), padding_mask=torch.ones(2, 4).bool())
-    assert str(err.value) == "padding_mask must have shape (B, T_k) = (3, 4) for scores (3, 2, 4), got (2, 4)."
+    assert str(err.value) == ("padding_mask must be bool of shape (B, T_k) = (3, 4) for scores (3, 2, 4), "
+                              "got torch.bool (2, 4).")
     with pytest.raises(ValueError) as err:
         masked_softmax(torch.zeros(2, 3), torch.tensor([1, 2]))
     assert str(err.value) == ("mask must be bool (True = keep), got torch.int64; for valid lengths use "
@@ -510,4 +511,37 @@ def test_attention_from_scores_takes_the_key_and_the_query_masks_apart():
     assert out[0, :, 0].tolist() == [2.0, 0.0]
     with pytest.raises(ValueError) as err:
         attention_from_scores(scores, v, query_mask=torch.ones(1, 3, dtype=torch.bool))
-    assert str(err.value) == "query_mask must have shape (B, T_q) = (1, 2) for scores (1, 2, 3), got (1, 3)."
+    assert str(err.value) == ("query_mask must be bool of shape (B, T_q) = (1, 2) for scores (1, 2, 3), "
+                              "got torch.bool (1, 3).")
+
+
+def test_every_padding_mask_check_says_the_same_sentence():
+    """The functional API, the attention module, the GPT and generate check a padding mask with one rule
+    (check_padding_mask): bool of shape (B, T), and a float mask is named with what was expected."""
+    from tinygpt.model.generate import generate
+    from tinygpt.model.gpt import GPT, GPTConfig
+
+    x3, bad = torch.randn(2, 4, 8), torch.ones(2, 4)
+    gpt = GPT(GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8)).eval()
+    idx = torch.zeros(2, 4, dtype=torch.long)
+    cases = {
+        "padding_mask must be bool of shape (B, T_k) = (2, 4) for scores (2, 4, 4), got torch.float32 (2, 4).":
+            lambda: scaled_dot_product_attention(x3, x3, x3, padding_mask=bad),
+        "padding_mask must be bool of shape (B, T_k) = (2, 4), got torch.float32 (2, 4).":
+            lambda: CausalSelfAttention(8, 2)(x3, padding_mask=bad),
+        "padding_mask must be bool of shape (B, T) = (2, 4), got torch.float32 (2, 4).":
+            lambda: gpt(idx, padding_mask=bad),
+    }
+    for message, call in cases.items():
+        with pytest.raises(ValueError) as err:
+            call()
+        assert str(err.value) == message
+    with pytest.raises(ValueError) as err:
+        generate(gpt, idx, 1, padding_mask=bad)
+    assert str(err.value) == "padding_mask must be bool of shape (B, T) = (2, 4), got torch.float32 (2, 4)."
+
+
+def test_scores_without_a_batch_dim_take_no_padding_mask():
+    with pytest.raises(ValueError) as err:
+        attention_from_scores(torch.zeros(2, 2), torch.zeros(2, 1), padding_mask=torch.ones(2, 2, dtype=torch.bool))
+    assert str(err.value) == "padding_mask needs scores with a batch dim (B, ..., T_q, T_k), got scores (2, 2)."

@@ -196,7 +196,8 @@ def test_right_padding_is_refused_in_one_sentence():
     idx = torch.tensor([[1, 2, 0]])
     with pytest.raises(ValueError, match="must be left padding"):
         generate(m, idx, 2, top_k=1, padding_mask=torch.tensor([[True, True, False]]))
-    with pytest.raises(ValueError, match=r"must be bool with the prompts' shape \(1, 3\)"):
+    with pytest.raises(ValueError, match=r"^padding_mask must be bool of shape \(B, T\) = \(1, 3\), "
+                                         r"got torch.bool \(1, 2\)\.$"):
         generate(m, idx, 2, top_k=1, padding_mask=torch.ones(1, 2, dtype=torch.bool))
 
 

@@ -124,3 +124,20 @@ def test_a_resume_on_another_process_count_says_the_global_batch_changes(tmp_pat
     note = checkpoint.world_size_note(ckpt, tmp_path / "last.ckpt", 1, 12)
     assert note.startswith("note: ckpt_path=") and "was trained on 2 process(es) (global batch 24), this run has 1 " \
         "(global batch 12): each step from here sees a smaller batch" in note
+
+
+def test_a_run_dir_names_one_checkpoint_for_ckpt_path_and_for_the_clis(tmp_path):
+    """checkpoints/last.ckpt first, else a last.ckpt beside the run's files: ckpt_path=<run dir> (train.py) and
+    --ckpt <run dir> (the CLIs) take the same file, and refuse a dir without one, each in its own sentence."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "last.ckpt").write_bytes(b"x")
+    assert checkpoint.checkpoint_file(run) == checkpoint.resolve_ckpt_path(str(run), tmp_path) == run / "last.ckpt"
+    checkpoint.last_path_in(run).write_bytes(b"x")
+    assert checkpoint.checkpoint_file(run) == checkpoint.resolve_ckpt_path(str(run), tmp_path) == \
+        run / "checkpoints" / "last.ckpt"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="holds no checkpoint"):
+        checkpoint.checkpoint_file(tmp_path / "empty")
+    with pytest.raises(ConfigError, match="is not a checkpoint file or a run dir holding checkpoints/last.ckpt"):
+        checkpoint.resolve_ckpt_path(str(tmp_path / "empty"), tmp_path)

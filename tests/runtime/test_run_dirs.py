@@ -116,3 +116,13 @@ def test_a_refused_run_removes_only_the_hydra_files_of_a_dir_it_made(tmp_path):
     run_dirs.note_new_run_dir(existing)  # there before the run: never removed
     hydra_files(existing)
     assert not run_dirs.discard_refused_run(existing, "train.log") and existing.exists()
+
+
+def test_cannot_write_into_probes_the_nearest_existing_folder_and_creates_nothing(tmp_path):
+    from tinygpt.runtime.run_dirs import cannot_write_into
+
+    assert cannot_write_into(tmp_path / "new" / "deeper") is None
+    assert list(tmp_path.iterdir()) == []  # neither the dirs nor the probe's file are left
+    (tmp_path / "a_file").write_text("x")
+    assert cannot_write_into(tmp_path / "a_file" / "sub") == f"{tmp_path / 'a_file'} is a file, not a directory"
+    assert cannot_write_into(Path("/proc/tinygpt-x")).startswith("no file can be created in /proc (")

@@ -298,3 +298,17 @@ def test_run_all_reports_which_positions_and_the_probe_loss():
     assert out["autoregressive_at"] == list(range(6)) and out["autoregressive_positions"] == 6
     assert out["val_loss_probe"] == pytest.approx(teacher_forced_loss(m, x, y), abs=1e-6)
     assert out["attn_entropy_min"] <= out["attn_entropy"]
+
+
+def test_normalised_entropy_is_one_rule_for_torch_and_numpy():
+    """Uniform over the visible keys is 1, one-hot is 0; a row with one visible key is left out; a numpy array
+    (the explorer's saved weights) gives the same numbers as a tensor."""
+    from tinygpt.train.diagnostics import normalised_entropy
+
+    T = 4
+    uniform = causal_mask(T, T).float() / torch.arange(1, T + 1)[:, None]  # (T, T): row i over its i + 1 keys
+    assert torch.allclose(normalised_entropy(uniform), torch.ones(T - 1))
+    assert torch.equal(normalised_entropy(torch.eye(T)), torch.zeros(T - 1))
+    assert torch.allclose(normalised_entropy(torch.full((T, T), 1 / T), causal=False), torch.ones(T))
+    w = torch.softmax(torch.randn(2, 3, T, T).masked_fill(~causal_mask(T, T), float("-inf")), -1)  # (B, H, T, T)
+    assert torch.allclose(torch.from_numpy(normalised_entropy(w.numpy())).float(), normalised_entropy(w))

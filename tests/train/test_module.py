@@ -144,3 +144,19 @@ def test_the_training_loss_is_logged_on_the_steps_lightning_hands_to_the_loggers
     assert [s for s in range(30) if logged(s)] == [9, 19, 29]
     assert logged(4, stop=True) and all(logged(s, every=0) for s in range(5))
     assert [s for s in range(6) if logged(s, every=1)] == list(range(6))
+
+
+def test_load_trained_gives_the_model_as_it_was_trained(tmp_path):
+    """A run dir or its .ckpt file -> the GPT in eval mode with the run's attention bug, its weights, no tokenizer
+    for token-id data, and the step."""
+    from helpers import write_checkpoint
+    from tinygpt.experiments.leaky_masks import BuggyAttention
+    from tinygpt.train.module import load_trained
+
+    bug = {"_target_": "tinygpt.experiments.leaky_masks.AttentionBug", "kind": "off_by_one", "layers": [1]}
+    path = write_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt", step=7, attention_bug=bug)
+    model, tok, step = load_trained(tmp_path / "run")
+    assert not model.training and tok is None and step == 7
+    assert [isinstance(b.attn, BuggyAttention) for b in model.blocks] == [False, True]
+    again, _, _ = load_trained(path)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True))

@@ -20,11 +20,11 @@ import torch
 from hydra.utils import instantiate
 from rich.progress import track
 
-from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime import checkpoint
 from tinygpt.runtime.errors import ConfigError, print_error
 from tinygpt.train import diagnostics
 from tinygpt.train.leak_alarm import LeakAlarm, honest_gap
+from tinygpt.train.module import load_trained
 
 
 def read_summary(path: Path) -> dict:
@@ -61,7 +61,7 @@ def causal_runs(sweeps: list[Path]) -> list[Path]:
         for path in summaries_in(sweep):
             cfg = read_summary(path).get("config", {})
             if (cfg.get("model", {}).get("attn", {}).get("causal") and not cfg.get("attention_bug")
-                    and (path.parent / "checkpoints" / "last.ckpt").exists()):
+                    and checkpoint.last_path_in(path.parent).exists()):
                 out.append(path.parent)
     return out
 
@@ -69,10 +69,7 @@ def causal_runs(sweeps: list[Path]) -> list[Path]:
 def check_run(run_dir: Path, alarm: LeakAlarm, data_cache: dict) -> dict:
     """The alarm's checks on a run's final model: {"run", "future_leak", "gap", "se", "signal"}."""
     cfg = json.loads((run_dir / "summary.json").read_text())["config"]
-    ckpt = checkpoint.load(run_dir / "checkpoints" / "last.ckpt")
-    hp = ckpt["hyper_parameters"]
-    model = GPT(GPTConfig(vocab_size=hp["vocab_size"], **hp["model"]))
-    model.load_state_dict(checkpoint.model_weights(ckpt["state_dict"]))
+    model, _, _ = load_trained(checkpoint.last_path_in(run_dir))
     key = json.dumps(cfg["data"], sort_keys=True)
     if key not in data_cache:  # runs of one sweep share their data: set it up once
         dm = instantiate(cfg["data"])

@@ -16,6 +16,7 @@ import torch
 from tinygpt.analysis.stats import loglog_slope
 from tinygpt.model.attention import causal_mask
 from tinygpt.model.gpt import GPT, GPTConfig
+from tinygpt.train.diagnostics import normalised_entropy
 
 SCALES = ("none", "sqrt_dk", "inv_dk")
 INITS = ("gpt2", "unit")
@@ -38,8 +39,6 @@ def logits_at_init(
     gen = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, vocab_size, (windows, block_size), generator=gen)  # (N, T)
     visible = causal_mask(block_size, block_size)  # (T, T)
-    n_visible = visible.sum(-1)  # (T,)
-    rows_with_choice = n_visible > 1
     for init in inits:
         for d_k in head_dims:
             if n_embd % d_k:
@@ -56,8 +55,7 @@ def logits_at_init(
             for scale in scales:
                 s = raw * {"none": 1.0, "sqrt_dk": 1 / math.sqrt(d_k), "inv_dk": 1 / d_k}[scale]
                 w = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1)  # (N, H, T, T)
-                ent = -(w * w.clamp_min(1e-30).log()).sum(-1)  # (N, H, T)
-                ent = ent[..., rows_with_choice] / torch.log(n_visible[rows_with_choice].float())
+                ent = normalised_entropy(w)  # (N, H, rows with a choice)
                 rows.append({"init": init, "scale": scale, "d_k": d_k,
                              "logit_std": s[..., visible].std().item(), "entropy": ent.mean().item()})
     return rows

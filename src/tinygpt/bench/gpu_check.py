@@ -34,6 +34,7 @@ import torch
 
 from tinygpt.bench.micro import SMALL, generation_speed, matmul_peak_gflops
 from tinygpt.bench.programs import ROOT
+from tinygpt.runtime.console import fmt
 
 BUDGET_S = 480  # the whole plan, on one GPU: 8 minutes
 STEPS = 300  # training steps of the default and gpu_small checks
@@ -358,10 +359,6 @@ def finish_rows(rows: dict[str, Result]) -> None:
     figures = rows["figures"].details if "figures" in rows else {}
     add_mfu([r for r in rows.values() if r.name != "figures"], figures)
     compare_samples(rows)
-
-
-def fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def short_note(row: Result) -> str:

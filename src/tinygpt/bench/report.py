@@ -12,6 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
+from tinygpt.runtime.console import fmt
+
 ROOT = Path(__file__).resolve().parents[3]  # the checkout that holds docs/
 
 # What became of each lever (the measurements are in the table next to it).
@@ -61,10 +63,6 @@ def portable(command: str) -> str:
 
 def mark(ok: bool) -> str:
     return "met" if ok else "**not met**"
-
-
-def fmt(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
 
 
 def plot_attention(att: dict, path: Path) -> None:

@@ -20,13 +20,13 @@ import torch
 
 from tinygpt.data.tokenizer import UNK, decode, encode
 from tinygpt.model.gpt import GPT
-from tinygpt.runtime.checkpoint import run_dir_of
+from tinygpt.runtime.checkpoint import checkpoint_file, run_dir_of
 from tinygpt.runtime.errors import ConfigError, print_error
 from tinygpt.experiments.leaky_masks import BuggyAttention
-from tinygpt.cli.sample import (add_model_source, checkpoint_file, find_latest_checkpoint, load_checkpoint_at_step,
-                            token_ids)
+from tinygpt.cli.sample import add_model_source, find_latest_checkpoint, token_ids
 from tinygpt.train import explorer
 from tinygpt.train.diagnostics import evaluating
+from tinygpt.train.module import load_trained
 from tinygpt.train.pretrained import load_model
 from tinygpt.train.plots import LayerPlotter, token_label
 
@@ -82,17 +82,11 @@ def check_writable(path: Path, what: str, directory: bool = False) -> None:
         raise ConfigError(f"{what} is an existing file; give a directory for the PNGs.")
     if not directory and path.is_dir():
         raise ConfigError(f"{what} is a directory; give the page's file name, e.g. {path / 'attention.html'}.")
-    base = path if directory else path.parent
-    while not base.exists():
-        base = base.parent
-    if not base.is_dir():
-        raise ConfigError(f"{what} cannot be written: {base} is a file, not a directory.")
-    from tinygpt.runtime.run_dirs import cannot_write  # here: it brings Hydra, which the page does not need
+    from tinygpt.runtime.run_dirs import cannot_write_into  # here: it brings Hydra, which the page does not need
 
-    reason = cannot_write(base)  # an existing folder: the probe creates nothing there but its own temporary file
+    reason = cannot_write_into(path if directory else path.parent)
     if reason:
-        raise ConfigError(f"{what} cannot be written: no file can be created in {base} ({reason}); give a path in a "
-                          "writable directory.")
+        raise ConfigError(f"{what} cannot be written: {reason}.")
 
 
 def default_page(ckpt: Path, step: int, text: str) -> Path:
@@ -135,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         print_error(f"attention: {err}")
         return 2
     try:
-        model, tok, step = load_checkpoint_at_step(path)
+        model, tok, step = load_trained(path)
         ids, labels, notes = tokens(tok, args.text, model.config.block_size, model.config.vocab_size)
         out = args.out or default_page(path, step, args.text)
         if args.out is None:

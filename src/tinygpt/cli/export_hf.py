@@ -31,7 +31,6 @@ from tinygpt.model import hf_gpt2
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime import checkpoint
 from tinygpt.runtime.errors import ConfigError, first_line, print_error
-from tinygpt.cli.sample import checkpoint_file
 
 WEIGHTS = "model.safetensors"
 REPLACED = ("config.json", "generation_config.json", WEIGHTS, "model.safetensors.index.json", "pytorch_model.bin",
@@ -42,7 +41,7 @@ REPLACED = ("config.json", "generation_config.json", WEIGHTS, "model.safetensors
 def check_out(out: Path, force: bool) -> None:
     """One sentence unless ``out`` is a new or empty directory (any directory with ``force``) that files can be
     written into; nothing is created (the probe's temporary file is removed)."""
-    from tinygpt.runtime.run_dirs import cannot_write  # here: it brings Hydra, which nothing else here needs
+    from tinygpt.runtime.run_dirs import cannot_write_into  # here: it brings Hydra, which nothing else here needs
 
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out={out} is a file; give a directory for the model's files.")
@@ -51,15 +50,9 @@ def check_out(out: Path, force: bool) -> None:
         held = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         raise ConfigError(f"--out={out} already holds {held}; give a new or empty directory, or --force to write the "
                           "model's files over those in it.")
-    base = out
-    while not base.exists():
-        base = base.parent
-    if not base.is_dir():
-        raise ConfigError(f"--out={out} cannot be written: {base} is a file, not a directory.")
-    reason = cannot_write(base)  # an existing folder: nothing created there but the probe's own temporary file
+    reason = cannot_write_into(out)
     if reason:
-        raise ConfigError(f"--out={out} cannot be written: no file can be created in {base} ({reason}); give a path in "
-                          "a writable directory.")
+        raise ConfigError(f"--out={out} cannot be written: {reason}.")
 
 
 def gpt2_files(ckpt: dict, where: str) -> dict[str, bytes]:
@@ -133,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                     "files transformers reads there are replaced, other files stay)")
     args = ap.parse_args(argv)
     try:
-        path = checkpoint_file(args.ckpt)
+        path = checkpoint.checkpoint_file(args.ckpt)
         check_out(args.out, args.force)
         ckpt = checkpoint.load(path)
         files = gpt2_files(ckpt, f"checkpoint {str(path)!r}")

@@ -6,19 +6,18 @@ Several ``--prompt``s decode together as one left-padded batch (each continues a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
 
-from tinygpt.runtime import checkpoint
 from tinygpt.runtime.errors import ConfigError
 from tinygpt.model.fast_linear import use_fast_decode
 from tinygpt.model.generate import check_sampling, generate, pad_prompts
-from tinygpt.model.gpt import GPT, GPTConfig
+from tinygpt.model.gpt import GPT
 from tinygpt.data.tokenizer import decode, encode
+from tinygpt.train.module import load_trained
 from tinygpt.train.pretrained import load_model
 
 
@@ -26,56 +25,6 @@ def find_latest_checkpoint(roots=("outputs", "multirun")) -> Path | None:
     """The newest last.ckpt under the default output dirs."""
     found = [p for r in roots if Path(r).is_dir() for p in Path(r).rglob("last.ckpt")]
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
-
-
-def checkpoint_in(d: Path) -> Path:
-    """A run dir's last checkpoint; a sweep dir, or a run that wrote none, is named as what it is."""
-    for candidate in (d / "checkpoints" / "last.ckpt", d / "last.ckpt"):
-        if candidate.is_file():
-            return candidate
-    summary = d / "summary.json"
-    if summary.is_file():
-        s = json.loads(summary.read_text())
-        raise FileNotFoundError(f"{d} is a run dir without a checkpoint (status {s.get('status')!r} at step "
-                                f"{s.get('steps')}: it stopped before its first checkpoint); pass another run.")
-    jobs = sorted(p.parent.parent.name for p in d.glob("*/checkpoints/last.ckpt"))
-    if (d / "multirun.yaml").exists() or jobs:
-        example = f" e.g. --ckpt {d / jobs[0]}" if jobs else ""
-        raise FileNotFoundError(f"{d} is a sweep dir ({len(jobs)} jobs with a checkpoint); pass one job's dir,"
-                                f"{example}.")
-    raise FileNotFoundError(f"{d} holds no checkpoint (no checkpoints/last.ckpt); pass a run dir or a .ckpt file.")
-
-
-def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer | None]:
-    """The GPT (eval mode) and its tokenizer from a Lightning checkpoint written by train.py, loaded with
-    ``weights_only=True`` (an untrusted file cannot run code)."""
-    model, tok, _ = load_checkpoint_at_step(path, device)
-    return model, tok
-
-
-def checkpoint_file(path: str | Path) -> Path:
-    """The .ckpt file a --ckpt names: the file itself, or a run dir's last checkpoint."""
-    path = Path(path)
-    if path.is_dir():  # a run dir: use its last checkpoint
-        path = checkpoint_in(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist.")
-    return path
-
-
-def load_checkpoint_at_step(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer | None, int]:
-    """``load_checkpoint``, and the global step the checkpoint was saved at."""
-    ckpt = checkpoint.load(checkpoint_file(path), map_location=device)
-    hp = ckpt["hyper_parameters"]
-    model = GPT(GPTConfig(vocab_size=hp["vocab_size"], **hp["model"]))
-    if hp.get("attention_bug"):  # experiment 3's deliberate mask bug: the model as it was trained
-        from hydra.utils import instantiate
-
-        instantiate(hp["attention_bug"])(model)
-    state = checkpoint.model_weights(ckpt["state_dict"])
-    model.load_state_dict(state)
-    tok = Tokenizer.from_str(ckpt["tokenizer"]) if "tokenizer" in ckpt else None
-    return model.to(device).eval(), tok, int(ckpt.get("global_step", 0))
 
 
 def load_pretrained(source: str, device: str = "cpu") -> tuple[GPT, Tokenizer]:
@@ -200,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.init_from:
             model, tok = load_pretrained(args.init_from, args.device)
         else:
-            model, tok = load_checkpoint(ckpt, args.device)
+            model, tok, _ = load_trained(ckpt, args.device)
         use_fast_decode(model)  # KV-cache decoding's few-row products on both cores (tinygpt.model.fast_linear)
     except (FileNotFoundError, ConfigError) as e:
         ap.error(str(e))

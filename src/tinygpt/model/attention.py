@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tinygpt.runtime.checks import one_of, positive_int
+
 SCALES = ("sqrt_dk", "none", "inv_dk")
 BACKENDS = ("sdpa", "math")
 
@@ -135,8 +137,8 @@ def attention_from_scores(
     t_q, t_k = scores.shape[-2:]
     if v.shape[-2] != t_k:
         raise ValueError(f"v has {v.shape[-2]} positions but the scores have {t_k} keys.")
-    _check_padding_mask(padding_mask, scores, t_k)
-    _check_padding_mask(query_mask, scores, t_q, name="query_mask", axis="T_q")
+    check_padding_mask(padding_mask, scores.shape[0], t_k, scores=scores)
+    check_padding_mask(query_mask, scores.shape[0], t_q, name="query_mask", axis="T_q", scores=scores)
     mask = cross_visibility_mask(
         t_q,
         t_k,
@@ -184,23 +186,31 @@ def scaled_dot_product_attention(
         scale = 1.0 / math.sqrt(q.shape[-1])
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., T_q, D) @ (..., D, T_k) -> (..., T_q, T_k)
     t_q, t_k = scores.shape[-2:]
-    _check_padding_mask(padding_mask, scores, t_k)
+    check_padding_mask(padding_mask, scores.shape[0], t_k, scores=scores)
     queries = None if padding_mask is None else padding_mask[:, t_k - t_q :]  # one sequence: the last T_q keys
     return attention_from_scores(scores, v, causal=causal, padding_mask=padding_mask, query_mask=queries)
 
 
-def _check_padding_mask(
-    padding_mask: Tensor | None, scores: Tensor, t: int, name: str = "padding_mask", axis: str = "T_k"
+def check_padding_mask(
+    mask: Tensor | None,
+    batch: int,
+    length: int,
+    *,
+    name: str = "padding_mask",
+    axis: str = "T_k",
+    scores: Tensor | None = None,
 ) -> None:
-    if padding_mask is None:
+    """Nothing when ``mask`` is None or a bool (B, ``axis``) = (``batch``, ``length``) mask (True = real token);
+    else one sentence naming it. With ``scores`` (the functional API) the sentence names their shape too, and
+    scores of fewer than 3 dims (no batch dim) take no mask."""
+    if mask is None:
         return
-    if padding_mask.dtype != torch.bool:
-        raise ValueError(f"{name} must be bool (True = real token), got {padding_mask.dtype}.")
-    if scores.dim() < 3 or padding_mask.shape != (scores.shape[0], t):
-        raise ValueError(
-            f"{name} must have shape (B, {axis}) = ({scores.shape[0]}, {t}) "
-            f"for scores {tuple(scores.shape)}, got {tuple(padding_mask.shape)}."
-        )
+    if scores is not None and scores.dim() < 3:
+        raise ValueError(f"{name} needs scores with a batch dim (B, ..., T_q, T_k), got scores {tuple(scores.shape)}.")
+    if mask.dtype != torch.bool or mask.shape != (batch, length):
+        of = "" if scores is None else f" for scores {tuple(scores.shape)}"
+        raise ValueError(f"{name} must be bool of shape (B, {axis}) = ({batch}, {length}){of}, "
+                         f"got {mask.dtype} {tuple(mask.shape)}.")
 
 
 # ----------------------------------------------------------------------------- multi-head
@@ -224,6 +234,20 @@ def resolve_scale(scale: str | float, head_dim: int) -> float:
     raise ValueError(
         f"model.attn.scale={scale!r} is not one of 'sqrt_dk', 'none', 'inv_dk' or a number."
     )
+
+
+def check_heads(n_embd: int, n_head: int) -> int:
+    """The head size D = n_embd / n_head, when n_head is a positive integer that divides n_embd; else one sentence
+    naming both (as the model.* settings that set them)."""
+    positive_int("model.n_head", n_head)
+    if n_embd % n_head:
+        raise ValueError(f"model.n_embd={n_embd} must be divisible by model.n_head={n_head}.")
+    return n_embd // n_head
+
+
+def check_backend(backend: str) -> None:
+    """Nothing when ``backend`` is one of BACKENDS; else one sentence naming it (as model.attn.backend)."""
+    one_of("model.attn.backend", backend, BACKENDS)
 
 
 class CausalSelfAttention(nn.Module):
@@ -251,13 +275,9 @@ class CausalSelfAttention(nn.Module):
         qk_norm: bool = False,
     ):
         super().__init__()
-        if n_head < 1 or n_embd % n_head != 0:
-            raise ValueError(
-                f"n_embd={n_embd} must be divisible by n_head={n_head} (a positive head count)."
-            )
-        if backend not in BACKENDS:
-            raise ValueError(f"attention backend {backend!r} is not one of {BACKENDS}.")
-        self.n_embd, self.n_head, self.head_dim = n_embd, n_head, n_embd // n_head
+        head_dim = check_heads(n_embd, n_head)
+        check_backend(backend)
+        self.n_embd, self.n_head, self.head_dim = n_embd, n_head, head_dim
         self.causal = bool(causal)
         self.scale_name = scale
         self.scale = resolve_scale(scale, self.head_dim)
@@ -279,11 +299,7 @@ class CausalSelfAttention(nn.Module):
             raise ValueError(f"expected input (B, T, {self.n_embd}), got {tuple(x.shape)}.")
         B, T, C = x.shape
         t_k = T + (kv_cache.cached if kv_cache is not None else 0)
-        if padding_mask is not None and (padding_mask.dtype != torch.bool or padding_mask.shape != (B, t_k)):
-            raise ValueError(
-                f"padding_mask must be bool of shape (B, T_k) = ({B}, {t_k}), "
-                f"got {padding_mask.dtype} {tuple(padding_mask.shape)}."
-            )
+        check_padding_mask(padding_mask, B, t_k)
         q, k, v = self._heads(x)  # 3 x (B, H, T, D)
         if kv_cache is not None:
             k, v = kv_cache.extend(k, v)  # (B, H, T_cached + T, D)

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tinygpt.model.attention import check_padding_mask
 from tinygpt.runtime.checks import is_int, is_number
 from tinygpt.runtime.internals import any_global_hooks, has_hooks
 
@@ -66,9 +67,7 @@ def pad_prompts(prompts: list[list[int]], pad_id: int = 0, device=None) -> tuple
 
 def check_left_padded(padding_mask: Tensor, idx: Tensor) -> None:
     """One sentence unless padding_mask is a bool (B, T) mask like idx whose rows are pads then real tokens."""
-    if padding_mask.dtype != torch.bool or padding_mask.shape != idx.shape:
-        raise ValueError(f"padding_mask must be bool with the prompts' shape {tuple(idx.shape)}, "
-                         f"got {padding_mask.dtype} {tuple(padding_mask.shape)}.")
+    check_padding_mask(padding_mask, idx.shape[0], idx.shape[-1], axis="T")
     if not bool(padding_mask[:, -1].all()) or bool((padding_mask[:, 1:] < padding_mask[:, :-1]).any()):
         raise ValueError("padding_mask must be left padding: in each row the pads (False) first, then the "
                          "prompt's tokens (True) up to the last position (tinygpt.model.generate.pad_prompts).")

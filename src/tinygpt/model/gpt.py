@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tinygpt.model.attention import BACKENDS, CausalSelfAttention, resolve_scale
+from tinygpt.model.attention import CausalSelfAttention, check_backend, check_heads, check_padding_mask, resolve_scale
 from tinygpt.runtime.checks import is_number, one_of, positive_int, positive_number
 
 
@@ -45,17 +45,14 @@ class GPTConfig:
             self.attn = AttnConfig(**self.attn)
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             positive_int(f"model.{name}", getattr(self, name))
-        if self.n_embd % self.n_head:
-            raise ValueError(
-                f"model.n_embd={self.n_embd} must be divisible by model.n_head={self.n_head}."
-            )
+        head_dim = check_heads(self.n_embd, self.n_head)
         if not is_number(self.dropout) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout={self.dropout!r} must be in [0, 1).")
         one_of("model.activation", self.activation, ACTIVATIONS)
         positive_number("model.ln_eps", self.ln_eps, " (the LayerNorms' eps, e.g. 1e-5)")
-        one_of("model.attn.backend", self.attn.backend, BACKENDS)
+        check_backend(self.attn.backend)
         one_of("model.attn.qk_init", self.attn.qk_init, QK_INITS)
-        self.head_dim = self.n_embd // self.n_head
+        self.head_dim = head_dim
         resolve_scale(self.attn.scale, self.head_dim)  # raises on an unknown scale
 
     def to_dict(self) -> dict:
@@ -165,9 +162,7 @@ class GPT(nn.Module):
         padded = padding_mask is not None or (cache is not None and cache.padded)
         if padded and padding_mask is None:  # new tokens after a padded prompt: all real
             padding_mask = torch.ones(B, T, dtype=torch.bool, device=idx.device)
-        if padded and (padding_mask.dtype != torch.bool or padding_mask.shape != (B, T)):
-            raise ValueError(f"padding_mask must be bool of shape (B, T) = ({B}, {T}), "
-                             f"got {padding_mask.dtype} {tuple(padding_mask.shape)}.")
+        check_padding_mask(padding_mask, B, T, axis="T")
         positions = self._positions(padding_mask, cache) if padded else None  # (B, T) or None: in order
         x = self._embed(idx, cache.pos if cache is not None else 0, positions)  # (B, T, C)
         keys_mask = None  # (B, T_k): which keys hold real tokens, None when all do

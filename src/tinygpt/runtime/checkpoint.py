@@ -3,6 +3,7 @@ any work starts (readable, not past max_steps, same model shape, same tokenizer)
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import zipfile
@@ -69,6 +70,40 @@ def last_path_in(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints" / LAST
 
 
+def last_checkpoint_in(d: Path) -> Path | None:
+    """A run dir's last checkpoint: its checkpoints/last.ckpt, else a last.ckpt beside its files; None without one."""
+    return next((p for p in (last_path_in(d), Path(d) / LAST) if p.is_file()), None)
+
+
+def checkpoint_in(d: Path) -> Path:
+    """A run dir's last checkpoint (``last_checkpoint_in``); a sweep dir, or a run that wrote none, is named as what it
+    is (FileNotFoundError)."""
+    found = last_checkpoint_in(d)
+    if found is not None:
+        return found
+    summary = d / "summary.json"
+    if summary.is_file():
+        s = json.loads(summary.read_text())
+        raise FileNotFoundError(f"{d} is a run dir without a checkpoint (status {s.get('status')!r} at step "
+                                f"{s.get('steps')}: it stopped before its first checkpoint); pass another run.")
+    jobs = sorted(p.parent.parent.name for p in d.glob(f"*/checkpoints/{LAST}"))
+    if (d / "multirun.yaml").exists() or jobs:
+        example = f" e.g. --ckpt {d / jobs[0]}" if jobs else ""
+        raise FileNotFoundError(f"{d} is a sweep dir ({len(jobs)} jobs with a checkpoint); pass one job's dir,"
+                                f"{example}.")
+    raise FileNotFoundError(f"{d} holds no checkpoint (no checkpoints/last.ckpt); pass a run dir or a .ckpt file.")
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """The .ckpt file a --ckpt names: the file itself, or a run dir's last checkpoint (``checkpoint_in``)."""
+    path = Path(path)
+    if path.is_dir():  # a run dir: use its last checkpoint
+        path = checkpoint_in(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist.")
+    return path
+
+
 def resolve_ckpt_path(value: str | None, run_dir: Path) -> Path | None:
     """ckpt_path as given: null (no resume), ``last`` (this run dir's last checkpoint), a run dir, or a file."""
     if value is None or value == "":
@@ -82,13 +117,12 @@ def resolve_ckpt_path(value: str | None, run_dir: Path) -> Path | None:
             )
         return path
     path = Path(value).expanduser()
-    if path.is_dir():
-        path = path / "checkpoints" / LAST if (path / "checkpoints").is_dir() else path / LAST
-    if not path.is_file():
+    found = last_checkpoint_in(path) if path.is_dir() else path
+    if found is None or not found.is_file():
         raise ConfigError(
             f"ckpt_path={str(value)!r} is not a checkpoint file or a run dir holding checkpoints/last.ckpt."
         )
-    return path
+    return found
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -139,8 +173,6 @@ def run_dir_of(ckpt: Path) -> Path:
 def run_ended(path: Path) -> bool:
     """Whether the run whose checkpoint this is (``<run dir>/checkpoints/<file>``) ended: its summary.json says
     completed, diverged or leaky, not interrupted or failed."""
-    import json
-
     try:
         status = json.loads((run_dir_of(path) / "summary.json").read_text()).get("status")
     except (OSError, ValueError, AttributeError):

@@ -8,6 +8,8 @@ elsewhere and are never quieted.
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Console
 
 out = Console()
@@ -29,3 +31,11 @@ def say(*objects, **kwargs) -> None:
         out.print(*objects, **kwargs)
     finally:
         out.quiet = quiet
+
+
+def fmt(value: float | None, spec: str, missing: str = "-", finite_only: bool = False) -> str:
+    """A number as ``format(value, spec)`` for a line or a table cell, or ``missing`` where there is none: None, and
+    with ``finite_only`` a NaN or an infinity too."""
+    if value is None or (finite_only and not math.isfinite(value)):
+        return missing
+    return format(value, spec)

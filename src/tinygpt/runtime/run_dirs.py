@@ -116,6 +116,21 @@ def cannot_write(path: Path) -> str | None:
     return None
 
 
+def cannot_write_into(folder: Path) -> str | None:
+    """None when files can be written into ``folder`` (which may not exist yet), found out without creating anything:
+    the nearest of it and its parents that exists must be a dir that takes a file (``cannot_write``, whose probe file
+    is removed); else why not, as the end of a sentence "<what> cannot be written: <why>."."""
+    base = folder
+    while not base.exists():
+        base = base.parent
+    if not base.is_dir():
+        return f"{base} is a file, not a directory"
+    reason = cannot_write(base)  # an existing folder: nothing created there but the probe's own temporary file
+    if reason:
+        return f"no file can be created in {base} ({reason}); give a path in a writable directory"
+    return None
+
+
 def _fail(message: str) -> None:
     """A Hydra callback cannot raise a ConfigError through train.py's task: the one line and exit 2 here."""
     print_error(message)

@@ -9,10 +9,10 @@
   Exactly 0 for a correct causal model.
 - ``window_losses``: the teacher-forced loss of every window at every position (what reports bootstrap over).
 - ``count_baselines``: the unigram and bigram count models' loss on the same windows (what "trained" means).
-- ``attention_stats``: mean attention entropy (each query row divided by log(number of visible
-  keys): 1 = uniform, 0 = one-hot) and the largest pre-softmax logit, on a probe batch, through the
-  math path; and the mask margin, the largest (future score - largest past score) of any row: how far a
-  finite mask fill added to the scores must reach to keep the future out (-inf always does).
+- ``attention_stats``: mean attention entropy (``normalised_entropy``, the explorer's and init_stats' too: each
+  query row divided by log(number of visible keys): 1 = uniform, 0 = one-hot) and the largest pre-softmax logit,
+  on a probe batch, through the math path; and the mask margin, the largest (future score - largest past score)
+  of any row: how far a finite mask fill added to the scores must reach to keep the future out (-inf always does).
 """
 
 from __future__ import annotations
@@ -159,6 +159,20 @@ def future_leak(model: GPT, x: Tensor, positions: list[int] | None = None, seed:
     return worst
 
 
+def normalised_entropy(w: Tensor | np.ndarray, causal: bool = True) -> Tensor | np.ndarray:
+    """Each query row's attention entropy divided by log(the number of keys it sees): 1 = uniform over them, 0 =
+    one-hot. w (..., T, T) attention weights, a torch tensor or a numpy array -> (..., rows) of the same kind, for
+    the rows that have a choice (more than one visible key): row i sees i + 1 keys under the causal mask, T without."""
+    T = w.shape[-1]
+    if isinstance(w, Tensor):
+        seen = torch.arange(1, T + 1, device=w.device) if causal else torch.full((T,), T, device=w.device)  # (T,)
+        h = -(w * w.clamp_min(1e-30).log()).sum(-1)  # (..., T): each row's entropy, in nats
+        return h[..., seen > 1] / torch.log(seen[seen > 1].float())
+    seen = np.arange(1, T + 1) if causal else np.full(T, T)  # (T,)
+    h = -(w * np.log(np.clip(w, 1e-30, None))).sum(-1)  # (..., T)
+    return h[..., seen > 1] / np.log(seen[seen > 1])
+
+
 def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     """On x (N, T), per layer and overall: normalised attention entropy (mean and min over rows), the max
     pre-softmax logit, the attention mass on future keys (the weight a query row i puts on keys j > i,
@@ -171,17 +185,13 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     qk = [(p["q"], p["k"]) for p in probes]
     causal = model.config.attn.causal
     visible = causal_mask(T, T, x.device) if causal else torch.ones(T, T, dtype=torch.bool, device=x.device)
-    n_visible = visible.sum(-1)  # (T,)
-    rows = n_visible > 1  # a row with one visible key has no choice to make: skip it
     future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # (T, T): key j > query i
     past = causal_mask(T, T, x.device)  # (T, T): what a causal mask leaves visible, for the margin
     has_future = ~past.all(-1)  # (T,): every row but the last has a masked key
     layers: dict[str, list[float]] = {k: [] for k in ("entropy", "entropy_min", "max_logit", "future_mass",
                                                        "mask_margin", "visible_floor", "q_rms", "k_rms")}
     for w, s, (q, k) in zip(maps, logits, qk, strict=True):
-        p = w.clamp_min(1e-30)
-        h = -(w * p.log()).sum(-1)  # (N, H, T)
-        h = h[..., rows] / torch.log(n_visible[rows].float())  # each row / log(#visible keys)
+        h = normalised_entropy(w, causal)  # (N, H, rows with a choice)
         layers["entropy"].append(h.mean().item())
         layers["entropy_min"].append(h.min().item())
         layers["max_logit"].append(s.masked_fill(~visible, float("-inf")).max().item())

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tinygpt.train.diagnostics import normalised_entropy
+
 QUANT = 65535  # weights are stored as round(w * QUANT) in uint16
 
 
@@ -41,10 +43,7 @@ def head_stats(w: np.ndarray) -> dict[str, np.ndarray]:
     first token, and the future mass (weight on keys j > i, mean over rows)."""
     L, H, T, _ = w.shape
     causal = bool(np.all(np.triu(w, 1) == 0))
-    visible = np.arange(1, T + 1) if causal else np.full(T, T)  # (T,): keys each row can see
-    rows = visible > 1
-    p = np.clip(w, 1e-30, None)
-    ent = -(w * np.log(p)).sum(-1)[..., rows] / np.log(visible[rows])  # (L, H, rows)
+    ent = normalised_entropy(w, causal)  # (L, H, rows with a choice)
     i = np.arange(1, T)
     return {
         "entropy": ent.mean(-1),

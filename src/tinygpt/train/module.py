@@ -1,14 +1,18 @@
-"""The LightningModule: the loss, what gets logged, what a checkpoint carries; the optimizer recipe is injected
-(tinygpt.train.optim)."""
+"""The LightningModule: the loss, what gets logged, what a checkpoint carries (and ``load_trained``, the model a
+checkpoint holds, back); the optimizer recipe is injected (tinygpt.train.optim)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import lightning as L
 import torch
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
+from tokenizers import Tokenizer
 
 from tinygpt.model.gpt import GPT, GPTConfig
+from tinygpt.runtime import checkpoint
 from tinygpt.train.optim import AdamWCosine, clip_grad_norm_cpu_
 
 
@@ -128,3 +132,15 @@ class GPTModule(L.LightningModule):
 def with_bug(model: GPT, attention_bug: dict | None) -> GPT:
     """``model`` with the attention bug a run's config names (``attention_bug``, built by Hydra), or unchanged."""
     return instantiate(attention_bug)(model) if attention_bug else model
+
+
+def load_trained(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer | None, int]:
+    """The GPT a train.py checkpoint holds (a .ckpt file, or a run dir: its last checkpoint), as it was trained
+    (experiment 3's attention bug included), in eval mode on ``device``; its tokenizer (None for token-id data);
+    and the global step it was saved at. Loaded with ``weights_only=True`` (an untrusted file cannot run code)."""
+    ckpt = checkpoint.load(checkpoint.checkpoint_file(path), map_location=device)
+    hp = ckpt["hyper_parameters"]
+    model = with_bug(GPT(GPTConfig(vocab_size=hp["vocab_size"], **hp["model"])), hp.get("attention_bug"))
+    model.load_state_dict(checkpoint.model_weights(ckpt["state_dict"]))
+    tok = Tokenizer.from_str(ckpt["tokenizer"]) if "tokenizer" in ckpt else None
+    return model.to(device).eval(), tok, int(ckpt.get("global_step", 0))

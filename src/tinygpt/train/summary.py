@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from tinygpt.runtime.console import fmt
 
 STATUSES = ("completed", "diverged", "leaky", "interrupted")  # a run's own; "failed" is set by mark_failed
 
@@ -97,13 +100,11 @@ def with_diagnostics(summary: dict[str, Any], diag: dict, wandb: dict | None) ->
 
 def done_line(summary: dict[str, Any], path: Path, job: str | None = None) -> str:
     """The line a finished run prints (rich markup); ``job`` names a sweep job that runs beside others."""
-    def fmt(v, spec: str) -> str:
-        return "n/a" if v is None or not math.isfinite(v) else format(v, spec)
-
+    show = partial(fmt, missing="n/a", finite_only=True)  # None, NaN and the infinities show as n/a
     return (
         f"[bold green]done[/]{f' ({job})' if job else ''}: {summary['steps']} steps, "
-        f"train loss {fmt(summary['train_loss'], '.4f')}, "
-        f"val loss {fmt(summary['val_loss'], '.4f')} (autoregressive "
-        f"{fmt(summary['val_loss_autoregressive'], '.4f')}, future leak {fmt(summary['future_leak'], '.3g')}), "
+        f"train loss {show(summary['train_loss'], '.4f')}, "
+        f"val loss {show(summary['val_loss'], '.4f')} (autoregressive "
+        f"{show(summary['val_loss_autoregressive'], '.4f')}, future leak {show(summary['future_leak'], '.3g')}), "
         f"{summary['tokens_per_sec'] or 0:,.0f} tokens/s -> {path}"
     )
