@@ -163,7 +163,8 @@ def write_run(path, arm, seed, rng, early=False, never=False):
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
+def sweep(tmp_path_factory):
+    """Every arm of BUGS, three seeds each: the sweep dir."""
     root = tmp_path_factory.mktemp("partial_leaks")
     rng = np.random.default_rng(0)
     job = 0
@@ -171,10 +172,43 @@ def report(tmp_path_factory):
         for seed in (1, 2, 3):
             write_run(root / "sweep" / str(job), arm, seed, rng)
             job += 1
-    runs = load_runs([root / "sweep"])
-    out = root / "report"
+    return root / "sweep"
+
+
+@pytest.fixture(scope="module")
+def report(sweep):
+    out = sweep.parent / "report"
     out.mkdir()
-    return pl.write_report(runs, out, [root / "sweep"]).read_text()
+    return pl.write_report(load_runs([sweep]), out, [sweep]).read_text()
+
+
+def test_the_synthetic_sweeps_findings(sweep):
+    """The findings object, without rendering (steps are steps taken: the history's 0-based index + 1)."""
+    f = pl.compute(load_runs([sweep]))
+    assert list(f.arms) == ["causal", "no_mask", "off_by_one", "first_layer", "fill_1e4", "fill_where_1e4", "fill_inf"]
+    assert f.seen_words["no_mask"] == "collapses" and f.seen_words["fill_1e4"] == "indistinguishable"
+    assert f.seen.verdict == "holds" and f.seen.collapsed == ["no_mask", "off_by_one", "first_layer"]
+    assert [(x.arm, x.collapse, x.honest_verdict) for x in f.seen.leaks] == [
+        (a, "holds", "holds") for a in ("no_mask", "off_by_one", "first_layer")]
+    rows = {r.arm: r for r in f.onset.rows}
+    assert rows["off_by_one"].steps == [151] * 3 and rows["off_by_one"].verdict == "fails"
+    assert rows["off_by_one"].ratio.value == pytest.approx(151 / 301) and f.onset.off_by_one == "earlier"
+    assert rows["first_layer"].verdict == "holds" and rows["no_mask"].verdict == "—" and f.onset.verdict == "fails"
+    assert f.onset.shapes is None  # no last-layer or sliding-window arm here
+    a = f.alarm
+    assert (a.verdict, a.first_val, a.n_causal, a.false, a.leaky_runs, a.fired, a.opened, a.fired_open) == (
+        "holds", 50, 6, 0, 15, 15, 15, 15)
+    assert (a.warned, a.warned_fired) == (12, 12) and a.bound == pytest.approx(pl.false_alarm_bound(6))
+    fill, replace = f.fills
+    assert (fill.arm, fill.verdict, fill.n_open, fill.at_predicted, fill.holds, fill.mass_at) == (
+        "fill_1e4", "holds", 3, 3, 3, 3)
+    assert (fill.threshold, fill.tol, fill.probe, fill.ctrl_leak, fill.early) == (1e4 - 16, 1e-4, 10, 0.0, [])
+    s = fill.seeds[0]
+    assert (s.predicted, s.observed, s.signal_at_open, s.other, s.max_logit, s.closed_before) == (
+        90, 90, 12000.0, -50.0, 13000.0, True)
+    assert (replace.arm, replace.verdict, replace.threshold, replace.nearest) == (
+        "fill_where_1e4", "holds", -1e4 + 16, -12000.0)
+    assert replace.seeds[0].signal_at_open == -12000.0 and replace.seeds[0].observed == 130
 
 
 def test_the_report_reads_every_arm_from_its_config(tmp_path):

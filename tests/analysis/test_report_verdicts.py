@@ -83,11 +83,33 @@ def one_over_t(runs):
 def test_an_exact_one_over_t_sweep_has_ratio_one_and_slope_minus_one(tmp_path):
     rows = one_over_t(causal_mask_sweep(tmp_path, lambda T: 2.4))
     for r in rows:
-        assert r["ratio"].value == pytest.approx(1, abs=1e-3) and r["ratio"].lo <= 1 <= r["ratio"].hi
-        assert r["measured"].value == pytest.approx(r["causal_last"].value / r["T"], rel=1e-3)
-        assert r["copy"].value == 0
-    slope = causal_mask.slope_estimate([16, 32, 64], [r["measured"] for r in rows])
+        assert r.ratio.value == pytest.approx(1, abs=1e-3) and r.ratio.lo <= 1 <= r.ratio.hi
+        assert r.measured.value == pytest.approx(r.causal_last.value / r.T, rel=1e-3)
+        assert r.copy.value == 0
+    slope = causal_mask.slope_estimate([16, 32, 64], [r.measured for r in rows])
     assert slope.value == pytest.approx(-1, abs=0.02)
+
+
+def test_the_findings_of_an_exact_and_a_flat_law(tmp_path):
+    """The findings object, without rendering: each section's numbers and verdicts on sweeps whose answers are known
+    by construction."""
+    f = causal_mask.compute(causal_mask_sweep(tmp_path / "exact", lambda T: 2.4))
+    assert (f.main.label, f.main.T, f.main.n_windows, f.main.positions) == ("shakespeare", 64, N, 64)
+    assert f.main.fell and f.main.leaky_train[0] == pytest.approx(0.05) and f.main.causal_train[0] == 2.0
+    assert f.main.tf_gap.hi < 0  # the leaky teacher-forced loss is far lower on the same windows
+    assert f.main.onset.steps == [300, 300, 300] and f.main.onset.drops == [0, 0, 0] and f.main.onset.every == 1
+    assert f.main.onset.seeds == [1, 2, 3] and f.main.onset.threshold == pytest.approx(1.0)
+    assert f.main.worse_than_uniform is False and f.controls == []
+    t = f.one_over_t
+    assert t.Ts == [16, 32, 64] and [r.batch for r in t.rows] == [48, 24, 12]
+    assert t.level == ["holds"] * 3 and t.level_all == "holds" and t.slope_verdict == "holds"
+    assert t.slope.value == pytest.approx(-1, abs=0.02) and t.premise == "holds"
+    assert t.causal_trend.word == "flat within noise" and t.copy_shares == [0.0, 0.0, 0.0]
+    assert t.last_directions == [0, 0, 0] and not t.above_one
+    flat = causal_mask.compute(causal_mask_sweep(tmp_path / "flat", lambda T: 2.4 * T / 16)).one_over_t
+    assert flat.slope_verdict == "fails" and flat.level_all == "holds"
+    assert flat.causal_trend.word == "rises" and flat.causal_trend.monotonic and flat.premise == "fails"
+    assert flat.slope.value == pytest.approx(0, abs=0.02)
 
 
 def test_the_report_says_holds_for_an_exact_law_and_fails_for_a_flat_one(tmp_path):
@@ -127,8 +149,9 @@ def test_exactness_is_read_from_the_intervals_beyond_the_tolerance():
 def test_the_onset_is_the_step_of_the_drop_on_the_raw_series(tmp_path):
     runs = causal_mask_sweep(tmp_path, lambda T: 2.4)
     by_causal = causal_mask.group_runs(runs)[("shakespeare", 64)]
-    text, found = causal_mask.onset_text(by_causal, runs[0].config["prediction"])
-    assert found == [300, 300, 300]
+    onset = causal_mask.onset_findings(by_causal, runs[0].config["prediction"])
+    assert onset.steps == [300, 300, 300]
+    text = causal_mask.onset_text(onset)
     assert "logged at every step)" in text and "0, 0, 0 steps" in text  # a step function drops in one step
 
 
@@ -208,6 +231,21 @@ def test_a_shifted_optimum_with_an_equal_basin_is_never_called_more_sensitive(tm
     assert "more sensitive (a narrower basin)" not in text
 
 
+def test_the_findings_of_a_shifted_optimum(tmp_path):
+    """The findings object, without rendering: P1 (optimum lower) and P5 hold, P3 (basin) is undecided; the sweep
+    has no qk-layernorm and no float16 arms, so P6 and P7 are not tested; nothing diverged or failed."""
+    f = sqrt_dk.compute(sqrt_dk_sweep(tmp_path, shifted))
+    p = f.predictions
+    assert (p.p1, p.p2, p.p3, p.p5) == ("holds", "undecided", "undecided", "holds")
+    assert p.p6 is None and p.p7 is None and p.qknorm is None and f.fp16 is None
+    assert p.comparison.d_opt.value == pytest.approx(-1 / 3, abs=0.03)  # unscaled minus scaled log10(lr*)
+    assert [g.where for g in p.growth] == ["fixed width", "fixed head count"] and p.p4 == "undecided"
+    assert p.seedwise_opt.n == 5 and p.seedwise_opt.above == 0
+    o = f.outcomes
+    assert (o.runs, o.diverged, o.failed, o.failed_slow) == (210, 0, 0, 0)
+    assert f.baseline == (3.3, 2.5) and f.huge.runs == 0 and f.huge.float32_runs == 210
+
+
 def test_a_narrower_basin_at_the_same_optimum_is_more_sensitive_and_grows_with_dk(tmp_path):
     runs = sqrt_dk_sweep(tmp_path, narrower)
     nums = sqrt_dk.numbers(sqrt_dk.arms_of(runs), sqrt_dk.Measures(0.1, (1e-4, 1e-2)), (3.3, 2.5))
@@ -229,6 +267,11 @@ def test_fp16_counts_decide_p7_only_on_the_whole_design(tmp_path):
     p7 = findings(text).split("**P7**")[1].split("\n")[0]
     assert "lr 0.01: unscaled 5 of 5, scaled 0 of 5; lr 0.02: unscaled 4 of 5, scaled 1 of 5" in p7
     assert p7.endswith("The prediction **holds**.")
+    f = sqrt_dk.compute(runs)
+    assert f.predictions.p7 == "holds"
+    row = next(r for r in f.fp16.rows if r.lr == 1e-2 and r.arm.scale == "none")
+    assert (row.diverged, row.runs, row.stopped, row.others) == (5, 5, [120] * 5, None)
+    assert f.fp16.runs == 30 and f.fp16.step16 == pytest.approx(0.029) and f.fp16.step32 == pytest.approx(0.033)
     del fp16[("none", 5e-3)], fp16[("sqrt_dk", 5e-3)]  # two of the design's three rates: not decided
     runs = sqrt_dk_sweep(tmp_path / "two", shifted, fp16=fp16)
     text = sqrt_dk.write_report(runs, out_dir(tmp_path / "r2"), [tmp_path / "two"]).read_text()

@@ -3,12 +3,16 @@
 Works on any set of runs that differ in model.attn.causal, drawing what they support:
 curves and loss by position need a corpus arm with both settings; the 1/T test needs leaky runs
 of one corpus at two or more context lengths; the control needs random_tokens runs.
+
+``compute`` gathers what the report states (CausalMaskFindings: one findings object per section, MainArm,
+OneOverT and Control, each with its Onset); the sections render those findings as tables and prose and draw the
+figures.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,20 +20,21 @@ from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, save
+from tinygpt.analysis.figures import explorers, finish_axes, fmt_pm, markdown_table, save
 from tinygpt.analysis.stats import (
     LEVEL,
     METHOD,
     N_BOOT,
+    Estimate,
     Sample,
+    Trend,
     all_hold,
     band,
     bootstrap,
     difference_words,
     direction,
-    in_range,
-    mean_spread,
     combine,
+    in_range,
     loglog_slope,
     resolution,
     slope_estimate,
@@ -38,13 +43,16 @@ from tinygpt.analysis.stats import (
     verb,
 )
 from tinygpt.analysis.sweep import (
-    ReportError,
+    WINDOW_MEASURES,
     Run,
+    group_by,
     honest_gap_step,
     loss_onsets,
     seed_ids,
     seeds_words,
+    summary_spread,
     sweep_wall_seconds,
+    window_samples,
 )
 from tinygpt.analysis.templates import Report, plural, prose
 
@@ -74,13 +82,7 @@ def block(run: Run) -> int:
 
 def group_runs(runs: list[Run]) -> dict[tuple[str, int], dict[bool, list[Run]]]:
     """(dataset, T) -> {causal: [runs sorted by seed]}."""
-    arms: dict[tuple[str, int], dict[bool, list[Run]]] = defaultdict(lambda: defaultdict(list))
-    for r in runs:
-        arms[(dataset_label(r), block(r))][causal(r)].append(r)
-    for by_causal in arms.values():
-        for rs in by_causal.values():
-            rs.sort(key=lambda r: r.seed)
-    return arms
+    return group_by(runs, lambda r: (dataset_label(r), block(r)), causal)
 
 
 def is_random(label: str) -> bool:
@@ -101,49 +103,17 @@ def diag(run: Run, key: str):
     return run.summary[key] if key in run.summary else run.summary.get("diagnostics", {}).get(key)
 
 
-def values(runs: list[Run], key: str) -> list[float]:
-    return [r.summary.get(key) for r in runs]
-
-
-def ms(runs: list[Run], key: str) -> tuple[float, float]:
-    return mean_spread(values(runs, key))
-
-
 # ----------------------------------------------------------------------------- per-window samples
 
 
-def windows_key(label: str, T: int, probe: bool = False) -> str:
-    """Runs of one dataset and context length share their validation windows (fixed_windows)."""
-    return f"{label}/T{T}" + ("/probe" if probe else "")
-
-
-def per_window(runs: list[Run], what: str) -> np.ndarray:
-    """(seeds, windows) from each run's diagnostics.npz: ``mean`` (the teacher-forced loss of each window over its
-    positions), ``last`` (at the last position), ``copy`` (over the positions < T-1), ``probe`` (``mean`` on the
-    probe windows only) or ``honest`` (the autoregressive loss of each probe window over its scored positions)."""
-    rows = []
-    for r in runs:
-        if what == "honest":
-            rows.append(r.windows("autoregressive_window_position").mean(1))
-            continue
-        v = r.windows()  # (N, T)
-        if v is None:
-            raise ReportError(f"{r.dir} has no diagnostics.npz (run before the per-window diagnostics); rerun "
-                              "the sweep at this version.")
-        rows.append({"mean": v.mean(1), "last": v[:, -1], "copy": v[:, :-1].mean(1),
-                     "probe": v[r.windows("probe_index").astype(int)].mean(1)}[what])
-    return np.stack(rows)  # (seeds, windows)
-
-
 def arm_samples(arms) -> dict:
-    """Every per-window quantity of every arm, as bootstrap samples: {(label, T, causal, what): Sample}."""
+    """Every per-window measure of every arm (sweep.WINDOW_MEASURES), as bootstrap samples: {(label, T, causal,
+    what): Sample}. Runs of one dataset and context length share their validation windows (fixed_windows)."""
     out = {}
     for (label, T), by_causal in arms.items():
         for c, rs in by_causal.items():
-            for what in ("mean", "last", "copy", "probe", "honest"):
-                probe = what in ("probe", "honest")
-                out[(label, T, c, what)] = Sample(per_window(rs, what), windows_key(label, T, probe),
-                                                  seeds=f"{label}/T{T}/{c}", seed_ids=seed_ids(rs))
+            for what, sample in window_samples(rs, f"{label}/T{T}", seeds=f"{label}/T{T}/{c}").items():
+                out[(label, T, c, what)] = sample
     return out
 
 
@@ -227,25 +197,25 @@ def fig_loss_by_position(by_causal, title: str, path: Path) -> Path:
     return save(fig, path)
 
 
-def fig_one_over_t(rows: list[dict], path: Path) -> Path:
+def fig_one_over_t(rows: list[ContextRow], path: Path) -> Path:
     """Measured leaky loss and the prediction from the causal model's last position, with 95% intervals."""
     fig = Figure(figsize=(6.5, 4.5))
     ax = fig.subplots()
-    x = np.array([1 / r["T"] for r in rows])
+    x = np.array([1 / r.T for r in rows])
     for key, marker, color, label in (("measured", "o", "tab:red", "measured: leaky val loss (all windows)"),
                                       ("predicted", "s", "black", "predicted: causal last-position loss / T")):
-        est = [r[key] for r in rows]
+        est = [getattr(r, key) for r in rows]
         v = np.array([e.value for e in est])
         err = np.array([[e.value - e.lo for e in est], [e.hi - e.value for e in est]])
         ax.errorbar(x, v, yerr=err, fmt=marker, color=color, mfc="none" if marker == "s" else color, ms=7,
                     capsize=4, label=label)
-    k = float(np.mean([r["causal_last"].value for r in rows]))  # an exact 1/T law: loss = L_last / T
+    k = float(np.mean([r.causal_last.value for r in rows]))  # an exact 1/T law: loss = L_last / T
     xs = np.linspace(0, x.max() * 1.1, 50)
     ax.plot(xs, k * xs, ":", color="gray", label=f"exact 1/T law through the origin ({k:.2f} / T: the mean "
             "causal last-position loss)")
     ax.set_xlim(0, None)
     ax.set_ylim(0, None)
-    ax.set_xticks(x, [f"1/{r['T']}" for r in rows])
+    ax.set_xticks(x, [f"1/{r.T}" for r in rows])
     finish_axes(ax, "1 / context length T", "loss (nats)", "Leaky model: teacher-forced loss vs 1/T (95% intervals)")
     return save(fig, path)
 
@@ -282,7 +252,7 @@ def fig_attention(by_causal, path: Path) -> Path | None:
     return path
 
 
-# ----------------------------------------------------------------------------- text
+# ----------------------------------------------------------------------------- findings
 
 
 def every_steps(n: int | None) -> str:
@@ -293,56 +263,266 @@ def log_interval(runs: list[Run]) -> int | None:
     return resolution(runs[0].series("train/loss")[0])
 
 
-def val_before(runs: list[Run], step: int) -> tuple[int, float] | None:
-    """The last validation at or before ``step``: (its step, the mean val loss over runs)."""
-    vals = []
-    at = None
-    for r in runs:
-        steps, v = r.series("val/loss")
-        ok = np.nonzero(steps <= step)[0]
-        if not len(ok):
-            return None
-        at = int(steps[ok[-1]])
-        vals.append(v[ok[-1]])
-    return (at, float(np.mean(vals))) if vals else None
+@dataclass
+class Onset:
+    """When a leaky arm's training loss collapses, per seed (the leaky runs in seed order), how long the drop takes,
+    and when its honest loss first parts from the teacher-forced one (the leak alarm's rule)."""
+
+    seeds: list[int]
+    fraction: float  # the collapse threshold as a fraction of the causal arm's final training loss
+    threshold: float  # that threshold in nats
+    steps: list[int | None]  # the loss-collapse step per seed, on the raw logged training loss (None: never)
+    every: int | None  # the training loss's logging interval
+    drop_from: float  # the drop runs from the first step below drop_from x the causal final loss ...
+    drop_to: float  # ... to the first below drop_to x it
+    drops: list[int | None] | None  # the drop's length per seed; None unless every seed collapsed
+    gap_steps: list[int | None]  # the honest-gap step per seed
+    val_every: int | None  # the validation interval (read only where some seed has an honest-gap step)
+    gap_first: int  # seeds whose honest-gap step comes before their loss-collapse step
+    alarms: list[int | None]  # the leak alarm's own step per seed (summary.json)
 
 
-def onset_text(by_causal: dict[bool, list[Run]], pred: dict) -> tuple[str, list[int | None]]:
-    """When the leaky arm's training loss collapses (per seed, on the raw logged training loss), how long the drop
-    takes, and beside it when its honest loss first parts from the teacher-forced one (the leak alarm's rule)."""
+def onset_findings(by_causal: dict[bool, list[Run]], pred: dict) -> Onset:
     leaky, causal_runs = by_causal[False], by_causal[True]
-    causal_final = ms(causal_runs, "train_loss")[0]
+    causal_final = summary_spread(causal_runs, "train_loss")[0]
     f, hi, lo = pred["onset_fraction"], pred["drop_from"], pred["drop_to"]
     found = loss_onsets(leaky, f * causal_final)
-    every = log_interval(leaky)
-    text = (f"**Loss-collapse step**, per seed: the first logged step whose raw training loss is below {f:g} x the "
-            f"causal arm's final training loss ({f * causal_final:.2f}): "
-            + ", ".join(f"seed {r.seed}: {s if s is not None else 'never'}" for r, s in zip(leaky, found, strict=True))
-            + f" (the training loss is logged {every_steps(every)}).")
+    drops = None
     if all(s is not None for s in found):
-        widths = [b - a if a is not None and b is not None else None
-                  for a, b in zip(loss_onsets(leaky, hi * causal_final), loss_onsets(leaky, lo * causal_final),
-                                  strict=True)]
-        text += (f" From the first step below {hi:.0%} of the causal loss to the first below {lo:.0%}: "
-                 + ", ".join(str(w) if w is not None else "never" for w in widths) + " steps.")
+        drops = [b - a if a is not None and b is not None else None
+                 for a, b in zip(loss_onsets(leaky, hi * causal_final), loss_onsets(leaky, lo * causal_final),
+                                 strict=True)]
     gap_steps = [honest_gap_step(r) for r in leaky]
-    if any(g is not None for g in gap_steps):
-        val_every = leaky[0].config["trainer"]["val_check_interval"]
-        shown = [("never" if g is None else f"<= {g} (the first validation)" if g == val_every else str(g))
-                 for g in gap_steps]
-        before = sum(g is not None and s is not None and g < s for g, s in zip(gap_steps, found, strict=True))
-        alarms = [r.summary.get("leak_detected_step") for r in leaky]
+    return Onset(
+        seeds=[r.seed for r in leaky], fraction=f, threshold=f * causal_final, steps=found, every=log_interval(leaky),
+        drop_from=hi, drop_to=lo, drops=drops, gap_steps=gap_steps,
+        val_every=(leaky[0].config["trainer"]["val_check_interval"] if any(g is not None for g in gap_steps)
+                   else None),
+        gap_first=sum(g is not None and s is not None and g < s for g, s in zip(gap_steps, found, strict=True)),
+        alarms=[r.summary.get("leak_detected_step") for r in leaky])
+
+
+@dataclass
+class MainArm:
+    """The main arm (a corpus at one context length, both settings): training against honest loss, loss by
+    position. ``loss`` holds every per-window measure (sweep.WINDOW_MEASURES) of both settings."""
+
+    label: str
+    T: int
+    n_windows: int
+    causal_train: tuple[float, float]  # final training loss, mean ± seed sd
+    leaky_train: tuple[float, float]
+    loss: dict[tuple[bool, str], Estimate]  # (causal, measure) -> its estimate
+    tf_gap: Estimate  # leaky minus causal teacher-forced loss, all validation windows
+    honest_gap: Estimate  # leaky minus causal honest loss
+    causal_same: Estimate  # the causal arm's honest minus teacher-forced loss on the same probe windows
+    vocab: int | None
+    worse_than_uniform: bool | None  # the leaky honest loss's interval lies above ln(vocab) (None: no vocab)
+    positions_above: int  # scored positions where the leaky honest loss is above the causal one (interval above 0)
+    positions: int  # scored positions of the honest loss
+    fell: bool  # the leaky training loss is below the causal one by more than the seed spread
+    onset: Onset
+
+
+def main_arm_findings(by_causal: dict[bool, list[Run]], label: str, T: int, est: dict, pred: dict) -> MainArm:
+    e = {(c, w): est[(label, T, c, w)] for c in (True, False) for w in WINDOW_MEASURES}
+    c_tr, l_tr = summary_spread(by_causal[True], "train_loss"), summary_spread(by_causal[False], "train_loss")
+    ar = {c: np.stack([r.windows("autoregressive_window_position") for r in by_causal[c]])  # (S, n, P)
+          for c in (False, True)}
+    n_pos = ar[False].shape[2]
+    pos = bootstrap({(c, t): Sample(ar[c][:, :, t], "probe", seeds=str(c), seed_ids=seed_ids(by_causal[c]))
+                     for c in (False, True) for t in range(n_pos)})
+    vocab = by_causal[False][0].summary.get("vocab_size")
+    return MainArm(
+        label=label, T=T, n_windows=n_windows(by_causal[True]), causal_train=c_tr, leaky_train=l_tr, loss=e,
+        tf_gap=e[(False, "mean")] - e[(True, "mean")], honest_gap=e[(False, "honest")] - e[(True, "honest")],
+        causal_same=e[(True, "honest")] - e[(True, "probe")], vocab=vocab,
+        worse_than_uniform=bool(e[(False, "honest")].lo > math.log(vocab)) if vocab else None,
+        positions_above=sum(direction(pos[(False, t)] - pos[(True, t)]) > 0 for t in range(n_pos)),
+        positions=n_pos, fell=l_tr[0] < c_tr[0] - max(l_tr[1], c_tr[1], 1e-3), onset=onset_findings(by_causal, pred))
+
+
+@dataclass
+class ContextRow:
+    """One context length of the 1/T test: the leaky loss, the prediction from the causal model's last position on
+    the same windows, and the parts of the leaky loss, as Estimates from one bootstrap."""
+
+    T: int
+    n: int  # leaky seeds
+    windows: int
+    measured: Estimate  # the leaky val loss, all windows
+    causal_last: Estimate  # the causal model's last-position loss
+    predicted: Estimate  # causal_last / T
+    ratio: Estimate  # measured / predicted
+    leaky_last: Estimate  # the leaky model's own last-position loss
+    last_gap: Estimate  # leaky minus causal last-position loss
+    copy: Estimate  # the leaky loss at positions < T-1
+    batch: int  # windows a batch the runs trained on
+
+
+def one_over_t_rows(corpus: dict[int, dict[bool, list[Run]]], label: str, est) -> list[ContextRow]:
+    rows = []
+    for T in sorted(corpus):
+        g = {(c, w): est[(label, T, c, w)] for c in (True, False) for w in ("mean", "last", "copy")}
+        predicted = g[(True, "last")].scaled(1 / T)
+        rows.append(ContextRow(T=T, n=len(corpus[T][False]), windows=n_windows(corpus[T][False]),
+                               measured=g[(False, "mean")], causal_last=g[(True, "last")], predicted=predicted,
+                               ratio=g[(False, "mean")] / predicted, leaky_last=g[(False, "last")],
+                               last_gap=g[(False, "last")] - g[(True, "last")], copy=g[(False, "copy")],
+                               batch=corpus[T][True][0].config["data"]["batch_size"]))
+    return rows
+
+
+@dataclass
+class OneOverT:
+    """The 1/T prediction on one corpus at every context length: the three predictions' verdicts, what the exact
+    law would need, and the earlier estimand (the probe windows, each leaky run's own last position) beside it."""
+
+    label: str
+    rows: list[ContextRow]
+    level_range: tuple[float, float]
+    slope_range: tuple[float, float]
+    level: list[str]  # per T: prediction 1's verdict
+    level_all: str
+    slope: Estimate  # the leaky loss's log-log slope against T
+    slope_verdict: str  # prediction 2
+    causal_trend: Trend  # the causal last-position loss against T
+    premise: str  # prediction 3: that trend flat within noise
+    premise_rel: tuple[float, float]  # the causal trend's interval as d ln L_last / d ln T
+    leaky_trend: Trend  # the leaky last-position loss against T
+    copy_trend: Trend
+    ratio_trend: Trend
+    last_directions: list[int]  # per T: the direction of leaky minus causal last-position loss
+    above_one: bool  # every ratio's interval lies above 1
+    fixed_slope: Estimate  # the slope with the leaky last-position loss held at its mean over T
+    copy_shares: list[float]  # per T: the copy term's share of the leaky loss
+    probe_loss: list[Estimate]  # per T: the leaky loss on the probe windows
+    probe_slope: Estimate  # its log-log slope
+    probe_ratio: list[Estimate]  # per T: the leaky loss / (its own last-position loss / T)
+    n_probe: int
+
+    @property
+    def Ts(self) -> list[int]:
+        return [r.T for r in self.rows]
+
+
+def one_over_t_findings(corpus: dict[int, dict[bool, list[Run]]], label: str, est, pred: dict) -> OneOverT:
+    """The prediction, tested against the causal model's last position at every T."""
+    rows = one_over_t_rows(corpus, label, est)
+    Ts = [r.T for r in rows]
+    lo, hi = pred["level_ratio"]
+    s_lo, s_hi = pred["slope"]
+    level = [in_range(r.ratio, lo, hi) for r in rows]
+    slope = slope_estimate(Ts, [r.measured for r in rows])
+    causal_trend = trend(Ts, [r.causal_last for r in rows])
+    mean_last = float(np.mean([r.causal_last.value for r in rows]))
+    K = len(Ts)
+    T_arr = np.asarray(Ts, dtype=np.float64)
+
+    def last_fixed(y):  # the two-term model with the leaky last-position loss held at its mean over T
+        return loglog_slope(Ts, y[..., :K].mean(-1, keepdims=True) / T_arr + (T_arr - 1) / T_arr * y[..., K:])
+
+    return OneOverT(
+        label=label, rows=rows, level_range=(lo, hi), slope_range=(s_lo, s_hi), level=level,
+        level_all=all_hold(level), slope=slope, slope_verdict=in_range(slope, s_lo, s_hi),
+        causal_trend=causal_trend, premise="holds" if causal_trend.word == "flat within noise" else "fails",
+        premise_rel=(causal_trend.slope.lo / mean_last, causal_trend.slope.hi / mean_last),
+        leaky_trend=trend(Ts, [r.leaky_last for r in rows]), copy_trend=trend(Ts, [r.copy for r in rows]),
+        ratio_trend=trend(Ts, [r.ratio for r in rows]), last_directions=[direction(r.last_gap) for r in rows],
+        above_one=all(r.ratio.lo > 1 for r in rows),
+        fixed_slope=combine(last_fixed, [r.leaky_last for r in rows] + [r.copy for r in rows]),
+        copy_shares=[(r.T - 1) / r.T * r.copy.value / r.measured.value for r in rows],
+        probe_loss=[est[(label, T, False, "probe")] for T in Ts],
+        probe_slope=slope_estimate(Ts, [est[(label, T, False, "probe")] for T in Ts]),
+        probe_ratio=[est[(label, T, False, "mean")] / est[(label, T, False, "last")].scaled(1 / T) for T in Ts],
+        n_probe=len(corpus[Ts[0]][False][0].windows("probe_index")))
+
+
+@dataclass
+class Control:
+    """A random-token control arm: nothing to learn, so a loss below ln(vocab) can only be a leak."""
+
+    label: str
+    T: int
+    vocab: int
+    chance: float  # ln(vocab)
+    causal_train: tuple[float, float]  # final training loss, mean ± seed sd
+    leaky_train: tuple[float, float]
+    causal_honest: Estimate
+    honest: Estimate  # the leaky arm's honest loss
+    above_chance: Estimate  # honest - chance
+    ratio: Estimate  # the level prediction's ratio here: leaky loss / (causal last-position loss / T)
+    onset: Onset
+
+
+def control_findings(label: str, T: int, by_causal: dict[bool, list[Run]], est, pred: dict) -> Control:
+    vocab = by_causal[True][0].summary.get("vocab_size") or by_causal[True][0].config["data"]["vocab_size"]
+    chance = math.log(vocab)
+    honest = est[(label, T, False, "honest")]
+    return Control(label=label, T=T, vocab=vocab, chance=chance,
+                   causal_train=summary_spread(by_causal[True], "train_loss"),
+                   leaky_train=summary_spread(by_causal[False], "train_loss"),
+                   causal_honest=est[(label, T, True, "honest")], honest=honest, above_chance=honest - chance,
+                   ratio=est[(label, T, False, "mean")] / est[(label, T, True, "last")].scaled(1 / T),
+                   onset=onset_findings(by_causal, pred))
+
+
+@dataclass
+class CausalMaskFindings:
+    """Everything experiment 1's report states, computed from the runs: the arms, one bootstrap over their
+    per-window measures, and each section's findings where the runs support it."""
+
+    arms: dict[tuple[str, int], dict[bool, list[Run]]]
+    est: dict  # {(label, T, causal, measure): Estimate}
+    pred: dict
+    main: MainArm | None  # None without a corpus arm with both settings
+    one_over_t: OneOverT | None  # None without two context lengths of the main arm's corpus
+    controls: list[Control]
+
+
+def compute(runs: list[Run]) -> CausalMaskFindings:
+    arms = group_runs(runs)
+    main = main_arm(arms)
+    pred = runs[0].config.get("prediction") or DEFAULT_PREDICTION
+    est = bootstrap(arm_samples(arms))
+    corpus = {T: by_c for (label, T), by_c in arms.items()
+              if main is not None and label == main[0] and False in by_c and True in by_c}
+    controls = {k: v for k, v in arms.items() if is_random(k[0]) and True in v and False in v}
+    return CausalMaskFindings(
+        arms=arms, est=est, pred=pred,
+        main=main_arm_findings(arms[main], *main, est, pred) if main is not None else None,
+        one_over_t=one_over_t_findings(corpus, main[0], est, pred) if len(corpus) >= 2 else None,
+        controls=[control_findings(label, T, by_causal, est, pred)
+                  for (label, T), by_causal in sorted(controls.items())])
+
+
+# ----------------------------------------------------------------------------- text
+
+
+def onset_text(o: Onset) -> str:
+    """The loss-collapse step per seed, the drop's length, and beside them the honest-gap step."""
+    text = (f"**Loss-collapse step**, per seed: the first logged step whose raw training loss is below {o.fraction:g} "
+            f"x the causal arm's final training loss ({o.threshold:.2f}): "
+            + ", ".join(f"seed {seed}: {s if s is not None else 'never'}" for seed, s in zip(o.seeds, o.steps,
+                                                                                               strict=True))
+            + f" (the training loss is logged {every_steps(o.every)}).")
+    if o.drops is not None:
+        text += (f" From the first step below {o.drop_from:.0%} of the causal loss to the first below "
+                 f"{o.drop_to:.0%}: " + ", ".join(str(w) if w is not None else "never" for w in o.drops) + " steps.")
+    if any(g is not None for g in o.gap_steps):
+        shown = [("never" if g is None else f"<= {g} (the first validation)" if g == o.val_every else str(g))
+                 for g in o.gap_steps]
         text += (" **Honest-gap step**, per seed: the first validation (every "
-                 f"{val_every} steps) at which the honest loss exceeds the teacher-forced loss on the same windows "
+                 f"{o.val_every} steps) at which the honest loss exceeds the teacher-forced loss on the same windows "
                  "by the leak alarm's margin: "
-                 + ", ".join(f"seed {r.seed}: {w}" for r, w in zip(leaky, shown, strict=True))
-                 + f". It comes before the training loss collapses in {before} of {len(leaky)} seeds (validations "
-                 "count steps taken; the training loss is logged at the 0-based index of its batch, one less); "
-                 "at the first validation it is censored, an upper bound.")
-        if all(a is not None for a in alarms):
+                 + ", ".join(f"seed {seed}: {w}" for seed, w in zip(o.seeds, shown, strict=True))
+                 + f". It comes before the training loss collapses in {o.gap_first} of {len(o.seeds)} seeds "
+                 "(validations count steps taken; the training loss is logged at the 0-based index of its batch, "
+                 "one less); at the first validation it is censored, an upper bound.")
+        if all(a is not None for a in o.alarms):
             text += (" The leak alarm itself (its future-leak probe, which needs no training) recorded the leak at "
-                     f"step {', '.join(map(str, alarms))}.")
-    return text, found
+                     f"step {', '.join(map(str, o.alarms))}.")
+    return text
 
 
 def arm_table(arms, est) -> str:
@@ -360,9 +540,9 @@ def arm_table(arms, est) -> str:
             if not rs:
                 continue
             rows.append([label, str(T), LABELS[c], ", ".join(str(r.seed) for r in rs),
-                         fmt(*ms(rs, "train_loss")), est[(label, T, c, "mean")].format(),
-                         est[(label, T, c, "honest")].format(), fmt(*ms(rs, "future_leak"), 2),
-                         fmt(*ms(rs, "attn_future_mass")), fmt(*ms(rs, "attn_entropy"))])
+                         fmt_pm(*summary_spread(rs, "train_loss")), est[(label, T, c, "mean")].format(),
+                         est[(label, T, c, "honest")].format(), fmt_pm(*summary_spread(rs, "future_leak"), 2),
+                         fmt_pm(*summary_spread(rs, "attn_future_mass")), fmt_pm(*summary_spread(rs, "attn_entropy"))])
     return markdown_table(header, rows)
 
 
@@ -387,60 +567,45 @@ def setup_text(runs: list[Run]) -> str:
     )
 
 
-def uniform_words(runs: list[Run], honest) -> str:
+def uniform_words(f: MainArm) -> str:
     """The honest loss against uniform guessing over the vocabulary, ln V."""
-    vocab = runs[0].summary.get("vocab_size")
-    if not vocab:
+    if not f.vocab:
         return "no vocabulary size recorded"
-    u = math.log(vocab)
-    worse = honest.lo > u
-    return (f"{'worse than' if worse else 'not worse than'} guessing uniformly over its {vocab} tokens "
-            f"(ln {vocab} = {u:.3f})")
+    return (f"{'worse than' if f.worse_than_uniform else 'not worse than'} guessing uniformly over its {f.vocab} "
+            f"tokens (ln {f.vocab} = {math.log(f.vocab):.3f})")
 
 
-def main_arm_section(rep: Report, by_causal: dict[bool, list[Run]], label: str, T: int, cfg: dict, est,
-                     pred: dict, out: Path) -> None:
+def main_arm_section(rep: Report, f: MainArm, by_causal: dict[bool, list[Run]], cfg: dict, out: Path) -> None:
     """The main arm: training vs honest loss, loss by position, attention maps, samples."""
+    label, T, e = f.label, f.T, f.loss
     fig_curves(by_causal, f"{label}, T = {T}: training loss vs honest loss", out / "curves.png")
     fig_loss_by_position(by_causal, f"{label}, T = {T}: loss by position at the end", out / "loss_by_position.png")
-    c_tr, l_tr = ms(by_causal[True], "train_loss"), ms(by_causal[False], "train_loss")
-    e = {(c, w): est[(label, T, c, w)] for c in (True, False) for w in ("mean", "last", "copy", "probe", "honest")}
-    honest_gap = e[(False, "honest")] - e[(True, "honest")]
-    tf_gap = e[(False, "mean")] - e[(True, "mean")]
-    causal_same = e[(True, "honest")] - e[(True, "probe")]
     rep.sections += [
         "## Training loss vs honest loss", "", "![curves](curves.png)", "",
-        f"On {label} at T = {T}, the leaky arm's training loss ends at **{fmt(*l_tr)}** against **{fmt(*c_tr)}** "
-        f"with the mask (± seed sd). On the {n_windows(by_causal[True])} validation windows its "
-        f"teacher-forced loss minus the causal arm's is {tf_gap.format(signed=True)} "
-        f"({difference_words(tf_gap, 'leaky higher', 'leaky lower')}), while its honest, autoregressive loss minus "
-        f"the causal arm's is **{honest_gap.format(signed=True)}** "
-        f"({difference_words(honest_gap, 'leaky higher', 'leaky lower')}); "
-        f"{uniform_words(by_causal[False], e[(False, 'honest')])}. For the causal arm the autoregressive "
-        f"and teacher-forced losses on the same probe windows differ by {causal_same.format(5, signed=True)}, as "
+        f"On {label} at T = {T}, the leaky arm's training loss ends at **{fmt_pm(*f.leaky_train)}** against "
+        f"**{fmt_pm(*f.causal_train)}** with the mask (± seed sd). On the {f.n_windows} validation windows its "
+        f"teacher-forced loss minus the causal arm's is {f.tf_gap.format(signed=True)} "
+        f"({difference_words(f.tf_gap, 'leaky higher', 'leaky lower')}), while its honest, autoregressive loss "
+        f"minus the causal arm's is **{f.honest_gap.format(signed=True)}** "
+        f"({difference_words(f.honest_gap, 'leaky higher', 'leaky lower')}); "
+        f"{uniform_words(f)}. For the causal arm the autoregressive "
+        f"and teacher-forced losses on the same probe windows differ by {f.causal_same.format(5, signed=True)}, as "
         "they must for a model that cannot see the future.",
         "",
     ]
-    text, _ = onset_text(by_causal, pred)
-    rep.sections += [text, ""]
-    ar_l = np.stack([r.windows("autoregressive_window_position") for r in by_causal[False]])  # (S, n, P)
-    ar_c = np.stack([r.windows("autoregressive_window_position") for r in by_causal[True]])
-    pos = bootstrap({(c, t): Sample(a[:, :, t], "probe", seeds=str(c), seed_ids=seed_ids(by_causal[c]))
-                     for c, a in ((False, ar_l), (True, ar_c)) for t in range(ar_l.shape[2])})
-    above = sum(direction(pos[(False, t)] - pos[(True, t)]) > 0 for t in range(ar_l.shape[2]))
+    rep.sections += [onset_text(f.onset), ""]
     rep.sections += [
         "## Loss by position", "", "![loss by position](loss_by_position.png)", "",
         f"On all validation windows the leaky model's teacher-forced loss is {e[(False, 'copy')].format(4)} on "
         f"average over positions 0..{T - 2}, whose target is in the window, and {e[(False, 'last')].format()} at "
         f"position {T - 1}, whose target is not (the causal model: {e[(True, 'last')].format()} there). Its honest, "
-        f"autoregressive loss is above the causal model's, with a 95% interval that excludes 0, at {above} of "
-        f"{ar_l.shape[2]} scored positions.",
+        f"autoregressive loss is above the causal model's, with a 95% interval that excludes 0, at "
+        f"{f.positions_above} of {f.positions} scored positions.",
         "",
     ]
-    fell = l_tr[0] < c_tr[0] - max(l_tr[1], c_tr[1], 1e-3)  # below the causal loss by more than the seed spread
     rep.findings.append(
-        f"Without the mask the training loss {'falls to' if fell else 'ends at'} {l_tr[0]:.3f} (causal: "
-        f"{c_tr[0]:.3f}) while the honest loss is {e[(False, 'honest')].format()} (causal: "
+        f"Without the mask the training loss {'falls to' if f.fell else 'ends at'} {f.leaky_train[0]:.3f} (causal: "
+        f"{f.causal_train[0]:.3f}) while the honest loss is {e[(False, 'honest')].format()} (causal: "
         f"{e[(True, 'honest')].format()}).")
     rep.comparison.append(
         "The published cases describe the training loss going \"to ~0\". We agree on the symptom and refine it: "
@@ -477,48 +642,25 @@ def main_arm_section(rep: Report, by_causal: dict[bool, list[Run]], label: str, 
             "default run trains longer), so compare arms, not absolute losses.")
 
 
-def one_over_t_rows(corpus: dict[int, dict[bool, list[Run]]], label: str, est) -> list[dict]:
-    """Per T: the leaky loss, the prediction from the causal model's last position on the same windows, and
-    the parts of the leaky loss, as Estimates from one bootstrap."""
-    rows = []
-    for T in sorted(corpus):
-        g = {(c, w): est[(label, T, c, w)] for c in (True, False) for w in ("mean", "last", "copy")}
-        predicted = g[(True, "last")].scaled(1 / T)
-        rows.append({"T": T, "n": len(corpus[T][False]), "windows": n_windows(corpus[T][False]),
-                     "measured": g[(False, "mean")], "causal_last": g[(True, "last")], "predicted": predicted,
-                     "ratio": g[(False, "mean")] / predicted, "leaky_last": g[(False, "last")],
-                     "last_gap": g[(False, "last")] - g[(True, "last")], "copy": g[(False, "copy")]})
-    return rows
-
-
-def one_over_t_section(rep: Report, corpus: dict[int, dict[bool, list[Run]]], label: str, est, pred: dict,
-                       out: Path) -> None:
-    """The prediction, tested against the causal model's last position at every T."""
-    rows = one_over_t_rows(corpus, label, est)
+def one_over_t_section(rep: Report, f: OneOverT, out: Path) -> None:
+    """The 1/T prediction's table, verdicts and history."""
+    rows, Ts = f.rows, f.Ts
     fig_one_over_t(rows, out / "one_over_t.png")
-    Ts = [r["T"] for r in rows]
-    lo, hi = pred["level_ratio"]
-    s_lo, s_hi = pred["slope"]
-    level = [in_range(r["ratio"], lo, hi) for r in rows]
-    level_all = all_hold(level)
-    slope = slope_estimate(Ts, [r["measured"] for r in rows])
-    slope_verdict = in_range(slope, s_lo, s_hi)
-    causal_trend = trend(Ts, [r["causal_last"] for r in rows])
-    gaps = [direction(r["last_gap"]) for r in rows]
+    lo, hi = f.level_range
+    s_lo, s_hi = f.slope_range
     last_words = ", ".join(
-        f"{difference_words(r['last_gap'], 'worse than', 'better than')} the causal model's at T = {r['T']}"
-        for r in rows)
-    above_one = all(r["ratio"].lo > 1 for r in rows)
+        f"{difference_words(r.last_gap, 'worse than', 'better than')} the causal model's at T = {r.T}" for r in rows)
+    gaps = f.last_directions
     honest_last = ("it reads nothing there that it should not" + (
                    ", and the ratio is above 1 partly because that position is learned less well than the causal "
                    "model's (a hypothesis, not measured here: it carries one position's share of a loss the copying "
                    "positions have driven near 0; the random-token control below, where nothing can be learned, is "
                    "the check) and partly because the copy loss adds (T - 1) / T x (loss at positions < T-1)"
-                   if above_one and all(g > 0 for g in gaps) else "")
+                   if f.above_one and all(g > 0 for g in gaps) else "")
                    if all(g >= 0 for g in gaps) else
                    "**better than the causal model's somewhere: a last position that beats an honest model is the "
                    "sign of a second leak, to be explained before trusting the rest**")
-    batches = {r["T"]: corpus[r["T"]][True][0].config["data"]["batch_size"] for r in rows}
+    batches = {r.T: r.batch for r in rows}
     same_batches = len(set(batches.values())) == 1
     batch_words = (f"the same {next(iter(batches.values()))} windows a batch at every T" if same_batches else
                    "windows a batch " + ", ".join(f"{batches[T]} at T = {T}" for T in Ts))
@@ -527,70 +669,55 @@ def one_over_t_section(rep: Report, corpus: dict[int, dict[bool, list[Run]]], la
         "falls": f"so the leaky loss falls faster than 1/T (trained on {batch_words}; the shorter windows also "
                  "see fewer tokens in all).",
         "flat within noise": f"trained on {batch_words}.",
-    }[causal_trend.word]
-    premise = "holds" if causal_trend.word == "flat within noise" else "fails"
-    mean_last = float(np.mean([r["causal_last"].value for r in rows]))
-    rel = (causal_trend.slope.lo / mean_last, causal_trend.slope.hi / mean_last)  # d ln L_last / d ln T
-    leaky_trend = trend(Ts, [r["leaky_last"] for r in rows])
-    copy_trend = trend(Ts, [r["copy"] for r in rows])
-    ratio_trend = trend(Ts, [r["ratio"] for r in rows])
-    K = len(Ts)
-    T_arr = np.asarray(Ts, dtype=np.float64)
-
-    def last_fixed(y):  # the two-term model with the leaky last-position loss held at its mean over T
-        return loglog_slope(Ts, y[..., :K].mean(-1, keepdims=True) / T_arr + (T_arr - 1) / T_arr * y[..., K:])
-
-    fixed_slope = combine(last_fixed, [r["leaky_last"] for r in rows] + [r["copy"] for r in rows])
-    shares = [(r["T"] - 1) / r["T"] * r["copy"].value / r["measured"].value for r in rows]
-    exact = exactness_words(slope, [r["ratio"] for r in rows])
-    old_slope = slope_estimate(Ts, [est[(label, T, False, "probe")] for T in Ts])
-    old_ratio = [est[(label, T, False, "mean")] / est[(label, T, False, "last")].scaled(1 / T) for T in Ts]
-    n_probe = len(corpus[Ts[0]][False][0].windows("probe_index"))
+    }[f.causal_trend.word]
+    rel = f.premise_rel
+    exact = exactness_words(f.slope, [r.ratio for r in rows])
+    slope, level_all, slope_verdict, premise = f.slope, f.level_all, f.slope_verdict, f.premise
     rep.sections += [
         "## The 1/T prediction", "", "![1/T](one_over_t.png)", "",
         markdown_table(
             ["T", "seeds", "windows (all)", "measured: leaky val loss", "causal last-position loss",
              "predicted: causal last-position loss / T", "measured / predicted", "leaky last-position loss",
              "leaky minus causal, last position", "leaky loss at positions < T-1"],
-            [[str(r["T"]), str(r["n"]), str(r["windows"]), r["measured"].format(), r["causal_last"].format(),
-              r["predicted"].format(), r["ratio"].format(2), r["leaky_last"].format(),
-              r["last_gap"].format(signed=True), r["copy"].format(4)] for r in rows]),
+            [[str(r.T), str(r.n), str(r.windows), r.measured.format(), r.causal_last.format(),
+              r.predicted.format(), r.ratio.format(2), r.leaky_last.format(),
+              r.last_gap.format(signed=True), r.copy.format(4)] for r in rows]),
         "",
         "Every number is on all validation windows of its T, with its 95% interval over windows and seeds. The "
         "predictions and their criteria are read from each run's config (`configs/experiment/causal_mask.yaml`):",
         "",
         f"1. **Level: the leaky loss is the causal model's last-position loss / T** (the ratio's interval inside "
         f"[{lo:g}, {hi:g}] at every T): ratio " + ", ".join(
-            f"{r['ratio'].format(2)} ({v})" for r, v in zip(rows, level, strict=True))
+            f"{r.ratio.format(2)} ({v})" for r, v in zip(rows, f.level, strict=True))
         + f" at T = {', '.join(map(str, Ts))}. **{level_all.capitalize()}** within the pre-set tolerance. The leaky "
         f"model's own last position is {last_words}: {honest_last}.",
         f"2. **Scaling: the leaky loss falls as 1/T** (the log-log slope's interval inside [{s_lo:g}, {s_hi:g}]): "
         f"slope **{slope.format(2)}**. **{slope_verdict.capitalize()}** within the pre-set tolerance.",
         f"3. **The premise: the causal last-position loss is flat in T** (new before this sweep): it "
-        f"{causal_trend.words('T')}, {why} **{premise.capitalize()}** as written (its interval "
+        f"{f.causal_trend.words('T')}, {why} **{premise.capitalize()}** as written (its interval "
         + ("contains 0), which is a failure to detect a trend, not a demonstration of flatness: the interval allows "
            f"d ln L_last / d ln T from {rel[0]:+.2f} to {rel[1]:+.2f}. The leaky model's own last-position loss, "
-           f"the one that enters the leaky loss, {leaky_trend.words('T')}."
+           f"the one that enters the leaky loss, {f.leaky_trend.words('T')}."
            if premise == "holds" else
-           f"excludes 0). The leaky model's own last-position loss {leaky_trend.words('T')}."),
+           f"excludes 0). The leaky model's own last-position loss {f.leaky_trend.words('T')}."),
         "",
-        f"Beyond the tolerances: {exact}. The measured / predicted ratio {ratio_trend.words('T')}. Where the "
+        f"Beyond the tolerances: {exact}. The measured / predicted ratio {f.ratio_trend.words('T')}. Where the "
         "shortfall comes from: the leaky loss is exactly its last-position loss / T plus (T - 1) / T x its copy "
         "loss (the loss at positions < T-1). The copy loss does not vanish: it "
-        f"{copy_trend.words('T', 4)}, and its term is "
-        + ", ".join(f"{share:.1%} of the leaky loss at T = {T}" for share, T in zip(shares, Ts, strict=True))
+        f"{f.copy_trend.words('T', 4)}, and its term is "
+        + ", ".join(f"{share:.1%} of the leaky loss at T = {T}" for share, T in zip(f.copy_shares, Ts, strict=True))
         + f". With the last-position loss held at its mean over T and the copy loss as measured, the slope would be "
-        f"{fixed_slope.format(2)}: the copy term and the drift of the last-position loss together make the "
+        f"{f.fixed_slope.format(2)}: the copy term and the drift of the last-position loss together make the "
         "difference from -1. At longer contexts the copy loss, not L_last / T, sets the floor.",
         "",
         prose("causal_mask", "history"),
         "",
-        markdown_table(["T", f"leaky val loss, probe windows ({n_probe})",
+        markdown_table(["T", f"leaky val loss, probe windows ({f.n_probe})",
                         "leaky val loss / (its own last-position loss / T)"],
-                       [[str(T), est[(label, T, False, "probe")].format(), r.format(2)]
-                        for T, r in zip(Ts, old_ratio, strict=True)]),
+                       [[str(T), p.format(), r.format(2)]
+                        for T, p, r in zip(Ts, f.probe_loss, f.probe_ratio, strict=True)]),
         "",
-        f"On the probe windows the slope is {old_slope.format(2)} (on all windows {slope.format(2)}): the gap "
+        f"On the probe windows the slope is {f.probe_slope.format(2)} (on all windows {slope.format(2)}): the gap "
         "between the two estimands on the same runs is the estimand's effect, not the data's. Against each run's "
         "own last position the ratio is not a test (it only measures how small the copy loss is).",
         "",
@@ -601,11 +728,11 @@ def one_over_t_section(rep: Report, corpus: dict[int, dict[bool, list[Run]]], la
     rep.findings.append(
         f"The leaky loss against context length (all validation windows, 95% intervals): {exact[0].upper()}"
         f"{exact[1:]} (" + ", ".join(
-            f"T = {r['T']}: {r['measured'].format()} measured vs {r['predicted'].format()} predicted from the causal "
+            f"T = {r.T}: {r.measured.format()} measured vs {r.predicted.format()} predicted from the causal "
             "model's last position" for r in rows)
         + f"). The difference: the leaky last position is worse than the causal one by "
-        f"{', '.join(r['last_gap'].format(2, signed=True) for r in rows)} nats, and the copy loss, which does not "
-        f"vanish, adds {', '.join(f'{x:.1%}' for x in shares)} of the leaky loss. Within the tolerance bands, "
+        f"{', '.join(r.last_gap.format(2, signed=True) for r in rows)} nats, and the copy loss, which does not "
+        f"vanish, adds {', '.join(f'{x:.1%}' for x in f.copy_shares)} of the leaky loss. Within the tolerance bands, "
         f"wide ones kept from earlier sweeps, the level prediction {verb(level_all)} and the 1/T scaling "
         f"{verb(slope_verdict)} (slope {slope.format(2)} against [{s_lo:g}, {s_hi:g}]). The premise (the causal "
         f"last-position loss flat in T) {verb(premise)} as written: no trend detected.")
@@ -648,65 +775,54 @@ def below_chance(chance: float, loss: float) -> str:
     return f"{chance / shown:.0f} times (= {chance:.3f} / {shown:.3f})" if shown > 0 else "far"
 
 
-def control_section(rep: Report, label: str, T: int, by_causal: dict[bool, list[Run]], cfg: dict, est,
-                    pred: dict, out: Path) -> None:
-    """A random-token control arm: nothing to learn, so a loss below ln(vocab) can only be a leak."""
-    vocab = by_causal[True][0].summary.get("vocab_size") or by_causal[True][0].config["data"]["vocab_size"]
-    chance = math.log(vocab)
+def control_section(rep: Report, f: Control, by_causal: dict[bool, list[Run]], cfg: dict, out: Path) -> None:
+    """A random-token control arm's curves, losses against chance and loss-collapse steps."""
+    label, T, vocab, chance = f.label, f.T, f.vocab, f.chance
     name = f"control_T{T}.png"
     fig_curves(by_causal, f"{label}, T = {T}: nothing to learn", out / name, chance=chance)
-    c_tr, l_tr = ms(by_causal[True], "train_loss"), ms(by_causal[False], "train_loss")
-    honest = est[(label, T, False, "honest")]
-    above = honest - chance
-    ctrl_ratio = est[(label, T, False, "mean")] / est[(label, T, True, "last")].scaled(1 / T)
+    c_tr, l_tr, honest = f.causal_train, f.leaky_train, f.honest
     rep.sections += [
         f"## Control: {label}, T = {T}", "", f"![control]({name})", "",
         f"Uniform random tokens: no model can beat ln({vocab}) = {chance:.3f} honestly. The causal arm's training "
-        f"loss ends at {fmt(*c_tr)} (honest: {est[(label, T, True, 'honest')].format()}); the leaky arm's at "
-        f"**{fmt(*l_tr)}**, {below_chance(chance, l_tr[0])} smaller than chance's, while its honest loss is "
-        f"{honest.format()}: {difference_words(above, 'above chance', 'below chance')}. A loss below ln(vocab) "
-        "on this data can only come from reading the answer. Here, where the last position has nothing to learn, "
-        f"the level prediction's ratio (leaky loss / (causal last-position loss / T)) is {ctrl_ratio.format(2)}. "
-        "Each seed draws its own random corpus, so its validation windows are its own: the intervals of this arm "
-        "rest on the seeds alone.",
+        f"loss ends at {fmt_pm(*c_tr)} (honest: {f.causal_honest.format()}); the leaky arm's at "
+        f"**{fmt_pm(*l_tr)}**, {below_chance(chance, l_tr[0])} smaller than chance's, while its honest loss is "
+        f"{honest.format()}: {difference_words(f.above_chance, 'above chance', 'below chance')}. A loss below "
+        "ln(vocab) on this data can only come from reading the answer. Here, where the last position has nothing to "
+        "learn, the level prediction's ratio (leaky loss / (causal last-position loss / T)) is "
+        f"{f.ratio.format(2)}. Each seed draws its own random corpus, so its validation windows are its own: the "
+        "intervals of this arm rest on the seeds alone.",
         "",
     ]
-    text, found = onset_text(by_causal, pred)
-    rep.sections += [text, ""]
+    rep.sections += [onset_text(f.onset), ""]
     rep.findings.append(
         f"On random tokens (ln {vocab} = {chance:.3f}) the leaky training loss is {l_tr[0]:.3f}; "
         f"its honest loss {honest.format()}.")
     rep.comparison.append(
         f"transformers issue 48745 saw a near-zero loss on random tokens within a few hundred steps; our control "
         f"agrees: {l_tr[0]:.3f} nats after {cfg['trainer']['max_steps']} steps, the loss collapsed at steps "
-        f"{', '.join(str(s) for s in found)} (one per seed).")
+        f"{', '.join(str(s) for s in f.onset.steps)} (one per seed).")
 
 
 def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     """The report (README.md and its PNGs in ``out``) from experiment 1's runs, each section drawn where the runs
     support it."""
-    arms = group_runs(runs)
-    main = main_arm(arms)
+    f = compute(runs)
+    arms, pred = f.arms, f.pred
     cfg = runs[0].config
-    pred = cfg.get("prediction") or DEFAULT_PREDICTION
-    est = bootstrap(arm_samples(arms))
     ar_cfg = (cfg.get("callbacks") or {}).get("autoregressive_loss") or {}
     header = [prose("causal_mask", "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
                     lo=pred["level_ratio"][0], hi=pred["level_ratio"][1]), "",
               setup_text(runs), "", prose("causal_mask", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, method=METHOD,
                                           n_seeds=seeds_words(rs for by_c in arms.values() for rs in by_c.values())),
               ""]
-    rep = Report(sections=["## Final numbers per arm", "", arm_table(arms, est), ""])
-    if main is not None:
-        main_arm_section(rep, arms[main], *main, cfg, est, pred, out)
-    corpus = {T: by_c for (label, T), by_c in arms.items()
-              if main is not None and label == main[0] and False in by_c and True in by_c}
-    if len(corpus) >= 2:
-        one_over_t_section(rep, corpus, main[0], est, pred, out)
-    controls = {k: v for k, v in arms.items() if is_random(k[0]) and True in v and False in v}
-    for (label, T), by_causal in sorted(controls.items()):
-        control_section(rep, label, T, by_causal, cfg, est, pred, out)
-    sections = header + ["## Finding", ""] + ([f"- {f}" for f in rep.findings] if rep.findings else [
+    rep = Report(sections=["## Final numbers per arm", "", arm_table(arms, f.est), ""])
+    if f.main is not None:
+        main_arm_section(rep, f.main, arms[(f.main.label, f.main.T)], cfg, out)
+    if f.one_over_t is not None:
+        one_over_t_section(rep, f.one_over_t, out)
+    for c in f.controls:
+        control_section(rep, c, arms[(c.label, c.T)], cfg, out)
+    sections = header + ["## Finding", ""] + ([f"- {x}" for x in rep.findings] if rep.findings else [
         "None: these runs hold no corpus with both a masked and an unmasked arm, which every finding compares "
         "(run `python train.py -m experiment=causal_mask`, or a sweep over `model.attn.causal=true,false`)."]) + [""]
     sections += [prose("causal_mask", "changes")] + [f"- {c}" for c in rep.changes]
@@ -731,6 +847,6 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     return path
 
 
-# what causal_mask.yaml's ``prediction`` says: for runs made before it was written into the config
+# what causal_mask.yaml's ``prediction`` says: for runs whose config has no prediction block
 DEFAULT_PREDICTION = {"level_ratio": [0.667, 1.5], "slope": [-1.3, -0.7], "onset_fraction": 0.5,
                       "drop_from": 0.75, "drop_to": 0.25}

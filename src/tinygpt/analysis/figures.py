@@ -27,7 +27,9 @@ def finish_axes(ax, xlabel: str, ylabel: str, title: str | None = None, legend: 
         ax.legend(fontsize=7)
 
 
-def fmt(mean: float, spread: float, digits: int = 3) -> str:
+def fmt_pm(mean: float, spread: float, digits: int = 3) -> str:
+    """'mean ± spread' with ``digits`` decimals (pm: plus-minus), 'n/a' for a non-finite mean; a single number is
+    tinygpt.runtime.console.fmt."""
     if not math.isfinite(mean):
         return "n/a"
     return f"{mean:.{digits}f} ± {spread:.{digits}f}"

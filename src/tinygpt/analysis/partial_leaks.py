@@ -4,17 +4,21 @@ it (see configs/experiment/partial_leaks.yaml).
 Each run's arm is read from its config (the injected ``attention_bug``, ``model.attn.causal`` and the scale), so a
 report works on any subset of the arms: the sections need an arm and its control (causal for the structural leaks,
 fill_inf for fill_1e4).
+
+``compute`` gathers what the report states (PartialLeaksFindings: ArmEnd per arm, then Seen, Onsets, Alarm and a
+Fill per fill arm, one per section); the sections render those findings as tables and prose and draw the figures.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, save
+from tinygpt.analysis.figures import explorers, finish_axes, fmt_pm, markdown_table, save
 from tinygpt.analysis.stats import (
     LEVEL,
     METHOD,
@@ -39,10 +43,13 @@ from tinygpt.analysis.sweep import (
     ReportError,
     Run,
     alarm_of,
+    group_by,
     honest_gap_step,
     seed_ids,
     seeds_words,
+    summary_spread,
     sweep_wall_seconds,
+    window_samples,
 )
 from tinygpt.analysis.templates import Report, plural, prose
 
@@ -77,42 +84,21 @@ def arm_of(run: Run) -> str:
 
 def group(runs: list[Run]) -> dict[str, list[Run]]:
     """arm -> its runs sorted by seed, in ARMS order."""
-    out: dict[str, list[Run]] = {}
-    for r in runs:
-        out.setdefault(arm_of(r), []).append(r)
-    return {a: sorted(out[a], key=lambda r: r.seed) for a in ARMS if a in out}
+    by_arm = group_by(runs, arm_of)
+    return {a: by_arm[a] for a in ARMS if a in by_arm}
 
 
 # ----------------------------------------------------------------------------- per-window samples
 
 
-def per_window(runs: list[Run], what: str) -> np.ndarray:
-    """(seeds, windows): ``tf`` the teacher-forced loss of each validation window (mean over positions), ``last``
-    at its last position, ``rest`` over the others, ``tf_probe`` the teacher-forced loss of each probe window and
-    ``honest`` its autoregressive loss (every position of a 64-token window is scored in this experiment)."""
-    rows = []
-    for r in runs:
-        v = r.windows()  # (N, T)
-        if v is None:
-            raise ReportError(f"{r.dir} has no diagnostics.npz; rerun the sweep at this version.")
-        if what == "honest":
-            rows.append(r.windows("autoregressive_window_position").mean(1))
-        elif what == "tf_probe":
-            rows.append(v[r.windows("probe_index").astype(int)].mean(1))
-        else:
-            rows.append({"tf": v.mean(1), "last": v[:, -1], "rest": v[:, :-1].mean(1)}[what])
-    return np.stack(rows)
-
-
 def samples(arms: dict[str, list[Run]], onsets: dict[str, list[int | None]]) -> dict:
-    """Every per-window quantity of every arm ({(arm, what): Sample}: seeds shared within an arm, windows shared by
-    every run measured on them) and each arm's onsets ((arm, "onset"), one column; seeds paired across arms: seed s
-    of every arm starts from the same weights and sees the same batches)."""
+    """Every per-window measure of every arm ({(arm, what): Sample}, sweep.WINDOW_MEASURES: seeds shared within an
+    arm, windows shared by every run measured on them) and each arm's onsets ((arm, "onset"), one column; seeds
+    paired across arms: seed s of every arm starts from the same weights and sees the same batches)."""
     out = {}
     for arm, rs in arms.items():
-        for what in ("tf", "last", "rest", "tf_probe", "honest"):
-            key = "probe" if what in ("tf_probe", "honest") else "val"
-            out[(arm, what)] = Sample(per_window(rs, what), windows=key, seeds=arm, seed_ids=seed_ids(rs))
+        for what, sample in window_samples(rs, "val", seeds=arm).items():
+            out[(arm, what)] = sample
         steps = onsets.get(arm)
         if steps and all(s is not None for s in steps):
             out[(arm, "onset")] = Sample(np.array(steps, dtype=float)[:, None], windows="onset", seeds="paired",
@@ -352,93 +338,162 @@ def fig_future_mass(arms: dict[str, list[Run]], path: Path) -> Path:
     return save(fig, path)
 
 
-# ----------------------------------------------------------------------------- sections
+# ----------------------------------------------------------------------------- findings
 
 
-def arm_table(arms: dict[str, list[Run]], est: dict, pred: dict) -> tuple[str, dict[str, str]]:
-    """The headline table, and each arm's loss-visibility word."""
-    n_val = len(next(iter(arms.values()))[0].windows())
-    n_probe = len(next(iter(arms.values()))[0].windows("autoregressive_window_position"))
-    rows, seen = [], {}
+@dataclass
+class ArmEnd:
+    """One arm at the end of training, next to its control where the sweep has it."""
+
+    arm: str
+    seeds: int
+    train: tuple[float, float]  # training loss over the last 10% of steps, mean ± seed sd
+    loss: Estimate  # teacher-forced, every validation window
+    honest: Estimate  # autoregressive, the probe windows
+    honest_gap: Estimate  # honest minus teacher-forced on the same probe windows
+    ratio: Estimate | None  # teacher-forced / its control's
+    seen: str | None  # how it looks in the loss next to its control (loss_visibility)
+    future_leak: tuple[float, float]  # mean ± seed sd
+    future_mass: tuple[float, float]
+
+
+def arm_ends(arms: dict[str, list[Run]], est: dict, pred: dict) -> list[ArmEnd]:
+    out = []
     for a, rs in arms.items():
         ctrl = CONTROL.get(a)
-        gap = est[(a, "honest")] - est[(a, "tf_probe")]
         ratio = diff = None
         if ctrl in arms:
-            ratio = est[(a, "tf")] / est[(ctrl, "tf")]
-            diff = est[(a, "tf")] - est[(ctrl, "tf")]
-            seen[a] = loss_visibility(ratio, diff, pred["collapse_fraction"])
-        rows.append([LABELS[a], str(len(rs)), fmt(*mean_spread([r.summary["train_loss"] for r in rs])),
-                     est[(a, "tf")].format(), est[(a, "honest")].format(), gap.format(signed=True),
-                     ratio.format() if ratio else "—", seen.get(a, "—"),
-                     fmt(*mean_spread([r.summary.get("future_leak") for r in rs]), 2),
-                     fmt(*mean_spread([r.summary.get("attn_future_mass") for r in rs]), 3)])
-    header = ["arm", "seeds", "training loss, last 10% (± seed sd)", f"val loss, teacher-forced ({n_val} windows)",
-              f"honest loss, autoregressive ({n_probe} windows)",
-              f"honest - teacher-forced (same {n_probe} windows)", "teacher-forced / its control's",
-              "in the loss, next to its control", "future leak (± sd)", "future attention mass (± sd)"]
-    return markdown_table(header, rows), seen
+            ratio = est[(a, "mean")] / est[(ctrl, "mean")]
+            diff = est[(a, "mean")] - est[(ctrl, "mean")]
+        out.append(ArmEnd(a, len(rs), summary_spread(rs, "train_loss"), est[(a, "mean")], est[(a, "honest")],
+                          est[(a, "honest")] - est[(a, "probe")], ratio,
+                          loss_visibility(ratio, diff, pred["collapse_fraction"]) if ratio is not None else None,
+                          summary_spread(rs, "future_leak"), summary_spread(rs, "attn_future_mass")))
+    return out
 
 
-def fill_trains(arms: dict[str, list[Run]], a: str, fraction: float = 0.5) -> str:
+@dataclass
+class Training:
     """Whether a fill arm and its control trained, by Experiment 2's rule: a run failed to train when its final loss
     is not below the unigram baseline by ``fraction`` of the unigram - bigram gap."""
+
+    unigram: float
+    bigram: float
+    fraction: float
+    failed: int  # runs of the arm and its control that failed to train
+    runs: int
+    finals: list[tuple[str, float]]  # (the arm's or "its control", mean final val loss)
+
+
+def training(arms: dict[str, list[Run]], a: str, fraction: float = 0.5) -> Training | None:
     diag = next((r.summary.get("diagnostics") or {} for r in arms[a]), {})
     uni, bi = diag.get("unigram_loss"), diag.get("bigram_loss")
     if not uni or not bi:
-        return ""
+        return None
     groups = [(LABELS[a], arms[a])] + ([("its control", arms["fill_inf"])] if "fill_inf" in arms else [])
-    failed = {name: sum(failed_to_train(r.summary["val_loss"], uni, bi, fraction) for r in rs)
-              for name, rs in groups}
-    finals = ", ".join(f"{name} {np.mean([r.summary['val_loss'] for r in rs]):.3f}" for name, rs in groups)
-    n = sum(len(rs) for _, rs in groups)
-    return (f"At this learning rate {sum(failed.values())} of {n} runs of the arm and its control fail to train "
-            f"by Experiment 2's rule (final loss not below the unigram baseline {uni:.3f} by {fraction:g} of its gap "
-            f"to the bigram baseline {bi:.3f}; final val loss {finals}).")
+    failed = sum(failed_to_train(r.summary["val_loss"], uni, bi, fraction) for _, rs in groups for r in rs)
+    return Training(uni, bi, fraction, failed, sum(len(rs) for _, rs in groups),
+                    [(name, float(np.mean([r.summary["val_loss"] for r in rs]))) for name, rs in groups])
 
 
-def seen_section(rep: Report, arms, est, pred, seen: dict[str, str], out: Path) -> None:
-    verdicts = []
-    lines = []
+@dataclass
+class LeakSeen:
+    """Prediction 1 on one structural leak: its loss collapses next to the causal arm's, its honest loss is no
+    better."""
+
+    arm: str
+    ratio: Estimate  # teacher-forced / causal
+    collapse: str  # the ratio's verdict against collapse_fraction
+    honest: Estimate  # honest loss minus the causal arm's
+    honest_verdict: str  # honest_no_better
+    verdict: str
+
+
+@dataclass
+class FillSeen:
+    """A fill arm in the loss next to the -inf control."""
+
+    arm: str
+    word: str  # loss_visibility
+    diff: Estimate  # teacher-forced minus the control's
+    gap: Estimate  # honest minus teacher-forced on the same probe windows
+    training: Training | None
+
+
+@dataclass
+class Seen:
+    """Which leaks show in the loss (prediction 1)."""
+
+    collapse_fraction: float
+    leaks: list[LeakSeen]
+    fills: list[FillSeen]
+    verdict: str  # prediction 1 over every structural leak
+    collapsed: list[str]  # arms whose loss collapses next to their control
+    healthy: list[str]  # arms indistinguishable from their control
+
+
+def seen_findings(arms: dict[str, list[Run]], est: dict, pred: dict, seen: dict[str, str]) -> Seen:
+    leaks = []
     for a in STRUCTURAL:
         if a not in arms or "causal" not in arms:
             continue
-        ratio = est[(a, "tf")] / est[("causal", "tf")]
+        ratio = est[(a, "mean")] / est[("causal", "mean")]
         collapse = in_range(ratio, 0.0, pred["collapse_fraction"])
         honest = est[(a, "honest")] - est[("causal", "honest")]
         honest_verdict = honest_no_better(honest)
-        v = all_hold([collapse, honest_verdict])
-        verdicts.append(v)
-        lines.append(f"- {LABELS[a]}: teacher-forced / causal {ratio.format()} (collapse below "
-                     f"{pred['collapse_fraction']:g}: **{collapse}**); honest loss minus the causal arm's "
-                     f"{honest.format(signed=True)}: "
-                     f"{difference_words(honest, 'worse than causal', '**better than causal**')}. Prediction "
-                     f"**{v}**.")
-    fill_words = []
-    for a in ("fill_1e4", "fill_where_1e4"):
-        if a not in seen:
-            continue
-        d = est[(a, "tf")] - est[("fill_inf", "tf")]
-        gap = est[(a, "honest")] - est[(a, "tf_probe")]
-        use = difference_words(gap, "the model uses the open mask", "the honest loss is the lower")
-        fill_words += [prose("partial_leaks", "fill_seen", arm=LABELS[a], word=seen[a], diff=d.format(signed=True),
-                             words=difference_words(d, "above", "below"), gap=gap.format(signed=True), use=use,
-                             trains=fill_trains(arms, a)), ""]
-    healthy = [LABELS[a] for a, w in seen.items() if w == "indistinguishable"]
-    collapsed = [LABELS[a] for a, w in seen.items() if w == "collapses"]
-    rep.findings.append(f"Seen in the loss: collapsed far below the control: {', '.join(collapsed) or 'none'}; "
-                        f"indistinguishable from the control run: {', '.join(healthy) or 'none'}. Prediction 1 "
-                        f"(every structural leak collapses, none has a better honest loss): **{all_hold(verdicts)}**.")
-    rep.sections += ["## Which leaks show in the loss", "", prose("partial_leaks", "seen"), "", *lines, "",
-                     *fill_words, "![training loss](curves.png)", "",
-                     "![honest and teacher-forced loss at each validation](honest.png)", "",
-                     "![loss by position](positions.png)", "",
-                     "![future attention mass and future leak](future_mass.png)", ""]
+        leaks.append(LeakSeen(a, ratio, collapse, honest, honest_verdict, all_hold([collapse, honest_verdict])))
+    fills = [FillSeen(a, seen[a], est[(a, "mean")] - est[("fill_inf", "mean")],
+                      est[(a, "honest")] - est[(a, "probe")], training(arms, a))
+             for a in ("fill_1e4", "fill_where_1e4") if a in seen]
+    return Seen(pred["collapse_fraction"], leaks, fills, all_hold([x.verdict for x in leaks]),
+                [a for a, w in seen.items() if w == "collapses"],
+                [a for a, w in seen.items() if w == "indistinguishable"])
 
 
-def onset_section(rep: Report, arms, est, pred, onsets, collapses) -> None:
+@dataclass
+class OnsetRow:
+    """One structural arm's loss onset (prediction 2) against the no-mask arm's, paired by seed."""
+
+    arm: str
+    steps: list[int | None]  # the loss onset per seed
+    mean: Estimate | None  # None unless every seed has one
+    ratio: Estimate | None  # mean onset / the no-mask arm's
+    verdict: str  # against onset_ratio ("—" for the no-mask arm itself)
+    collapses: list[int | None]  # the loss-collapse step per seed
+
+
+@dataclass
+class OnsetDefinition:
+    """Prediction 2's ratios under one onset definition (read after the sweep): per arm (OnsetSensitivity.arms)
+    the ratio and its verdict, None where not every seed has an onset."""
+
+    name: str
+    cells: list[tuple[Estimate, str] | None]
+
+
+@dataclass
+class Onsets:
+    """When each leak shows in the training loss (prediction 2), and how much the verdicts owe to the onset's
+    definition."""
+
+    lo: float
+    hi: float
+    run: int  # the pre-registered run length
+    fraction: float  # the loss-collapse threshold, of the causal final loss
+    interval: int | None  # the training loss's logging interval
+    n_causal: int
+    rows: list[OnsetRow]
+    verdict: str  # prediction 2 over every structural arm but no_mask
+    off_by_one: str | None  # off by one's onset against no mask's: earlier, same or later
+    shapes: dict[str, str] | None  # the one-layer and sliding-window arms' words, when all three have onsets
+    others: list[str]  # the arms of the definitions table
+    definitions: list[OnsetDefinition]
+    false_onsets: list[tuple[int, int, str, int]]  # (control seeds the rule fires on, seeds, control arm, run)
+
+
+def onset_findings(arms, est, pred, onsets, collapses) -> Onsets:
     lo, hi = pred["onset_ratio"]
-    rows, verdicts = [], []
+    rows = []
     ref = ("no_mask", "onset") in est
     for a in STRUCTURAL:
         if a not in arms:
@@ -446,47 +501,28 @@ def onset_section(rep: Report, arms, est, pred, onsets, collapses) -> None:
         o = est.get((a, "onset"))
         ratio = o / est[("no_mask", "onset")] if o is not None and ref and a != "no_mask" else None
         verdict = in_range(ratio, lo, hi) if ratio is not None else ("—" if a == "no_mask" else "fails")
-        if a != "no_mask":
-            verdicts.append(verdict)
-        rows.append([LABELS[a], steps_text(onsets[a]), o.format(0) if o is not None else "not every seed",
-                     ratio.format(2) if ratio is not None else "—",
-                     difference_words(ratio - 1, "later", "earlier") if ratio is not None else "—", verdict,
-                     steps_text(collapses[a])])
-    runs0 = next(iter(arms.values()))
-    interval = resolution(taken(runs0[0], "train/loss")[0])
-    header = ["arm", "loss onset per seed (step)", "mean onset", "/ no mask's (paired by seed)", "than no mask",
-              f"prediction 2 ({lo:g} to {hi:g})", "loss-collapse step per seed"]
-    rep.findings.append(f"Onset: prediction 2 (each structural leak leaves the causal band when the full one does, "
-                        f"within {lo:g} to {hi:g} of its step): **{all_hold(verdicts)}**. Exploratory: these seeds "
-                        "repeat the first sweep's runs, whose curves were seen before the onset was redefined; the "
-                        "verdicts of the one-layer leaks depend on the onset's definition (the table of other "
-                        "definitions), off by one's and the sliding window's do not.")
-    rep.sections += ["## When each leak shows in the training loss", "",
-                     prose("partial_leaks", "onset", run=pred["onset_run"], fraction=pred["onset_fraction"], lo=lo,
-                           hi=hi, interval="at every step" if interval == 1 else f"every {interval} steps",
-                           n_causal=len(arms.get("causal", []))), "",
-                     markdown_table(header, rows), ""]
-    rep.sections += onset_sensitivity(arms, pred, collapses)
+        rows.append(OnsetRow(a, onsets[a], o, ratio, verdict, collapses[a]))
+    off_by_one = None
     if ("off_by_one", "onset") in est and ref:
         ratio = est[("off_by_one", "onset")] / est[("no_mask", "onset")]
-        word = {-1: "earlier", 0: "same", 1: "later"}[direction(ratio - 1)]
-        rep.sections += [prose("partial_leaks", f"onset_why_{word}"), ""]
+        off_by_one = {-1: "earlier", 0: "same", 1: "later"}[direction(ratio - 1)]
     words = {}
     for a in ("first_layer", "last_layer", "sliding_window"):
         if (a, "onset") in est and ref:
             r = est[(a, "onset")] / est[("no_mask", "onset")]
             words[a] = {1: "later", -1: "earlier", 0: "neither earlier nor later (within noise)"}[direction(r - 1)]
-    if len(words) == 3:
-        shape = ("onset_shapes_seen" if (words["last_layer"], words["sliding_window"]) == ("later", "earlier")
-                 else "onset_shapes_other")
-        rep.sections += [prose("partial_leaks", shape, first=words["first_layer"], last=words["last_layer"],
-                               window=words["sliding_window"]), ""]
+    others, definitions, false_onsets = onset_sensitivity(arms, pred, collapses)
+    runs0 = next(iter(arms.values()))
+    return Onsets(lo, hi, pred["onset_run"], pred["onset_fraction"], resolution(taken(runs0[0], "train/loss")[0]),
+                  len(arms.get("causal", [])), rows, all_hold([r.verdict for r in rows if r.arm != "no_mask"]),
+                  off_by_one, words if len(words) == 3 else None, others, definitions, false_onsets)
 
 
-def onset_sensitivity(arms: dict[str, list[Run]], pred: dict, collapses: dict) -> list[str]:
+def onset_sensitivity(arms: dict[str, list[Run]], pred: dict, collapses: dict):
     """Prediction 2 under other onset definitions (read after the sweep: how much the verdicts owe to the
     pre-registered run length), and how often the rule fires on a control seed against the other control seeds
-    (its false-onset rate, where the config's comment guessed it from independent steps)."""
+    (its false-onset rate, where the config's comment guessed it from independent steps). Returns (the arms
+    compared with no mask, the definitions, the false onsets)."""
     lo, hi = pred["onset_ratio"]
     n = pred["onset_run"]
     variants = [(f"run of {k} steps" + (" (pre-registered)" if k == n else ""),
@@ -494,7 +530,7 @@ def onset_sensitivity(arms: dict[str, list[Run]], pred: dict, collapses: dict) -
                 for k in (n, 2 * n, 3 * n)]
     variants.append(("loss-collapse step", {a: collapses[a] for a in STRUCTURAL if a in arms}))
     others = [a for a in STRUCTURAL[1:] if a in arms]
-    rows = []
+    definitions = []
     for name, steps in variants:
         ok = {a: v for a, v in steps.items() if all(x is not None for x in v)}
         if "no_mask" not in ok:
@@ -504,24 +540,19 @@ def onset_sensitivity(arms: dict[str, list[Run]], pred: dict, collapses: dict) -
         cells = []
         for a in others:
             if a not in ok:
-                cells.append("not every seed")
+                cells.append(None)
                 continue
             ratio = est[a] / est["no_mask"]
-            cells.append(f"{ratio.format(2)} {in_range(ratio, lo, hi)}")
-        rows.append([name, *cells])
-    false = []
+            cells.append((ratio, in_range(ratio, lo, hi)))
+        definitions.append(OnsetDefinition(name, cells))
+    false_onsets = []
     for ctrl in ("causal", "fill_inf"):
         rs = arms.get(ctrl, [])
         for k in (n // 2, n):
             if len(rs) > 2:
                 trips = sum(onset_steps([r], [o for o in rs if o is not r], k)[0] is not None for r in rs)
-                false.append(f"{trips} of {len(rs)} {LABELS[ctrl]} seeds with a run of {k}")
-    return ["Prediction 2's ratios under other onset definitions (read after the sweep, not pre-registered):", "",
-            markdown_table(["onset", *(LABELS[a] for a in others)], rows), "",
-            "The rule against a band of seeds is not as safe as the config's comment guessed from independent "
-            "steps: applied to each control seed against its arm's other seeds, it fires on "
-            + ", ".join(false) + ": per-seed offsets make consecutive steps move together, and the leaky runs are "
-            "protected mainly because their own seed-matched causal run sits in the band.", ""]
+                false_onsets.append((trips, len(rs), ctrl, k))
+    return others, definitions, false_onsets
 
 
 def false_alarm_bound(n: int, level: float = LEVEL) -> float:
@@ -530,72 +561,81 @@ def false_alarm_bound(n: int, level: float = LEVEL) -> float:
     return 1 - (1 - level) ** (1 / n) if n else math.nan
 
 
-def alarm_section(rep: Report, arms, pred, onsets, collapses) -> None:
-    rows, verdicts, literal, leads, opened_verdicts, collapse_leads = [], [], [], [], [], []
+@dataclass
+class AlarmRow:
+    """The leak alarm on one arm's runs (per seed) beside the other signals of the leak (prediction 4)."""
+
+    arm: str
+    detected: list[int | None]  # the alarm's step per seed
+    signals: list[str]  # which of its rules fired
+    stab: list[int | None]  # the first stability probe whose future leak passes the alarm's tolerance
+    mass: list[int | None]  # the first stability probe with a future attention mass above 0
+    gaps: list[int | None]  # the first validation the honest-gap rule passes
+    onsets: list[int | None]  # the loss onset per seed
+    lead: list[int]  # onset - alarm step, the seeds with both
+    collapse_lead: list[int]  # loss-collapse step - alarm step, the seeds with both (structural arms)
+    never: int  # seeds the alarm fired on whose loss never showed the leak
+    verdict: str  # prediction 4 as written
+    never_leaked: bool  # a leaky arm whose mask never opened: nothing leaked to be found
+    opened_verdict: str  # prediction 4 on the runs whose mask opened
+
+
+@dataclass
+class Alarm:
+    """Prediction 4 over every arm, and the alarm's counts."""
+
+    rows: list[AlarmRow]
+    first_val: int | None  # the validation interval
+    verdict: str  # prediction 4 as written (every run of every leaky arm)
+    opened_verdict: str  # on the runs whose mask opened
+    n_causal: int  # runs of the arms without a leak
+    false: int  # alarms on those
+    bound: float  # the false-alarm rate's 95% upper bound (NaN after a false alarm)
+    leaky_runs: int
+    fired: int  # alarms on the leaky runs
+    opened: int  # leaky runs whose mask opened
+    fired_open: int  # alarms on those
+    warned: int  # runs whose mask opened, configured causal=true
+    warned_fired: int  # alarms on those
+
+
+def alarm_findings(arms, pred, onsets, collapses) -> Alarm:
+    rows = []
     first_val = None
     for a, rs in arms.items():
         alarm = alarm_of(rs[0])
         detected = [r.summary.get("leak_detected_step") for r in rs]
-        signals = sorted({r.summary.get("leak_signal") for r in rs if r.summary.get("leak_signal")})
         first_val = val_interval(rs[0])
         leaky = a in LEAKY
         stab = [first_above(*taken(r, "stab/future_leak"), alarm.tolerance) for r in rs]
         v = alarm_verdict(detected, leaky, first_val if pred.get("alarm_first_validation") and a in STRUCTURAL
                           else None)
-        if leaky and all(s is None for s in stab):  # a bug whose mask never opened: nothing leaked to be found
-            literal.append(f"{LABELS[a]} ({len(rs)} runs, alarm fired on "
-                           f"{sum(d is not None for d in detected)})")
-            opened_verdicts.append("holds" if all(d is None for d in detected) else "fails")
-            v = f"{v} as written; never leaked"
-        else:
-            opened_verdicts.append(v)
-        verdicts.append(v.split()[0])
-        mass = [first_above(*taken(r, "stab/future_mass"), 0.0) for r in rs]
-        gaps = [honest_gap_step(r) for r in rs]
+        never_leaked = leaky and all(s is None for s in stab)
+        opened_verdict = ("holds" if all(d is None for d in detected) else "fails") if never_leaked else v
+        a_onsets = onsets.get(a, [None] * len(rs))
         lead = [o - d for o, d in zip(onsets.get(a, []), detected, strict=False) if o is not None and d is not None]
-        never = sum(o is None and d is not None for o, d in zip(onsets.get(a, []), detected, strict=False))
-        if lead and a in STRUCTURAL:
-            leads.append(f"{LABELS[a]} {fmt(*mean_spread(lead), 0)}")
-            to_collapse = [c - d for c, d in zip(collapses[a], detected, strict=True)
-                           if c is not None and d is not None]
-            collapse_leads.append(f"{LABELS[a]} {fmt(*mean_spread(to_collapse), 0)}")
-        rows.append([LABELS[a], steps_text(detected), ", ".join(signals) or "—", steps_text(stab), steps_text(mass),
-                     steps_text(gaps),
-                     steps_text(onsets.get(a, [None] * len(rs))),
-                     (fmt(*mean_spread(lead), 0) if lead else "—")
-                     + (f"; {plural(never, 'seed')} never in the loss" if never and a in LEAKY else ""), v])
+        collapse_lead = ([c - d for c, d in zip(collapses[a], detected, strict=True) if c is not None and d is not None]
+                         if lead and a in STRUCTURAL else [])
+        rows.append(AlarmRow(
+            a, detected, sorted({r.summary.get("leak_signal") for r in rs if r.summary.get("leak_signal")}), stab,
+            [first_above(*taken(r, "stab/future_mass"), 0.0) for r in rs], [honest_gap_step(r) for r in rs],
+            a_onsets, lead, collapse_lead,
+            sum(o is None and d is not None for o, d in zip(onsets.get(a, []), detected, strict=False)), v,
+            never_leaked, opened_verdict))
     n_causal = sum(len(rs) for a, rs in arms.items() if a not in LEAKY)
     false = sum(r.summary.get("leak_detected_step") is not None for a, rs in arms.items() if a not in LEAKY
                 for r in rs)
-    header = ["arm", "alarm fired at (per seed)", "signal", "future leak first > tolerance, stability probe",
-              "future attention mass first > 0, stability probe", "honest-gap rule first met",
-              "loss onset (leaves the control's band)", "lead: onset - alarm (± seed sd)", "prediction 4"]
     leaky_runs = [r for a in LEAKY if a in arms for r in arms[a]]
-    fired = sum(r.summary.get("leak_detected_step") is not None for r in leaky_runs)
-    bound = false_alarm_bound(n_causal) if false == 0 else math.nan
-    bound_words = (f" (0 of {n_causal} bounds the per-run false-alarm rate below {bound:.0%} at 95% confidence)"
-                   if false == 0 and n_causal else "")
     opened = [r for a in LEAKY if a in arms for r in arms[a]
               if first_above(*taken(r, "stab/future_leak"), alarm_of(r).tolerance) is not None]
-    fired_open = sum(r.summary.get("leak_detected_step") is not None for r in opened)
     warned = [r for r in opened if r.config["model"]["attn"]["causal"]]
-    rep.findings.append(
-        f"The leak alarm recorded the leak on {fired_open} of the {len(opened)} buggy runs whose mask opened (it "
-        f"warned on {sum(r.summary.get('leak_detected_step') is not None for r in warned)} of the {len(warned)} "
-        "configured causal=true; the no-mask arm is configured causal=false, so its leak is recorded without a "
-        f"warning), on {fired} of all {len(leaky_runs)} buggy runs, and on {false} of {n_causal} causal "
-        f"runs{bound_words}. Prediction 4 as written (every run of every leaky arm): **{all_hold(verdicts)}**"
-        + (f", because {'; '.join(literal)} never leaked, so the alarm had nothing to find; on the runs whose mask "
-           f"opened (a reading chosen after the sweep) it {verb(all_hold(opened_verdicts))}" if literal else "")
-        + ". Its 'at the first validation' for the structural leaks is true by construction of the probe.")
-    if leads:
-        rep.findings.append("The alarm's lead (steps, seed mean ± sd) over the loss onset, which compares each run "
-                            "with seed-matched causal runs a user would not have: " + ", ".join(leads)
-                            + "; over the loss-collapse step, which a user watching the curve would see: "
-                            + ", ".join(collapse_leads) + ". The alarm's step is its first validation for every "
-                            "structural leak, so the leads measure the loss, not the alarm.")
-    rep.sections += ["## The leak alarm", "", prose("partial_leaks", "alarm", first_val=first_val), "",
-                     markdown_table(header, rows), ""]
+
+    def fired(runs):
+        return sum(r.summary.get("leak_detected_step") is not None for r in runs)
+
+    return Alarm(rows, first_val, all_hold([r.verdict for r in rows]), all_hold([r.opened_verdict for r in rows]),
+                 n_causal, false, false_alarm_bound(n_causal) if false == 0 else math.nan, len(leaky_runs),
+                 fired(leaky_runs), len(opened), fired(opened), len(warned), fired(warned))
 
 
 OTHER = {"fill_1e4": "stab/visible_floor", "fill_where_1e4": "stab/mask_margin"}  # the other fill's signal
@@ -605,78 +645,296 @@ FILLS = {  # arm -> (its signal, the signal's words, whether the signal opens th
 }
 
 
-def fill_rows(runs: list[Run], arm: str, pred: dict) -> tuple[list[list[str]], list[str], list[tuple], float, float]:
-    """Per seed of a fill arm: the predicted and observed opening, the signals then, the verdict and the
-    backwards count. Returns (rows, verdicts, (seed, future mass, leak) where the leak came early, threshold,
-    tolerance)."""
-    key, _, rising, _ = FILLS[arm]
-    fill, slack = float(runs[0].config["attention_bug"].get("fill", -1e4)), float(pred["fill_slack"])
-    threshold = abs(fill) - slack if rising else fill + slack
-    tol = alarm_of(runs[0]).tolerance
-    rows, verdicts, early = [], [], []
-    for r in runs:
-        steps, signal = taken(r, key)
-        lsteps, leaks = taken(r, "stab/future_leak")
-        if not np.array_equal(steps, lsteps):
-            raise ReportError(f"{r.dir}: {key} and the future leak were not logged at the same probes.")
-        o = opening(steps, signal, leaks, threshold, tol, above=rising)
-        verdicts.append(o["verdict"])
-        other, ml = (value_at(r, k, o["observed"]) for k in (OTHER[arm], "stab/max_logit"))
-        closest = float(np.max(signal) if rising else np.min(signal))  # the nearest the signal came to opening
-        back, closed = closing(steps, signal, leaks, o["observed"], threshold, tol, above=rising)
-        if not o["closed_before"]:  # open before the predicted probe: what the unperturbed windows showed there
-            first_open = first_above(steps, leaks, tol)
-            m_steps, mass = taken(r, "stab/future_mass")
-            at_mass = mass[np.nonzero(m_steps == first_open)[0]]
-            early.append((r.seed, float(at_mass[0]) if len(at_mass) else math.nan,
-                          float(leaks[np.nonzero(steps == first_open)[0][0]])))
-        rows.append([str(r.seed), steps_text([o["predicted"]]), steps_text([o["observed"]]),
-                     f"{o['signal_at_open']:.0f}" if math.isfinite(o["signal_at_open"]) else "—",
-                     f"{other[0]:.0f}" if len(other) else "—", f"{ml[0]:.0f}" if len(ml) else "—",
-                     f"{closest:.0f}", "yes" if o["closed_before"] else "**no**", o["verdict"], f"{back}, {closed}"])
-    return rows, verdicts, early, threshold, tol
+@dataclass
+class FillSeed:
+    """One seed of a fill arm: the predicted and observed opening, the signals then, the verdict and the backwards
+    count."""
+
+    seed: int
+    predicted: int | None  # the first probe whose signal passes the threshold
+    observed: int | None  # the first probe whose future leak passes the tolerance
+    signal_at_open: float  # NaN if it never opened
+    other: float | None  # the other fill's signal then
+    max_logit: float | None  # then
+    closest: float  # the nearest the signal came to opening
+    closed_before: bool
+    verdict: str  # 'holds' or 'fails' (opening)
+    back: int  # probes after the opening with the signal back on the closed side ...
+    closed: int  # ... and the leak closed again there
+    mass_first: int | None  # the first probe with a future attention mass above 0
 
 
-def value_at(run: Run, key: str, step: int | None) -> np.ndarray:
-    """The logged value of ``key`` at ``step`` (steps taken), as a 0- or 1-element array."""
+@dataclass
+class Fill:
+    """A finite fill's prediction (3 for the added fill, 5 for the replacing one), per seed."""
+
+    arm: str
+    what: str  # the signal's words
+    rising: bool  # the signal opens the mask by rising (the added fill) or falling (the replacing one)
+    number: int  # the prediction's number
+    fill: float
+    slack: float
+    threshold: float
+    tol: float  # the alarm's tolerance: the leak is open above it
+    probe: int | None  # the stability probes' interval
+    ctrl_leak: float  # the -inf control's largest future leak at any probe
+    seeds: list[FillSeed]
+    early: list[tuple[int, float, float]]  # (seed, future mass, leak) where the leak opened before the predicted probe
+    verdict: str
+    n_open: int  # seeds whose leak opened
+    at_predicted: int  # seeds whose leak opened at the predicted probe
+    holds: int  # seeds whose opening holds (at the predicted probe or the next)
+    nearest: float  # the nearest any seed's signal came to opening
+    mass_at: int  # seeds whose future attention mass first passed 0 at the predicted probe
+
+
+def value_at(run: Run, key: str, step: int | None) -> float | None:
+    """The logged value of ``key`` at ``step`` (steps taken), None if none was logged there."""
     steps, values = taken(run, key)
-    return values[np.nonzero(steps == step)[0]] if step is not None else values[:0]
+    at = values[np.nonzero(steps == step)[0]] if step is not None else values[:0]
+    return float(at[0]) if len(at) else None
 
 
-def fill_section(rep: Report, arms, pred, out: Path, arm: str) -> None:
+def fill_seed(r: Run, arm: str, threshold: float, tol: float) -> tuple[FillSeed, tuple[int, float, float] | None]:
+    key, _, rising, _ = FILLS[arm]
+    steps, signal = taken(r, key)
+    lsteps, leaks = taken(r, "stab/future_leak")
+    if not np.array_equal(steps, lsteps):
+        raise ReportError(f"{r.dir}: {key} and the future leak were not logged at the same probes.")
+    o = opening(steps, signal, leaks, threshold, tol, above=rising)
+    back, closed = closing(steps, signal, leaks, o["observed"], threshold, tol, above=rising)
+    early = None
+    if not o["closed_before"]:  # open before the predicted probe: what the unperturbed windows showed there
+        first_open = first_above(steps, leaks, tol)
+        m_steps, mass = taken(r, "stab/future_mass")
+        at_mass = mass[np.nonzero(m_steps == first_open)[0]]
+        early = (r.seed, float(at_mass[0]) if len(at_mass) else math.nan,
+                 float(leaks[np.nonzero(steps == first_open)[0][0]]))
+    return FillSeed(r.seed, o["predicted"], o["observed"], o["signal_at_open"], value_at(r, OTHER[arm], o["observed"]),
+                    value_at(r, "stab/max_logit", o["observed"]),
+                    float(np.max(signal) if rising else np.min(signal)), o["closed_before"], o["verdict"], back,
+                    closed, first_above(*taken(r, "stab/future_mass"), 0.0)), early
+
+
+def fill_findings(arms, pred, arm: str) -> Fill:
     runs = arms[arm]
     key, what, rising, number = FILLS[arm]
     fill, slack = float(runs[0].config["attention_bug"].get("fill", -1e4)), float(pred["fill_slack"])
-    rows, verdicts, early, threshold, tol = fill_rows(runs, arm, pred)
-    probe = resolution(taken(runs[0], key)[0])
-    ctrl = arms.get("fill_inf", [])
-    ctrl_leak = max((float(np.max(taken(r, "stab/future_leak")[1])) for r in ctrl), default=math.nan)
+    threshold = abs(fill) - slack if rising else fill + slack
+    tol = alarm_of(runs[0]).tolerance
+    seeds, early = [], []
+    for r in runs:
+        s, e = fill_seed(r, arm, threshold, tol)
+        seeds.append(s)
+        if e is not None:
+            early.append(e)
+    closest = [s.closest for s in seeds]
+    verdicts = [s.verdict for s in seeds]
+    return Fill(
+        arm, what, rising, number, fill, slack, threshold, tol, resolution(taken(runs[0], key)[0]),
+        max((float(np.max(taken(r, "stab/future_leak")[1])) for r in arms.get("fill_inf", [])), default=math.nan),
+        seeds, early, all_hold(verdicts), sum(s.observed is not None for s in seeds),
+        sum(s.observed == s.predicted and s.predicted is not None for s in seeds), verdicts.count("holds"),
+        max(closest) if rising else min(closest), sum(s.mass_first == s.predicted for s in seeds))
+
+
+@dataclass
+class PartialLeaksFindings:
+    """Everything experiment 3's report states, computed from the runs."""
+
+    arms: dict[str, list[Run]]
+    pred: dict
+    onsets: dict[str, list[int | None]]  # the loss onset per seed of each arm (None: never, or no control)
+    collapses: dict[str, list[int | None]]  # the loss-collapse step per seed
+    est: dict  # {(arm, measure): Estimate}, measures sweep.WINDOW_MEASURES and "onset"
+    ends: list[ArmEnd]
+    seen: Seen
+    onset: Onsets | None  # None without the no-mask and causal arms
+    alarm: Alarm
+    fills: list[Fill]
+
+    @property
+    def seen_words(self) -> dict[str, str]:
+        """arm -> how it looks in the loss next to its control, for the arms with a control."""
+        return {e.arm: e.seen for e in self.ends if e.seen is not None}
+
+
+def compute(runs: list[Run]) -> PartialLeaksFindings:
+    arms = group(runs)
+    cfg = runs[0].config
+    pred = {**DEFAULT_PREDICTION, **(cfg.get("prediction") or {})}
+    onsets, collapses = {}, {}
+    for a, rs in arms.items():
+        ctrl = arms.get(CONTROL.get(a, ""), [])
+        onsets[a] = onset_steps(rs, ctrl, pred["onset_run"]) if ctrl else [None] * len(rs)
+        final = float(np.mean([r.summary["train_loss"] for r in ctrl])) if ctrl else math.nan
+        collapses[a] = collapse_steps(rs, pred["onset_fraction"] * final) if ctrl else [None] * len(rs)
+    est = bootstrap(samples(arms, onsets))
+    ends = arm_ends(arms, est, pred)
+    seen = {e.arm: e.seen for e in ends if e.seen is not None}
+    return PartialLeaksFindings(
+        arms, pred, onsets, collapses, est, ends, seen_findings(arms, est, pred, seen),
+        onset_findings(arms, est, pred, onsets, collapses) if "no_mask" in arms and "causal" in arms else None,
+        alarm_findings(arms, pred, onsets, collapses), [fill_findings(arms, pred, a) for a in FILLS if a in arms])
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+def arm_table(f: PartialLeaksFindings) -> str:
+    """The headline table: every arm at the end."""
+    some = next(iter(f.arms.values()))[0]
+    n_val, n_probe = len(some.windows()), len(some.windows("autoregressive_window_position"))
+    rows = [[LABELS[e.arm], str(e.seeds), fmt_pm(*e.train), e.loss.format(), e.honest.format(),
+             e.honest_gap.format(signed=True), e.ratio.format() if e.ratio else "—", e.seen or "—",
+             fmt_pm(*e.future_leak, 2), fmt_pm(*e.future_mass, 3)] for e in f.ends]
+    header = ["arm", "seeds", "training loss, last 10% (± seed sd)", f"val loss, teacher-forced ({n_val} windows)",
+              f"honest loss, autoregressive ({n_probe} windows)",
+              f"honest - teacher-forced (same {n_probe} windows)", "teacher-forced / its control's",
+              "in the loss, next to its control", "future leak (± sd)", "future attention mass (± sd)"]
+    return markdown_table(header, rows)
+
+
+def training_text(t: Training | None) -> str:
+    if t is None:
+        return ""
+    finals = ", ".join(f"{name} {loss:.3f}" for name, loss in t.finals)
+    return (f"At this learning rate {t.failed} of {t.runs} runs of the arm and its control fail to train "
+            f"by Experiment 2's rule (final loss not below the unigram baseline {t.unigram:.3f} by {t.fraction:g} of "
+            f"its gap to the bigram baseline {t.bigram:.3f}; final val loss {finals}).")
+
+
+def seen_section(rep: Report, s: Seen) -> None:
+    lines = [f"- {LABELS[x.arm]}: teacher-forced / causal {x.ratio.format()} (collapse below "
+             f"{s.collapse_fraction:g}: **{x.collapse}**); honest loss minus the causal arm's "
+             f"{x.honest.format(signed=True)}: "
+             f"{difference_words(x.honest, 'worse than causal', '**better than causal**')}. Prediction "
+             f"**{x.verdict}**." for x in s.leaks]
+    fill_words = []
+    for x in s.fills:
+        use = difference_words(x.gap, "the model uses the open mask", "the honest loss is the lower")
+        fill_words += [prose("partial_leaks", "fill_seen", arm=LABELS[x.arm], word=x.word,
+                             diff=x.diff.format(signed=True), words=difference_words(x.diff, "above", "below"),
+                             gap=x.gap.format(signed=True), use=use, trains=training_text(x.training)), ""]
+    rep.findings.append(f"Seen in the loss: collapsed far below the control: "
+                        f"{', '.join(LABELS[a] for a in s.collapsed) or 'none'}; indistinguishable from the control "
+                        f"run: {', '.join(LABELS[a] for a in s.healthy) or 'none'}. Prediction 1 (every structural "
+                        f"leak collapses, none has a better honest loss): **{s.verdict}**.")
+    rep.sections += ["## Which leaks show in the loss", "", prose("partial_leaks", "seen"), "", *lines, "",
+                     *fill_words, "![training loss](curves.png)", "",
+                     "![honest and teacher-forced loss at each validation](honest.png)", "",
+                     "![loss by position](positions.png)", "",
+                     "![future attention mass and future leak](future_mass.png)", ""]
+
+
+def onset_section(rep: Report, o: Onsets) -> None:
+    lo, hi = o.lo, o.hi
+    rows = [[LABELS[r.arm], steps_text(r.steps), r.mean.format(0) if r.mean is not None else "not every seed",
+             r.ratio.format(2) if r.ratio is not None else "—",
+             difference_words(r.ratio - 1, "later", "earlier") if r.ratio is not None else "—", r.verdict,
+             steps_text(r.collapses)] for r in o.rows]
+    header = ["arm", "loss onset per seed (step)", "mean onset", "/ no mask's (paired by seed)", "than no mask",
+              f"prediction 2 ({lo:g} to {hi:g})", "loss-collapse step per seed"]
+    rep.findings.append(f"Onset: prediction 2 (each structural leak leaves the causal band when the full one does, "
+                        f"within {lo:g} to {hi:g} of its step): **{o.verdict}**. Exploratory: these seeds "
+                        "repeat the first sweep's runs, whose curves were seen before the onset was redefined; the "
+                        "verdicts of the one-layer leaks depend on the onset's definition (the table of other "
+                        "definitions), off by one's and the sliding window's do not.")
+    rep.sections += ["## When each leak shows in the training loss", "",
+                     prose("partial_leaks", "onset", run=o.run, fraction=o.fraction, lo=lo, hi=hi,
+                           interval="at every step" if o.interval == 1 else f"every {o.interval} steps",
+                           n_causal=o.n_causal), "",
+                     markdown_table(header, rows), ""]
+    rep.sections += onset_sensitivity_text(o)
+    if o.off_by_one is not None:
+        rep.sections += [prose("partial_leaks", f"onset_why_{o.off_by_one}"), ""]
+    if o.shapes is not None:
+        words = o.shapes
+        shape = ("onset_shapes_seen" if (words["last_layer"], words["sliding_window"]) == ("later", "earlier")
+                 else "onset_shapes_other")
+        rep.sections += [prose("partial_leaks", shape, first=words["first_layer"], last=words["last_layer"],
+                               window=words["sliding_window"]), ""]
+
+
+def onset_sensitivity_text(o: Onsets) -> list[str]:
+    rows = [[d.name, *("not every seed" if c is None else f"{c[0].format(2)} {c[1]}" for c in d.cells)]
+            for d in o.definitions]
+    false = [f"{trips} of {n} {LABELS[ctrl]} seeds with a run of {k}" for trips, n, ctrl, k in o.false_onsets]
+    return ["Prediction 2's ratios under other onset definitions (read after the sweep, not pre-registered):", "",
+            markdown_table(["onset", *(LABELS[a] for a in o.others)], rows), "",
+            "The rule against a band of seeds is not as safe as the config's comment guessed from independent "
+            "steps: applied to each control seed against its arm's other seeds, it fires on "
+            + ", ".join(false) + ": per-seed offsets make consecutive steps move together, and the leaky runs are "
+            "protected mainly because their own seed-matched causal run sits in the band.", ""]
+
+
+def alarm_section(rep: Report, f: Alarm) -> None:
+    rows, literal, leads, collapse_leads = [], [], [], []
+    for r in f.rows:
+        if r.never_leaked:
+            literal.append(f"{LABELS[r.arm]} ({len(r.detected)} runs, alarm fired on "
+                           f"{sum(d is not None for d in r.detected)})")
+        if r.lead and r.arm in STRUCTURAL:
+            leads.append(f"{LABELS[r.arm]} {fmt_pm(*mean_spread(r.lead), 0)}")
+            collapse_leads.append(f"{LABELS[r.arm]} {fmt_pm(*mean_spread(r.collapse_lead), 0)}")
+        rows.append([LABELS[r.arm], steps_text(r.detected), ", ".join(r.signals) or "—", steps_text(r.stab),
+                     steps_text(r.mass), steps_text(r.gaps), steps_text(r.onsets),
+                     (fmt_pm(*mean_spread(r.lead), 0) if r.lead else "—")
+                     + (f"; {plural(r.never, 'seed')} never in the loss" if r.never and r.arm in LEAKY else ""),
+                     f"{r.verdict} as written; never leaked" if r.never_leaked else r.verdict])
+    header = ["arm", "alarm fired at (per seed)", "signal", "future leak first > tolerance, stability probe",
+              "future attention mass first > 0, stability probe", "honest-gap rule first met",
+              "loss onset (leaves the control's band)", "lead: onset - alarm (± seed sd)", "prediction 4"]
+    bound_words = (f" (0 of {f.n_causal} bounds the per-run false-alarm rate below {f.bound:.0%} at 95% confidence)"
+                   if f.false == 0 and f.n_causal else "")
+    rep.findings.append(
+        f"The leak alarm recorded the leak on {f.fired_open} of the {f.opened} buggy runs whose mask opened (it "
+        f"warned on {f.warned_fired} of the {f.warned} "
+        "configured causal=true; the no-mask arm is configured causal=false, so its leak is recorded without a "
+        f"warning), on {f.fired} of all {f.leaky_runs} buggy runs, and on {f.false} of {f.n_causal} causal "
+        f"runs{bound_words}. Prediction 4 as written (every run of every leaky arm): **{f.verdict}**"
+        + (f", because {'; '.join(literal)} never leaked, so the alarm had nothing to find; on the runs whose mask "
+           f"opened (a reading chosen after the sweep) it {verb(f.opened_verdict)}" if literal else "")
+        + ". Its 'at the first validation' for the structural leaks is true by construction of the probe.")
+    if leads:
+        rep.findings.append("The alarm's lead (steps, seed mean ± sd) over the loss onset, which compares each run "
+                            "with seed-matched causal runs a user would not have: " + ", ".join(leads)
+                            + "; over the loss-collapse step, which a user watching the curve would see: "
+                            + ", ".join(collapse_leads) + ". The alarm's step is its first validation for every "
+                            "structural leak, so the leads measure the loss, not the alarm.")
+    rep.sections += ["## The leak alarm", "", prose("partial_leaks", "alarm", first_val=f.first_val), "",
+                     markdown_table(header, rows), ""]
+
+
+def fill_section(rep: Report, f: Fill, runs: list[Run], out: Path) -> None:
+    arm, what, rising, number, threshold, tol = f.arm, f.what, f.rising, f.number, f.threshold, f.tol
+    rows = [[str(s.seed), steps_text([s.predicted]), steps_text([s.observed]),
+             f"{s.signal_at_open:.0f}" if math.isfinite(s.signal_at_open) else "—",
+             f"{s.other:.0f}" if s.other is not None else "—",
+             f"{s.max_logit:.0f}" if s.max_logit is not None else "—",
+             f"{s.closest:.0f}", "yes" if s.closed_before else "**no**", s.verdict, f"{s.back}, {s.closed}"]
+            for s in f.seeds]
     side = "above" if rising else "below"
     other_what = FILLS[next(a for a in FILLS if a != arm)][1]
-    header = ["seed", f"predicted: {what} first {side} {threshold:g} (probes every {probe} steps)",
+    header = ["seed", f"predicted: {what} first {side} {threshold:g} (probes every {f.probe} steps)",
               f"observed: future leak first > {tol:g}", f"{what} then", f"{other_what} then", "max logit then",
               f"{'highest' if rising else 'lowest'} {what} at any probe", "closed before?", "verdict",
               f"after it opened: probes with the {what} back on the closed side, and closed again"]
-    verdict = all_hold(verdicts)
-    n_open = sum(r[2] != "never" for r in rows)
-    closest = [float(r[6]) for r in rows]
-    nearest = max(closest) if rising else min(closest)
-    at_predicted = sum(o == p != "never" for o, p in zip((r[2] for r in rows), (r[1] for r in rows), strict=True))
-    mass_first = [steps_text([first_above(*taken(r, "stab/future_mass"), 0.0)]) for r in runs]
-    mass_at = sum(m == r[1] for m, r in zip(mass_first, rows, strict=True))
+    n_open, n = f.n_open, len(f.seeds)
     shown = (f"**not tested** (it holds only vacuously, in its 'never, if the {what} never passes the threshold' "
-             f"clause: the {what} came no closer than {nearest:.0f} to the threshold {threshold:g})"
-             if n_open == 0 and verdict == "holds" else f"**{verdict}**")
+             f"clause: the {what} came no closer than {f.nearest:.0f} to the threshold {threshold:g})"
+             if n_open == 0 and f.verdict == "holds" else f"**{f.verdict}**")
     rep.findings.append(
-        f"{LABELS[arm]}: the leak opened in {n_open} of {len(rows)} seeds"
-        + (f", at the predicted probe in {at_predicted}, at it or the next in {verdicts.count('holds')}" if n_open
+        f"{LABELS[arm]}: the leak opened in {n_open} of {n} seeds"
+        + (f", at the predicted probe in {f.at_predicted}, at it or the next in {f.holds}" if n_open
            else "") + f"; prediction {number}: {shown}"
         + (f". Read after the sweep: the future attention mass on the unperturbed windows first passed 0 at the "
-           f"predicted probe in {mass_at} of {len(rows)} seeds, so where the prediction fails it is the leak probe "
+           f"predicted probe in {f.mass_at} of {n} seeds, so where the prediction fails it is the leak probe "
            "that saw the opening late (it changes the tokens after a few split points only)" if n_open else "")
-        + f"; the -inf control's largest future leak at any probe: {ctrl_leak:g}.")
+        + f"; the -inf control's largest future leak at any probe: {f.ctrl_leak:g}.")
     if arm == "fill_1e4":
-        opened = [(float(r[3]), float(r[5])) for r in rows if r[3] != "—" and r[5] != "—"]  # margin, max logit
+        opened = [(s.signal_at_open, s.max_logit) for s in f.seeds
+                  if math.isfinite(s.signal_at_open) and s.max_logit is not None]  # margin, max logit
         rep.comparison.append(
             f"The added fill here opened at mask margins of {min(m for m, _ in opened):.0f} to "
             f"{max(m for m, _ in opened):.0f}, with max logits of {min(x for _, x in opened):.0f} to "
@@ -684,35 +942,35 @@ def fill_section(rep: Report, arms, pred, out: Path, arm: str) -> None:
             "visible ones by the fill's magnitude." if opened else
             "The added fill never opened here.")
     else:
-        floors = [float(r[3]) for r in rows if r[3] != "—"]
+        floors = [s.signal_at_open for s in f.seeds if math.isfinite(s.signal_at_open)]
         rep.comparison.append(
-            f"GPT-2's replacing fill opened here in {n_open} of {len(rows)} seeds"
+            f"GPT-2's replacing fill opened here in {n_open} of {n} seeds"
             + (f", at visible floors of {min(floors):.0f} to {max(floors):.0f} (a row whose every visible score had "
                "fallen below the fill), the mechanism of issue 15199's printout" if floors else
                f": no row's visible scores fell below the fill at this rate and length (the lowest visible floor at "
-               f"any probe: {nearest:.0f}, against the fill's {fill:g}), so the published bug did not arise here; it "
-               "needs visible scores far more negative than these runs reached") + ".")
+               f"any probe: {f.nearest:.0f}, against the fill's {f.fill:g}), so the published bug did not arise "
+               "here; it needs visible scores far more negative than these runs reached") + ".")
     block = "fill" if rising else "replace"
-    text = [prose("partial_leaks", block, fill=f"{fill:g}", slack=f"{slack:g}", absfill=f"{abs(fill):g}",
-                  threshold=f"{threshold:g}", tol=f"{tol:g}", ctrl_leak=f"{ctrl_leak:g}",
-                  rounded=f"{np.float32(1) + np.float32(math.exp(-slack)):.7f}"), "",
+    text = [prose("partial_leaks", block, fill=f"{f.fill:g}", slack=f"{f.slack:g}", absfill=f"{abs(f.fill):g}",
+                  threshold=f"{threshold:g}", tol=f"{tol:g}", ctrl_leak=f"{f.ctrl_leak:g}",
+                  rounded=f"{np.float32(1) + np.float32(math.exp(-f.slack)):.7f}"), "",
             markdown_table(header, rows), ""]
     if n_open:
-        text += [prose("partial_leaks", "probe_blind", what=what, mass=", ".join(mass_first),
-                       predicted=", ".join(r[1] for r in rows), at=mass_at, n=len(rows)), ""]
-    if early:
-        text += [prose("partial_leaks", "fill_misses", what=what, seeds=", ".join(str(e[0]) for e in early),
-                       masses=", ".join(f"{m:.1e}" for _, m, _ in early),
-                       leaks=", ".join(f"{v:.2f}" for *_, v in early), tol=f"{tol:g}"), ""]
-    backs = [tuple(int(x) for x in r[9].split(", ")) for r in rows]
-    back, closed = sum(b for b, _ in backs), sum(c for _, c in backs)
+        text += [prose("partial_leaks", "probe_blind", what=what, mass=", ".join(steps_text([s.mass_first])
+                                                                                  for s in f.seeds),
+                       predicted=", ".join(r[1] for r in rows), at=f.mass_at, n=n), ""]
+    if f.early:
+        text += [prose("partial_leaks", "fill_misses", what=what, seeds=", ".join(str(e[0]) for e in f.early),
+                       masses=", ".join(f"{m:.1e}" for _, m, _ in f.early),
+                       leaks=", ".join(f"{v:.2f}" for *_, v in f.early), tol=f"{tol:g}"), ""]
+    back, closed = sum(s.back for s in f.seeds), sum(s.closed for s in f.seeds)
     if back:
         text += [prose("partial_leaks", "fill_closing", back=back, closed=closed, open=back - closed, what=what,
                        counter=plural(back - closed, "counter-example")), ""]
     name = "fill.png" if rising else "fill_where.png"
     rep.sections += [f"## {LABELS[arm]}: when the mask opens (prediction {number})", "", *text,
                      f"![{LABELS[arm]}]({name})", ""]
-    fig_fill(runs, key, what, threshold, tol, out / name)
+    fig_fill(runs, FILLS[arm][0], what, threshold, tol, out / name)
 
 
 def setup_text(arms: dict[str, list[Run]], runs: list[Run]) -> str:
@@ -725,17 +983,8 @@ def setup_text(arms: dict[str, list[Run]], runs: list[Run]) -> str:
 
 
 def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
-    arms = group(runs)
-    cfg = runs[0].config
-    pred = {**DEFAULT_PREDICTION, **(cfg.get("prediction") or {})}
-    onsets, collapses = {}, {}
-    for a, rs in arms.items():
-        ctrl = arms.get(CONTROL.get(a, ""), [])
-        onsets[a] = onset_steps(rs, ctrl, pred["onset_run"]) if ctrl else [None] * len(rs)
-        final = float(np.mean([r.summary["train_loss"] for r in ctrl])) if ctrl else math.nan
-        collapses[a] = collapse_steps(rs, pred["onset_fraction"] * final) if ctrl else [None] * len(rs)
-    est = bootstrap(samples(arms, onsets))
-    table, seen = arm_table(arms, est, pred)
+    f = compute(runs)
+    arms = f.arms
     fill_cfg = arms["fill_1e4"][0].config if "fill_1e4" in arms else {}
     m = fill_cfg.get("model", {})
     header = [prose("partial_leaks", "intro", n_runs=plural(len(runs), "run"),
@@ -746,14 +995,13 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
               setup_text(arms, runs), "",
               prose("partial_leaks", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, method=METHOD,
                     n_seeds=seeds_words(arms.values())), ""]
-    rep = Report(sections=["## Every arm at the end", "", table, ""])
-    seen_section(rep, arms, est, pred, seen, out)
-    if "no_mask" in arms and "causal" in arms:
-        onset_section(rep, arms, est, pred, onsets, collapses)
-    alarm_section(rep, arms, pred, onsets, collapses)
-    for arm in FILLS:
-        if arm in arms:
-            fill_section(rep, arms, pred, out, arm)
+    rep = Report(sections=["## Every arm at the end", "", arm_table(f), ""])
+    seen_section(rep, f.seen)
+    if f.onset is not None:
+        onset_section(rep, f.onset)
+    alarm_section(rep, f.alarm)
+    for fill in f.fills:
+        fill_section(rep, fill, arms[fill.arm], out)
     fig_curves(arms, out / "curves.png", {a: [r.summary.get("leak_detected_step") for r in rs]
                                           for a, rs in arms.items()})
     fig_honest(arms, out / "honest.png")
@@ -763,8 +1011,9 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
                                                        "fill_where_1e4") if a in arms}, out)
     if links:
         rep.sections += ["Attention at the end, interactive (first seed): " + ", ".join(links) + ".", ""]
-    sections = header + ["## Findings", ""] + [f"- {f}" for f in rep.findings] + [""]
+    sections = header + ["## Findings", ""] + [f"- {x}" for x in rep.findings] + [""]
     sections += [prose("partial_leaks", "changes"), ""] + rep.sections
+    seen = f.seen_words
     structural = [a for a in STRUCTURAL if a in seen]
     collapsed = [a for a in structural if seen[a] == "collapses"]
     rep.comparison.insert(0, (
@@ -774,13 +1023,12 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
            if collapsed == structural else
            f"(not: {', '.join(LABELS[a] for a in structural if a not in collapsed)}): where a partial leak does "
            "not collapse the loss, the published symptom would miss it.")))
-    for a in FILLS:
-        if a in seen:
-            falls = seen[a] in ("collapses", "lower")
-            rep.comparison.append(
-                f"{LABELS[a]}: " + ("as in the published reports" if falls else "unlike the published reports")
-                + f", the loss here {'falls' if falls else 'does not fall'} next to the -inf control (it is "
-                f"{seen[a]}). {fill_trains(arms, a)}")
+    for x in f.seen.fills:
+        falls = x.word in ("collapses", "lower")
+        rep.comparison.append(
+            f"{LABELS[x.arm]}: " + ("as in the published reports" if falls else "unlike the published reports")
+            + f", the loss here {'falls' if falls else 'does not fall'} next to the -inf control (it is "
+            f"{x.word}). {training_text(x.training)}")
     sections += ["## How this compares with the published cases", "", prose("partial_leaks", "literature")]
     sections += [f"- {c}" for c in rep.comparison] + [""]
     sections += [prose("partial_leaks", "threats"), ""]
@@ -790,6 +1038,6 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     return path
 
 
-# what partial_leaks.yaml's ``prediction`` says: for runs made without it
+# what partial_leaks.yaml's ``prediction`` says: for runs whose config has no prediction block (or part of one)
 DEFAULT_PREDICTION = {"collapse_fraction": 0.5, "onset_run": 10, "onset_fraction": 0.5, "onset_ratio": [0.8, 1.25],
                       "fill_slack": 16, "alarm_first_validation": True}

@@ -2,23 +2,24 @@
 
 The numbers come from tinygpt.analysis.sqrt_dk_numbers (each arm's optimum, basin width and LR sensitivity with
 their intervals, the comparisons and the float16 counts); the verdict words from tinygpt.analysis.lr_basin; the
-prose from sqrt_dk.md. This module draws the figures and fills the prose. It works on any set of runs that
-differ in learning rate and attention variant, drawing what they support (a quick sweep has one seed and a
-few rates).
+prose from sqrt_dk.md. ``compute`` gathers what the report states (SqrtDkFindings: the arms' numbers, the
+predictions' verdicts, the float16 sweep, the huge logits); the sections render those findings as tables and
+filled prose, and draw the figures. It works on any set of runs that differ in learning rate and attention
+variant, drawing what they support (a quick sweep has one seed and a few rates).
 """
 
 from __future__ import annotations
 
 import math
 import subprocess
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from tinygpt.analysis import lr_basin
-from tinygpt.analysis.figures import explorers, finish_axes, fmt, markdown_table, save
+from tinygpt.analysis.figures import explorers, finish_axes, fmt_pm, markdown_table, save
 from tinygpt.analysis.init_stats import logits_at_init, slopes
 from tinygpt.analysis.sqrt_dk_numbers import (
     Arm,
@@ -26,6 +27,7 @@ from tinygpt.analysis.sqrt_dk_numbers import (
     Comparison,
     Measures,
     Numbers,
+    SeedLevel,
     arms_of,
     baselines,
     compare,
@@ -40,7 +42,7 @@ from tinygpt.analysis.sqrt_dk_numbers import (
     stage_two,
 )
 from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate, direction, failed_to_train, mean_spread, verb
-from tinygpt.analysis.sweep import ReportError, Run, seeds_words, sweep_wall_seconds
+from tinygpt.analysis.sweep import ReportError, Run, group_by, seeds_words, sweep_wall_seconds
 from tinygpt.analysis.templates import Report, plural, prose
 
 LADDER = [10 ** (k / 3) for k in range(-18, -2)]  # the design's rates, three a decade, for stage 2
@@ -402,80 +404,142 @@ def expected(pred: dict) -> dict:
     return out
 
 
-def entropy_at_best(a: Arm, arms: dict) -> str:
+def entropy_at_best(a: Arm, arms: dict) -> float | None:
     """The arm's mean normalised attention entropy at the end of training at its best grid rate (seed mean)."""
     x = a.lrs[int(np.nanargmin([a.loss[y].value for y in a.lrs]))]
     vals = [e[-1] for e in (r.series("stab/entropy")[1] for r in arms.get(a.key, {}).get(x, [])) if len(e)]
-    return f"{np.mean(vals):.2f}" if vals else "n/a"
+    return float(np.mean(vals)) if vals else None
 
 
-def predictions(rep: Report, nums: Numbers, pred: dict, fp16: dict, arms_by_key: dict) -> None:
-    """P1-P7 as the design wrote them, each verdict from lr_basin's tested functions; then the answer they give."""
+@dataclass
+class Growth:
+    """P4 at one of the two comparisons: the growth of the scale's basin advantage from d_k = 64 to 256."""
+
+    where: str  # "fixed width" or "fixed head count"
+    est: Estimate  # (scaled - unscaled width at 256) - (the same at 64)
+    direction: int  # its censored direction
+    scaled: Arm  # the d_k = 64 arms
+    unscaled: Arm
+    entropy_scaled: float | None  # their attention entropy at their best rate
+    entropy_unscaled: float | None
+
+
+@dataclass
+class Predictions:
+    """P1-P7 as the design wrote them, each verdict from lr_basin's tested functions, with the numbers they rest on.
+    ``p4``, ``p6`` and ``p7`` are None where the sweep does not test them."""
+
+    measures: Measures
+    scaled: Arm  # d_k = 256, one head at width 256
+    unscaled: Arm
+    comparison: Comparison  # unscaled minus scaled
+    p1: str
+    p2: str
+    p3: str
+    p4: str | None
+    p5: str
+    p6: str | None
+    p7: str | None
+    seedwise_opt: SeedLevel  # the P1-P3 differences seed by seed, beside the bootstrap
+    seedwise_best: SeedLevel
+    seedwise_width: SeedLevel
+    growth: list[Growth]
+    qknorm: Arm | None  # d_k = 256 with qk-layernorm and the factor
+    qknorm_comparison: Comparison | None  # qk-layernorm minus without
+    fp16: dict  # the float16 counts (fp16_counts)
+
+
+def prediction_findings(nums: Numbers, pred: dict, fp16: dict, arms_by_key: dict) -> Predictions | None:
+    """None where the sweep lacks the d_k = 256 pair every prediction needs."""
     m = nums.measures
     s256, n256 = nums.get(d_k=256, heads=1, width=256, scale="sqrt_dk", qk_norm=False), nums.get(
         d_k=256, heads=1, width=256, scale="none", qk_norm=False)
     if not (s256 and n256):
-        rep.findings.append(prose("sqrt_dk", "no_predictions"))
-        return
+        return None
     c = compare(n256, s256, m)  # unscaled minus scaled
     e = expected(pred)
-    v1 = lr_basin.sign_verdict(c.dir_opt, e["optimum_shift"])
-    v2 = lr_basin.sign_verdict(c.dir_best, e["best_loss_gap"])
-    v3 = lr_basin.sign_verdict(-c.dir_width, e["basin_gap"])  # scaled minus unscaled width
-    v5 = lr_basin.sign_verdict(c.dir_sens, e["sensitivity_gap"])
     xs_opt = lambda a, y: lr_basin.optimum(a.xs, y)  # noqa: E731
-    sl_opt = seed_level(n256, s256, lambda a, y: xs_opt(a, y)[0])
-    sl_best = seed_level(n256, s256, lambda a, y: xs_opt(a, y)[1])
-    sl_width = seed_level(s256, n256, lambda a, y: lr_basin.width(a.xs, y, m.delta))
-    rep.findings += [
-        prose("sqrt_dk", "p1", verdict=verdict(v1), d=c.d_opt.format(2, signed=True), factor=factor(c.d_opt),
-              s=opt_text(s256), n=opt_text(n256), seedwise=sl_opt.format(2)),
-        prose("sqrt_dk", "p2", verdict=verdict(v2), d=c.d_best.format(3, signed=True), s=s256.opt_loss.format(),
-              n=n256.opt_loss.format(), seedwise=sl_best.format(3)),
-        prose("sqrt_dk", "p3", verdict=verdict(v3), d=(s256.width - n256.width).format(2, signed=True),
-              s=width_text(s256), n=width_text(n256), delta=f"{m.delta:g}", seedwise=sl_width.format(2),
-              other_deltas="; ".join(f"{d:g}: {e.scaled(-1).format(2, signed=True)}" for d, e in c.d_widths.items())),
-    ]
     grow = []
     for small_heads, small_width, name in ((4, 256, "fixed width"), (1, 64, "fixed head count")):
         s64 = nums.get(d_k=64, heads=small_heads, width=small_width, scale="sqrt_dk", qk_norm=False)
         n64 = nums.get(d_k=64, heads=small_heads, width=small_width, scale="none", qk_norm=False)
         if s64 and n64:
             est, d = growth(s256, n256, s64, n64, m)
-            grow.append((name, est, d, s64, n64))
-    v4 = v6 = v7 = "undecided"
+            grow.append(Growth(name, est, d, s64, n64, entropy_at_best(s64, arms_by_key),
+                               entropy_at_best(n64, arms_by_key)))
+    p4 = None
     if grow:
-        v4 = lr_basin.all_verdict([d for _, _, d, *_ in grow], e["basin_growth"]) if len(grow) == 2 else "undecided"
-        rep.findings.append(prose("sqrt_dk", "p4", verdict=verdict(v4), small_dk=64, big_dk=256, parts="; ".join(
-            prose("sqrt_dk", "p4_part", where=name, d=est.format(2, signed=True),
-                  entropy=entropy_at_best(s64, arms_by_key), entropy_n=entropy_at_best(n64, arms_by_key),
-                  small=f"d_k = {s64.key.d_k} with {plural(s64.key.heads, 'head')} at width {s64.key.width}",
-                  small_gap=(s64.width - n64.width).format(2, signed=True),
-                  big_gap=(s256.width - n256.width).format(2, signed=True))
-            for name, est, d, s64, n64 in grow)))
-    rep.findings.append(prose("sqrt_dk", "p5", verdict=verdict(v5), d=c.d_sens.format(3, signed=True),
-                              s=s256.sensitivity.format(), n=n256.sensitivity.format(),
-                              lo=rate(m.sensitivity_range[0]), hi=rate(m.sensitivity_range[1]),
-                              reading=lr_basin.sensitivity_words(c.dir_sens, -c.dir_width, c.dir_opt != 0)))
+        p4 = lr_basin.all_verdict([g.direction for g in grow], e["basin_growth"]) if len(grow) == 2 else "undecided"
     q = nums.get(d_k=256, heads=1, width=256, scale="sqrt_dk", qk_norm=True)
-    if q:
-        cq = compare(q, s256, m)  # qk-layernorm minus without
-        v6 = lr_basin.both_verdict(cq.dir_width, e["qknorm_effect"][0], cq.dir_sens, e["qknorm_effect"][1])
-        rep.findings.append(prose("sqrt_dk", "p6", verdict=verdict(v6), d_width=cq.d_width.format(2, signed=True),
-                                  d_sens=cq.d_sens.format(3, signed=True), d_best=cq.d_best.format(3, signed=True),
-                                  q_width=width_text(q), s_width=width_text(s256)))
+    cq = compare(q, s256, m) if q else None  # qk-layernorm minus without
+    p7 = None
     if fp16:
         counts = {x: (by.get("none", (0, 0))[0], by.get("sqrt_dk", (0, 0))[0]) for x, by in fp16.items()}
-        v7 = lr_basin.fp16_verdict(counts, int(pred.get("fp16_min_unscaled", 3)),
+        p7 = lr_basin.fp16_verdict(counts, int(pred.get("fp16_min_unscaled", 3)),
                                    int(pred.get("fp16_max_scaled", 1))) if fp16_complete(fp16) else "undecided"
-        rep.findings.append(prose("sqrt_dk", "p7", verdict=verdict(v7), counts="; ".join(
+    return Predictions(
+        m, s256, n256, c,
+        p1=lr_basin.sign_verdict(c.dir_opt, e["optimum_shift"]),
+        p2=lr_basin.sign_verdict(c.dir_best, e["best_loss_gap"]),
+        p3=lr_basin.sign_verdict(-c.dir_width, e["basin_gap"]),  # scaled minus unscaled width
+        p4=p4,
+        p5=lr_basin.sign_verdict(c.dir_sens, e["sensitivity_gap"]),
+        p6=lr_basin.both_verdict(cq.dir_width, e["qknorm_effect"][0], cq.dir_sens, e["qknorm_effect"][1])
+        if cq else None,
+        p7=p7,
+        seedwise_opt=seed_level(n256, s256, lambda a, y: xs_opt(a, y)[0]),
+        seedwise_best=seed_level(n256, s256, lambda a, y: xs_opt(a, y)[1]),
+        seedwise_width=seed_level(s256, n256, lambda a, y: lr_basin.width(a.xs, y, m.delta)),
+        growth=grow, qknorm=q, qknorm_comparison=cq, fp16=fp16)
+
+
+def predictions_text(p: Predictions | None) -> list[str]:
+    """The findings' lines of P1-P7, then the answer they give."""
+    if p is None:
+        return [prose("sqrt_dk", "no_predictions")]
+    m, c, s256, n256 = p.measures, p.comparison, p.scaled, p.unscaled
+    out = [
+        prose("sqrt_dk", "p1", verdict=verdict(p.p1), d=c.d_opt.format(2, signed=True), factor=factor(c.d_opt),
+              s=opt_text(s256), n=opt_text(n256), seedwise=p.seedwise_opt.format(2)),
+        prose("sqrt_dk", "p2", verdict=verdict(p.p2), d=c.d_best.format(3, signed=True), s=s256.opt_loss.format(),
+              n=n256.opt_loss.format(), seedwise=p.seedwise_best.format(3)),
+        prose("sqrt_dk", "p3", verdict=verdict(p.p3), d=(s256.width - n256.width).format(2, signed=True),
+              s=width_text(s256), n=width_text(n256), delta=f"{m.delta:g}", seedwise=p.seedwise_width.format(2),
+              other_deltas="; ".join(f"{d:g}: {e.scaled(-1).format(2, signed=True)}" for d, e in c.d_widths.items())),
+    ]
+    if p.growth:
+        out.append(prose("sqrt_dk", "p4", verdict=verdict(p.p4), small_dk=64, big_dk=256, parts="; ".join(
+            prose("sqrt_dk", "p4_part", where=g.where, d=g.est.format(2, signed=True),
+                  entropy=entropy_words(g.entropy_scaled), entropy_n=entropy_words(g.entropy_unscaled),
+                  small=f"d_k = {g.scaled.key.d_k} with {plural(g.scaled.key.heads, 'head')} at width "
+                        f"{g.scaled.key.width}",
+                  small_gap=(g.scaled.width - g.unscaled.width).format(2, signed=True),
+                  big_gap=(s256.width - n256.width).format(2, signed=True))
+            for g in p.growth)))
+    out.append(prose("sqrt_dk", "p5", verdict=verdict(p.p5), d=c.d_sens.format(3, signed=True),
+                     s=s256.sensitivity.format(), n=n256.sensitivity.format(),
+                     lo=rate(m.sensitivity_range[0]), hi=rate(m.sensitivity_range[1]),
+                     reading=lr_basin.sensitivity_words(c.dir_sens, -c.dir_width, c.dir_opt != 0)))
+    if p.qknorm_comparison is not None:
+        cq = p.qknorm_comparison
+        out.append(prose("sqrt_dk", "p6", verdict=verdict(p.p6), d_width=cq.d_width.format(2, signed=True),
+                         d_sens=cq.d_sens.format(3, signed=True), d_best=cq.d_best.format(3, signed=True),
+                         q_width=width_text(p.qknorm), s_width=width_text(s256)))
+    if p.p7 is not None:
+        out.append(prose("sqrt_dk", "p7", verdict=verdict(p.p7), counts="; ".join(
             f"lr {rate(x)}: unscaled {by.get('none', (0, 0))[0]} of {by.get('none', (0, 0))[1]}, scaled "
-            f"{by.get('sqrt_dk', (0, 0))[0]} of {by.get('sqrt_dk', (0, 0))[1]}" for x, by in fp16.items())))
+            f"{by.get('sqrt_dk', (0, 0))[0]} of {by.get('sqrt_dk', (0, 0))[1]}" for x, by in p.fp16.items())))
     said = {v: f"the prediction {verb(v)}" for v in ("holds", "fails", "undecided")}
-    rep.findings.append(prose(
-        "sqrt_dk", "answer", p1=said[v1], p2=said[v2], p3=said[v3], seedwise=sl_width.format(2),
-        p4=said[v4] if grow else "not tested here", p6=said[v6] if q else "not tested here",
-        p7=said[v7] if fp16 else "not tested here"))
+    out.append(prose(
+        "sqrt_dk", "answer", p1=said[p.p1], p2=said[p.p2], p3=said[p.p3], seedwise=p.seedwise_width.format(2),
+        p4=said[p.p4] if p.p4 is not None else "not tested here",
+        p6=said[p.p6] if p.p6 is not None else "not tested here",
+        p7=said[p.p7] if p.p7 is not None else "not tested here"))
+    return out
+
+
+def entropy_words(v: float | None) -> str:
+    return f"{v:.2f}" if v is not None else "n/a"
 
 
 def pairs_section(rep: Report, nums: Numbers) -> None:
@@ -510,16 +574,40 @@ def qknorm_section(rep: Report, nums: Numbers, arms: dict) -> None:
             rep.sections += [prose("sqrt_dk", "never_beats_bigram", arm=a.key.label, best=a.opt_loss.format()), ""]
     shown = [x for x in (s, n, qs, qn) if x]
     lrs = sorted({y for a in shown for y in a.lrs if y >= 1e-3})
-    rows = [[a.key.label] + ["" if (ml := max_logit(arms.get(a.key, {}).get(x, []))) is None else fmt(*ml, 1)
+    rows = [[a.key.label] + ["" if (ml := max_logit(arms.get(a.key, {}).get(x, []))) is None else fmt_pm(*ml, 1)
                              for x in lrs] for a in shown]
     rep.sections += [prose("sqrt_dk", "max_logit_table", lo=rate(lrs[0]), hi=rate(lrs[-1])), "",
                      markdown_table(["arm"] + [f"lr {rate(x)}" for x in lrs], rows), ""]
 
 
-def fp16_section(rep: Report, arms: dict, fp16: dict, nums: Numbers) -> None:
+@dataclass
+class Fp16Row:
+    """One float16 arm at one rate."""
+
+    lr: float
+    arm: ArmKey
+    diverged: int
+    runs: int
+    stopped: list[int]  # the diverged runs' last steps, sorted
+    others: tuple[float, float] | None  # the other runs' final loss, mean ± seed sd
+    raw: tuple[float, float] | None  # the smallest and largest raw |q.k| at the last probe
+    float32_max_logit: tuple[float, float] | None  # the float32 partner's max logit at the end, mean ± seed sd
+
+
+@dataclass
+class Fp16:
+    """The float16 sweep: what diverged and when, the raw products, the step times against float32."""
+
+    rows: list[Fp16Row]
+    runs: int
+    wall: float  # minutes
+    step16: float  # median step seconds, float16 runs
+    step32: float  # the same arms in float32 (d_k = 256, rates from 1e-3)
+
+
+def fp16_findings(arms: dict, fp16: dict) -> Fp16 | None:
     if not fp16:
-        rep.sections += ["## Float16", "", prose("sqrt_dk", "fp16_missing"), ""]
-        return
+        return None
     rows = []
     for x, by in fp16.items():
         for scale in ("none", "sqrt_dk"):
@@ -527,25 +615,31 @@ def fp16_section(rep: Report, arms: dict, fp16: dict, nums: Numbers) -> None:
                 continue
             k16 = next(k for k in arms if k.fp16 and k.scale == scale)
             rs = arms[k16][x]
-            steps = [s for r in rs if not math.isfinite(final_loss(r)) and (s := diverged_step(r)) is not None]
             ok = [final_loss(r) for r in rs if math.isfinite(final_loss(r))]
-            k32 = k16.partner(precision="32-true")
-            ml32 = max_logit(arms.get(k32, {}).get(x, []))
             raw = [v for r in rs if (v := raw_product(r, k16)) is not None]
-            rows.append([rate(x), k16.scale_label, f"{by[scale][0]} of {by[scale][1]}",
-                         ", ".join(map(str, sorted(steps))) or "-",
-                         fmt(*mean_spread(ok), 3) if ok else "-",
-                         f"{min(raw):,.0f} to {max(raw):,.0f}" if raw else "-",
-                         fmt(*ml32, 0) if ml32 else "(not in the float32 grid)"])
+            rows.append(Fp16Row(
+                x, k16, by[scale][0], by[scale][1],
+                sorted(s for r in rs if not math.isfinite(final_loss(r)) and (s := diverged_step(r)) is not None),
+                mean_spread(ok) if ok else None, (min(raw), max(raw)) if raw else None,
+                max_logit(arms.get(k16.partner(precision="32-true"), {}).get(x, []))))
     f16 = [r for k, by in arms.items() if k.fp16 for rs in by.values() for r in rs]
     f32 = [r for k, by in arms.items() if not k.fp16 and k.d_k == 256 and k.heads == 1 and not k.qk_norm
            and k.scale in ("none", "sqrt_dk") for x, rs in by.items() if x >= 1e-3 for r in rs]
-    t16 = step_seconds(f16)
-    t32 = step_seconds(f32)
-    rep.sections += ["## Float16", "", prose("sqrt_dk", "fp16_intro", n_runs=plural(len(f16), "run"),
+    return Fp16(rows, len(f16), wall_minutes(f16), step_seconds(f16), step_seconds(f32))
+
+
+def fp16_section(rep: Report, f: Fp16 | None) -> None:
+    if f is None:
+        rep.sections += ["## Float16", "", prose("sqrt_dk", "fp16_missing"), ""]
+        return
+    rows = [[rate(r.lr), r.arm.scale_label, f"{r.diverged} of {r.runs}", ", ".join(map(str, r.stopped)) or "-",
+             fmt_pm(*r.others, 3) if r.others else "-",
+             f"{r.raw[0]:,.0f} to {r.raw[1]:,.0f}" if r.raw else "-",
+             fmt_pm(*r.float32_max_logit, 0) if r.float32_max_logit else "(not in the float32 grid)"] for r in f.rows]
+    rep.sections += ["## Float16", "", prose("sqrt_dk", "fp16_intro", n_runs=plural(f.runs, "run"),
                                              fp16_max=f"{float(np.finfo(np.float16).max):.0f}",
-                                             wall=f"{wall_minutes(f16):.1f}",
-                                             step16=f"{1000 * t16:.0f}", step32=f"{1000 * t32:.0f}"), "",
+                                             wall=f"{f.wall:.1f}",
+                                             step16=f"{1000 * f.step16:.0f}", step32=f"{1000 * f.step32:.0f}"), "",
                      markdown_table(["lr", "arm", "diverged (float16)", "stopped at step", "final loss of the others",
                                      "largest raw q.k at a probe (float16 runs; the last probe before a stop)",
                                      "max logit at the end, float32 runs"], rows),
@@ -584,7 +678,7 @@ def stability_section(rep: Report, arms: dict, nums: Numbers, cfg: dict, out: Pa
     for k in keys:
         vals = [e[-1] for e in (r.series("stab/entropy")[1] for r in arms[k].get(shown[0], [])) if len(e)]
         if vals:
-            ends.append(f"{k.scale_label}{' + qk-layernorm' if k.qk_norm else ''} {fmt(*mean_spread(vals), 2)}")
+            ends.append(f"{k.scale_label}{' + qk-layernorm' if k.qk_norm else ''} {fmt_pm(*mean_spread(vals), 2)}")
     links = explorers({f"d_k = {big}, {k.scale_label}{' + qk-layernorm' if k.qk_norm else ''}, lr {rate(x)}, "
                        f"seed {arms[k][x][0].seed}": arms[k][x][0] for k in keys[:2] for x in shown if x in arms[k]},
                       out)
@@ -595,17 +689,36 @@ def stability_section(rep: Report, arms: dict, nums: Numbers, cfg: dict, out: Pa
         rep.sections += [prose("sqrt_dk", "explorers", links=", ".join(links)), ""]
 
 
-def literature(rep: Report, runs: list[Run], nums: Numbers, baseline: tuple) -> None:
-    huge = [r for r in runs if not arm_is_fp16(r) and (r.summary.get("attn_max_logit") or 0) > 1e4]
+@dataclass
+class HugeLogits:
+    """The float32 runs whose max attention logit passed HUGE at the end, and how they trained."""
+
+    runs: int  # such runs
+    float32_runs: int
+    above_bigram: int  # of those that finished, how many ended at or above the bigram baseline
+    lo: float  # their final losses' range (NaN if none finished)
+    hi: float
+    diverged: int
+    failed: int  # failed to train
+    largest: float  # the largest max logit (0 if none)
+
+
+HUGE = 1e4  # a max logit past this is "huge" (the published cases' 1e4-ish logits)
+
+
+def huge_logits(runs: list[Run], nums: Numbers, baseline: tuple) -> HugeLogits:
+    huge = [r for r in runs if not arm_is_fp16(r) and (r.summary.get("attn_max_logit") or 0) > HUGE]
     ok = [v for r in huge if math.isfinite(v := final_loss(r))]
-    failed = sum(failed_to_train(v, *baseline, nums.measures.failed_fraction) for v in ok)
-    n32 = sum(not arm_is_fp16(r) for r in runs)
-    above = sum(not v < baseline[1] for v in ok)
-    rep.comparison.append(prose("sqrt_dk", "huge_logits", n_huge=len(huge), n_runs=n32, threshold="1e4",
-                                n_above=above, lo=f"{min(ok, default=math.nan):.2f}",
-                                hi=f"{max(ok, default=math.nan):.2f}",
-                                n_div=len(huge) - len(ok), n_failed=failed,
-                                largest=f"{max((r.summary['attn_max_logit'] for r in huge), default=0):.3g}"))
+    return HugeLogits(len(huge), sum(not arm_is_fp16(r) for r in runs), sum(not v < baseline[1] for v in ok),
+                      min(ok, default=math.nan), max(ok, default=math.nan), len(huge) - len(ok),
+                      sum(failed_to_train(v, *baseline, nums.measures.failed_fraction) for v in ok),
+                      max((r.summary["attn_max_logit"] for r in huge), default=0))
+
+
+def literature(rep: Report, h: HugeLogits) -> None:
+    rep.comparison.append(prose("sqrt_dk", "huge_logits", n_huge=h.runs, n_runs=h.float32_runs, threshold="1e4",
+                                n_above=h.above_bigram, lo=f"{h.lo:.2f}", hi=f"{h.hi:.2f}", n_div=h.diverged,
+                                n_failed=h.failed, largest=f"{h.largest:.3g}"))
 
 
 def arm_is_fp16(run: Run) -> bool:
@@ -633,10 +746,7 @@ def setup_text(runs: list[Run], arms: dict, nums: Numbers, baseline: tuple) -> s
 def wall_minutes(runs: list[Run]) -> float:
     """The sweeps' wall time: each sweep dir's own (first config.yaml to last summary.json), summed, so the wait
     between two sweeps (stage 1 and stage 2) is not counted."""
-    by_dir: dict = {}
-    for r in runs:
-        by_dir.setdefault(r.dir.parent, []).append(r)
-    return sum(sweep_wall_seconds(rs) for rs in by_dir.values()) / 60
+    return sum(sweep_wall_seconds(rs) for rs in group_by(runs, lambda r: r.dir.parent).values()) / 60
 
 
 def stage_two_text(nums: Numbers) -> str:
@@ -662,8 +772,43 @@ def adam_shift(nums: Numbers) -> dict[str, str]:
     return out
 
 
-def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
-    """The report (README.md and its PNGs in ``out``) from experiment 2's runs."""
+@dataclass
+class Outcomes:
+    """How the float32 runs ended: diverged, failed to train (at rates below their arm's best rate or above it)."""
+
+    runs: int
+    diverged: int
+    failed: int
+    failed_slow: int  # failed at a rate below the arm's best grid rate
+    fraction: float  # the failed-to-train rule's fraction of the unigram - bigram gap
+
+
+def outcomes(nums: Numbers) -> Outcomes:
+    arms = nums.arms.values()
+    return Outcomes(sum(sum(a.runs.values()) for a in arms), sum(sum(a.diverged.values()) for a in arms),
+                    sum(sum(a.failed.values()) for a in arms),
+                    sum(n for a in arms for x, n in a.failed.items()
+                        if x < a.lrs[int(np.nanargmin([a.loss[y].value for y in a.lrs]))]),
+                    nums.measures.failed_fraction)
+
+
+@dataclass
+class SqrtDkFindings:
+    """Everything experiment 2's report states, computed from the runs: each arm's measures (``nums``), the
+    predictions' verdicts, the float16 sweep and the huge logits."""
+
+    arms: dict  # ArmKey -> {lr: [runs]}
+    cfg: dict  # a float32 run's config: the recipe
+    pred: dict
+    baseline: tuple[float, float]  # the unigram and bigram losses
+    nums: Numbers
+    outcomes: Outcomes
+    predictions: Predictions | None
+    fp16: Fp16 | None
+    huge: HugeLogits
+
+
+def compute(runs: list[Run]) -> SqrtDkFindings:
     arms = arms_of(runs)
     cfg = next((r for r in runs if not arm_is_fp16(r)), runs[0]).config
     pred = cfg.get("prediction") or {}
@@ -672,16 +817,19 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     baseline = baselines(runs)
     nums = numbers(arms, m, baseline)
     fp16 = fp16_counts(arms)
+    return SqrtDkFindings(arms, cfg, pred, baseline, nums, outcomes(nums),
+                          prediction_findings(nums, pred, fp16, arms), fp16_findings(arms, fp16),
+                          huge_logits(runs, nums, baseline))
+
+
+def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
+    """The report (README.md and its PNGs in ``out``) from experiment 2's runs."""
+    f = compute(runs)
+    arms, cfg, nums, m, o = f.arms, f.cfg, f.nums, f.nums.measures, f.outcomes
     rep = Report()
-    n_div = sum(sum(a.diverged.values()) for a in nums.arms.values())
-    n_failed = sum(sum(a.failed.values()) for a in nums.arms.values())
-    n_slow = sum(n for a in nums.arms.values() for x, n in a.failed.items()
-                 if x < a.lrs[int(np.nanargmin([a.loss[y].value for y in a.lrs]))])
-    rep.findings.append(prose("sqrt_dk", "in_short", n_div=n_div, n_failed=n_failed, n_slow=n_slow,
-                              n_fast=n_failed - n_slow,
-                              n_runs=sum(sum(a.runs.values()) for a in nums.arms.values()),
-                              fraction=f"{m.failed_fraction:g}"))
-    predictions(rep, nums, pred, fp16, arms)
+    rep.findings.append(prose("sqrt_dk", "in_short", n_div=o.diverged, n_failed=o.failed, n_slow=o.failed_slow,
+                              n_fast=o.failed - o.failed_slow, n_runs=o.runs, fraction=f"{o.fraction:g}"))
+    rep.findings += predictions_text(f.predictions)
     width = max(k.width for k in nums.arms)
     init_section(rep, width, cfg["model"]["block_size"], out)
     fig_loss_vs_lr(nums, out / "loss_vs_lr.png")
@@ -693,17 +841,17 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
                      "![sensitivity vs width](sensitivity_vs_width.png)", "", prose("sqrt_dk", "measures_reading"), ""]
     pairs_section(rep, nums)
     qknorm_section(rep, nums, arms)
-    fp16_section(rep, arms, fp16, nums)
+    fp16_section(rep, f.fp16)
     stability_section(rep, arms, nums, cfg, out)
-    literature(rep, runs, nums, baseline)
+    literature(rep, f.huge)
     head = [prose("sqrt_dk", "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
                   design=design_commit()), "",
-            setup_text(runs, arms, nums, baseline), "",
+            setup_text(runs, arms, nums, f.baseline), "",
             prose("sqrt_dk", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, method=METHOD, delta=f"{m.delta:g}",
                   lo=rate(m.sensitivity_range[0]), hi=rate(m.sensitivity_range[1]),
                   fraction=f"{m.failed_fraction:g}",
                   n_seeds=seeds_words(rs for by_lr in arms.values() for rs in by_lr.values())), ""]
-    sections = head + ["## Finding", ""] + [f"- {f}" for f in rep.findings] + [""]
+    sections = head + ["## Finding", ""] + [f"- {x}" for x in rep.findings] + [""]
     sections += [prose("sqrt_dk", "changes"), ""] + rep.sections
     sections += ["## How this compares with the literature", "", prose("sqrt_dk", "literature")]
     sections += [f"- {c}" for c in rep.comparison] + [""]

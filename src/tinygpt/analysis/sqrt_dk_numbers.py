@@ -18,7 +18,7 @@ import numpy as np
 
 from tinygpt.analysis import lr_basin
 from tinygpt.analysis.stats import Estimate, Sample, bootstrap, combine, failed_to_train, mean_spread
-from tinygpt.analysis.sweep import ReportError, Run
+from tinygpt.analysis.sweep import ReportError, Run, group_by, window_losses
 
 
 @dataclass(frozen=True, order=True)
@@ -76,22 +76,12 @@ def saved_window_losses(run: Run, n_windows: int) -> np.ndarray:
     (Wortsman et al.)."""
     if not math.isfinite(final_loss(run)):
         return np.full(n_windows, init_loss(run))
-    v = run.windows()
-    if v is None:
-        raise ReportError(f"{run.dir} has no diagnostics.npz (run before the per-window diagnostics); rerun the "
-                          "sweep at this version.")
-    return v.mean(1)
+    return window_losses(run, "mean")
 
 
 def arms_of(runs: list[Run]) -> dict[ArmKey, dict[float, list[Run]]]:
     """arm -> {lr: [runs sorted by seed]}."""
-    arms: dict = defaultdict(lambda: defaultdict(list))
-    for r in runs:
-        arms[arm_of(r)][lr(r)].append(r)
-    for by_lr in arms.values():
-        for rs in by_lr.values():
-            rs.sort(key=lambda r: r.seed)
-    return {k: dict(v) for k, v in arms.items()}
+    return group_by(runs, arm_of, lr)
 
 
 def baselines(runs: list[Run]) -> tuple[float, float]:

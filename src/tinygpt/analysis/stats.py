@@ -11,7 +11,7 @@ of several samples (a difference, a ratio, a slope, an LR sensitivity) is comput
 level's own replicates (``combine``). Its interval is the percentile interval of the replicates widened by
 t(nu) / 1.96, nu from the Welch-Satterthwaite formula over the levels (N - 1 for the windows, S - 1 for each group of
 seeds): a mean over 3 seeds is as uncertain as a t-test on the seed means says (t(2) = 4.30), where resampling 3
-seeds behaved like a normal interval shrunk by 2/3. Numpy, fixed seed: the same numbers on every run.
+seeds would behave like a normal interval shrunk by 2/3. Numpy, fixed seed: the same numbers on every run.
 tests/analysis/test_coverage.py simulates sweeps with known truth and checks that the intervals cover it 95% of the
 time.
 

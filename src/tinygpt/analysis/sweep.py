@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
-from tinygpt.analysis.stats import first_below
+from tinygpt.analysis.stats import Sample, first_below, mean_spread
 
 
 class ReportError(ValueError):
@@ -137,6 +138,64 @@ def load_runs(sweep_dirs: list[Path]) -> list[Run]:
     if not runs:
         raise ReportError(f"no summary.json under {', '.join(map(str, sweep_dirs))}; is it a sweep dir?")
     return runs
+
+
+# ----------------------------------------------------------------------------- arms and per-window samples
+
+
+def group_by(runs: list[Run], key: Callable[[Run], Hashable], *inner: Callable[[Run], Hashable]) -> dict:
+    """The runs grouped by ``key(run)``, keys in the order first met, each group's runs sorted by seed. With more
+    key functions the groups nest: ``group_by(runs, arm, lr)`` is {arm: {lr: [runs sorted by seed]}}."""
+    out: dict = {}
+    for r in runs:
+        out.setdefault(key(r), []).append(r)
+    if inner:
+        return {k: group_by(rs, *inner) for k, rs in out.items()}
+    return {k: sorted(rs, key=lambda r: r.seed) for k, rs in out.items()}
+
+
+# What each per-window measure of a run is, over the windows diagnostics.npz holds (``window_losses``).
+WINDOW_MEASURES = {
+    "mean": "the teacher-forced loss of each validation window, averaged over its positions",
+    "last": "the teacher-forced loss of each validation window at its last position (target outside the window)",
+    "copy": "the teacher-forced loss of each validation window over the positions before the last",
+    "probe": "the teacher-forced loss of each probe window, averaged over its positions",
+    "honest": "the autoregressive (honest) loss of each probe window over its scored positions",
+}
+PROBE_MEASURES = ("probe", "honest")  # the measures on the probe windows; the others are on every validation window
+
+
+def window_losses(run: Run, what: str = "mean") -> np.ndarray:
+    """(windows,): one of the run's per-window measures (WINDOW_MEASURES) from its diagnostics.npz."""
+    v = run.windows()  # (N, T)
+    if v is None:
+        raise ReportError(f"{run.dir} has no diagnostics.npz (run before the per-window diagnostics); rerun the "
+                          "sweep at this version.")
+    if what == "honest":
+        return run.windows("autoregressive_window_position").mean(1)
+    if what == "probe":
+        return v[run.windows("probe_index").astype(int)].mean(1)
+    return {"mean": v.mean(1), "last": v[:, -1], "copy": v[:, :-1].mean(1)}[what]
+
+
+def per_window(runs: list[Run], what: str) -> np.ndarray:
+    """(seeds, windows): ``window_losses`` of each run, one row per run."""
+    return np.stack([window_losses(r, what) for r in runs])
+
+
+def window_samples(runs: list[Run], windows: str, seeds: str,
+                   whats: Sequence[str] = tuple(WINDOW_MEASURES)) -> dict[str, Sample]:
+    """Each per-window measure of one group of runs (the seeds of one arm) as a bootstrap Sample: one seed draw for
+    them all (key ``seeds``, paired by seed id), the validation windows under the key ``windows`` and the probe
+    windows under ``windows + "/probe"`` (every run measured on the same windows shares their draw)."""
+    return {what: Sample(per_window(runs, what), windows + "/probe" if what in PROBE_MEASURES else windows,
+                         seeds=seeds, seed_ids=seed_ids(runs))
+            for what in whats}
+
+
+def summary_spread(runs: list[Run], key: str) -> tuple[float, float]:
+    """Mean ± seed sd of a summary.json value over the runs (stats.mean_spread: missing and NaN values dropped)."""
+    return mean_spread([r.summary.get(key) for r in runs])
 
 
 # ----------------------------------------------------------------------------- numbers
