@@ -1,5 +1,5 @@
-"""tinygpt.data's contract in detail: constructor defaults and messages, the random-window sampler's range,
-the cache's name, layout and build, the loaders. Written to close what a mutation run found unguarded."""
+"""tinygpt.data's contract in detail: constructor defaults and messages, the corpora, the random-window sampler's
+range, the cache's name, layout and build, the loaders. Written to close what a mutation run found unguarded."""
 
 import inspect
 import itertools
@@ -10,13 +10,15 @@ import numpy as np
 import pytest
 import torch
 
+from hydra.utils import instantiate
+
 from helpers import compose_train
 from tinygpt.data import corpus
 from tinygpt.data import cache
 from tinygpt.data.cache import tokenize_to_array
 from tinygpt.data.datamodule import TextDataModule
 from tinygpt.data.windows import RandomWindows, fixed_windows
-from tinygpt.data.tokenizer import train_tokenizer
+from tinygpt.data.tokenizer import TokenizerSpec, train_tokenizer
 
 
 def make_dm(corpus_file, cache_dir, **kw):
@@ -29,14 +31,64 @@ def make_dm(corpus_file, cache_dir, **kw):
 
 
 def test_constructor_defaults_are_the_configs_defaults():
-    """Using TextDataModule from Python gives the recipe `python train.py` uses."""
+    """Using TextDataModule and the corpora from Python gives the recipe `python train.py` uses."""
     defaults = {k: p.default for k, p in inspect.signature(TextDataModule).parameters.items()}
     cfg = compose_train()
-    for key in ("source", "tokenizer", "vocab_size", "tokenizer_dir", "train_fraction", "block_size", "batch_size",
+    for key in ("tokenizer", "vocab_size", "tokenizer_dir", "train_fraction", "block_size", "batch_size",
                 "val_batch_size", "val_windows", "seed", "overfit"):
         assert defaults[key] == cfg.data[key], key
-    assert defaults["n_tokens"] == compose_train(["data=random_tokens"]).data.n_tokens == 1_000_000
-    assert defaults["cache_dir"] == "data/cache" and defaults["path"] is None and defaults["split"] == "train"
+    assert defaults["cache_dir"] == "data/cache" and defaults["corpus"] is None
+    assert TextDataModule().corpus == corpus.Shakespeare() and TextDataModule().source == cfg.data.source
+    rand = compose_train(["data=random_tokens"]).data
+    assert corpus.RandomTokens() == corpus.RandomTokens(rand.vocab_size, rand.n_tokens, cfg.seed)
+    assert corpus.RandomTokens().n_tokens == 1_000_000
+    hub = compose_train(["data=hf_hub", "data.name=some/set"]).data
+    assert corpus.HfHub("some/set") == corpus.HfHub("some/set", hub.config, hub.split, hub.text_column)
+
+
+@pytest.mark.parametrize("source", list(corpus.CORPORA))
+def test_each_data_option_builds_the_corpus_its_source_names(source, corpus_file):
+    """configs/data/<source>.yaml: data.corpus is that source's class, built from the keys at data level."""
+    given = {"text_file": [f"data.path={corpus_file}"], "hf_hub": ["data.name=some/set"],
+             "random_tokens": ["data.vocab_size=50", "data.n_tokens=5000", "seed=7"]}.get(source, [])
+    cfg = compose_train([f"data={source}", *given])
+    built = instantiate(cfg.data.corpus)
+    assert type(built) is corpus.CORPORA[source] and built.source == cfg.data.source == source
+    assert built == corpus.from_source(**{k: cfg.data[k] for k in built.config_keys()})  # a config without data.corpus
+
+
+CORPUS_BAD = [
+    (lambda: corpus.TextFile(), "data=text_file needs data.path=<file> (one or more UTF-8 text files)."),
+    (lambda: corpus.TextFile([]), "data=text_file needs data.path=<file> (one or more UTF-8 text files)."),
+    (lambda: corpus.TextFile("/no/such.txt"), "data.path='/no/such.txt' is not a file."),
+    (lambda: corpus.HfHub(), "data=hf_hub needs data.name=<hub id or local dataset directory>."),
+    (lambda: corpus.RandomTokens(vocab_size=0), "data.vocab_size=0 must be a positive integer."),
+    (lambda: corpus.RandomTokens(vocab_size=True), "data.vocab_size=True must be a positive integer."),
+    (lambda: corpus.RandomTokens(vocab_size=1), "data.vocab_size=1 must be at least 2 for random_tokens."),
+    (lambda: corpus.RandomTokens(n_tokens=0), "data.n_tokens=0 must be a positive integer."),
+    (lambda: corpus.from_source("web"),
+     "data.source='web' is not one of shakespeare, text_file, hf_hub, random_tokens."),
+]
+
+
+@pytest.mark.parametrize("build, message", CORPUS_BAD, ids=[b[1][:40] for b in CORPUS_BAD])
+def test_each_corpus_checks_its_own_fields(build, message):
+    with pytest.raises(ValueError) as err:
+        build()
+    assert str(err.value) == message
+
+
+def test_the_corpus_keys_at_data_level_must_be_the_corpus_s(corpus_file):
+    """Hydra passes data.source, data.path, ... beside data.corpus: another key is refused as any unknown setting is,
+    and data.source must name the corpus."""
+    files = corpus.TextFile(str(corpus_file))
+    assert TextDataModule(files, source="text_file", path=str(corpus_file)).corpus is files
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'name'$"):
+        TextDataModule(files, name="some/set")
+    with pytest.raises(ValueError) as err:
+        TextDataModule(corpus.Shakespeare(), source="text_file")
+    assert str(err.value) == ("data.source='text_file' does not match data.corpus, a shakespeare corpus; choose the "
+                              "corpus with data=text_file.")
 
 
 BAD = [
@@ -111,15 +163,25 @@ def test_fixed_windows_do_not_overlap():
 
 
 def test_cache_dir_names(corpus_file, tmp_path):
+    """The names earlier runs' caches are found by: each corpus's cache key, then the cache's version."""
     import hashlib
 
     text = corpus_file.read_text()
     h = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-    assert make_dm(corpus_file, tmp_path)._cache_dir_for(text).name == f"text_file-{h}-char-f0.9-c1"
-    assert make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=300)._cache_dir_for(text).name == \
-        f"text_file-{h}-bpe300-f0.9-c1"
+    char, bpe = TokenizerSpec.checked("char", 512), TokenizerSpec.checked("bpe", 300)
+    files = corpus.TextFile(str(corpus_file))
+    assert cache.dir_for(tmp_path, files.cache_key(text, char, 0.9)) == tmp_path / f"text_file-{h}-char-f0.9-c1"
+    assert files.cache_key(text, bpe, 0.9) == f"text_file-{h}-bpe300-f0.9"
+    assert corpus.Shakespeare().cache_key(text, char, 0.8) == f"shakespeare-{h}-char-f0.8"
+    assert corpus.HfHub("some/set").cache_key(text, char, 0.9) == f"hf_hub-{h}-char-f0.9"
+    r = corpus.RandomTokens(vocab_size=50, n_tokens=5000, seed=7)
+    assert r.cache_key(None, None, 0.9) == "random_tokens-v50-n5000-s7"
+    dm = make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=300)
+    dm.prepare_data()
+    assert dm.cache_path == tmp_path / f"text_file-{h}-bpe300-f0.9-c1"
     r = TextDataModule(source="random_tokens", vocab_size=50, n_tokens=5000, seed=7, cache_dir=str(tmp_path))
-    assert r._cache_dir_for(None).name == "random_tokens-v50-n5000-s7-c1"
+    r.prepare_data()
+    assert r.cache_path == tmp_path / "random_tokens-v50-n5000-s7-c1"
 
 
 def test_the_cache_layout_meta_and_memory_mapping(corpus_file, tmp_path):
@@ -144,16 +206,16 @@ def test_random_token_ids_use_uint16_while_the_vocab_fits(tmp_path, vocab, dtype
 def test_a_builder_that_loses_the_race_keeps_the_winners_cache(corpus_file, tmp_path, monkeypatch):
     """Another process renames its complete cache into place while this one builds: ours is dropped, no error."""
     dm = make_dm(corpus_file, tmp_path / "cache")
-    build = TextDataModule._build_cache
+    build = dm.corpus.build_cache
 
-    def build_and_lose(self, text, out):
-        build(self, text, out)
-        final = self._cache_dir_for(text)
+    def build_and_lose(out, text, tokenizer, train_fraction):
+        build(out, text, tokenizer, train_fraction)
+        final = cache.dir_for(dm.cache_root, dm.corpus.cache_key(text, tokenizer, train_fraction))
         (final.parent / "winner").mkdir()
-        build(self, text, final.parent / "winner")
+        build(final.parent / "winner", text, tokenizer, train_fraction)
         (final.parent / "winner").rename(final)  # the other process finishes first
 
-    monkeypatch.setattr(TextDataModule, "_build_cache", build_and_lose)
+    monkeypatch.setattr(dm.corpus, "build_cache", build_and_lose)
     dm.setup()
     assert (dm.cache_path / "meta.json").exists()
     assert not [p for p in dm.cache_path.parent.iterdir() if ".tmp-" in p.name]  # our temporary dir removed
@@ -194,22 +256,22 @@ def test_unwritable_asks_for_write_and_search_permission(tmp_path, monkeypatch):
 
 def test_shakespeare_text_is_read_from_the_cache_or_converted_into_scratch(tmp_path, monkeypatch):
     root, scratch = tmp_path / "cache", tmp_path / "scratch"
-    dm = TextDataModule(cache_dir=str(root))
+    plays = corpus.Shakespeare()
     converted = tmp_path / "converted.txt"
     converted.write_text("ROMEO:\nhello\n")
     calls = []
     monkeypatch.setattr(corpus, "shakespeare_text_file", lambda where: calls.append(where) or converted)
-    assert dm._read_text(scratch) == "ROMEO:\nhello\n" and calls == [scratch]  # not converted yet: into scratch
+    assert plays.text(root, scratch) == "ROMEO:\nhello\n" and calls == [scratch]  # not converted yet: into scratch
     root.mkdir()
     (root / corpus.SHAKESPEARE_FILE).write_text("JULIET:\nhi\n")
-    assert dm._read_text(scratch) == "JULIET:\nhi\n" and calls == [scratch]  # the cached conversion, as is
+    assert plays.text(root, scratch) == "JULIET:\nhi\n" and calls == [scratch]  # the cached conversion, as is
 
 
 def test_hf_hub_settings_reach_the_reader(tmp_path, monkeypatch):
     seen = {}
     monkeypatch.setattr(corpus, "read_hf_dataset", lambda name, **kw: seen.update(name=name, **kw) or "text")
-    dm = TextDataModule(source="hf_hub", name="some/set", config="cfg", split="valid", text_column="body")
-    assert dm._read_text(tmp_path) == "text"
+    hub = corpus.HfHub(name="some/set", config="cfg", split="valid", text_column="body")
+    assert hub.text(tmp_path / "cache", tmp_path) == "text"  # `datasets`' own cache goes under the scratch dir
     assert seen == {"name": "some/set", "config": "cfg", "split": "valid", "text_column": "body", "cache_dir": tmp_path}
 
 
@@ -254,7 +316,7 @@ def test_encode_without_a_tokenizer_says_what_to_do(tmp_path):
 def test_a_second_prepare_returns_at_once(corpus_file, tmp_path, monkeypatch):
     dm = make_dm(corpus_file, tmp_path / "cache")
     dm.prepare_data()
-    monkeypatch.setattr(TextDataModule, "_read_text", lambda self, where: pytest.fail("read again"))
+    monkeypatch.setattr(dm.corpus, "text", lambda root, where: pytest.fail("read again"))
     dm.prepare_data()  # the cache is known: nothing is read again
     dm.setup()
     assert len(dm.train_ids) > 0

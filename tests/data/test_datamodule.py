@@ -243,13 +243,18 @@ def test_ranks_split_the_global_batch_of_one_process():
     assert torch.equal(RandomWindows(ids, 8, 2, seed=3).batch(4)[0], one.batch(4)[0][:2])  # rank 0 of 1
 
 
+def cache_key(dm: TextDataModule, text: str) -> str:
+    """The name the data module's corpus gives its cache for ``text`` under the module's settings."""
+    return dm.corpus.cache_key(text, dm.tokenizer_spec, dm.train_fraction)
+
+
 def test_cache_path_depends_on_every_tokenizer_setting(corpus_file, tmp_path):
     text = corpus_file.read_text()
-    paths = {make_dm(corpus_file, tmp_path, tokenizer="char")._cache_dir_for(text),
-             make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=300)._cache_dir_for(text),
-             make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=400)._cache_dir_for(text),
-             make_dm(corpus_file, tmp_path, tokenizer="char", train_fraction=0.8)._cache_dir_for(text),
-             make_dm(corpus_file, tmp_path, tokenizer="char")._cache_dir_for(text + "x")}
+    paths = {cache_key(make_dm(corpus_file, tmp_path, tokenizer="char"), text),
+             cache_key(make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=300), text),
+             cache_key(make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=400), text),
+             cache_key(make_dm(corpus_file, tmp_path, tokenizer="char", train_fraction=0.8), text),
+             cache_key(make_dm(corpus_file, tmp_path, tokenizer="char"), text + "x")}
     assert len(paths) == 5  # sweeping data.vocab_size (or anything else) never reuses another tokenizer's ids
 
 
@@ -275,8 +280,9 @@ def test_a_pretrained_tokenizer_tokenizes_as_it_is_into_a_cache_of_its_own(corpu
     text = corpus_file.read_text()
     assert dm.train_ids.tolist() == encode(theirs, split_text(text, 0.9)[0]) and dm.vocab_size == 300
     assert dm.tokenizer.to_str() == theirs.to_str()
-    paths = {make_dm(corpus_file, tmp_path, tokenizer="pretrained", tokenizer_dir=d)._cache_dir_for(text)
-             for d in dirs} | {make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=300)._cache_dir_for(text)}
+    paths = {cache.dir_for(tmp_path, cache_key(make_dm(corpus_file, tmp_path, tokenizer="pretrained", tokenizer_dir=d),
+                                               text)) for d in dirs}
+    paths |= {cache.dir_for(tmp_path, cache_key(make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=300), text))}
     assert len(paths) == 3 and dm.cache_path in paths
 
 

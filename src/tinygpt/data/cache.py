@@ -8,7 +8,6 @@ is when it holds the cache, and named in one sentence when it does not.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -20,7 +19,7 @@ import numpy as np
 
 from tinygpt.runtime.errors import ConfigError
 from tinygpt.runtime.run_dirs import cannot_write
-from tinygpt.data.tokenizer import fingerprint, train_tokenizer
+from tinygpt.data.tokenizer import TokenizerSpec, train_tokenizer
 
 CACHE_VERSION = 1
 
@@ -80,45 +79,42 @@ def default_mode(path: Path) -> None:
     os.chmod(path, 0o777 & ~umask)
 
 
-def cache_dir_for(root: Path, source: str, text: str | None, *, tokenizer: str, vocab_size: int,
-                  train_fraction: float, n_tokens: int, seed: int, pretrained=None) -> Path:
-    """The cache's own dir under ``root``: named by the source, a hash of the text and the tokenizer (or, for
-    random tokens, by what draws them), so another corpus or tokenizer never reads this one's ids. A ``pretrained``
-    tokenizer (data.tokenizer=pretrained) is named by a hash of its whole JSON."""
-    if source == "random_tokens":
-        key = f"random_tokens-v{vocab_size}-n{n_tokens}-s{seed}"
-    else:
-        h = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-        tok = tokenizer + (f"{vocab_size}" if tokenizer == "bpe" else "")
-        if pretrained is not None:
-            tok = f"{tokenizer}{fingerprint(pretrained)}"
-        key = f"{source}-{h}-{tok}-f{train_fraction}"
+def dir_for(root: Path, key: str) -> Path:
+    """The cache's own dir under ``root``: named by its corpus's cache key (``Corpus.cache_key``: the source, a
+    hash of the text and the tokenizer, or what draws random tokens), so another corpus or tokenizer never reads
+    this one's ids, and by the cache's layout version."""
     return root / f"{key}-c{CACHE_VERSION}"
 
 
-def build(out: Path, source: str, text: str | None, *, tokenizer: str, vocab_size: int, train_fraction: float,
-          n_tokens: int, seed: int, pretrained=None) -> None:
-    """Write the cache into ``out``: train.npy, val.npy, tokenizer.json (text sources) and meta.json. Text is
-    split contiguously (the first ``train_fraction`` trains) and the tokenizer is trained on the train split, or is
-    ``pretrained`` (a tokenizers.Tokenizer read from a model dir) as it is."""
-    if source == "random_tokens":
-        rng = np.random.default_rng(seed)
-        ids = rng.integers(0, vocab_size, size=n_tokens).astype(np.uint16 if vocab_size <= 65536 else np.int32)
-        n = int(len(ids) * train_fraction)
-        train, val, vocab = ids[:n], ids[n:], vocab_size
-    else:
-        if not text.strip():
-            raise ValueError(f"the corpus for data.source={source!r} is empty.")
-        train_text, val_text = split_text(text, train_fraction)
-        tok = pretrained if pretrained is not None else train_tokenizer(tokenizer, chunk_lines(train_text), vocab_size)
-        vocab = tok.get_vocab_size()
-        dtype = np.uint16 if vocab <= 65536 else np.int32
-        train, val = tokenize_to_array(tok, train_text, dtype), tokenize_to_array(tok, val_text, dtype)
-        tok.save(str(out / "tokenizer.json"))
+def build_from_text(out: Path, source: str, text: str, tokenizer: TokenizerSpec, train_fraction: float) -> None:
+    """Write a text corpus's cache into ``out``: the text split contiguously (the first ``train_fraction`` trains),
+    the tokenizer trained on the train split (or a pretrained one as it is), both splits tokenized."""
+    if not text.strip():
+        raise ValueError(f"the corpus for data.source={source!r} is empty.")
+    train_text, val_text = split_text(text, train_fraction)
+    tok = tokenizer.pretrained
+    if tok is None:
+        tok = train_tokenizer(tokenizer.kind, chunk_lines(train_text), tokenizer.vocab_size)
+    vocab = tok.get_vocab_size()
+    dtype = np.uint16 if vocab <= 65536 else np.int32
+    train, val = tokenize_to_array(tok, train_text, dtype), tokenize_to_array(tok, val_text, dtype)
+    tok.save(str(out / "tokenizer.json"))
+    save_splits(out, source, tokenizer.kind, vocab, train, val)
+
+
+def build_from_ids(out: Path, source: str, ids: np.ndarray, vocab_size: int, train_fraction: float) -> None:
+    """Write the cache of a corpus that is token ids already (no tokenizer): the first ``train_fraction`` train."""
+    n = int(len(ids) * train_fraction)
+    save_splits(out, source, None, vocab_size, ids[:n], ids[n:])
+
+
+def save_splits(out: Path, source: str, tokenizer: str | None, vocab_size: int, train: np.ndarray,
+                val: np.ndarray) -> None:
+    """train.npy, val.npy and meta.json into ``out`` (a text corpus's tokenizer.json is written beside them)."""
     np.save(out / "train.npy", train)
     np.save(out / "val.npy", val)
-    meta = {"source": source, "tokenizer": None if text is None else tokenizer,
-            "vocab_size": int(vocab), "train_tokens": int(len(train)), "val_tokens": int(len(val))}
+    meta = {"source": source, "tokenizer": tokenizer,
+            "vocab_size": int(vocab_size), "train_tokens": int(len(train)), "val_tokens": int(len(val))}
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
 
 

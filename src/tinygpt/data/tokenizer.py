@@ -5,15 +5,20 @@
 - ``bpe``: byte-level BPE (GPT-2 style), any text round-trips; vocab size configurable.
 - ``pretrained``: not trained here but read from a Hugging Face model dir (GPT-2's byte-level BPE, 50257 tokens,
   from its tokenizer.json or vocab.json + merges.txt): what ``init_from`` uses.
+
+``TokenizerSpec`` holds a run's choice (data.tokenizer, data.vocab_size, data.tokenizer_dir), checked.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from tinygpt.runtime.checks import one_of, positive_int
 
 TOKENIZERS = ("char", "bpe")  # trained on the corpus
 PRETRAINED = "pretrained"  # read from data.tokenizer_dir
@@ -74,6 +79,57 @@ def load_pretrained_tokenizer(model_dir: str | Path) -> Tokenizer:
 def fingerprint(tok: Tokenizer) -> str:
     """12 hex digits that change with anything about the tokenizer (its whole JSON): a cache key."""
     return hashlib.sha256(tok.to_str().encode("utf-8")).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """How a text corpus becomes token ids: data.tokenizer (``char``, ``bpe`` or ``pretrained``), data.vocab_size
+    (bpe's) and, for ``pretrained``, the tokenizer read from data.tokenizer_dir. Build it with ``checked``."""
+
+    kind: str
+    vocab_size: int
+    pretrained: Tokenizer | None = None
+
+    @classmethod
+    def checked(cls, kind: str, vocab_size: int, tokenizer_dir: str | None = None) -> TokenizerSpec:
+        """The settings checked, each mistake one sentence naming its key; a pretrained tokenizer is read now, so a
+        bad data.tokenizer_dir stops before any work."""
+        positive_int("data.vocab_size", vocab_size)
+        one_of("data.tokenizer", kind, (*TOKENIZERS, PRETRAINED))
+        pretrained = read_pretrained(kind, tokenizer_dir)
+        if kind == "bpe" and vocab_size < 257:
+            raise ValueError(
+                f"data.vocab_size={vocab_size} is too small for byte-level BPE: it needs at least 257 "
+                "(256 bytes + <|endoftext|>)."
+            )
+        return cls(kind, vocab_size, pretrained)
+
+    @property
+    def key(self) -> str:
+        """The token cache's name for it: ``char``, ``bpe<vocab_size>`` or ``pretrained<hash of its JSON>``."""
+        if self.pretrained is not None:
+            return f"{self.kind}{fingerprint(self.pretrained)}"
+        return self.kind + (f"{self.vocab_size}" if self.kind == "bpe" else "")
+
+
+def read_pretrained(kind: str, tokenizer_dir: str | None) -> Tokenizer | None:
+    """data.tokenizer=pretrained's tokenizer, read from data.tokenizer_dir; None for a tokenizer trained on the
+    corpus (which takes no data.tokenizer_dir)."""
+    if kind != PRETRAINED:
+        if tokenizer_dir is not None:
+            raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r} is used only with data.tokenizer=pretrained "
+                             f"(this run has data.tokenizer={kind!r}); add data.tokenizer=pretrained to "
+                             f"tokenize with it, or init_from={tokenizer_dir} to start from its weights too.")
+        return None
+    if not tokenizer_dir:
+        raise ValueError("data.tokenizer=pretrained needs data.tokenizer_dir=<a Hugging Face model dir with "
+                         "tokenizer.json or vocab.json + merges.txt> (init_from sets it).")
+    if not Path(tokenizer_dir).expanduser().is_dir():
+        raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r} is not a directory.")
+    try:
+        return load_pretrained_tokenizer(Path(tokenizer_dir).expanduser())
+    except ValueError as err:
+        raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r}: {err}") from None
 
 
 def encode(tok: Tokenizer, text: str) -> list[int]:
