@@ -54,6 +54,7 @@ from tinygpt.bench.programs import (
     sweep_comparison,
     tinygpt_run,
 )
+from tinygpt.runtime.console import fmt
 
 console = Console()
 
@@ -175,7 +176,6 @@ def show_programs(args, steps: int, result: dict, ref: dict, ours: dict) -> None
     table = Table(title=f"train.py vs {reference}, {steps} steps, medians of {args.rounds} alternating rounds")
     for col in ("", "tokens/s (median step)", "wall s", "peak RSS MiB", "val loss"):
         table.add_column(col)
-    fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     table.add_row(reference.split(" (")[0], fmt(ref["tokens_per_sec"], ",.0f"), fmt(ref["wall_s"], ".1f"),
                   fmt(ref["peak_rss_mib"], ",.0f"), fmt(ref.get("val_loss"), ".4f"))
     table.add_row("tinygpt train.py", fmt(ours["tokens_per_sec"], ",.0f"), fmt(ours["wall_s"], ".1f"),
