@@ -338,12 +338,12 @@ def test_random_windows_length_is_the_run_and_endless_without_one():
     assert len(ds) == 7 and len(list(ds)) == 2  # steps 5 and 6 are left of a 7-step run
 
 
-def test_probe_windows_are_spread_over_the_validation_windows(corpus_file, tmp_path):
+def test_spread_windows_are_spread_over_the_validation_windows(corpus_file, tmp_path):
     dm = make_dm(corpus_file, tmp_path / "cache", val_windows=9)
     dm.setup()
-    x, y = dm.probe_windows(3)
+    x, y = dm.spread_windows(3)
     assert x.shape == (3, 16) and torch.equal(x, dm.val_x[[0, 4, 8]]) and torch.equal(y, dm.val_y[[0, 4, 8]])
-    assert torch.equal(dm.probe_windows(50)[0], dm.val_x)  # never more than there are
+    assert torch.equal(dm.spread_windows(50)[0], dm.val_x)  # never more than there are
     assert dm.decode(dm.encode("To be")) == "To be"
 
 

@@ -87,7 +87,7 @@ def test_a_fill_of_minus_1e4_passes_both_tests_until_the_scores_outgrow_it():
     assert max(past_moves_when_future_changes(m, idx, t) for t in range(T - 1)) == 0
     assert torch.all(future_jacobian(model(bug, double=True), idx[:1])[FUTURE] == 0)
     with torch.no_grad():
-        size = max(p["logits"].abs().max().item() for p in m.attention_probe(idx))
+        size = max(p["logits"].abs().max().item() for p in m.dissect_attention(idx))
     for block in m.blocks:
         block.attn.scale *= 1e7  # the same attention pattern, logits 1e7 x larger
     assert size * 1e7 > 1e4

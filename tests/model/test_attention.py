@@ -238,7 +238,7 @@ def test_probe_gives_the_math_paths_weights_logits_and_queries_with_heads_layout
     torch.manual_seed(0)
     attn = CausalSelfAttention(12, 3, backend="sdpa").eval()
     x = torch.randn(2, 5, 12)
-    p = attn.probe(x)
+    p = attn.dissect(x)
     w, s = p["weights"], p["logits"]
     assert w.shape == s.shape == (2, 3, 5, 5) and p["q"].shape == p["k"].shape == (2, 3, 5, 4)  # (B, H, T, ..)
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 3, 5))
@@ -329,10 +329,10 @@ def test_qk_norm_normalises_each_head_and_bounds_the_logits():
     torch.testing.assert_close(q.pow(2).mean(-1), torch.ones(2, 4, 9), atol=1e-3, rtol=0)  # unit RMS per head
     assert k.pow(2).mean(-1).allclose(torch.ones(2, 4, 9), atol=1e-3)
     D = 8
-    assert attn.probe(x)["logits"].abs().max().item() <= D + 1e-4  # Cauchy-Schwarz: |q.k| <= |q||k| = D
+    assert attn.dissect(x)["logits"].abs().max().item() <= D + 1e-4  # Cauchy-Schwarz: |q.k| <= |q||k| = D
     plain = CausalSelfAttention(32, 4, scale="none", bias=False).eval()
     plain.c_attn.weight.data.copy_(attn.c_attn.weight.data)
-    assert plain.probe(x)["logits"].abs().max().item() > 1e4
+    assert plain.dissect(x)["logits"].abs().max().item() > 1e4
 
 
 def test_qk_norm_has_its_own_parameters_and_changes_the_output():
@@ -369,7 +369,7 @@ def test_probe_uses_the_modules_scale_and_padding(scale):
     attn = CausalSelfAttention(8, 2, scale=scale, backend="math").eval()
     x = torch.randn(2, 4, 8)
     pad = torch.tensor([[True, True, True, False], [True, True, True, True]])
-    p = attn.probe(x, padding_mask=pad)
+    p = attn.dissect(x, padding_mask=pad)
     factor = 1.0 if scale == "none" else 0.3
     torch.testing.assert_close(p["logits"], (p["q"] @ p["k"].transpose(-2, -1)) * factor)
     assert (p["weights"][0, :, :, 3] == 0).all()  # the padded key gets no weight

@@ -21,7 +21,7 @@ def test_shapes_and_loss():
     assert logits.shape == (3, 10, 31) and loss is None
     logits, loss = m(idx, idx)
     assert loss.ndim == 0
-    probes = m.attention_probe(idx)
+    probes = m.dissect_attention(idx)
     assert len(probes) == 2 and probes[0]["weights"].shape == (3, 2, 10, 10)
 
 
@@ -33,8 +33,8 @@ def test_attention_probe_sees_each_layers_actual_input():
     idx = torch.randint(0, 31, (2, 7))
     with torch.no_grad():
         x0 = m.wte(idx) + m.wpe(torch.arange(7))
-        expected = m.blocks[1].attn.probe(m.blocks[1].ln_1(m.blocks[0](x0)))["weights"]
-        got = m.attention_probe(idx)[1]["weights"]
+        expected = m.blocks[1].attn.dissect(m.blocks[1].ln_1(m.blocks[0](x0)))["weights"]
+        got = m.dissect_attention(idx)[1]["weights"]
     torch.testing.assert_close(got, expected)
 
 

@@ -238,7 +238,7 @@ def test_attention_stats_by_hand_from_the_probe(causal):
         m.blocks[0].attn.c_attn.weight.mul_(40)  # entropy ~1 everywhere, and a wrong choice of rows goes unnoticed)
     x = torch.randint(0, 9, (2, 3))
     with torch.no_grad():
-        p = m.attention_probe(x)[0]
+        p = m.dissect_attention(x)[0]
     w, s, q, k = p["weights"].double(), p["logits"].double(), p["q"].double(), p["k"].double()
     n_vis = torch.tensor([1, 2, 3] if causal else [3, 3, 3], dtype=torch.float64)
     rows = [1, 2] if causal else [0, 1, 2]

@@ -41,7 +41,7 @@ def fake_trainer(model, step, windows=8):
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, model.config.vocab_size, (windows, model.config.block_size + 1), generator=g)
     x, y = ids[:, :-1], ids[:, 1:]  # (windows, T): y is x shifted by one
-    dm = SimpleNamespace(probe_windows=lambda n: (x[:n], y[:n]))
+    dm = SimpleNamespace(spread_windows=lambda n: (x[:n], y[:n]))
     ar = AutoregressiveLoss(windows=windows, positions=4)
     trainer = SimpleNamespace(global_step=step, datamodule=dm, callbacks=[ar], loggers=[], is_global_zero=True,
                               world_size=1, sanity_checking=False, should_stop=False, strategy=None)

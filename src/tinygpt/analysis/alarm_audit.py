@@ -78,9 +78,9 @@ def check_run(run_dir: Path, alarm: LeakAlarm, data_cache: dict) -> dict:
         data_cache[key] = dm
     dm = data_cache[key]
     probe = (cfg.get("callbacks") or {}).get("autoregressive_loss") or {}
-    x, _ = dm.probe_windows(alarm.windows)
+    x, _ = dm.spread_windows(alarm.windows)
     leak = diagnostics.future_leak(model, x)
-    px, py = dm.probe_windows(probe.get("windows", 16))
+    px, py = dm.spread_windows(probe.get("windows", 16))
     positions = diagnostics.spread_positions(px.shape[1], probe.get("positions", 8))
     ar, tf = diagnostics.honest_and_teacher_forced(model, px, py, positions)  # 2 x (N, P)
     gap, se = honest_gap((ar - tf).mean(1))

@@ -70,7 +70,7 @@ def tokens(tok, text: str, block_size: int, vocab_size: int) -> tuple[list[int],
 def weights_of(model: GPT, ids: list[int]) -> torch.Tensor:
     """(n_layer, H, T, T) attention weights of the text, through the math path."""
     with evaluating(model):
-        maps = [p["weights"] for p in model.attention_probe(torch.tensor([ids]))]  # n_layer x (1, H, T, T)
+        maps = [p["weights"] for p in model.dissect_attention(torch.tensor([ids]))]  # n_layer x (1, H, T, T)
     return torch.cat(maps).float()
 
 

@@ -119,13 +119,13 @@ class TextDataModule(L.LightningDataModule):
                 )
         self.val_x, self.val_y = fixed_windows(self.val_ids, self.block_size, self.val_windows)
 
-    def probe_index(self, n: int) -> torch.Tensor:
+    def spread_index(self, n: int) -> torch.Tensor:
         """Which n of the fixed validation windows the probes use: spread evenly over the split, (n,)."""
         return torch.linspace(0, len(self.val_x) - 1, min(n, len(self.val_x))).long()
 
-    def probe_windows(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def spread_windows(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """n of the fixed validation windows, spread evenly over the split: x, y (n, T)."""
-        pick = self.probe_index(n)  # (n,)
+        pick = self.spread_index(n)  # (n,)
         return self.val_x[pick], self.val_y[pick]
 
     # ------------------------------------------------------------------ loaders

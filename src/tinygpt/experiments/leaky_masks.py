@@ -93,7 +93,7 @@ class BuggyAttention(CausalSelfAttention):
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, D) -> (B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
-    def probe(self, x: Tensor, padding_mask: Tensor | None = None) -> dict[str, Tensor]:
+    def dissect(self, x: Tensor, padding_mask: Tensor | None = None) -> dict[str, Tensor]:
         q, k, _ = self._heads(x)  # (B, H, T, D)
         logits = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, T)
         return {"weights": self.weights(logits), "logits": logits, "q": q, "k": k}

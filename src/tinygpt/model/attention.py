@@ -316,7 +316,7 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, D) -> (B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
-    def probe(self, x: Tensor, padding_mask: Tensor | None = None) -> dict[str, Tensor]:
+    def dissect(self, x: Tensor, padding_mask: Tensor | None = None) -> dict[str, Tensor]:
         """What the attention computes on x (B, T, C), through the math path: ``weights`` (B, H, T, T) as
         the formula gives them (dropout aside), ``logits`` q k^T * scale before the mask (B, H, T, T), and
         ``q``, ``k`` (B, H, T, D) as the scores see them (after qk_norm)."""

@@ -185,12 +185,12 @@ class GPT(nn.Module):
         before = cache.real_tokens()[:, None] if cache is not None else 0  # (B, 1): real tokens cached
         return (before + padding_mask.cumsum(dim=1) - 1).clamp_min(0)  # (B, T)
 
-    def attention_probe(self, idx: Tensor) -> list[dict[str, Tensor]]:
+    def dissect_attention(self, idx: Tensor) -> list[dict[str, Tensor]]:
         """The opt-in look inside: run idx (B, T) through the model and return, per layer, its attention's
-        ``probe`` (weights, logits, q, k on the math path) on that layer's actual input."""
+        ``dissect`` (weights, logits, q, k on the math path) on that layer's actual input."""
         x = self._embed(idx)  # (B, T, C)
         out = []
         for block in self.blocks:
-            out.append(block.attn.probe(block.ln_1(x)))
+            out.append(block.attn.dissect(block.ln_1(x)))
             x = block(x)
         return out

@@ -1,5 +1,5 @@
 """The probes: callbacks that look inside the model at the edges of training (attention maps, text samples, the
-honest loss at each validation, stability metrics). Each is a ``Probe``: it gets the model with all of its
+honest loss at each validation, stability metrics). Each is a ``ModelInspector``: it gets the model with all of its
 weights on every rank and looks on rank 0 alone. The guards (progress, step clock, divergence, heap) are in
 guards.py; Lightning's own callbacks do the rest."""
 
@@ -48,7 +48,7 @@ def full_model(trainer: L.Trainer, module: L.LightningModule) -> GPT | None:
     return copy.to(module.device)
 
 
-class Probe(L.Callback):
+class ModelInspector(L.Callback):
     """A callback that looks inside the model: its hooks call ``inspect(trainer, module)`` on every rank, which
     gathers the full model (``full_model``) and calls ``look(trainer, module, model)`` on rank 0 alone."""
 
@@ -89,7 +89,7 @@ def probe_tokens(dm, text: str, block_size: int) -> tuple[torch.Tensor, list[str
     return torch.tensor([ids]), [token_label(dm.decode([i])) for i in ids]
 
 
-class AttentionMaps(Probe):
+class AttentionMaps(ModelInspector):
     """Every ``every_n_steps`` (0: never) and at the end, run a fixed probe through the math path and
     save one heatmap grid per layer under ``<run dir>/attention/``, logged to W&B as images. The raw
     weights go beside them as ``stepNNNNNN.npz`` (weights (n_layer, H, T, T), labels), for reports.
@@ -121,7 +121,7 @@ class AttentionMaps(Probe):
         step = trainer.global_step
         idx, labels = probe_tokens(trainer.datamodule, self.probe, model.config.block_size)
         with evaluating(model):
-            maps = [p["weights"] for p in model.attention_probe(idx.to(module.device))]  # n_layer x (1, H, T, T)
+            maps = [p["weights"] for p in model.dissect_attention(idx.to(module.device))]  # n_layer x (1, H, T, T)
         weights = torch.cat(maps).float().cpu().numpy()  # (n_layer, H, T, T)
         out = Path(trainer.default_root_dir) / "attention"
         out.mkdir(parents=True, exist_ok=True)
@@ -169,7 +169,7 @@ class AttentionMaps(Probe):
             self._renderer = None
 
 
-class TextSamples(Probe):
+class TextSamples(ModelInspector):
     """After every validation (``final_only``: only the one at max_steps), sample text from a prompt:
     printed, added to a W&B table, and appended to ``<run dir>/samples.jsonl`` as {"step", "text"}."""
 
@@ -220,7 +220,7 @@ class TextSamples(Probe):
             lg.log_text(key="samples", columns=["step", "text"], data=self.rows, step=step)
 
 
-class AutoregressiveLoss(Probe):
+class AutoregressiveLoss(ModelInspector):
     """At every validation, the honest loss ``val/loss_autoregressive`` (each scored position predicted from
     its prefix alone) and ``val/loss_probe`` (the teacher-forced loss at the same positions), on ``windows``
     fixed validation windows at ``positions`` positions spread over the window, first and last included.
@@ -242,7 +242,7 @@ class AutoregressiveLoss(Probe):
             self.inspect(trainer, module)
 
     def look(self, trainer: L.Trainer, module: L.LightningModule, model: GPT) -> None:
-        x, y = (t.to(module.device) for t in trainer.datamodule.probe_windows(self.windows))
+        x, y = (t.to(module.device) for t in trainer.datamodule.spread_windows(self.windows))
         positions = diagnostics.spread_positions(x.shape[1], self.positions)
         ar_windows, tf_windows = diagnostics.honest_and_teacher_forced(model, x, y, positions)  # 2 x (N, P)
         self.gaps = (ar_windows - tf_windows).mean(1)  # (N,): each window's gap, for the leak alarm
@@ -250,7 +250,7 @@ class AutoregressiveLoss(Probe):
         module.log_dict({"val/loss_autoregressive": ar, "val/loss_probe": tf}, batch_size=len(x), rank_zero_only=True)
 
 
-class StabilityMonitor(Probe):
+class StabilityMonitor(ModelInspector):
     """What precedes a divergence, every ``every_n_steps`` steps (to W&B and history/metrics.csv):
 
     - on ``windows`` fixed validation windows, per layer L: ``stab/max_logit/L`` (largest pre-softmax logit),
@@ -304,7 +304,7 @@ class StabilityMonitor(Probe):
             self.inspect(trainer, module)
 
     def look(self, trainer: L.Trainer, module: L.LightningModule, model: GPT) -> None:
-        x, _ = trainer.datamodule.probe_windows(self.windows)
+        x, _ = trainer.datamodule.spread_windows(self.windows)
         stats = diagnostics.attention_stats(model, x.to(module.device))
         metrics = {"train/loss_spikes": float(self.spikes), "stab/max_logit": stats["attn_max_logit"],
                    "stab/entropy": stats["attn_entropy"], "stab/entropy_min": stats["attn_entropy_min"],

@@ -179,7 +179,7 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     averaged over heads and rows; exactly 0 under the causal mask), and the RMS of q and k."""
     N, T = x.shape
     with evaluating(model):
-        probes = model.attention_probe(x)  # per layer: weights, logits (N, H, T, T); q, k (N, H, T, D)
+        probes = model.dissect_attention(x)  # per layer: weights, logits (N, H, T, T); q, k (N, H, T, D)
     maps = [p["weights"] for p in probes]
     logits = [p["logits"] for p in probes]
     qk = [(p["q"], p["k"]) for p in probes]

@@ -27,7 +27,7 @@ from tinygpt.model.gpt import GPT
 from tinygpt.runtime.checks import one_of, positive_int, positive_number
 from tinygpt.runtime.console import say
 from tinygpt.train import diagnostics
-from tinygpt.train.callbacks import AutoregressiveLoss, Probe, _wandb_loggers, log_at, wandb_media
+from tinygpt.train.callbacks import AutoregressiveLoss, ModelInspector, _wandb_loggers, log_at, wandb_media
 
 ACTIONS = ("warn", "stop")
 
@@ -40,7 +40,7 @@ def honest_gap(gaps: torch.Tensor) -> tuple[float, float]:
     return mean, se
 
 
-class LeakAlarm(Probe):
+class LeakAlarm(ModelInspector):
     def __init__(self, action: str = "warn", windows: int = 8, tolerance: float = 1.0e-4, min_gap: float = 0.05,
                  z: float = 3.0):
         one_of("callbacks.leak_alarm.action", action, ACTIONS)
@@ -75,7 +75,7 @@ class LeakAlarm(Probe):
 
     def _look(self, trainer: L.Trainer, module: L.LightningModule, model: GPT) -> None:
         step = trainer.global_step
-        x, _ = trainer.datamodule.probe_windows(self.windows)
+        x, _ = trainer.datamodule.spread_windows(self.windows)
         leak = diagnostics.future_leak(model, x.to(module.device))
         metrics = {"leak/future_leak": leak}
         probe = next((c for c in trainer.callbacks if isinstance(c, AutoregressiveLoss)), None)

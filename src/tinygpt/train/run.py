@@ -239,20 +239,20 @@ def final_validation(trainer, module: GPTModule, dm, n_windows: int) -> None:
         return
     from torch.utils.data import DataLoader, TensorDataset
 
-    windows = TensorDataset(*dm.probe_windows(n_windows))
+    windows = TensorDataset(*dm.spread_windows(n_windows))
     trainer.validate(module, dataloaders=DataLoader(windows, batch_size=dm.val_batch_size), verbose=False)
 
 
-def probe_diagnostics(model, module: GPTModule, dm, n_windows: int, n_val: int | None = None) -> dict:
+def end_diagnostics(model, module: GPTModule, dm, n_windows: int, n_val: int | None = None) -> dict:
     """diagnostics.run_all on n validation windows spread evenly over the split, and on every validation window
     (or ``n_val`` of them spread evenly, diagnostics.max_val_tokens): the teacher-forced loss of each window at
     each position and the count baselines (unigram, bigram). The per-window arrays are under diagnostics.ARRAYS
     (for diagnostics.npz), with which windows the probe used (and, when fewer than all, which the losses are of)."""
-    x, y = (t.to(module.device) for t in dm.probe_windows(n_windows))
+    x, y = (t.to(module.device) for t in dm.spread_windows(n_windows))
     with end_phase(f"diagnostics on {len(x)} windows (autoregressive loss, future leak, attention)"):
         diag = diagnostics.run_all(model, x, y)
     every_window = n_val is None or n_val >= len(dm.val_x)
-    val_x, val_y = (dm.val_x, dm.val_y) if every_window else dm.probe_windows(n_val)
+    val_x, val_y = (dm.val_x, dm.val_y) if every_window else dm.spread_windows(n_val)
     val_x, val_y = val_x.to(module.device), val_y.to(module.device)
     with end_phase(f"the loss of {len(val_x):,} validation windows", total=len(val_x)) as advance:
         every = diagnostics.window_losses(model, val_x, val_y, dm.val_batch_size, progress=advance)  # (N_val, T)
@@ -260,10 +260,10 @@ def probe_diagnostics(model, module: GPTModule, dm, n_windows: int, n_val: int |
     diag["val_windows"] = len(every)
     diag.update(diagnostics.count_baselines(dm.train_ids, val_x, val_y, dm.vocab_size))
     diag[diagnostics.ARRAYS].update(val_window_position=every.float().numpy(),
-                                    probe_index=dm.probe_index(n_windows).numpy())
+                                    probe_index=dm.spread_index(n_windows).numpy())
     if not every_window:  # which of the fixed windows the rows of val_window_position are
         diag["val_windows_in_split"] = len(dm.val_x)
-        diag[diagnostics.ARRAYS]["val_index"] = dm.probe_index(n_val).numpy()
+        diag[diagnostics.ARRAYS]["val_index"] = dm.spread_index(n_val).numpy()
     return diag
 
 
@@ -354,7 +354,7 @@ def finish_run(run: TrainingRun, module: GPTModule) -> dict[str, Any]:
             save_last_checkpoint(trainer)
         phase = "diagnostics"
         model = full_model(trainer, module) if not diverged else None  # every rank (FSDP gathers)
-        diag = probe_diagnostics(model, module, dm, n_probe, n_end) if model is not None else {}
+        diag = end_diagnostics(model, module, dm, n_probe, n_end) if model is not None else {}
     except RunInterrupted as signalled:
         run.stop.stopping = True  # from here a further signal is noted, not obeyed: nothing is cut short
         signalled.during = phase
