@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import ROOT, TINY, compose_train, run_train
+from helpers import ROOT, TINY, compose_train, no_false_alarm, run_train
 
 
 def fake_command(bin_dir: Path, name: str, body: str) -> None:
@@ -132,6 +132,7 @@ def test_a_sweep_through_submitits_local_executor(tmp_path, corpus_args):
     assert runs[0]["config"]["seed"] == 1 and runs[1]["config"]["seed"] == 2
     assert runs[0]["wandb"]["id"] != runs[1]["wandb"]["id"]
     assert (sweep / ".submitit").is_dir()  # submitit's own job files
+    assert no_false_alarm(sweep) == 2
 
 
 @pytest.mark.slow
@@ -145,6 +146,7 @@ def test_parallel_jobs_share_one_fresh_cache_and_split_the_cores(tmp_path, corpu
     assert runs[0]["val_loss"] != runs[1]["val_loss"]  # separate runs (the seeds differ)
     assert runs[0]["wandb"]["id"] != runs[1]["wandb"]["id"]
     assert [s["threads"] for s in runs] == [max(1, os.cpu_count() // 2)] * 2  # joblib splits the cores
+    assert no_false_alarm(sweep) == 2
     caches = [p for p in cache.iterdir() if p.is_dir() and p.name.startswith("text_file-")]
     assert len(caches) == 1 and not [p for p in cache.iterdir() if ".tmp-" in p.name]  # one cache, no leftovers
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import ROOT, TINY, compose_train, run_train
+from helpers import ROOT, TINY, compose_train, no_false_alarm, run_train, train_in_process
 from tinygpt.analysis import report
 from tinygpt.bench import report as bench_report
 
@@ -20,15 +20,14 @@ SUMMARY_KEYS = {"train_loss", "val_loss", "val_loss_autoregressive", "future_lea
                 "attn_max_logit", "diverged", "steps", "tokens_per_sec", "config"}  # design.md
 
 
+def tiny_overrides(corpus_file: Path, cache_dir: Path, *extra: str) -> list[str]:
+    """The tiny recipe on the test corpus (for train_in_process: no run dir among them)."""
+    return [*TINY, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}", *extra]
+
+
 def tiny_args(out: Path, corpus_file: Path, cache_dir: Path, *extra: str) -> list[str]:
-    return [
-        *TINY,
-        "data=text_file",
-        f"data.path={corpus_file}",
-        f"data.cache_dir={cache_dir}",
-        f"hydra.run.dir={out}",
-        *extra,
-    ]
+    """The same as `python train.py` arguments, into ``out``."""
+    return [*tiny_overrides(corpus_file, cache_dir, *extra), f"hydra.run.dir={out}"]
 
 
 # ----------------------------------------------------------------------------- config (fast)
@@ -54,22 +53,38 @@ def test_overrides_compose():
     assert cfg.optim.decay_steps == 7 and cfg.data.block_size == 16
 
 
-# ----------------------------------------------------------------------------- end to end
+# ----------------------------------------------------------------------------- end to end: one run, its artifacts
 
 
-@pytest.mark.slow
-def test_train_end_to_end_with_offline_wandb(tmp_path, corpus_file, cache_dir):
-    out = tmp_path / "run"
-    home = tmp_path / "home"  # no ~/.netrc and no API key: the run must go offline by itself
+@pytest.fixture(scope="module")
+def offline_run(tmp_path_factory, corpus_file, cache_dir):
+    """`python train.py` on the tiny model as a user without W&B credentials runs it (stability probe every 5
+    steps): its run dir and what it printed. One process, read by the tests below, one artifact each."""
+    tmp = tmp_path_factory.mktemp("offline")
+    out, home = tmp / "run", tmp / "home"  # no ~/.netrc and no API key: the run must go offline by itself
     home.mkdir()
     env = {"HOME": str(home), "WANDB_API_KEY": None, "WANDB_MODE": None}
     proc = run_train(tiny_args(out, corpus_file, cache_dir, "callbacks.stability.every_n_steps=5"), env=env)
-    console = proc.stdout + proc.stderr
-    assert "wandb sync" in console
+    return out, proc.stdout + proc.stderr
 
+
+def history_rows(out: Path) -> list[dict]:
+    return list(csv.DictReader(io.StringIO((out / "history" / "metrics.csv").read_text())))
+
+
+@pytest.mark.slow
+def test_a_run_without_credentials_goes_offline_and_says_how_to_sync(offline_run):
+    out, console = offline_run
+    assert "wandb sync" in console
+    assert len(list((out / "wandb").glob("offline-run-*"))) == 1
+
+
+@pytest.mark.slow
+def test_the_summary_holds_every_key_with_sane_values(offline_run):
+    out, _ = offline_run
     summary = json.loads((out / "summary.json").read_text())
     assert SUMMARY_KEYS <= summary.keys()
-    assert summary["steps"] == 20 and summary["diverged"] is False
+    assert summary["status"] == "completed" and summary["steps"] == 20 and summary["diverged"] is False
     assert 0 < summary["val_loss"] < 10 and 0 < summary["train_loss"] < 10
     assert summary["tokens_per_sec"] > 0
     assert summary["config"]["model"]["n_layer"] == 2
@@ -78,70 +93,82 @@ def test_train_end_to_end_with_offline_wandb(tmp_path, corpus_file, cache_dir):
     assert summary["loss_spikes"] == 0 and summary["grad_norm_max"] > 0
     assert summary["val_loss_autoregressive"] == pytest.approx(summary["val_loss_probe"], rel=1e-4)
     assert 0 < summary["attn_entropy"] <= 1
-
+    assert no_false_alarm(out) == 1  # the leak alarm stays silent on a causal model
     assert (out / "config.yaml").exists()
-    history = (out / "history" / "metrics.csv").read_text().splitlines()
-    columns = history[0].split(",")
+
+
+@pytest.mark.slow
+def test_the_history_logs_each_metric_at_its_steps(offline_run):
+    out, _ = offline_run
+    rows = history_rows(out)
     for key in ("train/loss", "val/loss", "val/loss_autoregressive", "val/loss_probe", "train/grad_norm",
                 "train/loss_spikes", "stab/max_logit", "stab/entropy_min", "stab/q_rms/1", "stab/k_rms/0"):
-        assert key in columns, key
-    rows = list(csv.DictReader(io.StringIO("\n".join(history))))
+        assert key in rows[0], key
     at = lambda key: [int(r["step"]) for r in rows if r.get(key)]  # noqa: E731
     assert at("train/loss") == [9, 19]  # the steps Lightning logs at (every log_every_n_steps = 10)
     assert at("train/grad_norm") == [0, 5, 10, 15]  # each probe once, at the batch it measured (every 5)
     assert at("stab/max_logit") == at("train/loss_spikes") == [4, 9, 14, 19]  # after steps 5, 10, 15, 20
     assert at("diag/future_leak") == [20]  # the end-of-run diagnostics, after fit
+    summary = json.loads((out / "summary.json").read_text())
     assert float(next(r for r in rows if r.get("diag/future_leak"))["diag/future_leak"]) == summary["future_leak"]
+
+
+@pytest.mark.slow
+def test_samples_attention_maps_and_checkpoints_are_written(offline_run):
+    out, _ = offline_run
     assert [json.loads(line)["step"] for line in (out / "samples.jsonl").read_text().splitlines()] == [10, 20]
     with np.load(out / "attention" / "step000020.npz") as z:
         assert z["weights"].shape == (2, 2, 16, 16) and len(z["labels"]) == 16
-    ckpt = out / "checkpoints" / "last.ckpt"
-    assert ckpt.exists() and list((out / "checkpoints").glob("best-*.ckpt"))
-    saved = torch.load(ckpt, map_location="cpu", weights_only=False)
-    assert "tokenizer" in saved and saved["global_step"] == 20
-    logged = [float(r["train/loss"]) for r in rows if r.get("train/loss")]  # the loss of the step logged at
-    assert logged == pytest.approx(saved["train_losses"][[9, 19]].tolist(), rel=1e-6)
-
     pngs = sorted((out / "attention").glob("*.png"))
     assert [p.name for p in pngs] == [
         "step000010_layer0.png", "step000010_layer1.png", "step000020_layer0.png", "step000020_layer1.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
-
-    runs = list((out / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1
-    images = list((runs[0] / "files" / "media" / "images").rglob("*.png"))
-    assert len(images) >= 4  # the attention maps, inside the W&B run
-    tables = list((runs[0] / "files" / "media" / "table").rglob("*.json"))
-    assert tables, "text samples table missing from the W&B run"
-    grids = list((runs[0] / "files" / "media" / "plotly").rglob("*.json"))
-    assert len(grids) >= 2, "the interactive attention grid of each probe step is missing from the W&B run"
-    pages = list((runs[0] / "files" / "media" / "html").rglob("*.html"))
-    assert pages and b"tinygptExplorer" in pages[0].read_bytes()  # the explorer, at the end
     assert (out / "attention" / "explorer.html").stat().st_size > 1_000_000  # plotly inside: works offline
+    ckpt = out / "checkpoints" / "last.ckpt"
+    assert ckpt.exists() and list((out / "checkpoints").glob("best-*.ckpt"))
+    saved = torch.load(ckpt, map_location="cpu", weights_only=False)
+    assert "tokenizer" in saved and saved["global_step"] == 20
+    logged = [float(r["train/loss"]) for r in history_rows(out) if r.get("train/loss")]  # the loss logged
+    assert logged == pytest.approx(saved["train_losses"][[9, 19]].tolist(), rel=1e-6)
 
-    # sampling from the produced checkpoint
-    s = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "sample.py"), "--ckpt", str(ckpt), "--prompt", "To be",
-         "--max-new-tokens", "30"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )
-    assert s.returncode == 0, s.stderr
-    assert s.stdout.startswith("To be") and len(s.stdout.strip()) >= 30
-    # two prompts of different lengths in one padded batch: each continues as it does alone (greedy)
-    one, two = (subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "sample.py"), "--ckpt", str(ckpt), *prompts, "--top-k", "1",
-         "--max-new-tokens", "20"], capture_output=True, text=True, timeout=120, cwd=ROOT)
-        for prompts in (["--prompt", "O"], ["--prompt", "To be", "--prompt", "O"]))
-    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
-    texts = two.stdout.split("\n" + "-" * 40 + "\n")
-    assert len(texts) == 2 and texts[0].startswith("To be") and texts[1] == one.stdout
 
-    # resuming continues from step 20 to the new max_steps
-    out2 = tmp_path / "resumed"
-    run_train(tiny_args(out2, corpus_file, cache_dir, f"ckpt_path={ckpt}", "trainer.max_steps=30", "logger=none"))
-    resumed = json.loads((out2 / "summary.json").read_text())
+@pytest.mark.slow
+def test_the_wandb_run_holds_the_maps_samples_grids_and_explorer(offline_run):
+    out, _ = offline_run
+    media = next((out / "wandb").glob("offline-run-*")) / "files" / "media"
+    assert len(list((media / "images").rglob("*.png"))) >= 4  # the attention maps, inside the W&B run
+    assert list((media / "table").rglob("*.json")), "text samples table missing from the W&B run"
+    assert len(list((media / "plotly").rglob("*.json"))) >= 2, "the interactive grid of each probe step is missing"
+    pages = list((media / "html").rglob("*.html"))
+    assert pages and b"tinygptExplorer" in pages[0].read_bytes()  # the explorer, at the end
+
+
+@pytest.mark.slow
+def test_sampling_from_its_checkpoint(offline_run, capsys):
+    """scripts/sample.py's main, in this process: a continuation, and two prompts of different lengths in one
+    padded batch, each continuing as it does alone (greedy)."""
+    from tinygpt.cli.sample import main as sample_main
+
+    ckpt = str(offline_run[0] / "checkpoints" / "last.ckpt")
+    assert sample_main(["--ckpt", ckpt, "--prompt", "To be", "--max-new-tokens", "30"]) in (0, None)
+    text = capsys.readouterr().out
+    assert text.startswith("To be") and len(text.strip()) >= 30
+    outs = []
+    for prompts in (["--prompt", "O"], ["--prompt", "To be", "--prompt", "O"]):
+        assert sample_main(["--ckpt", ckpt, *prompts, "--top-k", "1", "--max-new-tokens", "20"]) in (0, None)
+        outs.append(capsys.readouterr().out)
+    texts = outs[1].split("\n" + "-" * 40 + "\n")
+    assert len(texts) == 2 and texts[0].startswith("To be") and texts[1] == outs[0]
+
+
+@pytest.mark.slow
+def test_resuming_continues_to_the_new_max_steps(offline_run, tmp_path, corpus_file, cache_dir):
+    ckpt = offline_run[0] / "checkpoints" / "last.ckpt"
+    out = tmp_path / "resumed"
+    resumed = train_in_process(out, tiny_overrides(corpus_file, cache_dir, f"ckpt_path={ckpt}",
+                                                   "trainer.max_steps=30", "logger=none"))
     assert resumed["steps"] == 30
-    assert torch.load(out2 / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 30
+    assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 30
 
 
 @pytest.mark.slow
@@ -162,7 +189,7 @@ def test_sweep_gives_separate_runs_in_one_group(tmp_path, corpus_file, cache_dir
         assert (summary["future_leak"] == 0.0) == causal[-1]  # the unmasked job leaks
         runs = list((job / "wandb").glob("offline-run-*"))
         assert len(runs) == 1, f"{job} should hold exactly its own W&B run"
-    assert causal == [True, False]
+    assert causal == [True, False] and no_false_alarm(sweep) == 1  # the causal job: no alarm
     infos = [json.loads((j / "summary.json").read_text())["wandb"] for j in jobs]
     assert len({i["id"] for i in infos}) == 2  # two runs...
     group = "sweep-" + "-".join(sweep.parts[-2:])
@@ -180,19 +207,16 @@ def test_sweep_gives_separate_runs_in_one_group(tmp_path, corpus_file, cache_dir
 
 @pytest.mark.slow
 def test_default_corpus_csv_logger_and_no_logger(tmp_path, cache_dir):
+    common = [*TINY, "trainer.max_steps=4", "trainer.val_check_interval=2", f"data.cache_dir={cache_dir}"]
     out = tmp_path / "csv"
-    run_train([*TINY, "logger=csv", "trainer.max_steps=4", "trainer.val_check_interval=2",
-               f"data.cache_dir={cache_dir}", f"hydra.run.dir={out}"])
-    assert json.loads((out / "summary.json").read_text())["config"]["data"]["source"] == "shakespeare"
+    assert train_in_process(out, [*common, "logger=csv"])["config"]["data"]["source"] == "shakespeare"
     assert (out / "history" / "metrics.csv").is_file()
     out2 = tmp_path / "none"
-    run_train([*TINY, "logger=none", "trainer.max_steps=4", "trainer.val_check_interval=2",
-               f"data.cache_dir={cache_dir}", f"hydra.run.dir={out2}"])
-    assert json.loads((out2 / "summary.json").read_text())["steps"] == 4
+    assert train_in_process(out2, [*common, "logger=none"])["steps"] == 4
     assert not (out2 / "wandb").exists()
+    assert no_false_alarm(out, out2) == 2
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "override, message",
     [
@@ -210,20 +234,32 @@ def test_default_corpus_csv_logger_and_no_logger(tmp_path, cache_dir):
     ],
 )
 def test_bad_config_fails_before_any_work(tmp_path, corpus_file, cache_dir, override, message):
+    """train(cfg) in this process: one ConfigError naming the value, nothing written (train.py turns it into one
+    line and exit status 2: the test below, once)."""
+    from tinygpt.runtime.errors import ConfigError
+
     out = tmp_path / "bad"
-    proc = run_train(tiny_args(out, corpus_file, cache_dir, override), check=False)
-    assert proc.returncode != 0
-    assert message in proc.stdout + proc.stderr
+    with pytest.raises(ConfigError) as err:
+        train_in_process(out, tiny_overrides(corpus_file, cache_dir, override))
+    assert message in str(err.value) and len(str(err.value).splitlines()) == 1
     assert not (out / "checkpoints").exists() and not (out / "summary.json").exists()
 
 
 @pytest.mark.slow
+def test_a_bad_value_is_one_line_and_exit_status_2_leaving_no_run_dir(tmp_path, corpus_file, cache_dir):
+    out = tmp_path / "bad"
+    proc = run_train(tiny_args(out, corpus_file, cache_dir, "model.n_head=3"), check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == "error: model.n_embd=16 must be divisible by model.n_head=3."
+    assert not out.exists()
+
+
+@pytest.mark.slow
 def test_debug_fast_runs(tmp_path, corpus_file, cache_dir):
-    out = tmp_path / "dbg"
     tiny_model = [a for a in TINY if not a.startswith(("trainer.", "callbacks."))]  # debug=fast sets these
-    run_train([*tiny_model, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
-               f"hydra.run.dir={out}", "debug=fast"])
-    assert json.loads((out / "summary.json").read_text())["steps"] == 10
+    out = tmp_path / "dbg"
+    overrides = [*tiny_model, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}", "debug=fast"]
+    assert train_in_process(out, overrides)["steps"] == 10
 
 
 def test_debug_configs_compose():
@@ -252,14 +288,15 @@ def test_model_group_is_architecture_only():
 def test_resume_is_exact(tmp_path, corpus_file, cache_dir):
     """10 steps + resume to 20 gives bit-identical weights to 20 straight steps."""
     common = ["logger=none", "trainer.max_steps=20", "optim.decay_steps=20"]
-    run_train(tiny_args(tmp_path / "full", corpus_file, cache_dir, *common))
-    run_train(tiny_args(tmp_path / "half", corpus_file, cache_dir, *common, "trainer.max_steps=10"))
+    train_in_process(tmp_path / "full", tiny_overrides(corpus_file, cache_dir, *common))
+    train_in_process(tmp_path / "half", tiny_overrides(corpus_file, cache_dir, *common, "trainer.max_steps=10"))
     half_ckpt = tmp_path / "half" / "checkpoints" / "last.ckpt"
-    run_train(tiny_args(tmp_path / "resumed", corpus_file, cache_dir, *common, f"ckpt_path={half_ckpt}"))
+    train_in_process(tmp_path / "resumed", tiny_overrides(corpus_file, cache_dir, *common, f"ckpt_path={half_ckpt}"))
     full = torch.load(tmp_path / "full" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     resumed = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     assert full.keys() == resumed.keys()
     assert all(torch.equal(full[k], resumed[k]) for k in full)
+    assert no_false_alarm(tmp_path) == 3
 
 
 @pytest.mark.slow
