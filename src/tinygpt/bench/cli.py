@@ -5,8 +5,8 @@ checkout; its data is prepared from the same Tiny Shakespeare text), run back to
 train.py` on that text; without a checkout, nanoGPT's loop written out around tinygpt's GPT (the "plain
 loop") stands in, and the JSON says which. Each program runs ``--rounds`` times, alternating (ABBA), and the
 top-level figures are medians: this machine's speed drifts between minutes. One training step is also timed
-in this process with the variants taking turns every 10 steps (``step_ab``: ours fused / foreach / math
-attention, and nanoGPT's own GPT and optimizer with --nanogpt), which no drift can skew.
+in this process with the variants taking turns every 10 steps (``step_ab``: ours fused / foreach / torch's
+clipping / math attention, and nanoGPT's own GPT and optimizer with --nanogpt), which no drift can skew.
 Also measured: time to the first training step, peak memory (/usr/bin/time), KV-cache generation, and the
 attention math path against the fused kernel.
 
