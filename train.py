@@ -28,3 +28,4 @@ if __name__ == "__main__":
         if isinstance(stopped.code, int) and stopped.code >= 128:  # stopped by a signal, all saved: end at once,
             exit_without_teardown(stopped.code)  # no teardown in which a second Ctrl-C would kill the process
         raise
+    exit_without_teardown(0)  # ~1 s less: a finished run skips freeing every module (tinygpt/fast_exit.py)

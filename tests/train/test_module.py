@@ -68,6 +68,84 @@ def test_fused_adam_except_under_mixed_precision_with_clipping():
         assert bool(opt.defaults["fused"]) is fused, (precision, clip)
 
 
+def _module_with_gradients(scale: float, precision: str = "32-true", strategy=None):
+    """A module whose gradients have global norm ``scale``, attached to a stand-in trainer."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+
+    torch.manual_seed(0)
+    module = GPTModule(model=MODEL, vocab_size=20)
+    grads = [torch.randn_like(p) for p in module.parameters()]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    for p, g in zip(module.parameters(), grads, strict=True):
+        p.grad = g * (scale / norm)
+    strategy = strategy or SingleDeviceStrategy(device=torch.device("cpu"))
+    module._trainer = SimpleNamespace(precision=precision, strategy=strategy, gradient_clip_val=1.0,
+                                      gradient_clip_algorithm=None)
+    return module
+
+
+@pytest.mark.parametrize("scale", [5.0, 1.5, 0.5, float("nan")])
+def test_cpu_clipping_gives_torchs_gradients_bit_for_bit(scale):
+    """The CPU clipping equals torch.nn.utils.clip_grad_norm_ exactly: scaled above the limit, untouched below
+    it, and a NaN norm spreads as torch spreads it."""
+    module = _module_with_gradients(scale)
+    reference = [torch.nn.Parameter(p.detach().clone()) for p in module.parameters()]
+    for r, p in zip(reference, module.parameters(), strict=True):
+        r.grad = p.grad.clone()
+    torch.nn.utils.clip_grad_norm_(reference, 1.0)
+    opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    module.configure_gradient_clipping(opt, gradient_clip_val=1.0, gradient_clip_algorithm="norm")
+    for p, r in zip(module.parameters(), reference, strict=True):
+        assert torch.equal(p.grad, r.grad) or (torch.isnan(p.grad).all() and torch.isnan(r.grad).all())
+    if scale > 1:
+        total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in module.parameters()]))
+        assert total.item() == pytest.approx(1.0, rel=1e-5)
+
+
+def test_cpu_clipping_leaves_gradients_under_the_limit_untouched():
+    """Under the limit no multiply runs at all (torch would multiply every gradient by 1.0 in place)."""
+    module = _module_with_gradients(0.5)
+    versions = [p.grad._version for p in module.parameters()]
+    module.configure_gradient_clipping(torch.optim.SGD(module.parameters(), lr=0.1), 1.0, "norm")
+    assert [p.grad._version for p in module.parameters()] == versions
+    module = _module_with_gradients(5.0)
+    versions = [p.grad._version for p in module.parameters()]
+    module.configure_gradient_clipping(torch.optim.SGD(module.parameters(), lr=0.1), 1.0, "norm")
+    assert all(p.grad._version > v for p, v in zip(module.parameters(), versions, strict=True))
+
+
+def test_clipping_outside_the_plain_cpu_case_is_lightnings():
+    """Mixed precision, FSDP's sharded gradients or clipping by value go to Lightning's own clipping."""
+    from unittest import mock
+
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    cases = [("bf16-mixed", None, "norm"), ("32-true", FSDPStrategy(), "norm"), ("32-true", None, "value")]
+    for precision, strategy, algorithm in cases:
+        module = _module_with_gradients(5.0, precision=precision, strategy=strategy)
+        with mock.patch("lightning.pytorch.LightningModule.configure_gradient_clipping") as lightning_clip:
+            module.configure_gradient_clipping(torch.optim.SGD(module.parameters(), lr=0.1), 1.0, algorithm)
+        assert lightning_clip.call_count == 1, (precision, strategy, algorithm)
+
+
+def test_the_training_loss_is_logged_on_the_steps_lightning_hands_to_the_loggers():
+    """Lightning's rule: every log_every_n_steps counted from the first step, or when stopping; with 0 nothing
+    reaches the loggers and every step is logged (the progress bar shows it)."""
+    from types import SimpleNamespace
+
+    module = GPTModule(model=MODEL, vocab_size=20)
+
+    def logged(step, every=10, stop=False):
+        module._trainer = SimpleNamespace(global_step=step, log_every_n_steps=every, should_stop=stop)
+        return module._logging_step()
+
+    assert [s for s in range(30) if logged(s)] == [9, 19, 29]
+    assert logged(4, stop=True) and all(logged(s, every=0) for s in range(5))
+    assert [s for s in range(6) if logged(s, every=1)] == list(range(6))
+
+
 def test_load_trained_gives_the_model_as_it_was_trained(tmp_path):
     """A run dir or its .ckpt file -> the GPT in eval mode with the run's attention bug, its weights, no tokenizer
     for token-id data, and the step."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from tinygpt.model.gpt import GPT, GPTConfig
-from tinygpt.train.optim import lr_at, param_groups
+from tinygpt.train.optim import clip_grad_norm_cpu_, lr_at, param_groups
 
 if TYPE_CHECKING:  # the data module imports Lightning: not for the side-by-side workers, which import this module
     from tinygpt.data.datamodule import TextDataModule
@@ -33,12 +33,12 @@ def val_loss(model: GPT, dm: TextDataModule, batch: int = 64) -> float:
     return (torch.stack(losses).sum() / len(dm.val_x)).item()
 
 
-def train_step(model, opt, x, y) -> None:
-    """nanoGPT's step, as train.py takes it too: forward, backward, clip the gradient norm to 1 (torch's
-    clip_grad_norm_, what Lightning calls), AdamW, zero the gradients."""
+def train_step(model, opt, x, y, clip=clip_grad_norm_cpu_) -> None:
+    """nanoGPT's step: forward, backward, clip the gradient norm to 1, AdamW, zero the gradients. ``clip``:
+    train.py's clipping on the CPU (tinygpt.train.module), or torch's (nanoGPT's)."""
     _, loss = model(x, y)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    clip(model.parameters(), 1.0)
     opt.step()
     opt.zero_grad(set_to_none=True)
 
@@ -77,7 +77,9 @@ def interleaved_steps(nanogpt: Path | None, steps: int = 300, turn: int = 10, se
         model = GPT(GPTConfig(vocab_size=65, **BABY))
         return model, torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), fused=fused)
 
-    variants = {"tinygpt GPT, fused AdamW (the default)": ours(True), "tinygpt GPT, foreach AdamW": ours(False)}
+    variants = {"tinygpt GPT, fused AdamW (the default)": ours(True), "tinygpt GPT, foreach AdamW": ours(False),
+                "tinygpt GPT, torch's clip_grad_norm_": ours(True)}
+    clipping = {"tinygpt GPT, torch's clip_grad_norm_": torch.nn.utils.clip_grad_norm_}
     math_model = ours(True)
     for block in math_model[0].blocks:
         block.attn.backend = "math"
@@ -91,6 +93,7 @@ def interleaved_steps(nanogpt: Path | None, steps: int = 300, turn: int = 10, se
             ng_model = ng.GPT(ng.GPTConfig(vocab_size=65, **BABY))
             ng_opt = ng_model.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")
         variants["nanoGPT's GPT and configure_optimizers"] = (ng_model, ng_opt)
+        clipping["nanoGPT's GPT and configure_optimizers"] = torch.nn.utils.clip_grad_norm_
     names = list(variants)
     steps = max(steps, 2 * len(names) * turn)  # each variant's first turn warms up; at least one more is timed
     data = torch.randint(0, 65, (steps, 12, BABY["block_size"] + 1), generator=torch.Generator().manual_seed(seed))
@@ -100,7 +103,7 @@ def interleaved_steps(nanogpt: Path | None, steps: int = 300, turn: int = 10, se
         model, opt = variants[name]
         x, y = data[i, :, :-1].contiguous(), data[i, :, 1:].contiguous()  # (12, 64) each, as get_batch gives
         t0 = time.perf_counter()
-        train_step(model, opt, x, y)
+        train_step(model, opt, x, y, clipping.get(name, clip_grad_norm_cpu_))
         if i >= len(names) * turn:  # the first turn of each warms up
             times[name].append(time.perf_counter() - t0)
     return {name: 1000 * sorted(t)[len(t) // 2] for name, t in times.items()}

@@ -674,14 +674,12 @@ def lever_lines(r: dict, earlier) -> list[str]:
             "background thread while training goes on (the probe itself runs on the training thread), each figure "
             "laid out once and only its heatmaps and title redrawn (matplotlib's blitting; measured below). "
             "Drawn in full, the maps had slowed the validations next to them on 2 cores. "
-            "Per step, without changing what is logged or computed: the stability probes reach the loggers once, "
-            "directly, instead of being re-sent by Lightning at every later logging step; ThroughputMonitor gets "
-            "plain functions (Hydra checks a `_partial_` on every call). Three tricks measured here bought less "
-            "than 2% of a default run each and were taken out: a CPU clipping that skipped torch's multiply-by-1.0 "
-            "(within noise of torch's own in the in-process step comparison), logging the training loss only on "
-            "the steps the loggers take (~1%), and skipping the interpreter's teardown at a normal exit (~0.9 s). "
-            "The last stays for a run stopped by a signal, so that a second Ctrl-C cannot cut its exit short "
-            "(`src/tinygpt/runtime/fast_exit.py`).",
+            "Per step, without changing what is logged or computed: the training loss goes through `self.log` "
+            "only on the steps the loggers take; the stability probes reach the loggers once, directly, instead "
+            "of being re-sent by Lightning at every later logging step; ThroughputMonitor gets plain functions "
+            "(Hydra checks a `_partial_` on every call); on the CPU the clipping skips torch's multiply-by-1.0 of "
+            "every gradient under the limit (bit-identical). At the end, `train.py` skips the interpreter's "
+            "teardown of the imported modules (`src/tinygpt/runtime/fast_exit.py`).",
             "",
         ]
     return lines

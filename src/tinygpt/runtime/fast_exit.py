@@ -1,11 +1,10 @@
-"""End `python train.py` stopped by a signal without the interpreter's teardown of every imported module.
+"""End `python train.py` without the interpreter's teardown of every imported module.
 
-Python's finalization frees torch's, Lightning's and dynamo's module state object by object, which takes most of a
-second; a run stopped by a signal has saved everything, and a second Ctrl-C landing in that teardown would end the
-process with a traceback. So that teardown is skipped there: what exiting must still do is done first, in the
-interpreter's own order (it joins non-daemon threads, e.g. an executor still writing files, and runs the atexit
-handlers, e.g. W&B's service shutdown and logging's final flush; tinygpt.runtime.internals), then the standard
-streams are flushed and the process ends with os._exit.
+After a run, Python's finalization frees torch's, Lightning's and dynamo's module state object by object, which
+takes most of a second on every run, sweep job and test (docs/benchmarks.md). The process is ending anyway, so the
+work is skipped: what exiting must still do is done first, in the interpreter's own order (threading._shutdown
+joins non-daemon threads, e.g. an executor still writing files; atexit handlers, e.g. W&B's service shutdown and
+logging's final flush), then the standard streams are flushed and the process ends with os._exit.
 """
 
 from __future__ import annotations

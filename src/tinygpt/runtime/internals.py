@@ -3,9 +3,8 @@ it is worth the risk. ``tests/runtime/test_internals.py`` checks each against th
 loudly, naming the name, when an upgrade removes or changes it; the code here falls back to the plain behaviour
 (no crash) when a name is missing.
 
-- ``threading._shutdown``, ``atexit._run_exitfuncs``: a run stopped by a signal ends without the interpreter's
-  teardown of every module (runtime/fast_exit.py), after doing what exiting must do, in the interpreter's own order,
-  so that a second Ctrl-C cannot cut its exit short.
+- ``threading._shutdown``, ``atexit._run_exitfuncs``: train.py ends without the interpreter's teardown of every
+  module (runtime/fast_exit.py), after doing what exiting must do, in the interpreter's own order.
 - ``wandb.sdk.lib.wbauth``: whether wandb has stored credentials, without wandb.login's network call (a run
   without any goes offline at once instead of waiting for a login that cannot happen).
 - ``WandbLogger._wandb_init``: Lightning always passes wandb.init ``anonymous=``, a setting wandb deprecated and

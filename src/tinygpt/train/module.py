@@ -8,11 +8,12 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from tokenizers import Tokenizer
 
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime import checkpoint
-from tinygpt.train.optim import AdamWCosine
+from tinygpt.train.optim import AdamWCosine, clip_grad_norm_cpu_
 
 
 class GPTModule(L.LightningModule):
@@ -56,8 +57,18 @@ class GPTModule(L.LightningModule):
         if self.trainer.world_size > 1:  # each rank has its slice of the global batch: record the global mean
             recorded = self.trainer.strategy.reduce(recorded, reduce_op="mean")
         self.train_losses.append(recorded)
-        self.log("train/loss", recorded, prog_bar=True)  # the loggers take it every log_every_n_steps
+        if self._logging_step():  # the loggers take step metrics only every log_every_n_steps
+            self.log("train/loss", recorded, prog_bar=True)
         return loss
+
+    def _logging_step(self) -> bool:
+        """Whether Lightning hands this step's metrics to the loggers: its own rule (the logger connector's
+        ``should_update_logs``), every ``trainer.log_every_n_steps`` counted from the first step, or when training
+        is stopping. Logging the loss on the other steps too only cost time (docs/benchmarks.md), and the
+        loggers never saw those values. With ``log_every_n_steps=0`` nothing reaches
+        the loggers, and every step is logged as before so that the progress bar still shows the loss."""
+        n = self.trainer.log_every_n_steps
+        return n == 0 or (self.trainer.global_step + 1) % n == 0 or self.trainer.should_stop
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
@@ -88,6 +99,23 @@ class GPTModule(L.LightningModule):
         # Lightning refuses to clip the gradients of a fused optimizer under mixed precision (it unscales
         # internally), so there the foreach implementation is used instead.
         return self.optim(self.model, fused=not self._mixed_precision_with_clipping())
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        """Lightning's clipping by norm, with one saving on the CPU: torch multiplies every gradient by
+        min(1, max_norm / norm) on every step so as not to read the norm back from a GPU; on the CPU reading it
+        is free, and the multiplies (one per parameter tensor) are skipped when the factor is 1, where they would
+        change nothing. Same norm, same factor, bit-identical gradients."""
+        if not self._plain_cpu_clipping(gradient_clip_val, gradient_clip_algorithm):
+            return super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        clip_grad_norm_cpu_([p for group in optimizer.param_groups for p in group["params"]], gradient_clip_val)
+
+    def _plain_cpu_clipping(self, clip_val, algorithm) -> bool:
+        """Clipping by norm of full fp32 gradients on the CPU, one process or DDP (each rank holds every full
+        gradient after the all-reduce); anything else (FSDP's shards, mixed precision, a GPU) is Lightning's."""
+        trainer = self.trainer
+        return (bool(clip_val) and algorithm in (None, "norm") and self.device.type == "cpu"
+                and str(trainer.precision) == "32-true"
+                and type(trainer.strategy) in (SingleDeviceStrategy, DDPStrategy))
 
     def _mixed_precision_with_clipping(self) -> bool:
         trainer = self._trainer  # None outside a Trainer

@@ -1,5 +1,5 @@
 """The optimizer recipe (configs/optim/adamw_cosine.yaml): AdamW with weight decay on 2-D weights only, linear
-warmup then cosine decay per step (the gradients are clipped by Lightning, trainer.gradient_clip_val).
+warmup then cosine decay per step, and gradient clipping by norm that skips the no-op multiply on the CPU.
 
 ``AdamWCosine`` is built from the config by Hydra at set-up (checking every value before any work) and injected
 into the LightningModule, which calls it from ``configure_optimizers``.
@@ -35,6 +35,18 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+
+
+def clip_grad_norm_cpu_(parameters, max_norm: float) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_ for gradients in CPU memory: the same norm and the same factor
+    min(1, max_norm / (norm + 1e-6)), but the gradients are multiplied only when the factor is below 1 (torch
+    multiplies every gradient by it on every step, so as not to read the norm back from a GPU; on the CPU
+    reading it costs nothing). Bit-identical gradients; returns the total norm."""
+    params = [p for p in parameters if p.grad is not None]
+    total = torch.nn.utils.get_total_norm([p.grad for p in params])
+    if not bool(float(max_norm) / (total + 1e-6) >= 1.0):  # a NaN norm scales too, as torch does
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return total
 
 
 class AdamWCosine:
