@@ -18,7 +18,7 @@ import numpy as np
 
 from tinygpt.analysis import lr_basin
 from tinygpt.analysis.stats import Estimate, Sample, bootstrap, combine, failed_to_train, mean_spread
-from tinygpt.analysis.sweep import ReportError, Run, group_by, window_losses
+from tinygpt.analysis.sweep import ReportError, Run, group_by, window_measure
 
 
 @dataclass(frozen=True, order=True)
@@ -76,7 +76,7 @@ def saved_window_losses(run: Run, n_windows: int) -> np.ndarray:
     (Wortsman et al.)."""
     if not math.isfinite(final_loss(run)):
         return np.full(n_windows, init_loss(run))
-    return window_losses(run, "mean")
+    return window_measure(run, "mean")
 
 
 def arms_of(runs: list[Run]) -> dict[ArmKey, dict[float, list[Run]]]:

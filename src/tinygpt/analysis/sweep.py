@@ -154,7 +154,7 @@ def group_by(runs: list[Run], key: Callable[[Run], Hashable], *inner: Callable[[
     return {k: sorted(rs, key=lambda r: r.seed) for k, rs in out.items()}
 
 
-# What each per-window measure of a run is, over the windows diagnostics.npz holds (``window_losses``).
+# What each per-window measure of a run is, over the windows diagnostics.npz holds (``window_measure``).
 WINDOW_MEASURES = {
     "mean": "the teacher-forced loss of each validation window, averaged over its positions",
     "last": "the teacher-forced loss of each validation window at its last position (target outside the window)",
@@ -165,7 +165,7 @@ WINDOW_MEASURES = {
 PROBE_MEASURES = ("probe", "honest")  # the measures on the probe windows; the others are on every validation window
 
 
-def window_losses(run: Run, what: str = "mean") -> np.ndarray:
+def window_measure(run: Run, what: str = "mean") -> np.ndarray:
     """(windows,): one of the run's per-window measures (WINDOW_MEASURES) from its diagnostics.npz."""
     v = run.windows()  # (N, T)
     if v is None:
@@ -179,8 +179,8 @@ def window_losses(run: Run, what: str = "mean") -> np.ndarray:
 
 
 def per_window(runs: list[Run], what: str) -> np.ndarray:
-    """(seeds, windows): ``window_losses`` of each run, one row per run."""
-    return np.stack([window_losses(r, what) for r in runs])
+    """(seeds, windows): ``window_measure`` of each run, one row per run."""
+    return np.stack([window_measure(r, what) for r in runs])
 
 
 def window_samples(runs: list[Run], windows: str, seeds: str,

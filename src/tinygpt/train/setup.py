@@ -121,7 +121,7 @@ class TrainingRun:
         return self.trainer.loggers
 
 
-def one_of(callbacks: list, kind: type):
+def first_of_kind(callbacks: list, kind: type):
     """The callback of that kind in the list, or None (the config may leave it out)."""
     return next((c for c in callbacks if isinstance(c, kind)), None)
 
@@ -159,8 +159,9 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
                         plugins=[checkpoint.AtomicCheckpointIO(), *distributed.cluster_plugins(), *precision],
                         **({"precision": None} if precision else {}))
     return TrainingRun(cfg, out_dir, resolved, dm, optim, trainer, clock=callbacks[0], stop=callbacks[-1],
-                       guard=one_of(callbacks, DivergenceGuard), stability=one_of(callbacks, StabilityMonitor),
-                       alarm=one_of(callbacks, LeakAlarm), ckpt_path=ckpt_path, ckpt=ckpt, pretrained=pretrained)
+                       guard=first_of_kind(callbacks, DivergenceGuard),
+                       stability=first_of_kind(callbacks, StabilityMonitor), alarm=first_of_kind(callbacks, LeakAlarm),
+                       ckpt_path=ckpt_path, ckpt=ckpt, pretrained=pretrained)
 
 
 def cpu_float16(trainer_cfg: DictConfig) -> list:
