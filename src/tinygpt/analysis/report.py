@@ -15,6 +15,7 @@ experiment as its config defines it; any other sweep's report goes to <first swe
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import sys
 from pathlib import Path
@@ -57,12 +58,18 @@ PARTS = {"sqrt_dk": ("sqrt_dk", "sqrt_dk_fp16")}  # an experiment whose full swe
 STAGED = {"sqrt_dk"}  # its design may add runs beyond the grid (stage 2), with only the grid's keys overridden
 
 
+@functools.cache
+def override_parser():
+    """Hydra's override parser, built once (a report reads every run's overrides)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
 def setting(override: str) -> tuple[str, object]:
     """'optim.lr=1e-4' -> ('optim.lr', 0.0001): a job's override as the value Hydra's parser makes of it, however
     it was written (Hydra records 0.0001 where the sweep config says 1e-4, True where it says true)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_override(override.strip())
+    parsed = override_parser().parse_override(override.strip())
     value = parsed.value()
     return parsed.get_key_element(), float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 

@@ -131,8 +131,9 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
     trainer); reads no data, starts no W&B run and writes nothing (init_from reads its config.json, its weights' headers
     and its tokenizer, and fetches a Hub model into the Hugging Face cache). Any mistake is one ConfigError. A job of
     a parallel sweep is quiet from here (one line when it ends; the rest goes to its train.log)."""
-    quiet_libraries(run_dirs.in_parallel_sweep())
-    set_quiet(run_dirs.in_parallel_sweep())
+    parallel = run_dirs.in_parallel_sweep()
+    quiet_libraries(parallel)
+    set_quiet(parallel)
     with as_config_errors(TypeError, MisconfigurationException):
         validate_config(cfg)
         pretrained = configure(cfg, command_line_overrides())  # init_from: its architecture and tokenizer into cfg
@@ -151,14 +152,15 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         loggers = build_loggers(cfg, group, name)
         callbacks = in_run_order(only_with_logger(callbacks, bool(loggers)))
         quiet = {}
-        if run_dirs.in_parallel_sweep():  # jobs at once share the terminal: no progress bars, one line each
+        if parallel:  # jobs at once share the terminal: no progress bars, one line each
             callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
             quiet = {"enable_progress_bar": False}
         precision = cpu_float16(cfg.trainer)
         trainer = build("trainer", cfg.trainer, callbacks=callbacks, logger=loggers or False, **quiet,
                         plugins=[checkpoint.AtomicCheckpointIO(), *distributed.cluster_plugins(), *precision],
                         **({"precision": None} if precision else {}))
-    return TrainingRun(cfg, out_dir, resolved, dm, optim, trainer, clock=callbacks[0], stop=callbacks[-1],
+    return TrainingRun(cfg, out_dir, resolved, dm, optim, trainer, clock=first_of_kind(callbacks, StepClock),
+                       stop=first_of_kind(callbacks, GracefulStop),
                        guard=first_of_kind(callbacks, DivergenceGuard),
                        stability=first_of_kind(callbacks, StabilityMonitor), alarm=first_of_kind(callbacks, LeakAlarm),
                        ckpt_path=ckpt_path, ckpt=ckpt, pretrained=pretrained)
