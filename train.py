@@ -8,8 +8,10 @@ from omegaconf import DictConfig
 from tinygpt.runtime.errors import config_composed, unknown_keys_as_config_errors
 from tinygpt.runtime.fast_exit import exit_without_teardown
 from tinygpt.runtime.run_dirs import register_resolvers
+from tinygpt.train.schema import register_schemas
 
 register_resolvers(project_root=Path(__file__).parent)  # ${run_id:} in run dirs, ${project_root:} for the cache
+register_schemas()  # the config's types, named by configs/ (tinygpt/train/schema.py)
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")

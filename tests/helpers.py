@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 from tinygpt.runtime.run_dirs import register_resolvers
+from tinygpt.train.schema import register_schemas
 
 ROOT = Path(__file__).resolve().parents[1]
 register_resolvers(project_root=ROOT)  # as train.py does: ${run_id:} in run dirs, ${project_root:} for the cache
+register_schemas()  # and the config's types
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

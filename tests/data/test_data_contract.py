@@ -34,7 +34,7 @@ def test_constructor_defaults_are_the_configs_defaults():
     """Using TextDataModule and the corpora from Python gives the recipe `python train.py` uses."""
     defaults = {k: p.default for k, p in inspect.signature(TextDataModule).parameters.items()}
     cfg = compose_train()
-    for key in ("tokenizer", "vocab_size", "tokenizer_dir", "train_fraction", "block_size", "batch_size",
+    for key in ("tokenizer", "bpe_vocab_size", "tokenizer_dir", "train_fraction", "block_size", "batch_size",
                 "val_batch_size", "val_windows", "seed", "overfit"):
         assert defaults[key] == cfg.data[key], key
     assert defaults["cache_dir"] == "data/cache" and defaults["corpus"] is None
@@ -100,8 +100,8 @@ BAD = [
     (dict(tokenizer_dir="/no/such"), "data.tokenizer_dir='/no/such' is used only with data.tokenizer=pretrained (this "
                                      "run has data.tokenizer='char'); add data.tokenizer=pretrained to tokenize with "
                                      "it, or init_from=/no/such to start from its weights too."),
-    (dict(tokenizer="bpe", vocab_size=256),
-     "data.vocab_size=256 is too small for byte-level BPE: it needs at least 257 (256 bytes + <|endoftext|>)."),
+    (dict(tokenizer="bpe", bpe_vocab_size=256),
+     "data.bpe_vocab_size=256 is too small for byte-level BPE: it needs at least 257 (256 bytes + <|endoftext|>)."),
     (dict(source="random_tokens", vocab_size=1), "data.vocab_size=1 must be at least 2 for random_tokens."),
     (dict(source="random_tokens", vocab_size=2**31 + 1), "data.vocab_size=2147483649 must be at least 2 for "
                                                          "random_tokens."),

@@ -117,7 +117,7 @@ def test_cache_is_reused(corpus_file, tmp_path, monkeypatch):
 
 
 def test_bpe_datamodule(corpus_file, cache_dir):
-    dm = make_dm(corpus_file, cache_dir, tokenizer="bpe", vocab_size=300)
+    dm = make_dm(corpus_file, cache_dir, tokenizer="bpe", bpe_vocab_size=300)
     dm.setup()
     assert dm.vocab_size <= 300
     text = corpus_file.read_text()
@@ -162,8 +162,10 @@ def test_bad_data_config_fails_clearly(tmp_path):
         TextDataModule(source="text_file")
     with pytest.raises(ValueError, match="data.source='web'"):
         TextDataModule(source="web")
-    with pytest.raises(ValueError, match="data.vocab_size=100 is too small for byte-level BPE"):
-        TextDataModule(source="shakespeare", tokenizer="bpe", vocab_size=100)
+    with pytest.raises(ValueError, match="data.bpe_vocab_size=100 is too small for byte-level BPE"):
+        TextDataModule(source="shakespeare", tokenizer="bpe", bpe_vocab_size=100)
+    with pytest.raises(ValueError, match="data.bpe_vocab_size=100 is too small for byte-level BPE"):
+        TextDataModule(source="shakespeare", tokenizer="bpe", vocab_size=100)  # a config written before the rename
     short = tmp_path / "short.txt"
     short.write_text("abc\n" * 3)
     with pytest.raises(ValueError, match="fewer than data.block_size"):
@@ -251,11 +253,11 @@ def cache_key(dm: TextDataModule, text: str) -> str:
 def test_cache_path_depends_on_every_tokenizer_setting(corpus_file, tmp_path):
     text = corpus_file.read_text()
     paths = {cache_key(make_dm(corpus_file, tmp_path, tokenizer="char"), text),
-             cache_key(make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=300), text),
-             cache_key(make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=400), text),
+             cache_key(make_dm(corpus_file, tmp_path, tokenizer="bpe", bpe_vocab_size=300), text),
+             cache_key(make_dm(corpus_file, tmp_path, tokenizer="bpe", bpe_vocab_size=400), text),
              cache_key(make_dm(corpus_file, tmp_path, tokenizer="char", train_fraction=0.8), text),
              cache_key(make_dm(corpus_file, tmp_path, tokenizer="char"), text + "x")}
-    assert len(paths) == 5  # sweeping data.vocab_size (or anything else) never reuses another tokenizer's ids
+    assert len(paths) == 5  # sweeping data.bpe_vocab_size (or anything else) never reuses another tokenizer's ids
 
 
 def test_a_pretrained_tokenizer_tokenizes_as_it_is_into_a_cache_of_its_own(corpus_file, tmp_path):
@@ -282,7 +284,8 @@ def test_a_pretrained_tokenizer_tokenizes_as_it_is_into_a_cache_of_its_own(corpu
     assert dm.tokenizer.to_str() == theirs.to_str()
     paths = {cache.dir_for(tmp_path, cache_key(make_dm(corpus_file, tmp_path, tokenizer="pretrained", tokenizer_dir=d),
                                                text)) for d in dirs}
-    paths |= {cache.dir_for(tmp_path, cache_key(make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=300), text))}
+    bpe = make_dm(corpus_file, tmp_path, tokenizer="bpe", bpe_vocab_size=300)
+    paths |= {cache.dir_for(tmp_path, cache_key(bpe, text))}
     assert len(paths) == 3 and dm.cache_path in paths
 
 

@@ -17,13 +17,19 @@ def tiny(out, corpus_file, cache_dir, *extra):
 @pytest.mark.slow
 def test_a_config_mistake_is_one_line_with_exit_status_2(tmp_path, corpus_file, cache_dir):
     out = tmp_path / "bad"
-    proc = run_train(tiny(out, corpus_file, cache_dir, "optim.warmup_steps=abc"), check=False)
+    proc = run_train(tiny(out, corpus_file, cache_dir, "optim.warmup_steps=-5"), check=False)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["error: optim.warmup_steps='abc' must be an integer number of steps."]
-    assert not (out / "checkpoints").exists() and not (out / "summary.json").exists()
-    full = run_train(tiny(tmp_path / "bad2", corpus_file, cache_dir, "optim.warmup_steps=abc"),
+    assert proc.stderr.strip().splitlines() == ["error: optim.warmup_steps=-5 must be >= 0 and optim.decay_steps=20 "
+                                                ">= 1."]
+    assert not out.exists()  # refused at set-up: the run dir Hydra made is gone
+    full = run_train(tiny(tmp_path / "bad2", corpus_file, cache_dir, "optim.warmup_steps=-5"),
                      env={"HYDRA_FULL_ERROR": "1"}, check=False)
     assert full.returncode != 0 and "Traceback" in full.stderr and "ConfigError" in full.stderr
+    typed = run_train(tiny(tmp_path / "bad3", corpus_file, cache_dir, "optim.warmup_steps=abc"), check=False)
+    assert typed.returncode == 2  # the wrong type, refused while the config is composed (tinygpt/train/schema.py)
+    assert typed.stderr.strip().splitlines() == ["error: optim.warmup_steps=abc has the wrong type: "
+                                                 "optim.warmup_steps takes an integer."]
+    assert not (tmp_path / "bad3").exists()
 
 
 @pytest.mark.slow

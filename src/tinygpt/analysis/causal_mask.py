@@ -43,6 +43,7 @@ from tinygpt.analysis.stats import (
     verb,
 )
 from tinygpt.analysis.sweep import (
+    predictions,
     WINDOW_MEASURES,
     Run,
     group_by,
@@ -483,7 +484,7 @@ class CausalMaskFindings:
 def compute(runs: list[Run]) -> CausalMaskFindings:
     arms = group_runs(runs)
     main = main_arm(arms)
-    pred = runs[0].config.get("prediction") or DEFAULT_PREDICTION
+    pred = predictions(runs, "causal_mask")
     est = bootstrap(arm_samples(arms))
     corpus = {T: by_c for (label, T), by_c in arms.items()
               if main is not None and label == main[0] and False in by_c and True in by_c}
@@ -846,7 +847,3 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     path.write_text("\n".join(sections))
     return path
 
-
-# what causal_mask.yaml's ``prediction`` says: for runs whose config has no prediction block
-DEFAULT_PREDICTION = {"level_ratio": [0.667, 1.5], "slope": [-1.3, -0.7], "onset_fraction": 0.5,
-                      "drop_from": 0.75, "drop_to": 0.25}

@@ -40,6 +40,7 @@ from tinygpt.analysis.stats import (
     verb,
 )
 from tinygpt.analysis.sweep import (
+    predictions,
     ReportError,
     Run,
     alarm_of,
@@ -761,8 +762,7 @@ class PartialLeaksFindings:
 
 def compute(runs: list[Run]) -> PartialLeaksFindings:
     arms = group(runs)
-    cfg = runs[0].config
-    pred = {**DEFAULT_PREDICTION, **(cfg.get("prediction") or {})}
+    pred = predictions(runs, "partial_leaks")
     onsets, collapses = {}, {}
     for a, rs in arms.items():
         ctrl = arms.get(CONTROL.get(a, ""), [])
@@ -1037,7 +1037,3 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     path.write_text("\n".join(sections))
     return path
 
-
-# what partial_leaks.yaml's ``prediction`` says: for runs whose config has no prediction block (or part of one)
-DEFAULT_PREDICTION = {"collapse_fraction": 0.5, "onset_run": 10, "onset_fraction": 0.5, "onset_ratio": [0.8, 1.25],
-                      "fill_slack": 16, "alarm_first_validation": True}

@@ -94,7 +94,7 @@ def build_from_text(out: Path, source: str, text: str, tokenizer: TokenizerSpec,
     train_text, val_text = split_text(text, train_fraction)
     tok = tokenizer.pretrained
     if tok is None:
-        tok = train_tokenizer(tokenizer.kind, chunk_lines(train_text), tokenizer.vocab_size)
+        tok = train_tokenizer(tokenizer.kind, chunk_lines(train_text), tokenizer.bpe_vocab_size)
     vocab = tok.get_vocab_size()
     dtype = np.uint16 if vocab <= 65536 else np.int32
     train, val = tokenize_to_array(tok, train_text, dtype), tokenize_to_array(tok, val_text, dtype)

@@ -29,7 +29,7 @@ class TextDataModule(L.LightningDataModule):
         self,
         corpus: Corpus | None = None,
         tokenizer: str = "char",
-        vocab_size: int = 512,
+        bpe_vocab_size: int = 512,
         tokenizer_dir: str | None = None,
         train_fraction: float = 0.9,
         block_size: int = 64,
@@ -42,16 +42,20 @@ class TextDataModule(L.LightningDataModule):
         **corpus_keys,
     ):
         """``corpus``: where the tokens come from (tinygpt.data.corpus; Hydra builds it from data.corpus). The
-        tokenizer settings (``tokenizer``, ``vocab_size``, ``tokenizer_dir``) apply to a text corpus only.
+        tokenizer settings (``tokenizer``, ``bpe_vocab_size``, ``tokenizer_dir``) apply to a text corpus only.
 
         ``corpus_keys`` are the corpus's own keys as the config holds them at data level (data.source, data.path,
         data.name, ...: what data.corpus reads), which Hydra passes too: each must be the corpus's, and
         data.source its source. Without a corpus they name one (``source=`` and its fields, as configs written
         before data.corpus and Python callers give them)."""
         super().__init__()
-        self.corpus = corpus if corpus is not None else from_source(vocab_size=vocab_size, seed=seed, **corpus_keys)
+        source = corpus.source if corpus is not None else corpus_keys.get("source", "shakespeare")
+        if source != "random_tokens" and "vocab_size" in corpus_keys:  # a text corpus's config written before
+            bpe_vocab_size = corpus_keys.pop("vocab_size")  # 2026-12-02 (the committed sweeps' summary.json,
+            # rebuilt by the alarm audit) named data.bpe_vocab_size vocab_size
+        self.corpus = corpus if corpus is not None else from_source(seed=seed, **corpus_keys)
         self._check_corpus_keys(corpus_keys)
-        self.tokenizer_spec = (TokenizerSpec.checked(tokenizer, vocab_size, tokenizer_dir)
+        self.tokenizer_spec = (TokenizerSpec.checked(tokenizer, bpe_vocab_size, tokenizer_dir)
                                if self.corpus.needs_tokenizer else None)
         if not 0.0 < train_fraction < 1.0:
             raise ValueError(f"data.train_fraction={train_fraction!r} must be between 0 and 1.")

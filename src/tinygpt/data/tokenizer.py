@@ -6,7 +6,7 @@
 - ``pretrained``: not trained here but read from a Hugging Face model dir (GPT-2's byte-level BPE, 50257 tokens,
   from its tokenizer.json or vocab.json + merges.txt): what ``init_from`` uses.
 
-``TokenizerSpec`` holds a run's choice (data.tokenizer, data.vocab_size, data.tokenizer_dir), checked.
+``TokenizerSpec`` holds a run's choice (data.tokenizer, data.bpe_vocab_size, data.tokenizer_dir), checked.
 """
 
 from __future__ import annotations
@@ -83,33 +83,34 @@ def fingerprint(tok: Tokenizer) -> str:
 
 @dataclass(frozen=True)
 class TokenizerSpec:
-    """How a text corpus becomes token ids: data.tokenizer (``char``, ``bpe`` or ``pretrained``), data.vocab_size
-    (bpe's) and, for ``pretrained``, the tokenizer read from data.tokenizer_dir. Build it with ``checked``."""
+    """How a text corpus becomes token ids: data.tokenizer (``char``, ``bpe`` or ``pretrained``),
+    data.bpe_vocab_size (bpe's target) and, for ``pretrained``, the tokenizer read from data.tokenizer_dir. Build
+    it with ``checked``."""
 
     kind: str
-    vocab_size: int
+    bpe_vocab_size: int
     pretrained: Tokenizer | None = None
 
     @classmethod
-    def checked(cls, kind: str, vocab_size: int, tokenizer_dir: str | None = None) -> TokenizerSpec:
+    def checked(cls, kind: str, bpe_vocab_size: int, tokenizer_dir: str | None = None) -> TokenizerSpec:
         """The settings checked, each mistake one sentence naming its key; a pretrained tokenizer is read now, so a
         bad data.tokenizer_dir stops before any work."""
-        positive_int("data.vocab_size", vocab_size)
+        positive_int("data.bpe_vocab_size", bpe_vocab_size)
         one_of("data.tokenizer", kind, (*TOKENIZERS, PRETRAINED))
         pretrained = read_pretrained(kind, tokenizer_dir)
-        if kind == "bpe" and vocab_size < 257:
+        if kind == "bpe" and bpe_vocab_size < 257:
             raise ValueError(
-                f"data.vocab_size={vocab_size} is too small for byte-level BPE: it needs at least 257 "
+                f"data.bpe_vocab_size={bpe_vocab_size} is too small for byte-level BPE: it needs at least 257 "
                 "(256 bytes + <|endoftext|>)."
             )
-        return cls(kind, vocab_size, pretrained)
+        return cls(kind, bpe_vocab_size, pretrained)
 
     @property
     def key(self) -> str:
-        """The token cache's name for it: ``char``, ``bpe<vocab_size>`` or ``pretrained<hash of its JSON>``."""
+        """The token cache's name for it: ``char``, ``bpe<bpe_vocab_size>`` or ``pretrained<hash of its JSON>``."""
         if self.pretrained is not None:
             return f"{self.kind}{fingerprint(self.pretrained)}"
-        return self.kind + (f"{self.vocab_size}" if self.kind == "bpe" else "")
+        return self.kind + (f"{self.bpe_vocab_size}" if self.kind == "bpe" else "")
 
 
 def read_pretrained(kind: str, tokenizer_dir: str | None) -> Tokenizer | None:

@@ -95,7 +95,7 @@ def unknown_key_message(err: BaseException) -> str | None:
     any other error."""
     import re
 
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
     text = str(err)
     option = re.match(r"In '[^']*': Could not find '(.+)/([^/']+)'\n\nAvailable options in '([^']+)':\n((?:\t.*\n?)+)",
@@ -103,6 +103,9 @@ def unknown_key_message(err: BaseException) -> str | None:
     if option:  # a mistyped option of a config group: model=smal
         options = [o.strip() for o in option.group(4).splitlines() if o.strip()]
         return option_message(option.group(1), option.group(2), options)
+    wrong = re.match(r"Error merging override (\S+)", text)
+    if wrong and isinstance(err.__cause__, ValidationError):  # a value of the wrong type (tinygpt/train/schema.py)
+        return wrong_type_message(wrong.group(1), err.__cause__)
     found = re.match(r"Could not override '([^']+)'\.", text)
     if found and not isinstance(err.__cause__, (ConfigAttributeError, ConfigKeyError)):
         return None  # e.g. a value of the wrong type for one of Hydra's own typed settings
@@ -111,6 +114,20 @@ def unknown_key_message(err: BaseException) -> str | None:
         return None
     key = found.group(1)
     return key_message(key, nearest_key(key, err.__cause__))
+
+
+EXPECTED = (("to Integer", "an integer"), ("to Float", "a number"), ("valid bool", "true or false"),
+            ("not a ListConfig", "a list, e.g. [1,2]"), ("to String", "a string"))
+
+
+def wrong_type_message(override: str, cause: BaseException) -> str:
+    """The one sentence for an override whose value is not of its key's type (``model.n_layer=abc``)."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    first = first_line(cause)
+    expected = next((words for marker, words in EXPECTED if marker in first), None)
+    if expected is None:
+        return f"{override} has the wrong type for {key}: {first}."
+    return f"{override} has the wrong type: {key} takes {expected}."
 
 
 def key_message(key: str, near: str | None) -> str:
@@ -198,5 +215,27 @@ def unknown_swept_key(config, overrides: list[str], groups) -> str | None:
                 break
             if part not in node:
                 return key_message(key, closest_key(parts, i, node.keys()))
+            if i == len(parts) - 1:
+                bad = wrong_swept_type(node, part, override)
+                if bad:
+                    return bad
             node = node[part]
+    return None
+
+
+def wrong_swept_type(parent, name: str, override) -> str | None:
+    """The one sentence for a swept value that is not of its key's type (``-m model.n_layer=2,abc``), found by
+    setting each value on a copy of the key's parent node (whose type, tinygpt/train/schema.py, converts or
+    refuses it); None when every value fits."""
+    import copy
+
+    from omegaconf.errors import ValidationError
+
+    values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+    for value in values:
+        trial = copy.deepcopy(parent)
+        try:
+            trial[name] = value
+        except ValidationError as err:
+            return wrong_type_message(f"{override.key_or_group}={value}", err)
     return None

@@ -1,0 +1,118 @@
+"""The config's types (tinygpt/train/schema.py): every option of every group composes under them with nothing left
+unset, the schemas and the YAML name the same keys, and a value of the wrong type is one sentence before any work."""
+
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from helpers import ROOT, compose_train
+from tinygpt.analysis.sweep import Run, predictions
+from tinygpt.runtime.errors import unknown_key_message, unknown_swept_key
+from tinygpt.train.schema import (
+    CausalMaskPrediction,
+    ModelSchema,
+    PartialLeaksPrediction,
+    RandomTokensSchema,
+    ShakespeareSchema,
+    SqrtDkPrediction,
+    TextFileSchema,
+)
+
+CONFIGS = ROOT / "configs"
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
+
+
+def composed(overrides):
+    """The config as the task function gets it (Hydra's runtime set, so ${hydra:...} resolves; nothing written)."""
+    return compose_train(overrides, out_dir=Path("/nonexistent/run"))
+
+
+@pytest.mark.parametrize("overrides", [[f"model={m}"] for m in options("model")]
+                         + [[f"experiment={e}"] for e in options("experiment")]
+                         + [[f"debug={d}"] for d in options("debug")]
+                         + [["data=text_file", "data.path=a.txt"], ["data=hf_hub", "data.name=x"],
+                            ["data=random_tokens"]])
+def test_every_option_composes_under_the_schema_with_no_key_unset(overrides):
+    cfg = composed(overrides)
+    assert OmegaConf.missing_keys(cfg) == set()
+    assert OmegaConf.get_type(cfg.model) is ModelSchema
+    assert isinstance(cfg.model.n_layer, int) and isinstance(cfg.optim.lr, float)
+
+
+@pytest.mark.parametrize("experiment, schema", [("causal_mask", CausalMaskPrediction),
+                                                ("causal_mask_quick", CausalMaskPrediction),
+                                                ("partial_leaks", PartialLeaksPrediction),
+                                                ("sqrt_dk", SqrtDkPrediction), ("sqrt_dk_fp16", SqrtDkPrediction)])
+def test_each_experiments_predictions_are_typed(experiment, schema):
+    cfg = composed([f"experiment={experiment}"])
+    assert OmegaConf.get_type(cfg.prediction) is schema
+    assert OmegaConf.missing_keys(cfg.prediction) == set()  # the YAML gives every prediction the schema types
+
+
+def test_a_run_without_an_experiment_has_no_predictions_and_the_corpus_types_its_data():
+    assert composed([]).prediction is None
+    assert OmegaConf.get_type(composed([]).data) is ShakespeareSchema
+    assert OmegaConf.get_type(composed(["data=text_file", "data.path=a.txt"]).data) is TextFileSchema
+    assert OmegaConf.get_type(composed(["data=random_tokens"]).data) is RandomTokensSchema
+
+
+def test_an_unset_required_value_is_left_for_the_corpus_to_name():
+    """data.path is ??? in text_file.yaml: composing succeeds and the corpus names it (tests/data)."""
+    assert OmegaConf.missing_keys(composed(["data=text_file"])) == {"data.path"}
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.n_layer=abc", "model.n_layer=abc has the wrong type: model.n_layer takes an integer."),
+    ("model.attn.causal=maybe", "model.attn.causal=maybe has the wrong type: model.attn.causal takes true or false."),
+    ("optim.lr=fast", "optim.lr=fast has the wrong type: optim.lr takes a number."),
+    ("seed=1.5", "seed=1.5 has the wrong type: seed takes an integer."),
+    ("data.batch_size=twelve", "data.batch_size=twelve has the wrong type: data.batch_size takes an integer."),
+    ("seed=true", "seed=true has the wrong type: seed takes an integer."),  # a bool is not an integer here
+    ("optim.warmup_steps=abc", "optim.warmup_steps=abc has the wrong type: optim.warmup_steps takes an integer."),
+    ("model.dropout=false", "model.dropout=false has the wrong type: model.dropout takes a number."),
+    ("data.bpe_vocab_size=true", "data.bpe_vocab_size=true has the wrong type: data.bpe_vocab_size takes an integer."),
+    ("diagnostics.max_val_tokens=lots",
+     "diagnostics.max_val_tokens=lots has the wrong type: diagnostics.max_val_tokens takes an integer."),
+])
+def test_a_value_of_the_wrong_type_is_one_sentence(override, message):
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_train([override])
+    assert unknown_key_message(err.value) == message
+
+
+def test_a_prediction_of_the_wrong_type_is_one_sentence():
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_train(["experiment=causal_mask", "prediction.slope=3"])
+    assert unknown_key_message(err.value) == ("prediction.slope=3 has the wrong type: prediction.slope takes a list, "
+                                              "e.g. [1,2].")
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_train(["experiment=sqrt_dk", "prediction.basin_delta=wide"])
+    assert unknown_key_message(err.value) == ("prediction.basin_delta=wide has the wrong type: prediction.basin_delta "
+                                              "takes a number.")
+
+
+def test_a_swept_value_of_the_wrong_type_is_one_sentence_before_any_job():
+    cfg = compose_train([])
+    groups = {"model", "data", "optim"}
+    assert unknown_swept_key(cfg, ["model.n_layer=2,abc"], groups) == (
+        "model.n_layer=abc has the wrong type: model.n_layer takes an integer.")
+    assert unknown_swept_key(cfg, ["optim.lr=1e-3,2e-3", "seed=1,2"], groups) is None
+    assert unknown_swept_key(cfg, ["model.attn.causal=true,false"], groups) is None
+    assert unknown_swept_key(cfg, ["model.attn.causal=true,sometimes"], groups) == (
+        "model.attn.causal=sometimes has the wrong type: model.attn.causal takes true or false.")
+
+
+@pytest.mark.parametrize("experiment", ["causal_mask", "partial_leaks", "sqrt_dk"])
+def test_a_report_reads_the_runs_predictions_over_the_experiments_yaml(experiment, tmp_path):
+    """The YAML is the one home of each prediction: a run without one gets the YAML's, a run's own value wins."""
+    committed = OmegaConf.to_container(OmegaConf.load(CONFIGS / "experiment" / f"{experiment}.yaml"))["prediction"]
+    bare = Run(tmp_path, {"config": {"seed": 1}})
+    assert predictions([bare], experiment) == committed
+    key = next(iter(committed))
+    own = Run(tmp_path, {"config": {"seed": 1, "prediction": {key: "the run's own"}}})
+    assert predictions([own], experiment) == {**committed, key: "the run's own"}
