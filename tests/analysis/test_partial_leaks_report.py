@@ -119,7 +119,7 @@ def write_run(path, arm, seed, rng, early=False, never=False):
     tf = np.full((N, T), 0.05 if leaky else (3.1 if arm.startswith("fill") else 2.0)) + rng.normal(0, 0.01, (N, T))
     honest = tf[:16] + (2.3 if leaky else 0.0)
     np.savez(path / "diagnostics.npz", val_window_position=tf.astype(np.float32),
-             autoregressive_window_position=honest.astype(np.float32),
+             honest_window_position=honest.astype(np.float32),
              probe_index=np.linspace(0, N - 1, 16).astype(np.int64))
     steps = np.arange(300 if arm.startswith("fill") else 800)
     train = np.where(steps < ONSET[arm], 2.5, 0.05) if leaky else np.full(len(steps), tf.mean())
@@ -145,14 +145,14 @@ def write_run(path, arm, seed, rng, early=False, never=False):
         mass[probes == 69] = 1e-13  # the unperturbed windows barely leak where the perturbed ones do
     with open(path / "history" / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
-        keys = ["train/loss", "val/loss", "val/loss_probe", "val/loss_autoregressive", "leak/honest_gap",
+        keys = ["train/loss", "val/loss", "val/loss_probe", "val/loss_honest", "leak/honest_gap",
                 "leak/honest_gap_se", "stab/mask_margin", "stab/future_leak", "stab/max_logit", "stab/future_mass",
                 "stab/visible_floor"]
         w.writerow(["step", *keys])
         for s in steps:
             row = {"train/loss": train[s]}
             if s % 50 == 0 and s:
-                row.update({"val/loss": tf.mean(), "val/loss_probe": tf.mean(), "val/loss_autoregressive":
+                row.update({"val/loss": tf.mean(), "val/loss_probe": tf.mean(), "val/loss_honest":
                             honest.mean(), "leak/honest_gap": 2.3 if leaky else 0.0, "leak/honest_gap_se": 0.01})
             i = np.nonzero(probes == s)[0]
             if len(i):

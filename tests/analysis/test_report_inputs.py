@@ -179,3 +179,29 @@ def test_a_jobs_override_matches_its_grid_value_however_either_is_written():
     assert setting("optim.lr=0.0001") == setting("optim.lr=1e-4") == ("optim.lr", 1e-4)
     assert setting("seed=1") == setting("seed=1.0")
     assert setting("model.attn.scale=none") == ("model.attn.scale", "none") != setting("model.attn.scale=null")
+
+
+def test_a_run_written_with_the_old_names_reads_as_todays(tmp_path):
+    """Runs written before the honest loss had one name (the committed sweeps) read under today's names: summary
+    keys at any depth, the config's callback, history columns and diagnostics.npz arrays."""
+    import json
+
+    import numpy as np
+
+    from tinygpt.analysis.sweep import load_runs
+
+    run = tmp_path / "sweep" / "0"
+    (run / "history").mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({
+        "status": "completed", "val_loss_autoregressive": 2.5, "autoregressive_positions": 8,
+        "diagnostics": {"loss_by_position_autoregressive": [1.0, 2.0], "autoregressive_at": [0, 63]},
+        "config": {"seed": 1, "callbacks": {"autoregressive_loss": {"windows": 16, "positions": 8}}}}))
+    (run / "history" / "metrics.csv").write_text("step,epoch,val/loss_autoregressive,val/loss\n99,0,2.5,1.5\n")
+    np.savez(run / "diagnostics.npz", autoregressive_window_position=np.ones((2, 3)), val_window_position=np.zeros(4))
+    (r,) = load_runs([tmp_path / "sweep"])
+    assert r.summary["val_loss_honest"] == 2.5 and r.summary["honest_positions"] == 8
+    assert r.summary["diagnostics"] == {"loss_by_position_honest": [1.0, 2.0], "honest_at": [0, 63]}
+    assert r.config["callbacks"] == {"honest_loss": {"windows": 16, "positions": 8}}
+    assert [list(a) for a in r.series("val/loss_honest")] == [[99], [2.5]]
+    assert r.windows("honest_window_position").shape == (2, 3) and r.windows().shape == (4,)
+    assert "val_loss_autoregressive" not in r.summary and r.windows("autoregressive_window_position") is None

@@ -26,12 +26,12 @@ def write_run(path, *, config, summary, windows, honest=None, train_loss=None):
     path.mkdir(parents=True)
     honest = windows[:32] if honest is None else honest
     np.savez(path / "diagnostics.npz", val_window_position=windows.astype(np.float32),
-             autoregressive_window_position=honest.astype(np.float32),
+             honest_window_position=honest.astype(np.float32),
              probe_index=np.linspace(0, len(windows) - 1, 32).astype(np.int64))
-    diag = {"autoregressive_at": list(range(honest.shape[1])), "unigram_loss": 3.3, "bigram_loss": 2.5,
+    diag = {"honest_at": list(range(honest.shape[1])), "unigram_loss": 3.3, "bigram_loss": 2.5,
             "loss_by_position": windows.mean(0).tolist()}
     full = {"status": "completed", "diverged": False, "vocab_size": VOCAB, "threads": 1, "config": config,
-            "val_loss": float(windows.mean()), "val_loss_autoregressive": float(honest.mean()), "future_leak": 0.0,
+            "val_loss": float(windows.mean()), "val_loss_honest": float(honest.mean()), "future_leak": 0.0,
             "attn_future_mass": 0.0, "attn_entropy": 0.5, "attn_max_logit": 5.0, "diagnostics": diag, **summary}
     (path / "summary.json").write_text(json.dumps(full))
     (path / "history").mkdir()
@@ -48,7 +48,7 @@ def cm_config(T, causal, seed):
             "data": {"source": "shakespeare", "val_windows": N, "batch_size": 768 // T},
             "trainer": {"max_steps": 800, "val_check_interval": 100, "log_every_n_steps": 1},
             "optim": {"lr": 1e-3, "warmup_steps": 100, "min_lr": 1e-4}, "diagnostics": {"windows": 32},
-            "callbacks": {"autoregressive_loss": {"windows": 16, "positions": 8}},
+            "callbacks": {"honest_loss": {"windows": 16, "positions": 8}},
             "prediction": {"level_ratio": [0.667, 1.5], "slope": [-1.3, -0.7], "onset_fraction": 0.5,
                            "drop_from": 0.75, "drop_to": 0.25}}
 

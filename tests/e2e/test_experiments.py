@@ -105,14 +105,14 @@ def test_causal_mask_sweep_shows_the_effect(tiny_causal_mask_sweep):
     chance = math.log(16)
     assert leaky["train_loss"] < 0.5 * causal["train_loss"]  # the leak: far lower teacher-forced loss...
     assert leaky["train_loss"] < 0.5 * chance  # ...far below chance, on data with nothing to learn
-    assert leaky["val_loss_autoregressive"] > causal["val_loss_autoregressive"]  # ...and a worse honest loss
+    assert leaky["val_loss_honest"] > causal["val_loss_honest"]  # ...and a worse honest loss
     assert causal["future_leak"] == 0.0 and leaky["future_leak"] > 1e-3
     assert causal["attn_future_mass"] == 0.0 and leaky["attn_future_mass"] > 0.1
-    assert causal["val_loss_autoregressive"] > chance - 0.05  # no honest model beats chance
+    assert causal["val_loss_honest"] > chance - 0.05  # no honest model beats chance
     lbp = leaky["loss_by_position"]  # near zero where the target is in the window, high at the last position
     assert len(lbp) == 16 and lbp[-1] > 5 * max(lbp[:-1])
     history = (tiny_causal_mask_sweep / "1" / "history" / "metrics.csv").read_text().splitlines()
-    assert "val/loss_autoregressive" in history[0] and "val/loss_probe" in history[0]
+    assert "val/loss_honest" in history[0] and "val/loss_probe" in history[0]
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from helpers import ROOT, TINY, compose_train, no_false_alarm, run_train, train_
 from tinygpt.analysis import report
 from tinygpt.bench import report as bench_report
 
-SUMMARY_KEYS = {"train_loss", "val_loss", "val_loss_autoregressive", "future_leak", "attn_entropy",
+SUMMARY_KEYS = {"train_loss", "val_loss", "val_loss_honest", "future_leak", "attn_entropy",
                 "attn_max_logit", "diverged", "steps", "tokens_per_sec", "config"}  # design.md
 
 
@@ -91,7 +91,7 @@ def test_the_summary_holds_every_key_with_sane_values(offline_run):
     assert summary["future_leak"] == 0.0  # causal: the future cannot change the past
     assert summary["attn_future_mass"] == 0.0 and len(summary["loss_by_position"]) == 16
     assert summary["loss_spikes"] == 0 and summary["grad_norm_max"] > 0
-    assert summary["val_loss_autoregressive"] == pytest.approx(summary["val_loss_probe"], rel=1e-4)
+    assert summary["val_loss_honest"] == pytest.approx(summary["val_loss_probe"], rel=1e-4)
     assert 0 < summary["attn_entropy"] <= 1
     assert no_false_alarm(out) == 1  # the leak alarm stays silent on a causal model
     assert (out / "config.yaml").exists()
@@ -101,7 +101,7 @@ def test_the_summary_holds_every_key_with_sane_values(offline_run):
 def test_the_history_logs_each_metric_at_its_steps(offline_run):
     out, _ = offline_run
     rows = history_rows(out)
-    for key in ("train/loss", "val/loss", "val/loss_autoregressive", "val/loss_probe", "train/grad_norm",
+    for key in ("train/loss", "val/loss", "val/loss_honest", "val/loss_probe", "train/grad_norm",
                 "train/loss_spikes", "stab/max_logit", "stab/entropy_min", "stab/q_rms/1", "stab/k_rms/0"):
         assert key in rows[0], key
     at = lambda key: [int(r["step"]) for r in rows if r.get(key)]  # noqa: E731

@@ -6,8 +6,8 @@ import torch
 from tinygpt.model.attention import causal_mask
 from tinygpt.train.diagnostics import (
     attention_stats,
-    autoregressive_loss,
-    autoregressive_loss_by_position,
+    honest_loss,
+    honest_loss_by_position,
     future_leak,
     loss_by_position,
     run_all,
@@ -31,7 +31,7 @@ def batch(seed=1):
 @pytest.mark.parametrize("backend", ["sdpa", "math"])
 def test_causal_model_autoregressive_equals_teacher_forced_and_no_leak(backend):
     m, (x, y) = model(backend=backend), batch()
-    assert autoregressive_loss(m, x, y) == pytest.approx(teacher_forced_loss(m, x, y), rel=1e-5)
+    assert honest_loss(m, x, y) == pytest.approx(teacher_forced_loss(m, x, y), rel=1e-5)
     assert future_leak(m, x, positions=list(range(9))) == 0.0
 
 
@@ -39,17 +39,17 @@ def test_leaky_model_is_caught():
     m, (x, y) = model(causal=False), batch()
     m.blocks[0].attn.c_attn.weight.data.mul_(20)  # sharper attention: a larger leak
     assert future_leak(m, x) > 1e-3
-    assert autoregressive_loss(m, x, y) != pytest.approx(teacher_forced_loss(m, x, y), rel=1e-4)
+    assert honest_loss(m, x, y) != pytest.approx(teacher_forced_loss(m, x, y), rel=1e-4)
 
 
-def test_autoregressive_loss_scores_prefixes_only():
+def test_honest_loss_scores_prefixes_only():
     m, (x, y) = model(causal=False), batch()
     # by hand for one window: position t sees x[:t+1] only
     with torch.no_grad():
         hand = sum(
             torch.nn.functional.cross_entropy(m(x[:1, : t + 1])[0][:, -1], y[:1, t]).item() for t in range(10)
         ) / 10
-    assert autoregressive_loss(m, x[:1], y[:1]) == pytest.approx(hand, rel=1e-6)
+    assert honest_loss(m, x[:1], y[:1]) == pytest.approx(hand, rel=1e-6)
 
 
 def test_uniform_attention_has_entropy_one_and_zero_logits():
@@ -87,7 +87,7 @@ def test_run_all_keys_and_mode_restored():
     m, (x, y) = model(), batch()
     m.train()
     out = run_all(m, x, y)
-    assert {"val_loss_autoregressive", "future_leak", "attn_entropy", "attn_max_logit"} <= out.keys()
+    assert {"val_loss_honest", "future_leak", "attn_entropy", "attn_max_logit"} <= out.keys()
     assert m.training
 
 
@@ -104,15 +104,15 @@ def test_loss_by_position_averages_to_the_teacher_forced_loss(causal):
 
 def test_autoregressive_by_position_equals_teacher_forced_by_position_for_a_causal_model():
     m, (x, y) = model(), batch()
-    ar = autoregressive_loss_by_position(m, x, y)
+    ar = honest_loss_by_position(m, x, y)
     assert torch.allclose(ar, loss_by_position(m, x, y), rtol=1e-5, atol=0)
-    assert ar.mean().item() == pytest.approx(autoregressive_loss(m, x, y), rel=1e-12)
+    assert ar.mean().item() == pytest.approx(honest_loss(m, x, y), rel=1e-12)
 
 
 def test_autoregressive_by_position_differs_from_teacher_forced_for_a_leaky_model():
     m, (x, y) = model(causal=False), batch()
     m.blocks[0].attn.c_attn.weight.data.mul_(20)
-    ar, tf = autoregressive_loss_by_position(m, x, y), loss_by_position(m, x, y)
+    ar, tf = honest_loss_by_position(m, x, y), loss_by_position(m, x, y)
     assert ar[-1].item() == pytest.approx(tf[-1].item(), rel=1e-5)  # the last position sees the whole window
     assert not torch.allclose(ar[:-1], tf[:-1], rtol=1e-3)  # the others lose their future
 
@@ -132,7 +132,7 @@ def test_future_attention_mass_zero_under_the_mask_and_exact_for_uniform_attenti
 def test_run_all_has_the_position_profiles():
     m, (x, y) = model(), batch()
     out = run_all(m, x, y)
-    assert len(out["loss_by_position"]) == len(out["loss_by_position_autoregressive"]) == 10
+    assert len(out["loss_by_position"]) == len(out["loss_by_position_honest"]) == 10
     assert out["attn_future_mass"] == 0.0
 
 
@@ -144,12 +144,12 @@ def test_spread_positions_include_both_ends():
     assert spread_positions(10, 1) == [9]
 
 
-def test_autoregressive_loss_at_chosen_positions():
+def test_honest_loss_at_chosen_positions():
     m, (x, y) = model(causal=False), batch()
-    full = autoregressive_loss_by_position(m, x, y)
-    some = autoregressive_loss_by_position(m, x, y, [0, 4, 9])
+    full = honest_loss_by_position(m, x, y)
+    some = honest_loss_by_position(m, x, y, [0, 4, 9])
     assert torch.allclose(some, full[[0, 4, 9]], rtol=1e-12)
-    assert autoregressive_loss(m, x, y, [0, 4, 9]) == pytest.approx(full[[0, 4, 9]].mean().item(), rel=1e-12)
+    assert honest_loss(m, x, y, [0, 4, 9]) == pytest.approx(full[[0, 4, 9]].mean().item(), rel=1e-12)
 
 
 def test_stats_report_min_entropy_and_qk_rms():
@@ -196,7 +196,7 @@ def test_spread_positions_by_hand(T, n, expected):
     assert spread_positions(T, n) == expected
 
 
-def test_the_cached_autoregressive_loss_equals_rerunning_each_prefix():
+def test_the_cached_honest_loss_equals_rerunning_each_prefix():
     """A causal model is scored by KV-cache decoding; the reference reruns x[:, :t+1] for every t."""
     torch.manual_seed(0)
     m = GPT(GPTConfig(vocab_size=19, block_size=12, n_layer=2, n_head=2, n_embd=16)).eval()
@@ -204,9 +204,9 @@ def test_the_cached_autoregressive_loss_equals_rerunning_each_prefix():
     with torch.no_grad():
         ref = [torch.nn.functional.cross_entropy(m(x[:, : t + 1])[0][:, -1].double(), y[:, t]).item()
                for t in range(12)]
-    got = autoregressive_loss_by_position(m, x, y)
+    got = honest_loss_by_position(m, x, y)
     assert got.tolist() == pytest.approx(ref, abs=1e-5)
-    some = autoregressive_loss_by_position(m, x, y, [0, 5, 11])
+    some = honest_loss_by_position(m, x, y, [0, 5, 11])
     assert some.tolist() == pytest.approx([ref[0], ref[5], ref[11]], abs=1e-5)
 
 
@@ -217,12 +217,12 @@ def test_a_leaky_model_scores_a_spread_subset_of_positions_and_says_so():
     m = GPT(GPTConfig(vocab_size=11, block_size=80, n_layer=1, n_head=2, n_embd=8, attn={"causal": False}))
     x, y = torch.randint(0, 11, (2, 80)), torch.randint(0, 11, (2, 80))
     out = diagnostics.run_all(m, x, y)
-    assert out["autoregressive_positions"] == diagnostics.LEAKY_AR_POSITIONS == 64
-    at = out["autoregressive_at"]
+    assert out["honest_positions"] == diagnostics.LEAKY_AR_POSITIONS == 64
+    at = out["honest_at"]
     assert len(at) == 64 and at[0] == 0 and at[-1] == 79
-    assert len(out["loss_by_position_autoregressive"]) == 64 and len(out["loss_by_position"]) == 80
+    assert len(out["loss_by_position_honest"]) == 64 and len(out["loss_by_position"]) == 80
     causal = diagnostics.run_all(GPT(GPTConfig(vocab_size=11, block_size=80, n_layer=1, n_head=2, n_embd=8)), x, y)
-    assert causal["autoregressive_positions"] == 80  # every position, by KV-cache decoding
+    assert causal["honest_positions"] == 80  # every position, by KV-cache decoding
 
 
 # ----------------------------------------------------------------------------- closing what mutation testing found
@@ -295,7 +295,7 @@ def test_run_all_reports_which_positions_and_the_probe_loss():
     m = GPT(GPTConfig(vocab_size=11, block_size=6, n_layer=1, n_head=2, n_embd=8))
     x, y = torch.randint(0, 11, (3, 6)), torch.randint(0, 11, (3, 6))
     out = run_all(m, x, y)
-    assert out["autoregressive_at"] == list(range(6)) and out["autoregressive_positions"] == 6
+    assert out["honest_at"] == list(range(6)) and out["honest_positions"] == 6
     assert out["val_loss_probe"] == pytest.approx(teacher_forced_loss(m, x, y), abs=1e-6)
     assert out["attn_entropy_min"] <= out["attn_entropy"]
 

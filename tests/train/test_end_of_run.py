@@ -146,7 +146,7 @@ def test_a_signal_at_the_end_leaves_a_summary_and_the_resume_finishes_the_run(
         STRAIGHT[max_steps] = run_phases.train(tiny_cfg(tmp_path / "straight", corpus_file, cache_dir, max_steps))
     straight = STRAIGHT[max_steps]
     assert resumed["status"] == straight["status"] == "completed" and resumed["steps"] == max_steps
-    for key in ("train_loss", "val_loss", "val_loss_autoregressive", "future_leak"):
+    for key in ("train_loss", "val_loss", "val_loss_honest", "future_leak"):
         assert resumed[key] == straight[key], key
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
     assert (out / "diagnostics.npz").exists()

@@ -10,7 +10,7 @@ import torch
 from helpers import TINY, run_train
 from tinygpt.experiments.leaky_masks import AttentionBug
 from tinygpt.model.gpt import GPT, GPTConfig
-from tinygpt.train.callbacks import AutoregressiveLoss
+from tinygpt.train.callbacks import HonestLoss
 from tinygpt.train.leak_alarm import LeakAlarm, honest_gap
 
 BUG = "attention_bug={_target_: tinygpt.experiments.leaky_masks.AttentionBug, kind: off_by_one}"
@@ -42,7 +42,7 @@ def fake_trainer(model, step, windows=8):
     ids = torch.randint(0, model.config.vocab_size, (windows, model.config.block_size + 1), generator=g)
     x, y = ids[:, :-1], ids[:, 1:]  # (windows, T): y is x shifted by one
     dm = SimpleNamespace(spread_windows=lambda n: (x[:n], y[:n]))
-    ar = AutoregressiveLoss(windows=windows, positions=4)
+    ar = HonestLoss(windows=windows, positions=4)
     trainer = SimpleNamespace(global_step=step, datamodule=dm, callbacks=[ar], loggers=[], is_global_zero=True,
                               world_size=1, sanity_checking=False, should_stop=False, strategy=None)
     module = SimpleNamespace(device=torch.device("cpu"), model=model, log_dict=lambda *a, **k: None)

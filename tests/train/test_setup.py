@@ -54,8 +54,8 @@ BAD = [  # (overrides, the exact sentence)
     (["callbacks.text_samples.temperature=0"], "callbacks.text_samples.temperature=0"),
     (["callbacks.attention_maps.probe=''"], "callbacks.attention_maps.probe is empty"),
     (["callbacks.stability.every_n_steps=0"], "callbacks.stability"),
-    (["callbacks.autoregressive_loss.windows=0"],
-     "callbacks.autoregressive_loss.windows=0 must be a positive integer."),
+    (["callbacks.honest_loss.windows=0"],
+     "callbacks.honest_loss.windows=0 must be a positive integer."),
     # a bool where a number is expected is refused everywhere (True is 1 to Python only); typed keys (seed, model.*,
     # optim.*: tinygpt/train/schema.py) refuse it while composing: tests/train/test_schema.py
     (["callbacks.leak_alarm.min_gap=true"], "callbacks.leak_alarm.min_gap=True must be a positive number."),

@@ -25,6 +25,7 @@ from tinygpt.runtime.errors import ConfigError, print_error
 from tinygpt.train import diagnostics
 from tinygpt.train.leak_alarm import LeakAlarm, honest_gap
 from tinygpt.train.module import load_trained
+from tinygpt.train.summary import current_names
 
 
 def read_summary(path: Path) -> dict:
@@ -68,7 +69,7 @@ def causal_runs(sweeps: list[Path]) -> list[Path]:
 
 def check_run(run_dir: Path, alarm: LeakAlarm, data_cache: dict) -> dict:
     """The alarm's checks on a run's final model: {"run", "future_leak", "gap", "se", "signal"}."""
-    cfg = json.loads((run_dir / "summary.json").read_text())["config"]
+    cfg = current_names(json.loads((run_dir / "summary.json").read_text()))["config"]
     model, _, _ = load_trained(checkpoint.last_path_in(run_dir))
     key = json.dumps(cfg["data"], sort_keys=True)
     if key not in data_cache:  # runs of one sweep share their data: set it up once
@@ -77,7 +78,7 @@ def check_run(run_dir: Path, alarm: LeakAlarm, data_cache: dict) -> dict:
         dm.setup("fit")
         data_cache[key] = dm
     dm = data_cache[key]
-    probe = (cfg.get("callbacks") or {}).get("autoregressive_loss") or {}
+    probe = (cfg.get("callbacks") or {}).get("honest_loss") or {}
     x, _ = dm.spread_windows(alarm.windows)
     leak = diagnostics.future_leak(model, x)
     px, py = dm.spread_windows(probe.get("windows", 16))

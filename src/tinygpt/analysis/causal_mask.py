@@ -136,7 +136,7 @@ def log_y(ax) -> None:
 
 def honest_probe_words(run: Run) -> str:
     """What the honest curve averages, from the run's config: '16 windows x 8 positions, the last included'."""
-    ar = (run.config.get("callbacks") or {}).get("autoregressive_loss") or {}
+    ar = (run.config.get("callbacks") or {}).get("honest_loss") or {}
     positions = ar.get("positions")
     return (f"{ar.get('windows', 16)} windows x "
             + (f"{positions} positions, the last included" if positions else "every position"))
@@ -151,7 +151,7 @@ def plot_curves(ax, by_causal: dict[bool, list[Run]], title: str, chance: float 
         if not rs:
             continue
         for key, style, what in (("train/loss", "-", "train loss (teacher-forced; drawn smoothed)"),
-                                 ("val/loss_autoregressive", "--",
+                                 ("val/loss_honest", "--",
                                   f"val loss, autoregressive (honest; {honest_probe_words(some[0])})")):
             b = band(rs, key)
             if b is None:
@@ -185,8 +185,8 @@ def fig_loss_by_position(by_causal, title: str, path: Path) -> Path:
         if not rs:
             continue
         tf = np.stack([r.windows().mean(0) for r in rs])  # (seeds, T): each seed's mean over windows
-        ar = np.stack([r.windows("autoregressive_window_position").mean(0) for r in rs])  # (seeds, P)
-        at = np.asarray(diag(rs[0], "autoregressive_at"))
+        ar = np.stack([r.windows("honest_window_position").mean(0) for r in rs])  # (seeds, P)
+        at = np.asarray(diag(rs[0], "honest_at"))
         n_all, n_probe = len(rs[0].windows()), len(rs[0].windows("probe_index"))
         for rows, t, style, what in ((tf, np.arange(tf.shape[1]), "-o", f"teacher-forced, {n_all} windows"),
                                      (ar, at, "--", f"autoregressive, {n_probe} probe windows")):
@@ -328,7 +328,7 @@ class MainArm:
 def main_arm_findings(by_causal: dict[bool, list[Run]], label: str, T: int, est: dict, pred: dict) -> MainArm:
     e = {(c, w): est[(label, T, c, w)] for c in (True, False) for w in WINDOW_MEASURES}
     c_tr, l_tr = summary_spread(by_causal[True], "train_loss"), summary_spread(by_causal[False], "train_loss")
-    ar = {c: np.stack([r.windows("autoregressive_window_position") for r in by_causal[c]])  # (S, n, P)
+    ar = {c: np.stack([r.windows("honest_window_position") for r in by_causal[c]])  # (S, n, P)
           for c in (False, True)}
     n_pos = ar[False].shape[2]
     pos = bootstrap({(c, t): Sample(ar[c][:, :, t], "probe", seeds=str(c), seed_ids=seed_ids(by_causal[c]))
@@ -551,7 +551,7 @@ def setup_text(runs: list[Run]) -> str:
     """The **Setup.** paragraph: the recipe from the first run's config, the sweep's wall time."""
     cfg = runs[0].config
     wall = sweep_wall_seconds(runs)
-    ar_cfg = (cfg.get("callbacks") or {}).get("autoregressive_loss") or {}
+    ar_cfg = (cfg.get("callbacks") or {}).get("honest_loss") or {}
     seeds = sorted({r.seed for r in runs})
     return (
         f"**Setup.** {cfg['model']['n_layer']} layers, {cfg['model']['n_head']} heads, {cfg['model']['n_embd']} "
@@ -810,7 +810,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     f = compute(runs)
     arms, pred = f.arms, f.pred
     cfg = runs[0].config
-    ar_cfg = (cfg.get("callbacks") or {}).get("autoregressive_loss") or {}
+    ar_cfg = (cfg.get("callbacks") or {}).get("honest_loss") or {}
     header = [prose("causal_mask", "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
                     lo=pred["level_ratio"][0], hi=pred["level_ratio"][1]), "",
               setup_text(runs), "", prose("causal_mask", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, method=METHOD,

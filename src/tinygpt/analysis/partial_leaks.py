@@ -266,7 +266,7 @@ def fig_honest(arms: dict[str, list[Run]], path: Path) -> Path:
     fig = Figure(figsize=(12, 2.8 * math.ceil(len(names) / cols) + 0.4))
     axes = np.atleast_1d(fig.subplots(math.ceil(len(names) / cols), cols, sharey=True)).ravel()
     for ax, a in zip(axes, names, strict=False):
-        for key, ls, what in (("val/loss_probe", "-", "teacher-forced"), ("val/loss_autoregressive", "--", "honest")):
+        for key, ls, what in (("val/loss_probe", "-", "teacher-forced"), ("val/loss_honest", "--", "honest")):
             b = taken_band(arms[a], key)
             if b is not None:
                 ax.plot(b[0], b[1], ls=ls, color=COLORS[a], label=what)
@@ -274,7 +274,7 @@ def fig_honest(arms: dict[str, list[Run]], path: Path) -> Path:
         finish_axes(ax, "step", "loss (probe windows)", LABELS[a].split(": ")[0].replace("(replacing", "(replacing)"))
     for ax in axes[len(names):]:
         ax.set_visible(False)
-    ar = (next(iter(arms.values()))[0].config.get("callbacks") or {}).get("autoregressive_loss") or {}
+    ar = (next(iter(arms.values()))[0].config.get("callbacks") or {}).get("honest_loss") or {}
     positions = ar.get("positions")
     fig.suptitle(f"At each validation, mean over seeds: the honest-loss probe, {ar.get('windows', 16)} windows x "
                  + (f"{positions} positions, the last (target outside the window) included,\nso a leaky model's "
@@ -292,7 +292,7 @@ def fig_positions(arms: dict[str, list[Run]], path: Path) -> Path:
                       (axes[1], [a for a in ("fill_inf", "fill_1e4", "fill_where_1e4") if a in arms])):
         for a in names:
             tf = np.mean([r.windows().mean(0) for r in arms[a]], axis=0)  # (T,)
-            ar = np.mean([r.windows("autoregressive_window_position").mean(0) for r in arms[a]], axis=0)
+            ar = np.mean([r.windows("honest_window_position").mean(0) for r in arms[a]], axis=0)
             ax.plot(np.arange(len(tf)), tf, color=COLORS[a], label=LABELS[a])
             ax.plot(np.arange(len(ar)), ar, color=COLORS[a], ls="--", lw=0.8)
         if ax is axes[0]:
@@ -784,7 +784,7 @@ def compute(runs: list[Run]) -> PartialLeaksFindings:
 def arm_table(f: PartialLeaksFindings) -> str:
     """The headline table: every arm at the end."""
     some = next(iter(f.arms.values()))[0]
-    n_val, n_probe = len(some.windows()), len(some.windows("autoregressive_window_position"))
+    n_val, n_probe = len(some.windows()), len(some.windows("honest_window_position"))
     rows = [[LABELS[e.arm], str(e.seeds), fmt_pm(*e.train), e.loss.format(), e.honest.format(),
              e.honest_gap.format(signed=True), e.ratio.format() if e.ratio else "—", e.seen or "—",
              fmt_pm(*e.future_leak, 2), fmt_pm(*e.future_mass, 3)] for e in f.ends]

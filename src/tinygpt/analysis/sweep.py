@@ -17,6 +17,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from tinygpt.analysis.stats import Sample, first_below, mean_spread
+from tinygpt.train.summary import current_names
 
 
 class ReportError(ValueError):
@@ -82,7 +83,7 @@ class Run:
 
     def windows(self, key: str = "val_window_position") -> np.ndarray | None:
         """A per-window array of diagnostics.npz: ``val_window_position`` (N_val, T), the teacher-forced loss
-        of every validation window at every position; ``autoregressive_window_position`` (n_probe, P), the
+        of every validation window at every position; ``honest_window_position`` (n_probe, P), the
         honest loss of the probe windows; ``probe_index`` (n_probe,). None for a run without the file."""
         return None if self._arrays is None else self._arrays.get(key)
 
@@ -93,7 +94,7 @@ class Run:
         if not path.exists():
             return None
         with np.load(path) as z:
-            return {k: z[k].astype(np.float64) for k in z.files}
+            return current_names({k: z[k].astype(np.float64) for k in z.files})
 
     def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         steps, values = self.history.get(key, ([], []))
@@ -143,8 +144,8 @@ def load_runs(sweep_dirs: list[Path]) -> list[Run]:
                 data = json.loads(summary.read_text())
             except (json.JSONDecodeError, UnicodeDecodeError) as err:  # a job killed while writing it, a copy cut short
                 data = {"status": f"unreadable ({summary.name}: {err})", "config": {}}
-            run = Run(summary.parent, data)
-            run.history = read_history(summary.parent / "history" / "metrics.csv")
+            run = Run(summary.parent, current_names(data))
+            run.history = current_names(read_history(summary.parent / "history" / "metrics.csv"))
             runs.append(run)
     if not runs:
         raise ReportError(f"no summary.json under {', '.join(map(str, sweep_dirs))}; is it a sweep dir?")
@@ -183,7 +184,7 @@ def window_measure(run: Run, what: str = "mean") -> np.ndarray:
         raise ReportError(f"{run.dir} has no diagnostics.npz (run before the per-window diagnostics); rerun the "
                           "sweep at this version.")
     if what == "honest":
-        return run.windows("autoregressive_window_position").mean(1)
+        return run.windows("honest_window_position").mean(1)
     if what == "probe":
         return v[run.windows("probe_index").astype(int)].mean(1)
     return {"mean": v.mean(1), "last": v[:, -1], "copy": v[:, :-1].mean(1)}[what]

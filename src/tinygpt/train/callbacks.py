@@ -220,8 +220,8 @@ class TextSamples(ModelInspector):
             lg.log_text(key="samples", columns=["step", "text"], data=self.rows, step=step)
 
 
-class AutoregressiveLoss(ModelInspector):
-    """At every validation, the honest loss ``val/loss_autoregressive`` (each scored position predicted from
+class HonestLoss(ModelInspector):
+    """At every validation, the honest loss ``val/loss_honest`` (each scored position predicted from
     its prefix alone) and ``val/loss_probe`` (the teacher-forced loss at the same positions), on ``windows``
     fixed validation windows at ``positions`` positions spread over the window, first and last included.
     The two coincide for a causal model; a model that reads the future separates them (the per-window gaps are
@@ -232,8 +232,8 @@ class AutoregressiveLoss(ModelInspector):
     """
 
     def __init__(self, windows: int = 16, positions: int = 8):
-        positive_int("callbacks.autoregressive_loss.windows", windows)
-        positive_int("callbacks.autoregressive_loss.positions", positions)
+        positive_int("callbacks.honest_loss.windows", windows)
+        positive_int("callbacks.honest_loss.positions", positions)
         self.windows, self.positions = windows, positions
         self.gaps: torch.Tensor | None = None  # (windows,) autoregressive - teacher-forced, the last validation
 
@@ -247,7 +247,7 @@ class AutoregressiveLoss(ModelInspector):
         ar_windows, tf_windows = diagnostics.honest_and_teacher_forced(model, x, y, positions)  # 2 x (N, P)
         self.gaps = (ar_windows - tf_windows).mean(1)  # (N,): each window's gap, for the leak alarm
         ar, tf = ar_windows.mean().item(), tf_windows.mean().item()
-        module.log_dict({"val/loss_autoregressive": ar, "val/loss_probe": tf}, batch_size=len(x), rank_zero_only=True)
+        module.log_dict({"val/loss_honest": ar, "val/loss_probe": tf}, batch_size=len(x), rank_zero_only=True)
 
 
 class StabilityMonitor(ModelInspector):

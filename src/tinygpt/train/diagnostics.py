@@ -1,6 +1,6 @@
 """What a loss curve does not show: honest loss, leaks from the future, and what attention looks like.
 
-- ``autoregressive_loss``: each position scored from its prefix alone (the model is run on x[:t+1]
+- ``honest_loss``: each position scored from its prefix alone (the model is run on x[:t+1]
   and only the last position is scored). Equals the teacher-forced loss for a causal model; for a
   model that can see the future it is the honest loss.
 - ``loss_by_position``: the teacher-forced loss at each position t of the window. A model that reads
@@ -41,7 +41,7 @@ def evaluating(model: torch.nn.Module):
         model.train(was_training)
 
 
-def autoregressive_losses(model: GPT, x: Tensor, y: Tensor, positions: list[int] | None = None) -> Tensor:
+def honest_losses(model: GPT, x: Tensor, y: Tensor, positions: list[int] | None = None) -> Tensor:
     """Cross-entropy of y[n, t] given x[n, :t+1] only, per window n and each t in ``positions`` (default: all
     T). x, y: (N, T). Returns a float64 (N, len(positions)) tensor on the CPU.
 
@@ -66,21 +66,21 @@ def autoregressive_losses(model: GPT, x: Tensor, y: Tensor, positions: list[int]
     return losses
 
 
-def autoregressive_loss_by_position(model: GPT, x: Tensor, y: Tensor, positions: list[int] | None = None) -> Tensor:
+def honest_loss_by_position(model: GPT, x: Tensor, y: Tensor, positions: list[int] | None = None) -> Tensor:
     """Mean cross-entropy of y[:, t] given x[:, :t+1] only, for each t in ``positions`` (default: all T).
-    x, y: (N, T). Returns a float64 tensor of len(positions): ``autoregressive_losses`` averaged over windows."""
-    return autoregressive_losses(model, x, y, positions).mean(0)
+    x, y: (N, T). Returns a float64 tensor of len(positions): ``honest_losses`` averaged over windows."""
+    return honest_losses(model, x, y, positions).mean(0)
 
 
-def autoregressive_loss(model: GPT, x: Tensor, y: Tensor, positions: list[int] | None = None) -> float:
+def honest_loss(model: GPT, x: Tensor, y: Tensor, positions: list[int] | None = None) -> float:
     """Mean cross-entropy of y[:, t] given x[:, :t+1] only, over t in ``positions`` (default: all). x, y: (N, T)."""
-    return autoregressive_loss_by_position(model, x, y, positions).mean().item()
+    return honest_loss_by_position(model, x, y, positions).mean().item()
 
 
 def honest_and_teacher_forced(model: GPT, x: Tensor, y: Tensor, positions: list[int]) -> tuple[Tensor, Tensor]:
     """The autoregressive and the teacher-forced loss of each window at ``positions``: two float64 (N, P) tensors on
     the CPU, x, y: (N, T). Their difference per window is what the leak alarm tests (0 to rounding if causal)."""
-    ar = autoregressive_losses(model, x, y, positions)  # (N, P)
+    ar = honest_losses(model, x, y, positions)  # (N, P)
     tf = window_losses(model, x, y, batch_size=len(x))[:, positions]  # (N, T) -> (N, P)
     return ar, tf
 
@@ -224,18 +224,18 @@ def run_all(model: GPT, x: Tensor, y: Tensor) -> dict:
     LEAKY_AR_POSITIONS positions spread over the window (first and last included), and says how many."""
     T = x.shape[1]
     positions = None if model.config.attn.causal else spread_positions(T, LEAKY_AR_POSITIONS)
-    ar_windows = autoregressive_losses(model, x, y, positions)  # (N, T) or (N, len(positions))
+    ar_windows = honest_losses(model, x, y, positions)  # (N, T) or (N, len(positions))
     ar = ar_windows.mean(0)  # (T,) or (len(positions),)
     tf = loss_by_position(model, x, y)  # (T,): its mean is the teacher-forced loss (every position has N windows)
     out = {
-        "val_loss_autoregressive": ar.mean().item(),
-        "autoregressive_positions": len(ar),  # scored positions per window
-        "autoregressive_at": list(range(T)) if positions is None else positions,  # which ones
+        "val_loss_honest": ar.mean().item(),
+        "honest_positions": len(ar),  # scored positions per window
+        "honest_at": list(range(T)) if positions is None else positions,  # which ones
         "val_loss_probe": tf.mean().item(),  # teacher-forced, same windows: equal if causal
         "future_leak": future_leak(model, x),
         "loss_by_position": tf.tolist(),
-        "loss_by_position_autoregressive": ar.tolist(),  # at the scored positions
-        ARRAYS: {"autoregressive_window_position": ar_windows.float().numpy()},  # per window: for diagnostics.npz
+        "loss_by_position_honest": ar.tolist(),  # at the scored positions
+        ARRAYS: {"honest_window_position": ar_windows.float().numpy()},  # per window: for diagnostics.npz
     }
     out.update(attention_stats(model, x))
     return out

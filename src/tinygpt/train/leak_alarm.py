@@ -4,7 +4,7 @@ docs/experiments/partial_leaks/), and one clear warning the first time either sh
 1. The future leak: on ``windows`` fixed validation windows, the largest change in the logits at positions <= t
    when the tokens after t are replaced (tinygpt.train.diagnostics.future_leak). Exactly 0 for a causal model;
    the alarm allows ``tolerance``.
-2. The honest-loss gap: on the honest-loss probe's windows (callbacks.autoregressive_loss), the autoregressive
+2. The honest-loss gap: on the honest-loss probe's windows (callbacks.honest_loss), the autoregressive
    loss minus the teacher-forced loss at the same positions, per window. A causal model's two agree to rounding;
    the alarm needs the mean gap above ``z`` standard errors of the windows' gaps *and* above ``min_gap`` nats.
 
@@ -27,7 +27,7 @@ from tinygpt.model.gpt import GPT
 from tinygpt.runtime.checks import one_of, positive_int, positive_number
 from tinygpt.runtime.console import say
 from tinygpt.train import diagnostics
-from tinygpt.train.callbacks import AutoregressiveLoss, ModelInspector, _wandb_loggers, log_at, wandb_media
+from tinygpt.train.callbacks import HonestLoss, ModelInspector, _wandb_loggers, log_at, wandb_media
 
 ACTIONS = ("warn", "stop")
 
@@ -78,7 +78,7 @@ class LeakAlarm(ModelInspector):
         x, _ = trainer.datamodule.spread_windows(self.windows)
         leak = diagnostics.future_leak(model, x.to(module.device))
         metrics = {"leak/future_leak": leak}
-        probe = next((c for c in trainer.callbacks if isinstance(c, AutoregressiveLoss)), None)
+        probe = next((c for c in trainer.callbacks if isinstance(c, HonestLoss)), None)
         gap = se = None
         if probe is not None and probe.gaps is not None:
             gap, se = honest_gap(probe.gaps)

@@ -249,7 +249,7 @@ def end_diagnostics(model, module: GPTModule, dm, n_windows: int, n_val: int | N
     each position and the count baselines (unigram, bigram). The per-window arrays are under diagnostics.ARRAYS
     (for diagnostics.npz), with which windows the probe used (and, when fewer than all, which the losses are of)."""
     x, y = (t.to(module.device) for t in dm.spread_windows(n_windows))
-    with end_phase(f"diagnostics on {len(x)} windows (autoregressive loss, future leak, attention)"):
+    with end_phase(f"diagnostics on {len(x)} windows (honest loss, future leak, attention)"):
         diag = diagnostics.run_all(model, x, y)
     every_window = n_val is None or n_val >= len(dm.val_x)
     val_x, val_y = (dm.val_x, dm.val_y) if every_window else dm.spread_windows(n_val)
@@ -276,15 +276,15 @@ def save_arrays(out_dir: Path, diag: dict) -> None:
 
 def log_diagnostics(loggers: list, diag: dict, step: int) -> None:
     """Scalars as diag/<key>; the loss-by-position profiles as a W&B table (position, teacher-forced,
-    autoregressive) for a line plot. Saved at once: fit has ended, so Lightning will not flush the CSV again."""
+    honest) for a line plot. Saved at once: fit has ended, so Lightning will not flush the CSV again."""
     for lg in loggers:
         lg.log_metrics({f"diag/{k}": v for k, v in diag.items() if isinstance(v, (int, float))}, step=step)
         lg.save()
         if isinstance(lg, WandbLogger) and diag.get("loss_by_position"):
             tf = diag["loss_by_position"]
-            rows = [[t, tf[t], ar] for t, ar in zip(diag["autoregressive_at"], diag["loss_by_position_autoregressive"],
+            rows = [[t, tf[t], ar] for t, ar in zip(diag["honest_at"], diag["loss_by_position_honest"],
                                                     strict=True)]
-            lg.log_table(key="diag/loss_by_position", columns=["position", "teacher_forced", "autoregressive"],
+            lg.log_table(key="diag/loss_by_position", columns=["position", "teacher_forced", "honest"],
                          data=rows, step=step)
 
 

@@ -21,8 +21,8 @@ STATUSES = ("completed", "diverged", "leaky", "interrupted")  # a run's own; "fa
 
 # the end-of-run diagnostics copied to the top level (all of them are also under "diagnostics")
 DIAGNOSTIC_KEYS = (
-    "val_loss_autoregressive",
-    "autoregressive_positions",  # scored positions per probe window
+    "val_loss_honest",
+    "honest_positions",  # scored positions per probe window
     "val_loss_probe",  # teacher-forced, on the same probe windows
     "future_leak",
     "attn_entropy",
@@ -32,6 +32,28 @@ DIAGNOSTIC_KEYS = (
     "attn_visible_floor",  # the lowest row's largest past score (what a replacing fill must stay below)
     "loss_by_position",  # teacher-forced, one value per position
 )
+
+# Names a run's files (summary.json, its config, history/metrics.csv, diagnostics.npz) had when they were written
+# and have now: the honest loss was also called the autoregressive loss until 2026-12-02. Readers of runs pass what
+# they read through ``current_names``, so runs written before (the committed sweeps) read as today's.
+RENAMED = {
+    "val_loss_autoregressive": "val_loss_honest",
+    "val/loss_autoregressive": "val/loss_honest",
+    "autoregressive_positions": "honest_positions",
+    "autoregressive_at": "honest_at",
+    "loss_by_position_autoregressive": "loss_by_position_honest",
+    "autoregressive_window_position": "honest_window_position",
+    "autoregressive_loss": "honest_loss",  # callbacks.honest_loss
+}
+
+
+def current_names(value: Any) -> Any:
+    """``value`` with every dict key (at any depth) that has been renamed under its current name."""
+    if isinstance(value, dict):
+        return {RENAMED.get(k, k): current_names(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [current_names(v) for v in value]
+    return value
 
 
 def write_summary(out_dir: Path, values: dict[str, Any]) -> Path:
@@ -104,7 +126,7 @@ def done_line(summary: dict[str, Any], path: Path, job: str | None = None) -> st
     return (
         f"[bold green]done[/]{f' ({job})' if job else ''}: {summary['steps']} steps, "
         f"train loss {show(summary['train_loss'], '.4f')}, "
-        f"val loss {show(summary['val_loss'], '.4f')} (autoregressive "
-        f"{show(summary['val_loss_autoregressive'], '.4f')}, future leak {show(summary['future_leak'], '.3g')}), "
+        f"val loss {show(summary['val_loss'], '.4f')} (honest "
+        f"{show(summary['val_loss_honest'], '.4f')}, future leak {show(summary['future_leak'], '.3g')}), "
         f"{summary['tokens_per_sec'] or 0:,.0f} tokens/s -> {path}"
     )
