@@ -249,7 +249,7 @@ def greedy_three_ways(ours, theirs, prompt: list[int], new: int) -> tuple[list[i
     (do_sample=False; eos_token_id=None, as our generate never stops at <|endoftext|>)."""
     import torch
 
-    from tinygpt.model.generate import generate
+    from tinygpt.sampling.generate import generate
 
     idx = torch.tensor([prompt])
     cached, recomputed = (generate(ours, idx, new, top_k=1, use_cache=c)[0].tolist() for c in (True, False))

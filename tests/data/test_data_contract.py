@@ -124,7 +124,7 @@ def test_each_bad_setting_is_named_exactly(kw, message):
 
 
 def test_boundary_values_are_accepted():
-    TextDataModule(tokenizer="bpe", vocab_size=257)
+    TextDataModule(tokenizer="bpe", bpe_vocab_size=257)
     TextDataModule(source="random_tokens", vocab_size=2)
     TextDataModule(source="random_tokens", vocab_size=2**31)
     TextDataModule(source="random_tokens", tokenizer="word")  # random tokens have no tokenizer to check
@@ -176,7 +176,7 @@ def test_cache_dir_names(corpus_file, tmp_path):
     assert corpus.HfHub("some/set").cache_key(text, char, 0.9) == f"hf_hub-{h}-char-f0.9"
     r = corpus.RandomTokens(vocab_size=50, n_tokens=5000, seed=7)
     assert r.cache_key(None, None, 0.9) == "random_tokens-v50-n5000-s7"
-    dm = make_dm(corpus_file, tmp_path, tokenizer="bpe", vocab_size=300)
+    dm = make_dm(corpus_file, tmp_path, tokenizer="bpe", bpe_vocab_size=300)
     dm.prepare_data()
     assert dm.cache_path == tmp_path / f"text_file-{h}-bpe300-f0.9-c1"
     r = TextDataModule(source="random_tokens", vocab_size=50, n_tokens=5000, seed=7, cache_dir=str(tmp_path))

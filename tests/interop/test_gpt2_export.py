@@ -18,7 +18,7 @@ from tinygpt.train.module import load_trained
 RUNS = {  # name -> train.py overrides
     "char, bias": ["model.bias=true"],
     "char, no bias": ["model.bias=false"],
-    "bpe, no bias, gelu_tanh": ["model.bias=false", "data.tokenizer=bpe", "data.vocab_size=320",
+    "bpe, no bias, gelu_tanh": ["model.bias=false", "data.tokenizer=bpe", "data.bpe_vocab_size=320",
                                 "model.activation=gelu_tanh"],
 }
 

@@ -11,7 +11,7 @@ from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 from helpers import TEXT, write_hf_gpt2
 from tinygpt.data.tokenizer import encode, load_pretrained_tokenizer
 from tinygpt.model import hf_gpt2
-from tinygpt.model.generate import generate
+from tinygpt.sampling.generate import generate
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.train.pretrained import attention_note, load_model, load_weights, locate
 

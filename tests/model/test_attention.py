@@ -518,7 +518,7 @@ def test_attention_from_scores_takes_the_key_and_the_query_masks_apart():
 def test_every_padding_mask_check_says_the_same_sentence():
     """The functional API, the attention module, the GPT and generate check a padding mask with one rule
     (check_padding_mask): bool of shape (B, T), and a float mask is named with what was expected."""
-    from tinygpt.model.generate import generate
+    from tinygpt.sampling.generate import generate
     from tinygpt.model.gpt import GPT, GPTConfig
 
     x3, bad = torch.randn(2, 4, 8), torch.ones(2, 4)

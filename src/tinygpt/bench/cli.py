@@ -278,7 +278,7 @@ def main(argv=None) -> int:
         levers_and_attention(args, data_args, result)
         if args.sweep:
             result["sweep"] = sweep_small(args)
-    from tinygpt.model.fast_linear import FastDecodeLinear
+    from tinygpt.sampling.fast_linear import FastDecodeLinear
     result["decode_linear"] = {"max_rows": FastDecodeLinear.max_rows,
                                "min_weight_elements": FastDecodeLinear.min_weight_elements}
     result["machine"] = machine()

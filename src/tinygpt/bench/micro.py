@@ -144,8 +144,8 @@ def generation_speed(arch: dict, new_tokens: int = 200, vocab: int = 65, repeats
                      prompt_len: int = 1, device: str | torch.device = "cpu") -> dict:
     """Greedy decoding at batch 1 from a ``prompt_len``-token prompt, with and without the KV cache (best
     of ``repeats``, timed with the device's queue drained); the outputs must be identical."""
-    from tinygpt.model.fast_linear import use_fast_decode
-    from tinygpt.model.generate import generate
+    from tinygpt.sampling.fast_linear import use_fast_decode
+    from tinygpt.sampling.generate import generate
 
     device = torch.device(device)
     torch.manual_seed(0)
@@ -276,7 +276,7 @@ def products_alone_seconds(model: torch.nn.Module, repeats: int = 30) -> float:
     ``repeats`` passes; decode_linear where the model swapped it in)."""
     import torch.nn.functional as F
 
-    from tinygpt.model.fast_linear import FastDecodeLinear, decode_linear
+    from tinygpt.sampling.fast_linear import FastDecodeLinear, decode_linear
 
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     rows = {m.in_features: torch.randn(1, m.in_features) for m in linears}
@@ -308,8 +308,8 @@ def _decode_variant(off: tuple):
     import contextlib
     from unittest import mock
 
-    from tinygpt.model import generate as gen_module
-    from tinygpt.model.fast_linear import FastDecodeLinear
+    from tinygpt.sampling import generate as gen_module
+    from tinygpt.sampling.fast_linear import FastDecodeLinear
 
     stack = contextlib.ExitStack()
     if "step" in off:
@@ -349,7 +349,7 @@ def decode_profile(model, prompt: torch.Tensor, new_tokens: int) -> dict:
     ops and the profiler's own bookkeeping). Profiled times run above unprofiled ones; read the shares."""
     from torch.profiler import ProfilerActivity, profile
 
-    from tinygpt.model.generate import generate
+    from tinygpt.sampling.generate import generate
 
     generate(model, prompt, new_tokens, top_k=1)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -393,8 +393,8 @@ def decode_at_memory_limit(arch: dict, threads: int, new_tokens: int = 255, voca
 
 def _decode_at_memory_limit(arch: dict, threads: int, new_tokens: int, vocab: int, rounds: int,
                             bandwidth_bytes: int | None, profile: bool, repeats: int) -> dict:
-    from tinygpt.model.fast_linear import use_fast_decode
-    from tinygpt.model.generate import generate
+    from tinygpt.sampling.fast_linear import use_fast_decode
+    from tinygpt.sampling.generate import generate
 
     torch.manual_seed(0)
     model = use_fast_decode(GPT(GPTConfig(vocab_size=vocab, **arch)).eval())
@@ -534,8 +534,8 @@ def _hf_train(side: str, model, size: str, steps: int, seed: int, ready) -> dict
 
 @torch.no_grad()
 def _hf_decode(side: str, model, size: str, repeats: int, seed: int, ready) -> dict:
-    from tinygpt.model.fast_linear import use_fast_decode
-    from tinygpt.model.generate import generate
+    from tinygpt.sampling.fast_linear import use_fast_decode
+    from tinygpt.sampling.generate import generate
 
     spec = HF_SIZES[size]
     model.eval()

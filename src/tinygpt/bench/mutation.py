@@ -17,7 +17,7 @@ from pathlib import Path
 
 MODULES = {  # module (under src/tinygpt/) -> the group the target applies to
     "model/attention": "attention", "model/textbook": "attention",
-    "model/gpt": "model + generation", "model/generate": "model + generation",
+    "model/gpt": "model + generation", "sampling/generate": "model + generation",
     "train/diagnostics": "diagnostics",
     "data/cache": "data", "data/windows": "data", "data/datamodule": "data",
 }

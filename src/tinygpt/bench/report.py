@@ -108,7 +108,7 @@ def span(values: list[float], spec: str) -> str:
 
 
 def before_split(earlier: list[tuple[Path, dict]]) -> str:
-    """The KV-cache figures of the earlier JSONs written before tinygpt.model.fast_linear's split product existed."""
+    """The KV-cache figures of the earlier JSONs written before tinygpt.sampling.fast_linear's split product existed."""
     gens = [r["generate"] for _, r in earlier if "generate" in r and "decode_linear" not in r]
     if not gens:
         return ""
@@ -368,7 +368,7 @@ def generation_lines(r: dict, earlier, others=()) -> list[str]:
             f"A cached token on the 10.7M model takes {1000 / small['cached_tokens_per_sec']:.1f} ms in this run "
             "(torch's default threads). The longer the context, the more recomputing costs and the more the cache "
             "saves. Beyond the context the learned position embeddings cannot slide, so the decode loop recomputes "
-            "the last block_size tokens (`src/tinygpt/model/generate.py`); a leaky model (no mask) never caches. "
+            "the last block_size tokens (`src/tinygpt/sampling/generate.py`); a leaky model (no mask) never caches. "
             "How close a cached token comes to the memory's limit, and what brought it there: the next section.",
             "",
         ]
@@ -376,14 +376,14 @@ def generation_lines(r: dict, earlier, others=()) -> list[str]:
     lines += [
         "A cached step reads every weight once for one token (10.7M fp32 weights, 43 MB), so it is bound by "
         "memory bandwidth, and torch's `F.linear` on one row (MKL here) reads a weight on one core, far below "
-        "what the memory gives two; `tinygpt.model.fast_linear.FastDecodeLinear` computes such products (at most "
+        "what the memory gives two; `tinygpt.sampling.fast_linear.FastDecodeLinear` computes such products (at most "
         "8 rows, a big weight, no gradients, CPU) as one `torch.bmm` over the weight's two row halves, on both "
         "cores; sampling and this benchmark swap it in (`use_fast_decode`). A cached token on the 10.7M model takes "
         f"{1000 / small['cached_tokens_per_sec']:.1f} ms in this run" + before_split(earlier) + ". The longer "
         "the context, the more "
         "recomputing costs and the more the cache saves. Beyond the context the learned position embeddings "
         "cannot slide, so the decode "
-        "loop recomputes the last block_size tokens (`src/tinygpt/model/generate.py`); a leaky model (no mask) "
+        "loop recomputes the last block_size tokens (`src/tinygpt/sampling/generate.py`); a leaky model (no mask) "
         "never caches.",
         "",
     ]
@@ -541,9 +541,9 @@ def profile_lines(dec: dict, cols) -> list[str]:
 
 
 DECODE_LEVER_NOTES = [
-    "The levers (`src/tinygpt/model/generate.py`, `fast_linear.py`, `kv_cache.py`), each keeping the greedy "
-    "tokens identical (`tests/model/test_generate_fast.py`): the lean cached step (`CachedStep`) runs a token "
-    "through the blocks with the same kernels on the same rows as `GPT.forward` (its logits are bit-identical, "
+    "The levers (`src/tinygpt/sampling/generate.py`, `sampling/fast_linear.py`, `model/kv_cache.py`), each keeping "
+    "the greedy tokens identical (`tests/sampling/test_generate_fast.py`): the lean cached step (`CachedStep`) runs "
+    "a token through the blocks with the same kernels on the same rows as `GPT.forward` (its logits are bit-identical, "
     "tested), without the modules' calls, checks and views, and writes each layer's key and value with one copy "
     "into the preallocated cache; the greedy shortcut (`greedy_token`) takes top_k=1's token from a top-2 when the "
     "largest logit stands alone (softmax over the top 1 is then exactly one-hot, so multinomial could only draw "

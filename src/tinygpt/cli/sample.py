@@ -13,8 +13,8 @@ import torch
 from tokenizers import Tokenizer
 
 from tinygpt.runtime.errors import ConfigError
-from tinygpt.model.fast_linear import use_fast_decode
-from tinygpt.model.generate import check_sampling, generate, pad_prompts
+from tinygpt.sampling.fast_linear import use_fast_decode
+from tinygpt.sampling.generate import check_sampling, generate, pad_prompts
 from tinygpt.model.gpt import GPT
 from tinygpt.data.tokenizer import decode, encode
 from tinygpt.train.module import load_trained
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             model, tok = load_pretrained(args.init_from, args.device)
         else:
             model, tok, _ = load_trained(ckpt, args.device)
-        use_fast_decode(model)  # KV-cache decoding's few-row products on both cores (tinygpt.model.fast_linear)
+        use_fast_decode(model)  # KV-cache decoding's few-row products on both cores (tinygpt.sampling.fast_linear)
     except (FileNotFoundError, ConfigError) as e:
         ap.error(str(e))
     try:

@@ -1,4 +1,4 @@
-"""The model: attention written from the formula, the GPT around it, the KV cache and sampling.
+"""The model: attention written from the formula, the GPT around it and its KV cache (sampling: tinygpt.sampling).
 
 Bottom layer with ``runtime``: imports nothing of tinygpt above it (tests/test_layout.py checks it).
 """

@@ -12,7 +12,7 @@ loudly, naming the name, when an upgrade removes or changes it; the code here fa
 - ``RichProgressBar._get_train_description``: Lightning labels its bar "Epoch N"; training here is step-based,
   one endless epoch, and there is no public hook for the label.
 - torch modules' ``_forward_hooks`` / ``_forward_pre_hooks`` and the global hook registries: the lean decode step
-  (model/generate.py, ``CachedStep``) skips the modules' forward, so it must not run where a hook would have.
+  (sampling/generate.py, ``CachedStep``) skips the modules' forward, so it must not run where a hook would have.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import grad_norm
 from rich.panel import Panel
 
-from tinygpt.model.generate import check_sampling, generate
+from tinygpt.sampling.generate import check_sampling, generate
 from tinygpt.model.gpt import GPT
 from tinygpt.runtime import checkpoint
 from tinygpt.runtime.checks import non_negative_int, positive_int

@@ -1,4 +1,4 @@
-"""The fast decode path (tinygpt.model.generate's CachedStep and greedy_token, fast_linear's thread rule, the KV
+"""The fast decode path (tinygpt.sampling.generate's CachedStep and greedy_token, fast_linear's thread rule, the KV
 cache's one buffer) computes what the modules compute: the same logits bit for bit, the same greedy tokens as
 the path before it, with and without the cache, past the context window too."""
 
@@ -8,10 +8,10 @@ from unittest import mock
 import pytest
 import torch
 
-from tinygpt.model import fast_linear
-from tinygpt.model import generate as gen_module
-from tinygpt.model.fast_linear import FastDecodeLinear, use_fast_decode
-from tinygpt.model.generate import CachedStep, generate, greedy_token, next_token_probs
+from tinygpt.sampling import fast_linear
+from tinygpt.sampling import generate as gen_module
+from tinygpt.sampling.fast_linear import FastDecodeLinear, use_fast_decode
+from tinygpt.sampling.generate import CachedStep, generate, greedy_token, next_token_probs
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.model.kv_cache import KVCache
 

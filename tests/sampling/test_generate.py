@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tinygpt.model.generate import generate, next_token_probs, pad_prompts
+from tinygpt.sampling.generate import generate, next_token_probs, pad_prompts
 from tinygpt.model.kv_cache import KVCache
 from tinygpt.model.gpt import GPT, GPTConfig
 

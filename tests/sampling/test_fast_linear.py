@@ -1,12 +1,12 @@
-"""The decoding path of tinygpt.model.fast_linear: when it is taken, that it computes F.linear, and that it is
+"""The decoding path of tinygpt.sampling.fast_linear: when it is taken, that it computes F.linear, and that it is
 swapped in explicitly (the architecture builds plain nn.Linear)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tinygpt.model.generate import generate
-from tinygpt.model.fast_linear import FastDecodeLinear, use_fast_decode
+from tinygpt.sampling.generate import generate
+from tinygpt.sampling.fast_linear import FastDecodeLinear, use_fast_decode
 from tinygpt.model.gpt import GPT, GPTConfig
 
 

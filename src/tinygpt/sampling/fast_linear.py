@@ -16,7 +16,7 @@ as F.linear on one row and on a hundred rows already do with each other.
 
 The architecture never names this class: ``use_fast_decode(model)`` turns a built GPT's block Linears into
 ``FastDecodeLinear`` in place (same parameters, same state dict), and the sampling CLI and the benchmark call it.
-The decode loop's lean step (tinygpt.model.generate.CachedStep) asks ``uses_split`` once per generate call and
+The decode loop's lean step (tinygpt.sampling.generate.CachedStep) asks ``uses_split`` once per generate call and
 calls ``split_product`` or ``F.linear`` directly.
 """
 

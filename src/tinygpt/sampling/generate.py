@@ -70,7 +70,7 @@ def check_left_padded(padding_mask: Tensor, idx: Tensor) -> None:
     check_padding_mask(padding_mask, idx.shape[0], idx.shape[-1], axis="T")
     if not bool(padding_mask[:, -1].all()) or bool((padding_mask[:, 1:] < padding_mask[:, :-1]).any()):
         raise ValueError("padding_mask must be left padding: in each row the pads (False) first, then the "
-                         "prompt's tokens (True) up to the last position (tinygpt.model.generate.pad_prompts).")
+                         "prompt's tokens (True) up to the last position (tinygpt.sampling.generate.pad_prompts).")
 
 
 @torch.no_grad()
@@ -145,7 +145,7 @@ def greedy_token(logits: Tensor, temperature: float = 1.0) -> Tensor | None:
 class CachedStep:
     """One token per row through a GPT with its KV cache: ``step(new)`` (B, 1) -> logits (B, V), the same
     arithmetic as ``model(new, cache=cache)[0][:, -1]`` (the same kernels on the same rows, so the same bits:
-    tests/model/test_generate_fast.py), without the modules' glue: no module calls, shape checks or per-layer
+    tests/sampling/test_generate_fast.py), without the modules' glue: no module calls, shape checks or per-layer
     cache views, and each layer's key and value written into the cache with one copy. Decoding one token runs
     few FLOPs (its products are memory-bound matrix-vector products), so on a small model that glue was most
     of a token's time (docs/benchmarks.md).
@@ -160,7 +160,7 @@ class CachedStep:
     @classmethod
     def for_model(cls, model, cache) -> CachedStep | None:
         from tinygpt.model.attention import CausalSelfAttention
-        from tinygpt.model.fast_linear import FastDecodeLinear, split_product, uses_split
+        from tinygpt.sampling.fast_linear import FastDecodeLinear, split_product, uses_split
         from tinygpt.model.gpt import GPT, MLP, Block
 
         expected = {GPT: ("forward", "_embed"), Block: ("forward",), MLP: ("forward",),
