@@ -24,6 +24,36 @@ def trainer_cfg(**kw):
     return OmegaConf.create({"devices": 1, **kw})
 
 
+def test_lightnings_launcher_still_runs_the_whole_command_line_again(tmp_path, monkeypatch):
+    """Why LocalRanks exists (docs/running.md, "Why not Lightning's launcher"): under Hydra, Lightning starts each
+    extra rank with the script's whole argv, so under -m every rank runs the whole sweep. When this fails, Lightning
+    has changed: see whether its launcher can now start our ranks."""
+    from lightning.fabric.strategies.launchers import subprocess_script
+
+    compose_train([], out_dir=tmp_path / "run")  # Hydra's config set, as in a job
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "train.py"), "-m", "seed=1,2"])
+    command, _ = subprocess_script._hydra_subprocess_cmd(local_rank=1)  # the interpreter, the script, then:
+    run_dir = f'hydra.run.dir="{tmp_path / "run"}"'
+    assert command[-5:] == ["-m", "seed=1,2", run_dir, "hydra.job.name=train_ddp_process_1", "hydra.output_subdir=null"]
+
+
+def test_lightnings_observer_still_kills_rank_zero_when_a_rank_stops_on_a_signal():
+    """A rank stopped by SIGTERM exits 143 once the ranks have agreed to stop; Lightning's child observer takes any
+    non-zero status for a failure and kills every process, rank 0 among them (while it may be saving)."""
+    from lightning.fabric.strategies.launchers import subprocess_script
+
+    class Stopped:
+        pid, returncode = 12345, 143
+
+        def poll(self):
+            return self.returncode
+
+    observer = subprocess_script._ChildProcessObserver(main_pid=os.getpid(), child_processes=[Stopped()])
+    killed = []
+    observer._terminate_all = lambda: killed.append(True)
+    assert observer._run() is True and killed == [True]
+
+
 def test_strategy_names_and_process_counts():
     assert strategy_name(trainer_cfg(strategy="ddp")) == "ddp"
     assert strategy_name(trainer_cfg()) == "auto"
