@@ -2,7 +2,7 @@
 
 import sys
 
-from tinygpt.analysis.report import main
+from tinygpt.experiments.report import main
 
 if __name__ == "__main__":
     sys.exit(main())

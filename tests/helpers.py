@@ -257,3 +257,38 @@ def greedy_three_ways(ours, theirs, prompt: list[int], new: int) -> tuple[list[i
         hf = theirs.generate(idx, attention_mask=torch.ones_like(idx), do_sample=False, max_new_tokens=new,
                              eos_token_id=None, pad_token_id=0)[0].tolist()
     return cached, recomputed, hf
+
+
+# ----------------------------------------------------------------------------- synthetic sweeps for the reports
+
+def out_dir(path):
+    """``path``, made (a report's --out)."""
+    path.mkdir()
+    return path
+
+
+def write_job(path, *, config, summary, windows, honest=None, train_loss=None, vocab=65):
+    """One job's files as a real job writes them, for the reports' synthetic sweeps: summary.json (with its config),
+    diagnostics.npz, history/metrics.csv."""
+    import csv
+    import json
+
+    import numpy as np
+
+    path.mkdir(parents=True)
+    honest = windows[:32] if honest is None else honest
+    np.savez(path / "diagnostics.npz", val_window_position=windows.astype(np.float32),
+             honest_window_position=honest.astype(np.float32),
+             probe_index=np.linspace(0, len(windows) - 1, 32).astype(np.int64))
+    diag = {"honest_at": list(range(honest.shape[1])), "unigram_loss": 3.3, "bigram_loss": 2.5,
+            "loss_by_position": windows.mean(0).tolist()}
+    full = {"status": "completed", "diverged": False, "vocab_size": vocab, "threads": 1, "config": config,
+            "val_loss": float(windows.mean()), "val_loss_honest": float(honest.mean()), "future_leak": 0.0,
+            "attn_future_mass": 0.0, "attn_entropy": 0.5, "attn_max_logit": 5.0, "diagnostics": diag, **summary}
+    (path / "summary.json").write_text(json.dumps(full))
+    (path / "history").mkdir()
+    with open(path / "history" / "metrics.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step", "train/loss", "val/loss"])
+        for step, loss in enumerate(train_loss if train_loss is not None else []):
+            w.writerow([step, loss, loss if step % 100 == 99 else ""])

@@ -71,7 +71,7 @@ def curve_measures_covered(rng, S=5, sd_seed=0.05, n_windows=128):
     """Two arms' learning-rate curves, each cell a crossed sample: a seed effect that has its own offset, slope
     and rate-by-rate part, a window effect shared by every run, and noise. Is the truth of the width difference
     and of the optimum difference inside their intervals?"""
-    from tinygpt.analysis import lr_basin
+    from tinygpt.experiments.sqrt_dk import lr_basin
     from tinygpt.analysis.stats import combine
 
     windows = 0.2 * rng.standard_normal(n_windows)

@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from helpers import ROOT, TINY, run_train
-from tinygpt.analysis import report
+from tinygpt.experiments import report
 
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml"))
 
@@ -28,7 +28,7 @@ def test_experiments_exist():
 def test_partial_leaks_arms_build_the_bugs_they_name():
     """Each arm of experiment 3 composes to its bug (experiment code, plugged in by attention_bug) on a model
     configured causal, except the deliberate no-mask arm; the fill arms carry their own model and schedule."""
-    from tinygpt.analysis.partial_leaks import ARMS
+    from tinygpt.experiments.partial_leaks.report import ARMS
 
     cfg = compose_hydra(["experiment=partial_leaks"])
     arms = cfg.hydra.sweeper.params["arm/partial_leaks"].split(",")
@@ -226,7 +226,7 @@ def test_partial_leaks_quick_sweep_and_report_on_the_tiny_model(tmp_path, cache_
                "data.val_windows=32", "diagnostics.windows=8", "optim.warmup_steps=5", f"data.cache_dir={cache_dir}",
                f"hydra.sweep.dir={sweep}", "logger=csv"])
     assert len(list(sweep.glob("*/summary.json"))) == 9
-    from tinygpt.analysis.partial_leaks import arm_of
+    from tinygpt.experiments.partial_leaks.report import arm_of
     from tinygpt.analysis.sweep import load_runs
 
     runs = {arm_of(r): r for r in load_runs([sweep])}

@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 
 from helpers import ROOT, TINY, compose_train, no_false_alarm, run_train, train_in_process
-from tinygpt.analysis import report
+from tinygpt.experiments import report
 from tinygpt.bench import report as bench_report
 
 SUMMARY_KEYS = {"train_loss", "val_loss", "val_loss_honest", "future_leak", "attn_entropy",

@@ -68,7 +68,7 @@ def refused(capsys, ckpt, out, *extra) -> str:
      "model.attn.scale=0.5 " + CANNOT.format("GPT-2's attention has scale='sqrt_dk'")),
     ({"attn": {"causal": False}}, None,
      "model.attn.causal=False " + CANNOT.format("GPT-2's attention has causal=True")),
-    ({}, {"_target_": "tinygpt.experiments.leaky_masks.AttentionBug", "kind": "off_by_one"},
+    ({}, {"_target_": "tinygpt.experiments.partial_leaks.bugs.AttentionBug", "kind": "off_by_one"},
      "attention_bug.kind='off_by_one' " + CANNOT.format("experiment 3's deliberate mask bug; GPT-2's attention has "
                                                         "the causal mask only")),
 ], ids=["qk_norm", "scale none", "scale number", "not causal", "attention bug"])

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from helpers import TINY, run_train
-from tinygpt.experiments.leaky_masks import AttentionBug
+from tinygpt.experiments.partial_leaks.bugs import AttentionBug
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.train.callbacks import HonestLoss
 from tinygpt.train.leak_alarm import LeakAlarm, honest_gap
 
-BUG = "attention_bug={_target_: tinygpt.experiments.leaky_masks.AttentionBug, kind: off_by_one}"
+BUG = "attention_bug={_target_: tinygpt.experiments.partial_leaks.bugs.AttentionBug, kind: off_by_one}"
 
 
 def test_the_rule_on_hand_made_signals():

@@ -150,13 +150,25 @@ def test_load_trained_gives_the_model_as_it_was_trained(tmp_path):
     """A run dir or its .ckpt file -> the GPT in eval mode with the run's attention bug, its weights, no tokenizer
     for token-id data, and the step."""
     from helpers import write_checkpoint
-    from tinygpt.experiments.leaky_masks import BuggyAttention
+    from tinygpt.experiments.partial_leaks.bugs import BuggyAttention
     from tinygpt.train.module import load_trained
 
-    bug = {"_target_": "tinygpt.experiments.leaky_masks.AttentionBug", "kind": "off_by_one", "layers": [1]}
+    bug = {"_target_": "tinygpt.experiments.partial_leaks.bugs.AttentionBug", "kind": "off_by_one", "layers": [1]}
     path = write_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt", step=7, attention_bug=bug)
     model, tok, step = load_trained(tmp_path / "run")
     assert not model.training and tok is None and step == 7
     assert [isinstance(b.attn, BuggyAttention) for b in model.blocks] == [False, True]
     again, _, _ = load_trained(path)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True))
+
+
+def test_a_checkpoint_naming_the_bugs_old_module_loads_with_its_bug(tmp_path):
+    """Checkpoints written before the bugs moved to experiments/partial_leaks/bugs.py name the old module."""
+    from helpers import write_checkpoint
+    from tinygpt.experiments.partial_leaks.bugs import BuggyAttention
+    from tinygpt.train.module import load_trained
+
+    bug = {"_target_": "tinygpt.experiments.leaky_masks.AttentionBug", "kind": "off_by_one", "layers": [0]}
+    write_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt", attention_bug=bug)
+    model, _, _ = load_trained(tmp_path / "run")
+    assert [isinstance(b.attn, BuggyAttention) for b in model.blocks] == [True, False]

@@ -1,6 +1,6 @@
-"""Report prose kept as Markdown beside the code that fills it: ``<experiment>.md`` holds named blocks, each
-opened by a line ``<!-- block: NAME -->``, with ``{placeholders}`` that the report fills from the runs' numbers
-(``str.format``; a literal brace is doubled). A number measured by the runs is always a placeholder; the
+"""Report prose kept as Markdown beside the code that fills it: ``experiments/<experiment>/report.md`` holds named
+blocks, each opened by a line ``<!-- block: NAME -->``, with ``{placeholders}`` that the report fills from the runs'
+numbers (``str.format``; a literal brace is doubled). A number measured by the runs is always a placeholder; the
 blocks' own figures are the literature's, cited."""
 
 from __future__ import annotations
@@ -10,20 +10,21 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"  # experiments/<name>/report.md
 BLOCK = re.compile(r"^<!-- block: (\w+) -->\n", re.M)
 
 
 @cache
 def blocks(experiment: str) -> dict[str, str]:
-    """The named blocks of ``<experiment>.md`` (each without its trailing blank lines)."""
-    text = (HERE / f"{experiment}.md").read_text(encoding="utf-8")
+    """The named blocks of ``experiments/<experiment>/report.md`` (each without its trailing blank lines)."""
+    text = (EXPERIMENTS / experiment / "report.md").read_text(encoding="utf-8")
     parts = BLOCK.split(text)[1:]  # name, body, name, body, ...
     return {name: body.rstrip("\n") for name, body in zip(parts[::2], parts[1::2], strict=True)}
 
 
 def prose(experiment: str, name: str, **values) -> str:
-    """Block ``name`` of ``<experiment>.md`` with its placeholders filled; a missing value is a KeyError."""
+    """Block ``name`` of ``experiments/<experiment>/report.md`` with its placeholders filled; a missing value is a
+    KeyError."""
     return blocks(experiment)[name].format_map(values)
 
 

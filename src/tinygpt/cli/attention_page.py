@@ -22,7 +22,7 @@ from tinygpt.data.tokenizer import UNK, decode, encode
 from tinygpt.model.gpt import GPT
 from tinygpt.runtime.checkpoint import checkpoint_file, run_dir_of
 from tinygpt.runtime.errors import ConfigError, print_error
-from tinygpt.experiments.leaky_masks import BuggyAttention
+from tinygpt.experiments.partial_leaks.bugs import BuggyAttention
 from tinygpt.cli.sample import add_model_source, find_latest_checkpoint, token_ids
 from tinygpt.train import explorer
 from tinygpt.train.diagnostics import evaluating

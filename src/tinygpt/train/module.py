@@ -21,7 +21,7 @@ class GPTModule(L.LightningModule):
                  attention_bug: dict | None = None):
         """``model``: the model.* settings; ``optim``: the optimizer recipe, built and checked from optim.* at
         set-up (its default settings when None); ``attention_bug``: experiment 3's deliberate mask bug (a Hydra
-        node, tinygpt.experiments.leaky_masks), None in every real run."""
+        node, tinygpt.experiments.partial_leaks.bugs), None in every real run."""
         super().__init__()
         self.optim = optim if optim is not None else AdamWCosine()
         self.save_hyperparameters({"model": model, "vocab_size": vocab_size, "optim": self.optim.settings(),
@@ -129,9 +129,16 @@ class GPTModule(L.LightningModule):
         return torch.stack(self.train_losses[-n:]).float().mean().item()
 
 
+# where the bugs' class was when older checkpoints and configs named it (moved on 2026-12-02)
+MOVED_BUG = {"tinygpt.experiments.leaky_masks.AttentionBug": "tinygpt.experiments.partial_leaks.bugs.AttentionBug"}
+
+
 def with_bug(model: GPT, attention_bug: dict | None) -> GPT:
     """``model`` with the attention bug a run's config names (``attention_bug``, built by Hydra), or unchanged."""
-    return instantiate(attention_bug)(model) if attention_bug else model
+    if not attention_bug:
+        return model
+    target = attention_bug["_target_"]
+    return instantiate({**attention_bug, "_target_": MOVED_BUG.get(target, target)})(model)
 
 
 def load_trained(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer | None, int]:

@@ -67,7 +67,7 @@ class TrainSchema:
     init_from: str = MISSING
     compile: bool = MISSING
     check_memory: bool = MISSING
-    attention_bug: Any = MISSING  # null, or an experiments.leaky_masks.AttentionBug node (configs/arm/partial_leaks/)
+    attention_bug: Any = MISSING  # null, or an AttentionBug node (experiments/partial_leaks/bugs.py)
     prediction: Any = MISSING  # null, or an experiment's typed predictions (below)
     diagnostics: DiagnosticsSchema = MISSING
     model: ModelSchema = MISSING

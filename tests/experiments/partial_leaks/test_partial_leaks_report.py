@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from tinygpt.analysis import partial_leaks as pl
+from tinygpt.experiments.partial_leaks import report as pl
 from tinygpt.analysis.stats import Estimate
 from tinygpt.analysis.sweep import load_runs
 
@@ -103,7 +103,7 @@ FILL_BUGS = ("fill_1e4", "fill_where_1e4")
 def config(arm, seed):
     fill = arm.startswith("fill")
     bug = BUGS[arm]
-    return {"seed": seed, "attention_bug": {"_target_": "tinygpt.experiments.leaky_masks.AttentionBug", **bug}
+    return {"seed": seed, "attention_bug": {"_target_": "tinygpt.experiments.partial_leaks.bugs.AttentionBug", **bug}
             if bug else None,
             "model": {"block_size": T, "attn": {"causal": arm != "no_mask", "scale": "none" if fill else "sqrt_dk"}},
             "trainer": {"max_steps": 300 if fill else 800, "val_check_interval": 50},

@@ -16,7 +16,7 @@ These are the slips that path avoids, each a ``mask`` function and one attention
   key scores exactly ``fill``, so a row opens when all its visible scores fall below the fill, whatever the masked
   scores were.
 
-A run gets one by naming it (``attention_bug: {_target_: tinygpt.experiments.leaky_masks.AttentionBug, ...}``, as
+A run gets one by naming it (``attention_bug: {_target_: tinygpt.experiments.partial_leaks.bugs.AttentionBug, ...}``, as
 configs/arm/partial_leaks/ do); ``AttentionBug(model)`` swaps the attention of the chosen layers for a
 ``BuggyAttention`` with the same weights. The model's config still says causal=true: that is the point, the
 model believes it is causal (and the leak alarm, tinygpt.train.leak_alarm, must catch it).

@@ -6,8 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.analysis.test_report_verdicts import cm_config, sq_config, write_run
-from tinygpt.analysis import report
+from helpers import write_job as write_run
+from tests.experiments.causal_mask.test_causal_mask_report import cm_config
+from tests.experiments.sqrt_dk.test_sqrt_dk_report import sq_config
+from tinygpt.experiments import report
 
 
 def hydra_files(run_dir, experiment, overrides):
@@ -173,7 +175,7 @@ def test_equal_training_losses_are_not_said_to_fall(tmp_path):
 
 def test_a_jobs_override_matches_its_grid_value_however_either_is_written():
     """Hydra records what it parsed (True, 0.0001); the sweep config says true, 1e-4: the same cell."""
-    from tinygpt.analysis.report import setting
+    from tinygpt.experiments.report import setting
 
     assert setting("model.attn.causal=True") == setting("model.attn.causal=true") == ("model.attn.causal", True)
     assert setting("optim.lr=0.0001") == setting("optim.lr=1e-4") == ("optim.lr", 1e-4)

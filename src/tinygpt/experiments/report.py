@@ -4,12 +4,12 @@
     python scripts/report.py sqrt_dk multirun/sqrt_dk/<date_time> [--out DIR]
     python scripts/report.py partial_leaks multirun/partial_leaks/<date_time> [--out DIR]
 
-Reads only what each run left in its directory (tinygpt.analysis.sweep); each experiment's module writes its
-report (tinygpt.analysis.causal_mask, tinygpt.analysis.sqrt_dk, tinygpt.analysis.partial_leaks). Only completed (and
-diverged) runs are results:
-any other run is named in a warning and listed in the report as excluded. Runs of another experiment are refused.
-Without --out the committed report (docs/experiments/<experiment>/) is replaced only by a full sweep of that
-experiment as its config defines it; any other sweep's report goes to <first sweep dir>/report/.
+Reads only what each run left in its directory (tinygpt.analysis.sweep); each experiment's ``report`` module
+writes its report (tinygpt.experiments.<experiment>.report, one line of EXPERIMENTS each). Only completed (and
+diverged) runs are results: any other run is named in a warning and listed in the report as excluded. Runs of
+another experiment are refused. Without --out the committed report (docs/experiments/<experiment>/) is replaced
+only by a full sweep of that experiment as its config defines it; any other sweep's report goes to
+<first sweep dir>/report/.
 """
 
 from __future__ import annotations
@@ -27,7 +27,11 @@ from tinygpt.analysis.sweep import ReportError, Run, load_runs
 from tinygpt.analysis.templates import plural
 from tinygpt.runtime.errors import print_error
 
-EXPERIMENTS = ("causal_mask", "sqrt_dk", "partial_leaks")
+EXPERIMENTS = (  # the registry: each a folder tinygpt/experiments/<name>/ with report.py and report.md
+    "causal_mask",
+    "sqrt_dk",
+    "partial_leaks",
+)
 ROOT = DOCS.parents[1]  # a source checkout
 CONFIGS = ROOT / "configs" / "experiment"
 
@@ -160,7 +164,7 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
             print(f"report: not the full experiment={experiment} sweep ({gap}): the committed report is left alone "
                   f"(--out docs/experiments/{experiment} to replace it anyway)", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
-    module = importlib.import_module(f"tinygpt.analysis.{experiment}")
+    module = importlib.import_module(f"tinygpt.experiments.{experiment}.report")
     path = module.write_report(runs, out, sweeps)
     if gap is not None:
         partial(path, gap, experiment)

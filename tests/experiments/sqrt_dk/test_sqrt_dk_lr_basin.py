@@ -3,9 +3,18 @@
 import numpy as np
 import pytest
 
-from tinygpt.analysis.lr_basin import (all_verdict, basin, both_verdict, censored_direction, fp16_verdict, optimum,
-                                       sensitivity,
-                                       sensitivity_words, sign_verdict, width)
+from tinygpt.experiments.sqrt_dk.lr_basin import (
+    all_verdict,
+    basin,
+    both_verdict,
+    censored_direction,
+    fp16_verdict,
+    optimum,
+    sensitivity,
+    sensitivity_words,
+    sign_verdict,
+    width,
+)
 from tinygpt.analysis.stats import Estimate
 
 XS = np.log10([1e-4, 2.154e-4, 4.642e-4, 1e-3, 2.154e-3, 4.642e-3, 1e-2])  # the design's ladder

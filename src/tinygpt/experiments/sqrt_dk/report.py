@@ -1,10 +1,10 @@
 """Experiment 2's report: does 1/sqrt(d_k) keep training stable? (design: docs/experiments/sqrt_dk/DESIGN.md)
 
-The numbers come from tinygpt.analysis.sqrt_dk_numbers (each arm's optimum, basin width and LR sensitivity with
-their intervals, the comparisons and the float16 counts); the verdict words from tinygpt.analysis.lr_basin; the
-prose from sqrt_dk.md. ``compute`` gathers what the report states (SqrtDkFindings: the arms' numbers, the
-predictions' verdicts, the float16 sweep, the huge logits); the sections render those findings as tables and
-filled prose, and draw the figures. It works on any set of runs that differ in learning rate and attention
+The numbers come from numbers.py beside it (each arm's optimum, basin width and LR sensitivity with their
+intervals, the comparisons and the float16 counts); the verdict words from lr_basin.py; the prose from report.md.
+``compute`` gathers what the report states (SqrtDkFindings: the arms' numbers, the predictions' verdicts, the
+float16 sweep, the huge logits); the sections render those findings as tables and filled prose, and draw the
+figures. It works on any set of runs that differ in learning rate and attention
 variant, drawing what they support (a quick sweep has one seed and a few rates).
 """
 
@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from tinygpt.analysis import lr_basin
+from tinygpt.experiments.sqrt_dk import lr_basin
 from tinygpt.analysis.figures import explorers, finish_axes, fmt_pm, markdown_table, save
 from tinygpt.analysis.init_stats import logits_at_init, slopes
-from tinygpt.analysis.sqrt_dk_numbers import (
+from tinygpt.experiments.sqrt_dk.numbers import (
     Arm,
     ArmKey,
     Comparison,
@@ -48,7 +48,7 @@ from tinygpt.analysis.templates import Report, plural, prose
 LADDER = [10 ** (k / 3) for k in range(-18, -2)]  # the design's rates, three a decade, for stage 2
 COLOURS = {("sqrt_dk", False): "tab:blue", ("none", False): "tab:red", ("sqrt_dk", True): "tab:green",
            ("none", True): "tab:purple", ("inv_dk", False): "tab:olive"}
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def colour(k: ArmKey) -> str:

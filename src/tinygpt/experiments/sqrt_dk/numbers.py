@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tinygpt.analysis import lr_basin
+from tinygpt.experiments.sqrt_dk import lr_basin
 from tinygpt.analysis.stats import Estimate, Sample, bootstrap, combine, failed_to_train, mean_spread
 from tinygpt.analysis.sweep import ReportError, Run, group_by, window_measure
 

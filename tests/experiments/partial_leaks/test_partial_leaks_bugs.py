@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from helpers import future_jacobian, past_moves_when_future_changes
-from tinygpt.experiments.leaky_masks import AttentionBug, BuggyAttention, visible_keys
+from tinygpt.experiments.partial_leaks.bugs import AttentionBug, BuggyAttention, visible_keys
 from tinygpt.model.attention import CausalSelfAttention, causal_mask
 from tinygpt.model.gpt import GPT, GPTConfig
 

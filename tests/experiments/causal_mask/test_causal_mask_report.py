@@ -1,0 +1,127 @@
+"""Experiment 1's report on synthetic sweeps whose answers are known by construction: run dirs written as a real job
+writes them (summary.json, diagnostics.npz, history/metrics.csv), read back by the report code."""
+
+
+import numpy as np
+import pytest
+
+from helpers import out_dir
+from helpers import write_job as write_run
+from tinygpt.analysis.stats import Estimate
+from tinygpt.analysis.sweep import load_runs
+from tinygpt.experiments.causal_mask import report as causal_mask
+
+N = 128  # validation windows per run
+
+
+def cm_config(T, causal, seed):
+    return {"seed": seed, "model": {"n_layer": 1, "n_head": 1, "n_embd": 8, "block_size": T,
+                                    "attn": {"causal": causal}},
+            "data": {"source": "shakespeare", "val_windows": N, "batch_size": 768 // T},
+            "trainer": {"max_steps": 800, "val_check_interval": 100, "log_every_n_steps": 1},
+            "optim": {"lr": 1e-3, "warmup_steps": 100, "min_lr": 1e-4}, "diagnostics": {"windows": 32},
+            "callbacks": {"honest_loss": {"windows": 16, "positions": 8}},
+            "prediction": {"level_ratio": [0.667, 1.5], "slope": [-1.3, -0.7], "onset_fraction": 0.5,
+                           "drop_from": 0.75, "drop_to": 0.25}}
+
+
+def causal_mask_sweep(root, last_loss):
+    """Causal runs: 2.0 at every position, ``last_loss(T)`` at the last. Leaky runs: 0 where the target is in the
+    window, the same last-position loss as the causal model's, so leaky loss = last_loss(T) / T exactly; their
+    training loss drops from 2.5 to 0.05 at step 300."""
+    rng = np.random.default_rng(0)
+    steps = np.arange(800)
+    job = 0
+    for T in (16, 32, 64):
+        window_effect = rng.normal(0, 0.3, N)  # the same windows for both arms at this T
+        for causal in (True, False):
+            for seed in (1, 2, 3):
+                w = np.full((N, T), 2.0) if causal else np.zeros((N, T))
+                w[:, -1] = last_loss(T) + window_effect + rng.normal(0, 0.01, N)
+                train = np.full(800, 2.0) if causal else np.where(steps < 300, 2.5, 0.05)
+                write_run(root / str(job), config=cm_config(T, causal, seed), windows=w, train_loss=train,
+                          summary={"train_loss": float(train[-80:].mean())})
+                job += 1
+    return load_runs([root])
+
+
+def one_over_t(runs):
+    arms = causal_mask.group_runs(runs)
+    est = causal_mask.bootstrap(causal_mask.arm_samples(arms))
+    corpus = {T: by_c for (label, T), by_c in arms.items()}
+    return causal_mask.one_over_t_rows(corpus, "shakespeare", est)
+
+
+def test_an_exact_one_over_t_sweep_has_ratio_one_and_slope_minus_one(tmp_path):
+    rows = one_over_t(causal_mask_sweep(tmp_path, lambda T: 2.4))
+    for r in rows:
+        assert r.ratio.value == pytest.approx(1, abs=1e-3) and r.ratio.lo <= 1 <= r.ratio.hi
+        assert r.measured.value == pytest.approx(r.causal_last.value / r.T, rel=1e-3)
+        assert r.copy.value == 0
+    slope = causal_mask.slope_estimate([16, 32, 64], [r.measured for r in rows])
+    assert slope.value == pytest.approx(-1, abs=0.02)
+
+
+def test_the_findings_of_an_exact_and_a_flat_law(tmp_path):
+    """The findings object, without rendering: each section's numbers and verdicts on sweeps whose answers are known
+    by construction."""
+    f = causal_mask.compute(causal_mask_sweep(tmp_path / "exact", lambda T: 2.4))
+    assert (f.main.label, f.main.T, f.main.n_windows, f.main.positions) == ("shakespeare", 64, N, 64)
+    assert f.main.fell and f.main.leaky_train[0] == pytest.approx(0.05) and f.main.causal_train[0] == 2.0
+    assert f.main.tf_gap.hi < 0  # the leaky teacher-forced loss is far lower on the same windows
+    assert f.main.onset.steps == [300, 300, 300] and f.main.onset.drops == [0, 0, 0] and f.main.onset.every == 1
+    assert f.main.onset.seeds == [1, 2, 3] and f.main.onset.threshold == pytest.approx(1.0)
+    assert f.main.worse_than_uniform is False and f.controls == []
+    t = f.one_over_t
+    assert t.Ts == [16, 32, 64] and [r.batch for r in t.rows] == [48, 24, 12]
+    assert t.level == ["holds"] * 3 and t.level_all == "holds" and t.slope_verdict == "holds"
+    assert t.slope.value == pytest.approx(-1, abs=0.02) and t.premise == "holds"
+    assert t.causal_trend.word == "flat within noise" and t.copy_shares == [0.0, 0.0, 0.0]
+    assert t.last_directions == [0, 0, 0] and not t.above_one
+    flat = causal_mask.compute(causal_mask_sweep(tmp_path / "flat", lambda T: 2.4 * T / 16)).one_over_t
+    assert flat.slope_verdict == "fails" and flat.level_all == "holds"
+    assert flat.causal_trend.word == "rises" and flat.causal_trend.monotonic and flat.premise == "fails"
+    assert flat.slope.value == pytest.approx(0, abs=0.02)
+
+
+def test_the_report_says_holds_for_an_exact_law_and_fails_for_a_flat_one(tmp_path):
+    runs = causal_mask_sweep(tmp_path / "exact", lambda T: 2.4)
+    text = causal_mask.write_report(runs, out_dir(tmp_path / "r1"), [tmp_path / "exact"]).read_text()
+    assert "the level prediction holds and the 1/T scaling holds" in text
+    assert "An exact 1/T law and the exact level are not rejected at the 95% level" in text
+    assert "The premise (the causal last-position loss flat in T) holds as written: no trend detected" in text
+    # a leaky loss that does not fall with T: the last-position loss grows like T
+    runs = causal_mask_sweep(tmp_path / "flat", lambda T: 2.4 * T / 16)
+    text = causal_mask.write_report(runs, out_dir(tmp_path / "r2"), [tmp_path / "flat"]).read_text()
+    assert "the level prediction holds and the 1/T scaling fails" in text
+    assert "an exact 1/T law is rejected: the loss falls as T^-0.01; the exact level is not rejected at the 95% " \
+           "level" in text
+    assert "rises monotonically" in text  # the causal last-position loss, against T
+    assert "The premise (the causal last-position loss flat in T) fails" in text
+    assert "## Threats to validity" in text and "(../GLOSSARY.md)" in text
+
+
+def test_exactness_is_read_from_the_intervals_beyond_the_tolerance():
+    """The case the referee recomputed: slope -0.79 [-0.86, -0.72] excludes -1, ratios 1.19, 1.20, 1.34 all
+    exclude 1: both exact claims rejected, with the exponent and the range above the level."""
+    E = Estimate
+    ratios = [E(1.19, 1.14, 1.24), E(1.20, 1.13, 1.26), E(1.34, 1.28, 1.41)]
+    words = causal_mask.exactness_words(E(-0.79, -0.86, -0.72), ratios)
+    assert words == ("an exact 1/T law and the exact level are rejected: the loss falls as T^-0.79 and sits "
+                     "19-34% above the predicted level at every T")
+    inside = causal_mask.exactness_words(E(-0.95, -1.1, -0.8), [E(1.02, 0.95, 1.1)] * 3)
+    assert inside == "an exact 1/T law and the exact level are not rejected at the 95% level"
+    mixed = causal_mask.exactness_words(E(-0.95, -1.1, -0.8), [E(1.2, 1.1, 1.3), E(1.02, 0.95, 1.1)])
+    assert mixed == "an exact 1/T law and the exact level are not rejected at the 95% level"
+    below = causal_mask.exactness_words(E(-1.2, -1.3, -1.1), [E(0.8, 0.7, 0.9), E(0.9, 0.85, 0.95)])
+    assert below == ("an exact 1/T law and the exact level are rejected: the loss falls as T^-1.20 and sits "
+                     "10-20% below the predicted level at every T")
+
+
+def test_the_onset_is_the_step_of_the_drop_on_the_raw_series(tmp_path):
+    runs = causal_mask_sweep(tmp_path, lambda T: 2.4)
+    by_causal = causal_mask.group_runs(runs)[("shakespeare", 64)]
+    onset = causal_mask.onset_findings(by_causal, runs[0].config["prediction"])
+    assert onset.steps == [300, 300, 300]
+    text = causal_mask.onset_text(onset)
+    assert "logged at every step)" in text and "0, 0, 0 steps" in text  # a step function drops in one step
