@@ -1,13 +1,19 @@
-"""The token cache's directory checks."""
-
-from pathlib import Path
+"""The token cache's directory check: a cache dir that cannot hold the cache is found before any work."""
 
 
-def test_a_cache_dir_that_cannot_be_created_is_found_before_any_work(tmp_path):
-    from tinygpt.data.cache import unwritable
+import pytest
 
-    assert unwritable(tmp_path / "a" / "b") is None and (tmp_path / "a" / "b").is_dir()
-    reason = unwritable(Path("/proc/tinygpt-cache"))  # root passes os.access there, yet mkdir fails
-    assert reason is not None and reason.startswith("/proc/tinygpt-cache: ")
-    (tmp_path / "f").write_text("x")
-    assert unwritable(tmp_path / "f" / "cache") == f"{tmp_path / 'f'} is not a directory"
+from tinygpt.data.datamodule import TextDataModule
+
+
+def test_a_cache_dir_that_cannot_be_created_is_one_sentence_before_any_work(tmp_path):
+    dm = TextDataModule(source="random_tokens", vocab_size=50, n_tokens=5000, block_size=8,
+                        cache_dir="/proc/tinygpt-cache")  # root passes os.access there, yet cannot create a file
+    with pytest.raises(ValueError, match=r"^data.cache_dir='/proc/tinygpt-cache' cannot hold the token cache "
+                                         r"\(no file can be created in /proc \(.*\)\) and has no cache for this "
+                                         r"corpus yet; set "):
+        dm.prepare_data()
+    fresh = TextDataModule(source="random_tokens", vocab_size=50, n_tokens=5000, block_size=8,
+                           cache_dir=str(tmp_path / "new" / "cache"))
+    fresh.prepare_data()  # a cache dir that does not exist yet is made
+    assert (fresh.cache_path / "meta.json").exists() and fresh.cache_path.parent == tmp_path / "new" / "cache"

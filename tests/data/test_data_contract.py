@@ -247,13 +247,6 @@ def test_tokenize_to_array_dtype_and_empty_text():
     assert empty.shape == (0,) and empty.dtype == np.uint16
 
 
-def test_unwritable_asks_for_write_and_search_permission(tmp_path, monkeypatch):
-    import os
-
-    monkeypatch.setattr(cache.os, "access", lambda path, mode: not (mode & os.W_OK))
-    assert cache.unwritable(tmp_path / "new" / "cache") == f"{tmp_path} is not writable"
-
-
 def test_shakespeare_text_is_read_from_the_cache_or_converted_into_scratch(tmp_path, monkeypatch):
     root, scratch = tmp_path / "cache", tmp_path / "scratch"
     plays = corpus.Shakespeare()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tinygpt.data import corpus
-from tinygpt.data import cache
+from tinygpt.data import cache, datamodule
 from tinygpt.data.cache import chunk_lines, split_text
 from tinygpt.data.datamodule import TextDataModule
 from tinygpt.data.windows import RandomWindows, fixed_windows
@@ -315,7 +315,7 @@ def test_a_complete_cache_on_a_read_only_mount_is_used_without_writing(corpus_fi
     root = tmp_path / "cache"
     make_dm(corpus_file, root).setup()  # build it once
     before = listing(root)
-    monkeypatch.setattr(cache, "unwritable", lambda path: f"{path} is not writable")  # root ignores chmod
+    monkeypatch.setattr(datamodule, "cannot_write_into", lambda path: f"{path} is not writable")  # root ignores chmod
     dm = make_dm(corpus_file, root)
     dm.setup()
     assert len(dm.train_ids) > 0 and listing(root) == before  # no lock files, no Arrow cache, nothing

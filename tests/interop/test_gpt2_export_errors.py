@@ -107,7 +107,8 @@ def test_an_out_that_cannot_take_the_model_is_one_line(run, tmp_path, full_out, 
     assert refused(capsys, run, a_file) == f"error: export_hf: --out={a_file} is a file; give a directory for the " \
                                            "model's files."
     assert refused(capsys, run, a_file / "sub") == (
-        f"error: export_hf: --out={a_file / 'sub'} cannot be written: {a_file} is a file, not a directory.")
+        f"error: export_hf: --out={a_file / 'sub'} cannot be written: {a_file} is a file, not a directory; give a path "
+        "in a writable directory.")
     assert refused(capsys, run, full_out) == (
         f"error: export_hf: --out={full_out} already holds config.json, notes; give a new or empty directory, or "
         "--force to write the model's files over those in it.")

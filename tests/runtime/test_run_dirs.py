@@ -119,7 +119,7 @@ def test_a_refused_run_removes_only_the_hydra_files_of_a_dir_it_made(tmp_path):
 
 
 def test_cannot_write_into_probes_the_nearest_existing_folder_and_creates_nothing(tmp_path):
-    from tinygpt.runtime.run_dirs import cannot_write_into
+    from tinygpt.runtime.writable import cannot_write_into
 
     assert cannot_write_into(tmp_path / "new" / "deeper") is None
     assert list(tmp_path.iterdir()) == []  # neither the dirs nor the probe's file are left

@@ -147,7 +147,7 @@ def test_input_mistakes_found_while_preparing_data_are_config_errors(tmp_path, c
     a_file.write_text("x")
     run = setup_with(tmp_path, corpus_file, f"{a_file}/cache")
     with pytest.raises(ConfigError, match=r"data.cache_dir='.*a_file/cache' cannot hold the token cache \(.*a_file "
-                                          r"is not a directory\)"):
+                                          r"is a file, not a directory\)"):
         run_phases.prepare_data(run)
 
 

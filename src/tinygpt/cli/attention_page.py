@@ -29,6 +29,7 @@ from tinygpt.train.diagnostics import evaluating
 from tinygpt.train.module import load_trained
 from tinygpt.train.pretrained import load_model
 from tinygpt.train.plots import LayerPlotter, token_label
+from tinygpt.runtime.writable import cannot_write_into
 
 
 UNKNOWN_MARK = "¿"  # a character outside the vocabulary: '¿c' (the model sees <unk>)
@@ -82,11 +83,9 @@ def check_writable(path: Path, what: str, directory: bool = False) -> None:
         raise ConfigError(f"{what} is an existing file; give a directory for the PNGs.")
     if not directory and path.is_dir():
         raise ConfigError(f"{what} is a directory; give the page's file name, e.g. {path / 'attention.html'}.")
-    from tinygpt.runtime.run_dirs import cannot_write_into  # here: it brings Hydra, which the page does not need
-
     reason = cannot_write_into(path if directory else path.parent)
     if reason:
-        raise ConfigError(f"{what} cannot be written: {reason}.")
+        raise ConfigError(f"{what} cannot be written: {reason}; give a path in a writable directory.")
 
 
 def default_page(ckpt: Path, step: int, text: str) -> Path:

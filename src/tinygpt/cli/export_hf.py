@@ -31,6 +31,7 @@ from tinygpt.model import hf_gpt2
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime import checkpoint
 from tinygpt.runtime.errors import ConfigError, first_line, print_error
+from tinygpt.runtime.writable import cannot_write_into
 
 WEIGHTS = "model.safetensors"
 REPLACED = ("config.json", "generation_config.json", WEIGHTS, "model.safetensors.index.json", "pytorch_model.bin",
@@ -41,8 +42,6 @@ REPLACED = ("config.json", "generation_config.json", WEIGHTS, "model.safetensors
 def check_out(out: Path, force: bool) -> None:
     """One sentence unless ``out`` is a new or empty directory (any directory with ``force``) that files can be
     written into; nothing is created (the probe's temporary file is removed)."""
-    from tinygpt.runtime.run_dirs import cannot_write_into  # here: it brings Hydra, which nothing else here needs
-
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out={out} is a file; give a directory for the model's files.")
     names = sorted(p.name for p in out.iterdir()) if out.is_dir() and not force else []
@@ -52,7 +51,7 @@ def check_out(out: Path, force: bool) -> None:
                           "model's files over those in it.")
     reason = cannot_write_into(out)
     if reason:
-        raise ConfigError(f"--out={out} cannot be written: {reason}.")
+        raise ConfigError(f"--out={out} cannot be written: {reason}; give a path in a writable directory.")
 
 
 def gpt2_files(ckpt: dict, where: str) -> dict[str, bytes]:

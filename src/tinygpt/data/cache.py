@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from tinygpt.runtime.errors import ConfigError
-from tinygpt.runtime.run_dirs import cannot_write
 from tinygpt.data.tokenizer import TokenizerSpec, train_tokenizer
 
 CACHE_VERSION = 1
@@ -55,21 +54,6 @@ def tokenize_to_array(tok, text: str, dtype) -> np.ndarray:
         desc="tokenizing",
     )
     return np.concatenate(list(ds.with_format("numpy")["ids"])).astype(dtype)
-
-
-def unwritable(path: Path) -> str | None:
-    """None when ``path`` is a writable dir or can be created; else why not (for one sentence)."""
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        return f"{probe} is not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} is not writable"
-    reason = cannot_write(path)
-    return f"{path}: {reason}" if reason else None
 
 
 def default_mode(path: Path) -> None:

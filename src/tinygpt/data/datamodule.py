@@ -19,6 +19,7 @@ from tinygpt.data.corpus import Corpus, from_source
 from tinygpt.data.tokenizer import TokenizerSpec, decode, encode, load_tokenizer
 from tinygpt.data.windows import RandomWindows, fixed_windows
 from tinygpt.runtime.checks import positive_int
+from tinygpt.runtime.writable import cannot_write_into
 
 
 class TextDataModule(L.LightningDataModule):
@@ -91,7 +92,7 @@ class TextDataModule(L.LightningDataModule):
         Idempotent; processes that build the same cache at once never see a half-written one."""
         if self.cache_path is not None and (self.cache_path / "meta.json").exists():
             return
-        reason = cache.unwritable(self.cache_root)
+        reason = cannot_write_into(self.cache_root)  # a read-only cache is read, never written
         with tempfile.TemporaryDirectory(prefix="tinygpt-read-") as scratch:  # a read-only cache stays untouched
             text = self.corpus.text(self.cache_root, Path(scratch) if reason else self.cache_root)
         out = cache.dir_for(self.cache_root, self.corpus.cache_key(text, self.tokenizer_spec, self.train_fraction))

@@ -125,7 +125,7 @@ def check_out(out: Path | None) -> None:
         return
     if out.exists() and not out.is_dir():
         raise ReportError(f"--out {out} is a file; give a directory for the report (its README.md and PNGs).")
-    from tinygpt.runtime.run_dirs import cannot_write
+    from tinygpt.runtime.writable import cannot_write
 
     reason = cannot_write(out)
     if reason:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import shutil
 import re
 import secrets
@@ -17,6 +16,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.runtime.errors import config_composed, print_error, unknown_swept_key
+from tinygpt.runtime.writable import cannot_write
 
 RUN_MARKERS = ("summary.json", "config.yaml", "checkpoints")  # what a run writes into its dir
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra writes into <run dir>/.hydra
@@ -99,36 +99,6 @@ def writable_dir(key: str, path: Path) -> None:
     reason = cannot_write(path)
     if reason:
         _fail(f"{key}={str(path)!r} cannot be written ({reason}); give a writable directory.")
-
-
-def cannot_write(path: Path) -> str | None:
-    """None when ``path`` is (or can be made) a dir a file can be written into; else why not. Tried, not guessed
-    from permission bits: root passes every access check, yet cannot create a dir under /proc."""
-    import tempfile
-
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)  # unique: jobs and threads probe at once
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        return err.strerror or str(err)
-    return None
-
-
-def cannot_write_into(folder: Path) -> str | None:
-    """None when files can be written into ``folder`` (which may not exist yet), found out without creating anything:
-    the nearest of it and its parents that exists must be a dir that takes a file (``cannot_write``, whose probe file
-    is removed); else why not, as the end of a sentence "<what> cannot be written: <why>."."""
-    base = folder
-    while not base.exists():
-        base = base.parent
-    if not base.is_dir():
-        return f"{base} is a file, not a directory"
-    reason = cannot_write(base)  # an existing folder: nothing created there but the probe's own temporary file
-    if reason:
-        return f"no file can be created in {base} ({reason}); give a path in a writable directory"
-    return None
 
 
 def _fail(message: str) -> None:

@@ -31,8 +31,19 @@ from torch import Tensor
 
 from tinygpt.model.attention import CausalSelfAttention, causal_mask
 from tinygpt.model.gpt import GPT
+from tinygpt.runtime.checks import one_of
 
 KINDS = ("no_mask", "off_by_one", "sliding_window", "finite_fill", "replace_fill")
+
+
+def check_bug(kind: str, window: int = 16, fill: float = -1.0e4) -> None:
+    """A bug's settings, each mistake one sentence naming its key (attention_bug.*): the one check, made when the
+    bug is named (AttentionBug) and when an attention is built with it (BuggyAttention)."""
+    one_of("attention_bug.kind", kind, KINDS)
+    if kind == "sliding_window" and window < 1:
+        raise ValueError(f"attention_bug.window={window!r} must be a positive number of keys.")
+    if kind in ("finite_fill", "replace_fill") and not fill < 0:
+        raise ValueError(f"attention_bug.fill={fill!r} must be negative (the value given to masked scores).")
 
 
 def visible_keys(kind: str, t_q: int, t_k: int, *, window: int = 16, device=None) -> Tensor | None:
@@ -48,9 +59,8 @@ def visible_keys(kind: str, t_q: int, t_k: int, *, window: int = 16, device=None
         return j <= i + 1  # the diagonal above the main one is left open
     if kind == "sliding_window":
         return (i - j).abs() < window  # a band: w - 1 keys back and w - 1 ahead
-    if kind in ("finite_fill", "replace_fill"):
-        return causal_mask(t_q, t_k, device)
-    raise ValueError(f"attention bug kind {kind!r} is not one of {', '.join(KINDS)}.")
+    one_of("attention_bug.kind", kind, KINDS)  # what is left of them, finite_fill and replace_fill, masks correctly
+    return causal_mask(t_q, t_k, device)
 
 
 class BuggyAttention(CausalSelfAttention):
@@ -59,11 +69,7 @@ class BuggyAttention(CausalSelfAttention):
 
     def __init__(self, *args, kind: str, window: int = 16, fill: float = -1.0e4, **kwargs):
         super().__init__(*args, **kwargs)
-        visible_keys(kind, 1, 1)  # raises on an unknown kind
-        if kind == "sliding_window" and window < 1:
-            raise ValueError(f"attention_bug.window={window!r} must be a positive number of keys.")
-        if kind in ("finite_fill", "replace_fill") and not fill < 0:
-            raise ValueError(f"attention_bug.fill={fill!r} must be negative (the value given to masked scores).")
+        check_bug(kind, window, fill)
         self.kind, self.window, self.fill = kind, window, float(fill)
 
     def weights(self, scores: Tensor) -> Tensor:
@@ -110,8 +116,7 @@ class AttentionBug:
     every layer) replaced by a BuggyAttention of ``kind`` with the same weights. Returns the model."""
 
     def __init__(self, kind: str, layers: Sequence[int] | None = None, window: int = 16, fill: float = -1.0e4):
-        if kind not in KINDS:
-            raise ValueError(f"attention_bug.kind={kind!r} is not one of {', '.join(KINDS)}.")
+        check_bug(kind, window, fill)
         self.kind, self.window, self.fill = kind, window, fill
         self.layers = None if layers is None else [int(i) for i in layers]
 
