@@ -76,6 +76,15 @@ def test_an_unset_required_value_is_left_for_the_corpus_to_name():
     ("optim.warmup_steps=abc", "optim.warmup_steps=abc has the wrong type: optim.warmup_steps takes an integer."),
     ("model.dropout=false", "model.dropout=false has the wrong type: model.dropout takes a number."),
     ("data.bpe_vocab_size=true", "data.bpe_vocab_size=true has the wrong type: data.bpe_vocab_size takes an integer."),
+    ("model.n_layer='4 layers'", "model.n_layer='4 layers' has the wrong type: model.n_layer takes an integer."),
+    ("model.attn={causal: maybe}",
+     "model.attn={causal: maybe} has the wrong type: model.attn.causal takes true or false."),
+    ("model.activation=[a,b]", "model.activation=[a,b] has the wrong type: model.activation takes a string."),
+    ("model.n_layer=null", "model.n_layer=null has the wrong type: model.n_layer takes a value, not null."),
+    ("model.attn=abc", "model.attn=abc has the wrong type: model.attn takes keys of its own (key.name=value), not one "
+                       "value."),
+    ("optim.betas=[0.9,abc]",
+     "optim.betas=[0.9,abc] has the wrong type: optim.betas takes a list whose items are each a number."),
     ("diagnostics.max_val_tokens=lots",
      "diagnostics.max_val_tokens=lots has the wrong type: diagnostics.max_val_tokens takes an integer."),
 ])
@@ -105,6 +114,9 @@ def test_a_swept_value_of_the_wrong_type_is_one_sentence_before_any_job():
     assert unknown_swept_key(cfg, ["model.attn.causal=true,false"], groups) is None
     assert unknown_swept_key(cfg, ["model.attn.causal=true,sometimes"], groups) == (
         "model.attn.causal=sometimes has the wrong type: model.attn.causal takes true or false.")
+    assert unknown_swept_key(cfg, ["seed=1,true"], groups) == "seed=true has the wrong type: seed takes an integer."
+    assert unknown_swept_key(cfg, ["data.bpe_vocab_size=512,1e3"], groups) == (  # as typed, not as parsed
+        "data.bpe_vocab_size=1e3 has the wrong type: data.bpe_vocab_size takes an integer.")
 
 
 @pytest.mark.parametrize("experiment", ["causal_mask", "partial_leaks", "sqrt_dk"])

@@ -1,2 +1,3 @@
-"""The experiments' reports: a sweep's runs read from their own files, the statistics and figures the
-reports share, and one module per experiment with its prose template beside it. Above ``train``."""
+"""What every experiment's report uses: a sweep's runs read from their own files, the statistics, figures and prose
+templates, the leak alarm's audit and the lessons' figures. Above ``train``; the experiments themselves are
+``tinygpt.experiments``, above it."""

@@ -24,14 +24,14 @@ class ReportError(ValueError):
     """Input a report cannot be made from (a missing dir, no runs): one sentence, exit status 2."""
 
 
-EXPERIMENTS = Path(__file__).resolve().parents[3] / "configs" / "experiment"  # a source checkout
+EXPERIMENT_CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "experiment"  # a source checkout
 
 
 def predictions(runs: Sequence[Run], experiment: str) -> dict:
     """The predictions a report applies: the runs' own (their config's ``prediction``), over those of
     configs/experiment/<experiment>.yaml, the one home of each prediction, which fills in any the runs lack (a
     sweep run without the experiment, or from before a prediction was written)."""
-    committed = OmegaConf.to_container(OmegaConf.load(EXPERIMENTS / f"{experiment}.yaml"))["prediction"]
+    committed = OmegaConf.to_container(OmegaConf.load(EXPERIMENT_CONFIGS / f"{experiment}.yaml"))["prediction"]
     return {**committed, **(runs[0].config.get("prediction") or {})}
 
 

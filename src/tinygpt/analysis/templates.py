@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"  # experiments/<name>/report.md
+EXPERIMENT_DIRS = Path(__file__).resolve().parents[1] / "experiments"  # experiments/<name>/report.md
 BLOCK = re.compile(r"^<!-- block: (\w+) -->\n", re.M)
 
 
 @cache
 def blocks(experiment: str) -> dict[str, str]:
     """The named blocks of ``experiments/<experiment>/report.md`` (each without its trailing blank lines)."""
-    text = (EXPERIMENTS / experiment / "report.md").read_text(encoding="utf-8")
+    text = (EXPERIMENT_DIRS / experiment / "report.md").read_text(encoding="utf-8")
     parts = BLOCK.split(text)[1:]  # name, body, name, body, ...
     return {name: body.rstrip("\n") for name, body in zip(parts[::2], parts[1::2], strict=True)}
 

@@ -103,7 +103,7 @@ def unknown_key_message(err: BaseException) -> str | None:
     if option:  # a mistyped option of a config group: model=smal
         options = [o.strip() for o in option.group(4).splitlines() if o.strip()]
         return option_message(option.group(1), option.group(2), options)
-    wrong = re.match(r"Error merging override (\S+)", text)
+    wrong = re.match(r"Error merging override (.+)", text.splitlines()[0] if text else "")
     if wrong and isinstance(err.__cause__, ValidationError):  # a value of the wrong type (tinygpt/train/schema.py)
         return wrong_type_message(wrong.group(1), err.__cause__)
     found = re.match(r"Could not override '([^']+)'\.", text)
@@ -116,17 +116,24 @@ def unknown_key_message(err: BaseException) -> str | None:
     return key_message(key, nearest_key(key, err.__cause__))
 
 
-EXPECTED = (("to Integer", "an integer"), ("to Float", "a number"), ("valid bool", "true or false"),
-            ("not a ListConfig", "a list, e.g. [1,2]"), ("to String", "a string"))
+EXPECTED = (  # what OmegaConf's message says (lower case) -> what the key takes
+    ("to integer", "an integer"), ("to float", "a number"), ("valid bool", "true or false"),
+    ("not a listconfig", "a list, e.g. [1,2]"), ("to string", "a string"), ("is not optional", "a value, not null"),
+    ("is not a subclass of", "keys of its own (key.name=value), not one value"),
+)
 
 
 def wrong_type_message(override: str, cause: BaseException) -> str:
-    """The one sentence for an override whose value is not of its key's type (``model.n_layer=abc``)."""
-    key = override.split("=", 1)[0].lstrip("+~")
-    first = first_line(cause)
+    """The one sentence for an override whose value is not of its key's type (``model.n_layer=abc``), the key as
+    OmegaConf names it (an item of a list: the list)."""
+    key = str(getattr(cause, "full_key", "") or override.split("=", 1)[0].lstrip("+~"))
+    first = first_line(cause).lower()
     expected = next((words for marker, words in EXPECTED if marker in first), None)
+    if "[" in key:  # optim.betas[1]: an item of a typed list
+        key = key.split("[", 1)[0]
+        return f"{override} has the wrong type: {key} takes a list whose items are each {expected or 'of its type'}."
     if expected is None:
-        return f"{override} has the wrong type for {key}: {first}."
+        return f"{override} has the wrong type for {key}."
     return f"{override} has the wrong type: {key} takes {expected}."
 
 
@@ -231,11 +238,17 @@ def wrong_swept_type(parent, name: str, override) -> str | None:
 
     from omegaconf.errors import ValidationError
 
-    values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
-    for value in values:
+    written = (override.input_line or "").split("=", 1)[-1]  # the values as the user wrote them, for the message
+    if override.is_sweep_override():
+        parsed = list(override.sweep_iterator())
+        texts = written.split(",") if len(written.split(",")) == len(parsed) else list(override.sweep_string_iterator())
+        values = zip(parsed, texts, strict=True)
+    else:
+        values = [(override.value(), written)]
+    for value, typed in values:
         trial = copy.deepcopy(parent)
         try:
             trial[name] = value
         except ValidationError as err:
-            return wrong_type_message(f"{override.key_or_group}={value}", err)
+            return wrong_type_message(f"{override.key_or_group}={typed}", err)
     return None

@@ -54,7 +54,7 @@ def requested(cfg: DictConfig) -> str | None:
     value = cfg.get("init_from", SCRATCH)
     if value is None or value == SCRATCH:
         return None
-    if not isinstance(value, str) or not value.strip():
+    if not str(value).strip():
         raise ConfigError(f"init_from={value!r} must be scratch, a local Hugging Face GPT-2 model dir or a Hub name "
                           "such as gpt2.")
     return value

@@ -33,7 +33,7 @@ from tinygpt.train.guards import Diverged
 from tinygpt.train.module import GPTModule
 from tinygpt.train.pretrained import attention_note, load_weights, random_gpt2_note
 from tinygpt.train.setup import TrainingRun, run_identity, setup
-from tinygpt.train.summary import base_summary, done_line, with_diagnostics, write_summary
+from tinygpt.train.summary import base_summary, current_names, done_line, with_diagnostics, write_summary
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
@@ -143,7 +143,7 @@ def keep_history(ckpt: dict | None, loggers: list) -> None:
             rows = list(csv.DictReader(f))
         for row in rows:
             at = int(row.pop("step"))
-            values = {k: float(v) for k, v in row.items() if v not in ("", None)}
+            values = current_names({k: float(v) for k, v in row.items() if v not in ("", None)})  # old names: today's
             if at > step or (at == step and not all(k.startswith("leak/") for k in values)):
                 continue
             if values:

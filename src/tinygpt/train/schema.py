@@ -64,7 +64,7 @@ class DiagnosticsSchema:
 class TrainSchema:
     seed: int = MISSING
     ckpt_path: Optional[str] = MISSING
-    init_from: str = MISSING
+    init_from: Optional[str] = MISSING  # null reads as scratch
     compile: bool = MISSING
     check_memory: bool = MISSING
     attention_bug: Any = MISSING  # null, or an AttentionBug node (experiments/partial_leaks/bugs.py)

@@ -47,10 +47,18 @@ RENAMED = {
 }
 
 
+def current_name(key: str) -> str:
+    """``key``'s name today (also as ``diag/<key>``, the end-of-run scalars in the loggers)."""
+    prefix = "diag/" if key.startswith("diag/") else ""
+    return prefix + RENAMED.get(key[len(prefix):], key[len(prefix):])
+
+
 def current_names(value: Any) -> Any:
-    """``value`` with every dict key (at any depth) that has been renamed under its current name."""
+    """``value`` with every dict key (at any depth) that has been renamed under its current name; where a value is
+    found under both names (a run resumed across the rename), today's name keeps its own."""
     if isinstance(value, dict):
-        return {RENAMED.get(k, k): current_names(v) for k, v in value.items()}
+        return {current_name(k): current_names(v) for k, v in value.items()
+                if current_name(k) == k or current_name(k) not in value}
     if isinstance(value, list):
         return [current_names(v) for v in value]
     return value

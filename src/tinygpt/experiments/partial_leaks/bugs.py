@@ -37,8 +37,8 @@ KINDS = ("no_mask", "off_by_one", "sliding_window", "finite_fill", "replace_fill
 
 
 def check_bug(kind: str, window: int = 16, fill: float = -1.0e4) -> None:
-    """A bug's settings, each mistake one sentence naming its key (attention_bug.*): the one check, made when the
-    bug is named (AttentionBug) and when an attention is built with it (BuggyAttention)."""
+    """A bug's settings, each mistake one sentence naming its key (attention_bug.*), checked when the bug is named
+    (AttentionBug) and when an attention is built with it (BuggyAttention)."""
     one_of("attention_bug.kind", kind, KINDS)
     if kind == "sliding_window" and window < 1:
         raise ValueError(f"attention_bug.window={window!r} must be a positive number of keys.")
