@@ -129,3 +129,26 @@ def test_the_replacing_fill_replaces_the_masked_scores():
     assert low[0, 0, 0, 1] > 0.99
     with pytest.raises(ValueError, match="must be negative"):
         BuggyAttention(8, 2, kind="replace_fill", fill=1.0)
+
+
+@pytest.mark.parametrize("kind, window, fill, message", [
+    ("typo", 16, -1.0e4, "attention_bug.kind='typo' is not one of no_mask, off_by_one, sliding_window, finite_fill, "
+                         "replace_fill."),
+    ("sliding_window", 0, -1.0e4, "attention_bug.window=0 must be a positive number of keys."),
+    ("finite_fill", 16, 0.0, "attention_bug.fill=0.0 must be negative (the value given to masked scores)."),
+    ("replace_fill", 16, 5.0, "attention_bug.fill=5.0 must be negative (the value given to masked scores)."),
+])
+def test_each_bad_bug_setting_is_its_own_sentence(kind, window, fill, message):
+    from tinygpt.experiments.partial_leaks.bugs import check_bug
+
+    with pytest.raises(ValueError) as err:
+        check_bug(kind, window, fill)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("kind, window, fill", [("sliding_window", 1, -1.0e4), ("off_by_one", 0, -1.0e4),
+                                                ("no_mask", 16, 3.0), ("finite_fill", 0, -1e-9)])
+def test_a_setting_only_another_kind_reads_is_not_checked(kind, window, fill):
+    from tinygpt.experiments.partial_leaks.bugs import check_bug
+
+    assert check_bug(kind, window, fill) is None
