@@ -240,8 +240,9 @@ def wrong_swept_type(parent, name: str, override) -> str | None:
 
     written = (override.input_line or "").split("=", 1)[-1]  # the values as the user wrote them, for the message
     if override.is_sweep_override():
-        parsed = list(override.sweep_iterator())
-        texts = written.split(",") if len(written.split(",")) == len(parsed) else list(override.sweep_string_iterator())
+        parsed, texts = list(override.sweep_iterator()), written.split(",")
+        if len(texts) != len(parsed):  # a value with a comma of its own: as Hydra prints it
+            texts = list(override.sweep_string_iterator())
         values = zip(parsed, texts, strict=True)
     else:
         values = [(override.value(), written)]

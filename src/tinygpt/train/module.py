@@ -133,12 +133,15 @@ class GPTModule(L.LightningModule):
 MOVED_BUG = {"tinygpt.experiments.leaky_masks.AttentionBug": "tinygpt.experiments.partial_leaks.bugs.AttentionBug"}
 
 
+def current_bug(attention_bug) -> dict:
+    """An ``attention_bug`` node (a config's or a checkpoint's) naming its class where it is now."""
+    target = attention_bug["_target_"]
+    return {**attention_bug, "_target_": MOVED_BUG.get(target, target)}
+
+
 def with_bug(model: GPT, attention_bug: dict | None) -> GPT:
     """``model`` with the attention bug a run's config names (``attention_bug``, built by Hydra), or unchanged."""
-    if not attention_bug:
-        return model
-    target = attention_bug["_target_"]
-    return instantiate({**attention_bug, "_target_": MOVED_BUG.get(target, target)})(model)
+    return instantiate(current_bug(attention_bug))(model) if attention_bug else model
 
 
 def load_trained(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer | None, int]:
