@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from helpers import ROOT, compose_train
 from tinygpt.analysis.sweep import Run, predictions
-from tinygpt.runtime.errors import unknown_key_message, unknown_swept_key
+from tinygpt.runtime.errors import composition_mistake, swept_mistake
 from tinygpt.train.schema import (
     CausalMaskPrediction,
     ModelSchema,
@@ -91,31 +91,31 @@ def test_an_unset_required_value_is_left_for_the_corpus_to_name():
 def test_a_value_of_the_wrong_type_is_one_sentence(override, message):
     with pytest.raises(ConfigCompositionException) as err:
         compose_train([override])
-    assert unknown_key_message(err.value) == message
+    assert composition_mistake(err.value) == message
 
 
 def test_a_prediction_of_the_wrong_type_is_one_sentence():
     with pytest.raises(ConfigCompositionException) as err:
         compose_train(["experiment=causal_mask", "prediction.slope=3"])
-    assert unknown_key_message(err.value) == ("prediction.slope=3 has the wrong type: prediction.slope takes a list, "
+    assert composition_mistake(err.value) == ("prediction.slope=3 has the wrong type: prediction.slope takes a list, "
                                               "e.g. [1,2].")
     with pytest.raises(ConfigCompositionException) as err:
         compose_train(["experiment=sqrt_dk", "prediction.basin_delta=wide"])
-    assert unknown_key_message(err.value) == ("prediction.basin_delta=wide has the wrong type: prediction.basin_delta "
+    assert composition_mistake(err.value) == ("prediction.basin_delta=wide has the wrong type: prediction.basin_delta "
                                               "takes a number.")
 
 
 def test_a_swept_value_of_the_wrong_type_is_one_sentence_before_any_job():
     cfg = compose_train([])
     groups = {"model", "data", "optim"}
-    assert unknown_swept_key(cfg, ["model.n_layer=2,abc"], groups) == (
+    assert swept_mistake(cfg, ["model.n_layer=2,abc"], groups) == (
         "model.n_layer=abc has the wrong type: model.n_layer takes an integer.")
-    assert unknown_swept_key(cfg, ["optim.lr=1e-3,2e-3", "seed=1,2"], groups) is None
-    assert unknown_swept_key(cfg, ["model.attn.causal=true,false"], groups) is None
-    assert unknown_swept_key(cfg, ["model.attn.causal=true,sometimes"], groups) == (
+    assert swept_mistake(cfg, ["optim.lr=1e-3,2e-3", "seed=1,2"], groups) is None
+    assert swept_mistake(cfg, ["model.attn.causal=true,false"], groups) is None
+    assert swept_mistake(cfg, ["model.attn.causal=true,sometimes"], groups) == (
         "model.attn.causal=sometimes has the wrong type: model.attn.causal takes true or false.")
-    assert unknown_swept_key(cfg, ["seed=1,true"], groups) == "seed=true has the wrong type: seed takes an integer."
-    assert unknown_swept_key(cfg, ["data.bpe_vocab_size=512,1e3"], groups) == (  # as typed, not as parsed
+    assert swept_mistake(cfg, ["seed=1,true"], groups) == "seed=true has the wrong type: seed takes an integer."
+    assert swept_mistake(cfg, ["data.bpe_vocab_size=512,1e3"], groups) == (  # as typed, not as parsed
         "data.bpe_vocab_size=1e3 has the wrong type: data.bpe_vocab_size takes an integer.")
 
 

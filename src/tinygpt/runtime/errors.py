@@ -72,7 +72,7 @@ def unknown_keys_as_config_errors():
     except CompactHydraException as err:
         if not _HYDRA_RAISES:  # after composition Hydra reports its errors itself
             raise
-        message = unknown_key_message(err)
+        message = composition_mistake(err)
         if message:
             print_error(message)
             sys.exit(2)
@@ -90,9 +90,10 @@ def config_composed() -> None:
         _HYDRA_RAISES = False
 
 
-def unknown_key_message(err: BaseException) -> str | None:
-    """The one sentence for Hydra's error about overriding or deleting a key the config does not have; None for
-    any other error."""
+def composition_mistake(err: BaseException) -> str | None:
+    """The one sentence for a mistake Hydra found while composing the config: a group option it does not have
+    (``model=smal``), a value of the wrong type (``model.n_layer=abc``), overriding or deleting a key it does not
+    have; None for any other error."""
     import re
 
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
@@ -199,11 +200,12 @@ def unknown_option(group: str, override) -> str | None:
     return None
 
 
-def unknown_swept_key(config, overrides: list[str], groups) -> str | None:
-    """The one sentence for a swept key the config does not have (``callbacks.leak_alarm.tolerence=1,2``): Hydra
-    composes a sweep's jobs only after the sweep has started, so a swept typo is caught here, from the sweep's
-    own config, before any job runs. ``groups``: the config groups chosen (``model``, ``arm/causal_mask``), whose
-    overrides name options, not keys. None when every swept key exists."""
+def swept_mistake(config, overrides: list[str], groups) -> str | None:
+    """The one sentence for a swept key the config does not have (``callbacks.leak_alarm.tolerence=1,2``), a swept
+    option a group does not have, or a swept value of the wrong type (``model.n_layer=2,abc``): Hydra composes a
+    sweep's jobs only after the sweep has started, so these are caught here, from the sweep's own config, before
+    any job runs. ``groups``: the config groups chosen (``model``, ``arm/causal_mask``), whose overrides name
+    options, not keys. None when every swept override fits."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import DictConfig
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from tinygpt.runtime.errors import config_composed, print_error, unknown_swept_key
+from tinygpt.runtime.errors import config_composed, print_error, swept_mistake
 from tinygpt.runtime.writable import cannot_write
 
 RUN_MARKERS = ("summary.json", "config.yaml", "checkpoints")  # what a run writes into its dir
@@ -170,7 +170,7 @@ class RunDirGuard(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         config_composed()
-        typo = unknown_swept_key(config, list(config.hydra.overrides.task), set(config.hydra.runtime.choices))
+        typo = swept_mistake(config, list(config.hydra.overrides.task), set(config.hydra.runtime.choices))
         if typo:
             _fail(typo)
         target = str(config.hydra.launcher.get("_target_", ""))
