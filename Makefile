@@ -1,5 +1,6 @@
 # make train: set up .venv and run `python train.py` (the CPU demo on the embedded corpus)
-# make test:  set up .venv and run the test suite (slow end-to-end runs included)
+# make test:  set up .venv and run the test suite, less the end-to-end runs marked slow (minutes; the inner loop)
+# make test-all: the whole suite, slow end-to-end runs included (what CI runs)
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
@@ -8,7 +9,7 @@ STAMP   := $(VENV)/.installed
 ARGS    ?=
 JOBS    ?= 2
 
-.PHONY: setup train test test-fast deps-check sample mutate gpu-check clean
+.PHONY: setup train test test-all deps-check sample mutate gpu-check clean
 
 setup: $(STAMP)
 
@@ -25,10 +26,10 @@ train: setup
 	$(BIN)/python train.py $(ARGS)
 
 test: setup
-	WANDB_MODE=offline $(BIN)/python -m pytest -q $(ARGS)
-
-test-fast: setup
 	WANDB_MODE=offline $(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+
+test-all: setup
+	WANDB_MODE=offline $(BIN)/python -m pytest -q $(ARGS)
 
 # mutation testing of attention, model, generate, diagnostics and data against the fast tests (not in CI;
 # it resumes where it stopped). One thread per job: mutmut forks workers, and a forked OpenMP pool deadlocks

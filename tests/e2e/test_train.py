@@ -72,14 +72,12 @@ def history_rows(out: Path) -> list[dict]:
     return list(csv.DictReader(io.StringIO((out / "history" / "metrics.csv").read_text())))
 
 
-@pytest.mark.slow
 def test_a_run_without_credentials_goes_offline_and_says_how_to_sync(offline_run):
     out, console = offline_run
     assert "wandb sync" in console
     assert len(list((out / "wandb").glob("offline-run-*"))) == 1
 
 
-@pytest.mark.slow
 def test_the_summary_holds_every_key_with_sane_values(offline_run):
     out, _ = offline_run
     summary = json.loads((out / "summary.json").read_text())
@@ -97,7 +95,6 @@ def test_the_summary_holds_every_key_with_sane_values(offline_run):
     assert (out / "config.yaml").exists()
 
 
-@pytest.mark.slow
 def test_the_history_logs_each_metric_at_its_steps(offline_run):
     out, _ = offline_run
     rows = history_rows(out)
@@ -113,7 +110,6 @@ def test_the_history_logs_each_metric_at_its_steps(offline_run):
     assert float(next(r for r in rows if r.get("diag/future_leak"))["diag/future_leak"]) == summary["future_leak"]
 
 
-@pytest.mark.slow
 def test_samples_attention_maps_and_checkpoints_are_written(offline_run):
     out, _ = offline_run
     assert [json.loads(line)["step"] for line in (out / "samples.jsonl").read_text().splitlines()] == [10, 20]
@@ -132,7 +128,6 @@ def test_samples_attention_maps_and_checkpoints_are_written(offline_run):
     assert logged == pytest.approx(saved["train_losses"][[9, 19]].tolist(), rel=1e-6)
 
 
-@pytest.mark.slow
 def test_the_wandb_run_holds_the_maps_samples_grids_and_explorer(offline_run):
     out, _ = offline_run
     media = next((out / "wandb").glob("offline-run-*")) / "files" / "media"
@@ -143,7 +138,6 @@ def test_the_wandb_run_holds_the_maps_samples_grids_and_explorer(offline_run):
     assert pages and b"tinygptExplorer" in pages[0].read_bytes()  # the explorer, at the end
 
 
-@pytest.mark.slow
 def test_sampling_from_its_checkpoint(offline_run, capsys):
     """scripts/sample.py's main, in this process: a continuation, and two prompts of different lengths in one
     padded batch, each continuing as it does alone (greedy)."""
@@ -161,7 +155,6 @@ def test_sampling_from_its_checkpoint(offline_run, capsys):
     assert len(texts) == 2 and texts[0].startswith("To be") and texts[1] == outs[0]
 
 
-@pytest.mark.slow
 def test_resuming_continues_to_the_new_max_steps(offline_run, tmp_path, corpus_file, cache_dir):
     ckpt = offline_run[0] / "checkpoints" / "last.ckpt"
     out = tmp_path / "resumed"
@@ -205,7 +198,6 @@ def test_sweep_gives_separate_runs_in_one_group(tmp_path, corpus_file, cache_dir
     assert "| text_file:tiny.txt | 16 | causal (masked) |" in text and (tmp_path / "report" / "curves.png").exists()
 
 
-@pytest.mark.slow
 def test_default_corpus_csv_logger_and_no_logger(tmp_path, cache_dir):
     common = [*TINY, "trainer.max_steps=4", "trainer.val_check_interval=2", f"data.cache_dir={cache_dir}"]
     out = tmp_path / "csv"
@@ -254,7 +246,6 @@ def test_a_bad_value_is_one_line_and_exit_status_2_leaving_no_run_dir(tmp_path, 
     assert not out.exists()
 
 
-@pytest.mark.slow
 def test_debug_fast_runs(tmp_path, corpus_file, cache_dir):
     tiny_model = [a for a in TINY if not a.startswith(("trainer.", "callbacks."))]  # debug=fast sets these
     out = tmp_path / "dbg"
@@ -284,7 +275,6 @@ def test_model_group_is_architecture_only():
         assert OmegaConf.to_container(small[key]) == OmegaConf.to_container(base[key]), key
 
 
-@pytest.mark.slow
 def test_resume_is_exact(tmp_path, corpus_file, cache_dir):
     """10 steps + resume to 20 gives bit-identical weights to 20 straight steps."""
     common = ["logger=none", "trainer.max_steps=20", "optim.decay_steps=20"]
