@@ -10,8 +10,9 @@ from tinygpt.train import explorer
 
 
 def save(fig, path: Path) -> Path:
-    """Lay out and write a matplotlib Figure as a PNG."""
-    fig.tight_layout()
+    """Lay out (tight, unless the figure was made with a layout of its own) and write a matplotlib Figure as a PNG."""
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path
 
