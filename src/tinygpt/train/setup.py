@@ -43,6 +43,10 @@ KNOWN_HARMLESS = (
     r"Your `IterableDataset` has `__len__` defined",  # num_workers=0 here: __len__ is exact (data.windows)
     # batches are a pure function of the global step (data.windows.RandomWindows), so a mid-epoch resume is exact
     r"You're resuming from a checkpoint that ended before the epoch ended",
+    # a run resumed in its own dir (a run into a used dir is refused unless it resumes: runtime.run_dirs), whose
+    # history/metrics.csv keeps its rows (run.keep_history)
+    r"Checkpoint directory .* exists and is not empty",
+    r"Experiment logs directory .* exists and is not empty\. Previous log files",
 )
 
 
