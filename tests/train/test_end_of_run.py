@@ -187,3 +187,23 @@ def test_a_resumed_run_keeps_the_history_logged_before_its_checkpoint(tmp_path, 
     assert train_steps == list(range(10))
     leak_steps = sorted(int(r["step"]) for r in rows if r.get("leak/future_leak"))
     assert leak_steps == [2, 4, 6, 8, 10]
+
+
+@pytest.mark.parametrize("first, then", [(7, 13), (5, 10), (6, 8)])
+def test_the_progress_bar_counts_the_runs_steps_also_when_resumed(tmp_path, corpus_file, cache_dir, monkeypatch,
+                                                                   first, then):
+    """The bar reads <steps done>/<max_steps> at the end of a run and of its resume; Lightning's own count is the
+    batches of the epoch against the steps left, which a resumed run showed as e.g. 13/2."""
+    from tinygpt.train.guards import StepProgressBar
+
+    seen = []
+
+    def on_train_end(self, trainer, pl_module):
+        task = self.progress.tasks[self.train_progress_bar_id]
+        seen.append((trainer.global_step, task.completed, task.total))
+
+    monkeypatch.setattr(StepProgressBar, "on_train_end", on_train_end, raising=False)
+    out = tmp_path / "run"
+    run_phases.train(tiny_cfg(out, corpus_file, cache_dir, first))
+    run_phases.train(tiny_cfg(out, corpus_file, cache_dir, then, "ckpt_path=last"))
+    assert seen == [(first, first, first), (then, then, then)]

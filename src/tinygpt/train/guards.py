@@ -38,8 +38,8 @@ def tokens_in(batch) -> int:
 
 @label_train_task("train")  # not "Epoch 0" (tinygpt.runtime.internals)
 class StepProgressBar(RichProgressBar):
-    """Lightning's rich bar, labelled by steps: training here is step-based, one endless 'epoch'. No
-    logger version (`v_num`): the run dir says which run this is."""
+    """Lightning's rich bar, labelled and counted by steps (training here is step-based, one endless 'epoch'):
+    <steps done>/<max_steps>, a resumed run's too. No logger version (`v_num`): the run dir says which run this is."""
 
     def __init__(self, refresh_rate: int = 1, **kwargs):
         non_negative_int("callbacks.progress_bar.refresh_rate", refresh_rate, " (0: no bar)")
@@ -49,6 +49,14 @@ class StepProgressBar(RichProgressBar):
         items = super().get_metrics(trainer, pl_module)
         items.pop("v_num", None)
         return items
+
+    @property
+    def total_train_batches(self) -> int:
+        """The run's steps (Lightning's total is the steps left in the epoch, which a resumed run miscounted)."""
+        return self.trainer.max_steps
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, trainer.global_step - 1)  # shows steps done
 
 
 class StepClock(ThroughputMonitor):
