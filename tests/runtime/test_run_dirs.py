@@ -87,7 +87,8 @@ def test_a_run_dir_that_is_a_file_or_cannot_be_written_is_one_line(tmp_path, cap
 
 def test_a_refused_run_removes_only_the_hydra_files_of_a_dir_it_made(tmp_path):
     """discard_refused_run: the run dir this process made and its new parents go when they hold only Hydra's
-    files; a dir that existed before, or that holds anything else, stays."""
+    files, whatever set-up logged before the refusal (the memory check comes after Lightning's first lines); a dir
+    that existed before, or that holds anything else, stays."""
     from tinygpt.runtime import run_dirs
 
     def hydra_files(run: Path, log: str = "") -> None:
@@ -102,7 +103,12 @@ def test_a_refused_run_removes_only_the_hydra_files_of_a_dir_it_made(tmp_path):
     assert run_dirs.discard_refused_run(run, "train.log") and not (tmp_path / "date").exists() and tmp_path.exists()
 
     run_dirs.note_new_run_dir(run)
-    hydra_files(run, "[2025-01-01 10:00:00][lightning][INFO] - GPU available: False\n")  # the run got going
+    hydra_files(run, "[2025-01-01 10:00:00][lightning][INFO] - GPU available: False\n[...][ERROR] - needs 9 GiB\n")
+    assert run_dirs.discard_refused_run(run, "train.log") and not (tmp_path / "date").exists()
+
+    run_dirs.note_new_run_dir(run)
+    hydra_files(run)
+    (run / "checkpoints").mkdir()  # the run got going
     assert not run_dirs.discard_refused_run(run, "train.log") and (run / "train.log").exists()
 
     mine = tmp_path / "mine"

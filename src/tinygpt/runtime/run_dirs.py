@@ -122,8 +122,8 @@ def note_new_run_dir(run_dir: Path) -> None:
 
 def discard_refused_run(run_dir: Path, log_name: str) -> bool:
     """Remove the run dir of a run refused before any work, with the parents made for it that are left empty; only
-    when this process created it and it holds nothing but Hydra's own files (.hydra/ and an empty or error-only
-    log). True when removed."""
+    when this process created it and it holds nothing but Hydra's own files (.hydra/ and the log, whose lines the
+    console showed: set-up's, then the error). True when removed."""
     if _NEW_RUN_DIR is None or _NEW_RUN_DIR[0] != run_dir.absolute() or not only_hydra_files(run_dir, log_name):
         return False
     shutil.rmtree(run_dir)
@@ -136,17 +136,13 @@ def discard_refused_run(run_dir: Path, log_name: str) -> bool:
 
 
 def only_hydra_files(run_dir: Path, log_name: str) -> bool:
-    """Whether ``run_dir`` holds nothing but .hydra/ (Hydra's files only) and a log that is empty or holds errors
-    only."""
+    """Whether ``run_dir`` holds nothing but .hydra/ (Hydra's files only) and the log file."""
     if not run_dir.is_dir() or not {p.name for p in run_dir.iterdir()} <= {".hydra", log_name}:
         return False
     hydra_dir, log = run_dir / ".hydra", run_dir / log_name
     if hydra_dir.exists() and (not hydra_dir.is_dir() or not {p.name for p in hydra_dir.iterdir()} <= set(HYDRA_FILES)):
         return False
-    if log.exists() and (not log.is_file() or any("[ERROR]" not in line for line in log.read_text(errors="replace")
-                                                  .splitlines() if line.strip())):
-        return False
-    return True
+    return not log.exists() or log.is_file()
 
 
 class RunDirGuard(Callback):
