@@ -92,11 +92,16 @@ def test_a_mistyped_key_is_one_line_naming_it_with_exit_status_2(tmp_path):
     assert not sweep.exists()
 
 
-def test_a_refused_start_leaves_no_run_dir(tmp_path):
-    """A bad value refused before any work: one line, exit 2, and the run dir Hydra made (with .hydra/ and
-    train.log) and its new parents removed."""
+def test_a_refused_start_leaves_no_run_dir(tmp_path, corpus_file, cache_dir):
+    """A run refused before any training: one line, exit 2, and the run dir Hydra made (with .hydra/ and train.log)
+    and its new parents removed. The memory check refuses last, after the data are read and Lightning has logged its
+    first lines (any machine refuses GPT-2 XL at batch 4096)."""
     out = tmp_path / "new" / "run"
-    proc = run_train(["model.n_embd=130", "logger=none", f"hydra.run.dir={out}"], check=False)
+    proc = run_train(["model=gpt2_xl", "model.block_size=16", "data.batch_size=4096", "data=text_file",
+                      f"data.path={corpus_file}", f"data.cache_dir={cache_dir}", "logger=none", f"hydra.run.dir={out}"],
+                     check=False)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines() == ["error: model.n_embd=130 must be divisible by model.n_head=4."]
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: the model has") and "training it at batch 4096 needs" in lines[-1]
+    assert not any(line.startswith("error") for line in lines[:-1])
     assert not (tmp_path / "new").exists()

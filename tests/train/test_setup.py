@@ -182,3 +182,23 @@ def test_16_mixed_on_the_cpu_is_float16_not_lightnings_silent_bfloat16():
     for other in ({"accelerator": "cpu", "precision": "bf16-mixed"}, {"accelerator": "cpu", "precision": "32-true"}):
         assert cpu_float16(OmegaConf.create(other)) == []
     assert L.Trainer(accelerator="cpu", precision="16-mixed", logger=False).precision == "bf16-mixed"  # why
+
+
+def test_a_resumed_run_silences_the_not_empty_warnings_only_for_its_own_dir(tmp_path):
+    """quiet_resume(run): Lightning's 'exists and is not empty' warnings about dirs inside that run dir are off; the
+    same warnings about another dir (two sweep jobs sharing one, say) still show."""
+    import warnings
+
+    from tinygpt.train.setup import quiet_resume
+
+    run, other = tmp_path / "run", tmp_path / "other"
+    messages = ["Checkpoint directory {}/checkpoints exists and is not empty.",
+                "Experiment logs directory {}/history/ exists and is not empty. Previous log files in this directory "
+                "will be deleted when the new ones are saved!"]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        quiet_resume(run)
+        for where in (run, other, tmp_path / "run2"):
+            for message in messages:
+                warnings.warn(message.format(where), UserWarning, stacklevel=1)
+    assert [str(w.message) for w in seen] == [m.format(where) for where in (other, tmp_path / "run2") for m in messages]

@@ -122,8 +122,9 @@ def note_new_run_dir(run_dir: Path) -> None:
 
 def discard_refused_run(run_dir: Path, log_name: str) -> bool:
     """Remove the run dir of a run refused before any work, with the parents made for it that are left empty; only
-    when this process created it and it holds nothing but Hydra's own files (.hydra/ and the log, whose lines the
-    console showed: set-up's, then the error). True when removed."""
+    when this process created it and it holds nothing but Hydra's own files (.hydra/ and the log of the set-up that
+    refused it: the memory check, the last, follows Lightning's first lines). Anything a run writes besides (config.yaml
+    before fit, checkpoints, a summary, a rank's log) keeps the dir. True when removed."""
     if _NEW_RUN_DIR is None or _NEW_RUN_DIR[0] != run_dir.absolute() or not only_hydra_files(run_dir, log_name):
         return False
     shutil.rmtree(run_dir)

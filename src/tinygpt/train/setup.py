@@ -6,6 +6,7 @@ anything written. Each object checks its own settings on construction (Hydra's i
 from __future__ import annotations
 
 import logging
+import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -43,11 +44,12 @@ KNOWN_HARMLESS = (
     r"Your `IterableDataset` has `__len__` defined",  # num_workers=0 here: __len__ is exact (data.windows)
     # batches are a pure function of the global step (data.windows.RandomWindows), so a mid-epoch resume is exact
     r"You're resuming from a checkpoint that ended before the epoch ended",
-    # a run resumed in its own dir (a run into a used dir is refused unless it resumes: runtime.run_dirs), whose
-    # history/metrics.csv keeps its rows (run.keep_history)
-    r"Checkpoint directory .* exists and is not empty",
-    r"Experiment logs directory .* exists and is not empty\. Previous log files",
 )
+# ...and, for a run that resumes, these two about dirs inside its own run dir: they are not empty because it resumes
+# there, and its history/metrics.csv keeps its rows (run.keep_history). Elsewhere, or in a run that does not resume,
+# they stay: they may then be true (e.g. two sweep jobs sharing a dir).
+RESUMED_IN_PLACE = (r"Checkpoint directory {run_dir}/\S* exists and is not empty",
+                    r"Experiment logs directory {run_dir}/\S* exists and is not empty\. Previous log files")
 
 
 class _DropTips(logging.Filter):
@@ -67,6 +69,14 @@ def quiet_libraries(parallel: bool = False) -> None:
             for handler in logging.getLogger(name).handlers:
                 if type(handler) is logging.StreamHandler:
                     handler.setLevel(logging.WARNING)
+
+
+def quiet_resume(run_dir: Path) -> None:
+    """For a run resuming in ``run_dir``: Lightning's not-empty warnings about dirs inside it off (RESUMED_IN_PLACE)."""
+    forms = {str(Path(run_dir).absolute()), os.path.realpath(run_dir)}  # ModelCheckpoint's dirpath is a realpath
+    where = "(?:" + "|".join(map(re.escape, sorted(forms))) + ")"
+    for message in RESUMED_IN_PLACE:
+        warnings.filterwarnings("ignore", message=message.format(run_dir=where))
 
 
 def validate_config(cfg: DictConfig) -> None:
@@ -152,6 +162,8 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         distributed.check_launch(cfg.trainer)
         dm = build("data", cfg.data)  # checks data.*
         ckpt_path, ckpt = resume_point(cfg, out_dir)
+        if ckpt_path is not None:
+            quiet_resume(out_dir)
         callbacks = [build(f"callbacks.{k}", c) for k, c in (cfg.get("callbacks") or {}).items()
                      if c is not None]  # callbacks.<name>=null switches one off, as ~callbacks.<name> does
         loggers = build_loggers(cfg, group, name)
