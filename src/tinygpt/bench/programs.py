@@ -166,7 +166,7 @@ def side_by_side(nanogpt: Path, text: Path, data_args: list[str], steps: int, se
 
 LEVERS = [
     ("default", [], {}),
-    ("progress bar redrawn every step", ["callbacks.progress_bar.refresh_rate=1"], {}),
+    ("progress bar redrawn once a second", ["callbacks.progress_bar.refresh_rate=1"], {}),
     ("no heap trim", ["~callbacks.heap_trim"], {}),
     ("no periodic attention maps", ["callbacks.attention_maps.every_n_steps=0"], {}),
     ("validation twice as often", ["trainer.val_check_interval=125"], {}),
