@@ -312,3 +312,38 @@ def test_normalised_entropy_is_one_rule_for_torch_and_numpy():
     assert torch.allclose(normalised_entropy(torch.full((T, T), 1 / T), causal=False), torch.ones(T))
     w = torch.softmax(torch.randn(2, 3, T, T).masked_fill(~causal_mask(T, T), float("-inf")), -1)  # (B, H, T, T)
     assert torch.allclose(torch.from_numpy(normalised_entropy(w.numpy())).float(), normalised_entropy(w))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_honest_losses_are_each_windows_own(causal):
+    """honest_losses[n, i]: the cross-entropy of window n alone at positions[i], from x[n, :t+1] (not the windows'
+    mean repeated), on both paths: KV-cache decoding (causal) and rerunning each prefix (no mask)."""
+    from tinygpt.train.diagnostics import honest_losses
+
+    m, (x, y) = model(causal=causal), batch()
+    positions = [0, 3, 9]
+    got = honest_losses(m, x, y, positions)  # (N, P)
+    with torch.no_grad():
+        hand = [[torch.nn.functional.cross_entropy(m(x[n:n + 1, : t + 1])[0][0, -1].double(), y[n, t]).item()
+                 for t in positions] for n in range(len(x))]
+    assert got.shape == (6, 3) and got.dtype == torch.float64
+    assert got.tolist() == [pytest.approx(row, abs=1e-5) for row in hand]
+    assert got[:, 2].std() > 0.01  # the windows differ: a mean copied into every row would not
+
+
+@pytest.mark.parametrize("causal, passes", [(True, 5), (False, 2)])
+def test_honest_losses_decodes_only_up_to_the_last_scored_position(causal, passes):
+    """Scoring positions 1 and 4 of 10: a causal model decodes tokens 0..4 with the KV cache (5 one-token passes,
+    none past the last scored position); a model without the mask reruns one prefix per scored position (2)."""
+    from tinygpt.train.diagnostics import honest_losses
+
+    m, (x, y) = model(causal=causal), batch()
+    calls = []
+    handle = m.register_forward_pre_hook(lambda module, args, kwargs: calls.append(args[0].shape[1]),
+                                         with_kwargs=True)
+    try:
+        honest_losses(m, x, y, [1, 4])
+    finally:
+        handle.remove()
+    assert calls == ([1] * 5 if causal else [2, 5])
+    assert len(calls) == passes
