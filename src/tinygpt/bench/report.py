@@ -21,8 +21,9 @@ VERDICT = {
     "default": "the recipe as shipped",
     "progress bar redrawn once a second": "within noise here; the default redraws 5 times a second (`refresh_rate`)",
     # the records before 2026-12-02 name the same lever wrongly: refresh_rate is redraws per second, not steps apart
-    "progress bar redrawn every step": "misnamed when measured: `refresh_rate=1` is one redraw a second, against the "
-                                       "default 5 (Rich redraws on a thread, `refresh_rate` times a second); within noise",
+    "progress bar redrawn every step": "misnamed when measured: `refresh_rate=1` is one redraw a second, against "
+                                       "the default 5 (Rich redraws on a thread, `refresh_rate` times a second); "
+                                       "within noise",
     "no heap trim": "kept the trim (`callbacks.heap_trim`): without it the resident size keeps growing",
     "no periodic attention maps": "kept the maps every 500 steps, drawn on a background thread by blitting "
                                   "(`tinygpt.train.plots`)",
