@@ -57,8 +57,8 @@ def current_names(value: Any) -> Any:
     """``value`` with every dict key (at any depth) that has been renamed under its current name; where a value is
     found under both names (a run resumed across the rename), today's name keeps its own."""
     if isinstance(value, dict):
-        return {current_name(k): current_names(v) for k, v in value.items()
-                if current_name(k) == k or current_name(k) not in value}
+        names = {k: current_name(k) for k in value}
+        return {new: current_names(value[k]) for k, new in names.items() if new == k or new not in value}
     if isinstance(value, list):
         return [current_names(v) for v in value]
     return value
