@@ -11,9 +11,9 @@ from tinygpt.model.attention import (
     CausalSelfAttention,
     causal_mask,
     masked_softmax,
-    resolve_scale,
     scaled_dot_product_attention,
 )
+from tinygpt.model.config import AttnConfig, scale_factor
 
 # ----------------------------------------------------------------------------- worked examples
 
@@ -158,8 +158,8 @@ def test_masked_fill_is_not_a_finite_constant():
 @pytest.mark.parametrize("backend", ["math", "sdpa"])
 def test_future_tokens_do_not_change_the_past(backend):
     torch.manual_seed(0)
-    attn = CausalSelfAttention(16, 4, backend=backend).eval()
-    open_attn = CausalSelfAttention(16, 4, causal=False, backend=backend).eval()
+    attn = CausalSelfAttention(16, 4, AttnConfig(backend=backend)).eval()
+    open_attn = CausalSelfAttention(16, 4, AttnConfig(causal=False, backend=backend)).eval()
     open_attn.load_state_dict(attn.state_dict())
     x = torch.randn(2, 8, 16)
     for t in range(7):
@@ -197,8 +197,9 @@ def test_future_keys_values_do_not_change_the_past_function():
 def test_math_and_sdpa_agree(scale, causal, padded, shape, qk_norm):
     B, T, C, H = shape
     torch.manual_seed(zlib.crc32(repr((scale, causal, padded, shape)).encode()) % 1000)  # same in every process
-    math_attn = CausalSelfAttention(C, H, causal=causal, scale=scale, backend="math", qk_norm=qk_norm).eval()
-    sdpa_attn = CausalSelfAttention(C, H, causal=causal, scale=scale, backend="sdpa", qk_norm=qk_norm).eval()
+    options = dict(causal=causal, scale=scale, qk_norm=qk_norm)
+    math_attn = CausalSelfAttention(C, H, AttnConfig(backend="math", **options)).eval()
+    sdpa_attn = CausalSelfAttention(C, H, AttnConfig(backend="sdpa", **options)).eval()
     if qk_norm:  # non-trivial gains and biases, so the norms matter on both paths
         torch.nn.init.uniform_(math_attn.q_norm.weight, 0.5, 2.0)
         torch.nn.init.uniform_(math_attn.k_norm.weight, 0.5, 2.0)
@@ -215,19 +216,19 @@ def test_math_and_sdpa_agree(scale, causal, padded, shape, qk_norm):
 
 def test_sdpa_gets_the_explicit_scale_not_its_default():
     torch.manual_seed(0)
-    a = CausalSelfAttention(16, 2, scale="none", backend="sdpa").eval()
-    b = CausalSelfAttention(16, 2, scale="sqrt_dk", backend="sdpa").eval()
+    a = CausalSelfAttention(16, 2, AttnConfig(scale="none", backend="sdpa")).eval()
+    b = CausalSelfAttention(16, 2, AttnConfig(scale="sqrt_dk", backend="sdpa")).eval()
     b.load_state_dict(a.state_dict())
     x = torch.randn(1, 5, 16) * 3
     assert not torch.allclose(a(x), b(x), atol=1e-4)
-    y_math = CausalSelfAttention(16, 2, scale="none", backend="math").eval()
+    y_math = CausalSelfAttention(16, 2, AttnConfig(scale="none", backend="math")).eval()
     y_math.load_state_dict(a.state_dict())
     torch.testing.assert_close(a(x), y_math(x), rtol=1e-5, atol=1e-5)
 
 
 def test_sdpa_dropout_off_in_eval():
     torch.manual_seed(0)
-    attn = CausalSelfAttention(16, 2, dropout=0.5, backend="sdpa").eval()
+    attn = CausalSelfAttention(16, 2, AttnConfig(backend="sdpa"), dropout=0.5).eval()
     x = torch.randn(2, 6, 16)
     assert torch.equal(attn(x), attn(x))
     attn.train()
@@ -236,7 +237,7 @@ def test_sdpa_dropout_off_in_eval():
 
 def test_probe_gives_the_math_paths_weights_logits_and_queries_with_heads_layout():
     torch.manual_seed(0)
-    attn = CausalSelfAttention(12, 3, backend="sdpa").eval()
+    attn = CausalSelfAttention(12, 3, AttnConfig(backend="sdpa")).eval()
     x = torch.randn(2, 5, 12)
     p = attn.dissect(x)
     w, s = p["weights"], p["logits"]
@@ -268,7 +269,7 @@ def test_gradcheck_math_path():
 
 
 def test_gradients_reach_every_projection():
-    attn = CausalSelfAttention(8, 2, backend="math")
+    attn = CausalSelfAttention(8, 2, AttnConfig(backend="math"))
     attn(torch.randn(2, 4, 8)).pow(2).sum().backward()
     for name, p in attn.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
@@ -293,11 +294,11 @@ def test_bad_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match="must be bool"):
         scaled_dot_product_attention(x3, x3, x3, padding_mask=torch.ones(2, 4))
     with pytest.raises(ValueError, match="'sqrt_k'"):
-        CausalSelfAttention(8, 2, scale="sqrt_k")
+        CausalSelfAttention(8, 2, AttnConfig(scale="sqrt_k"))
     with pytest.raises(ValueError, match="model.n_embd=10 must be divisible by model.n_head=3"):
         CausalSelfAttention(10, 3)
     with pytest.raises(ValueError, match=r"^model.attn.backend='flash' is not one of sdpa, math\.$"):
-        CausalSelfAttention(8, 2, backend="flash")
+        CausalSelfAttention(8, 2, AttnConfig(backend="flash"))
     with pytest.raises(ValueError, match=r"expected input \(B, T, 8\)"):
         CausalSelfAttention(8, 2)(torch.randn(2, 4, 6))
     with pytest.raises(ValueError, match="padding_mask must be bool of shape"):
@@ -306,14 +307,14 @@ def test_bad_arguments_raise_clear_errors():
         masked_softmax(torch.randn(2, 3), torch.ones(4, dtype=torch.bool))
 
 
-def test_resolve_scale_values():
-    assert resolve_scale("sqrt_dk", 16) == 0.25
-    assert resolve_scale("none", 16) == 1.0
-    assert resolve_scale("inv_dk", 16) == 1 / 16
-    assert resolve_scale(0.5, 16) == 0.5
-    assert resolve_scale("0.5", 16) == 0.5
+def test_scale_factor_values():
+    assert scale_factor("sqrt_dk", 16) == 0.25
+    assert scale_factor("none", 16) == 1.0
+    assert scale_factor("inv_dk", 16) == 1 / 16
+    assert scale_factor(0.5, 16) == 0.5
+    assert scale_factor("0.5", 16) == 0.5
     with pytest.raises(ValueError):
-        resolve_scale(True, 16)
+        scale_factor(True, 16)
 
 
 # ----------------------------------------------------------------------------- qk-norm
@@ -321,7 +322,7 @@ def test_resolve_scale_values():
 
 def test_qk_norm_normalises_each_head_and_bounds_the_logits():
     torch.manual_seed(0)
-    attn = CausalSelfAttention(32, 4, scale="none", qk_norm=True, bias=False).eval()
+    attn = CausalSelfAttention(32, 4, AttnConfig(scale="none", qk_norm=True), bias=False).eval()
     attn.c_attn.weight.data.mul_(1000)  # huge projections: unnormalised logits would be ~1e6
     x = torch.randn(2, 9, 32)
     q, k, _ = attn._heads(x)  # (B, H, T, D)
@@ -330,14 +331,14 @@ def test_qk_norm_normalises_each_head_and_bounds_the_logits():
     assert k.pow(2).mean(-1).allclose(torch.ones(2, 4, 9), atol=1e-3)
     D = 8
     assert attn.dissect(x)["logits"].abs().max().item() <= D + 1e-4  # Cauchy-Schwarz: |q.k| <= |q||k| = D
-    plain = CausalSelfAttention(32, 4, scale="none", bias=False).eval()
+    plain = CausalSelfAttention(32, 4, AttnConfig(scale="none"), bias=False).eval()
     plain.c_attn.weight.data.copy_(attn.c_attn.weight.data)
     assert plain.dissect(x)["logits"].abs().max().item() > 1e4
 
 
 def test_qk_norm_has_its_own_parameters_and_changes_the_output():
     torch.manual_seed(0)
-    a = CausalSelfAttention(16, 2, qk_norm=True)
+    a = CausalSelfAttention(16, 2, AttnConfig(qk_norm=True))
     names = {n for n, _ in a.named_parameters()}
     assert {"q_norm.weight", "k_norm.weight", "q_norm.bias", "k_norm.bias"} <= names
     b = CausalSelfAttention(16, 2)
@@ -366,7 +367,7 @@ def test_masked_keys_get_zero_weight_even_when_the_visible_scores_are_far_below_
 @pytest.mark.parametrize("scale", ["none", 0.3])
 def test_probe_uses_the_modules_scale_and_padding(scale):
     torch.manual_seed(0)
-    attn = CausalSelfAttention(8, 2, scale=scale, backend="math").eval()
+    attn = CausalSelfAttention(8, 2, AttnConfig(scale=scale, backend="math")).eval()
     x = torch.randn(2, 4, 8)
     pad = torch.tensor([[True, True, True, False], [True, True, True, True]])
     p = attn.dissect(x, padding_mask=pad)
@@ -421,32 +422,32 @@ def test_queries_before_the_first_key_get_zeros_on_both_backends(backend):
     """Bottom-right causal with T_q > T_k: the first T_q - T_k queries see no key."""
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
-    attn = CausalSelfAttention(8, 2, backend=backend).eval()
+    attn = CausalSelfAttention(8, 2, AttnConfig(backend=backend)).eval()
     if backend == "sdpa":
         y = attn._sdpa(q, k, v, None)
     else:
-        y, _ = scaled_dot_product_attention(q, k, v, scale=attn.scale)
+        y, _ = scaled_dot_product_attention(q, k, v, scale=attn.scale_factor)
     assert torch.isfinite(y).all() and (y[:, :, :2] == 0).all() and (y[:, :, 2:] != 0).any()
 
 
 def test_the_math_backend_never_calls_the_fused_kernel(monkeypatch):
     import torch.nn.functional as F
 
-    attn = CausalSelfAttention(8, 2, backend="math").eval()
+    attn = CausalSelfAttention(8, 2, AttnConfig(backend="math")).eval()
     monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: pytest.fail("fused kernel called"))
     attn(torch.randn(2, 4, 8))
     assert "backend='math'" in repr(attn)
 
 
 def test_module_description_names_every_setting():
-    attn = CausalSelfAttention(12, 3, causal=False, scale="inv_dk", backend="math", qk_norm=True)
+    attn = CausalSelfAttention(12, 3, AttnConfig(causal=False, scale="inv_dk", backend="math", qk_norm=True))
     assert attn.extra_repr() == ("n_head=3, head_dim=4, causal=False, scale='inv_dk' (0.25), backend='math', "
                                  "qk_norm=True")
 
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_bias_setting_reaches_every_projection_and_norm(bias):
-    attn = CausalSelfAttention(8, 2, bias=bias, qk_norm=True)
+    attn = CausalSelfAttention(8, 2, AttnConfig(qk_norm=True), bias=bias)
     for layer in (attn.c_attn, attn.c_proj, attn.q_norm, attn.k_norm):
         assert (layer.bias is not None) is bias
 
@@ -454,8 +455,8 @@ def test_bias_setting_reaches_every_projection_and_norm(bias):
 @pytest.mark.parametrize("backend", ["math", "sdpa"])
 def test_dropout_only_in_training_on_both_backends_and_both_sdpa_paths(backend):
     torch.manual_seed(0)
-    attn = CausalSelfAttention(16, 2, dropout=0.5, backend=backend)
-    plain = CausalSelfAttention(16, 2, dropout=0.0, backend=backend)
+    attn = CausalSelfAttention(16, 2, AttnConfig(backend=backend), dropout=0.5)
+    plain = CausalSelfAttention(16, 2, AttnConfig(backend=backend), dropout=0.0)
     plain.load_state_dict(attn.state_dict())
     attn.resid_dropout.p = 0.0  # only the attention weights' dropout is under test
     x = torch.randn(2, 6, 16)

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tinygpt.model.attention import CausalSelfAttention, masked_softmax, scaled_dot_product_attention, visibility_mask
+from tinygpt.model.config import AttnConfig
 
 SCALES = st.sampled_from(["sqrt_dk", "none", "inv_dk", 0.37])
 
@@ -44,8 +45,8 @@ def test_rows_sum_to_one_on_visible_keys_and_zero_elsewhere(case, scale):
 def test_module_math_equals_sdpa_and_the_past_ignores_the_future(B, T, shape, scale, qk_norm, seed):
     C, H = shape
     torch.manual_seed(seed)
-    math_attn = CausalSelfAttention(C, H, scale=scale, backend="math", qk_norm=qk_norm).eval()
-    sdpa_attn = CausalSelfAttention(C, H, scale=scale, backend="sdpa", qk_norm=qk_norm).eval()
+    math_attn = CausalSelfAttention(C, H, AttnConfig(scale=scale, backend="math", qk_norm=qk_norm)).eval()
+    sdpa_attn = CausalSelfAttention(C, H, AttnConfig(scale=scale, backend="sdpa", qk_norm=qk_norm)).eval()
     sdpa_attn.load_state_dict(math_attn.state_dict())
     x = torch.randn(B, T, C, requires_grad=True)
     y = math_attn(x)

@@ -214,7 +214,8 @@ def test_block_settings_reach_the_attention_and_bias_reaches_every_layer():
                     attn={"scale": "none", "backend": "math", "qk_norm": True, "causal": False})
     m = GPT(cfg)
     a = m.blocks[0].attn
-    assert (a.scale, a.backend, a.causal, a.dropout, a.q_norm is not None) == (1.0, "math", False, 0.3, True)
+    assert a.config is cfg.attn and a.scale_factor == 1.0 and a.dropout == 0.3 and a.q_norm is not None
+    assert (a.config.backend, a.config.causal) == ("math", False)
     for layer in (m.blocks[0].ln_1, m.blocks[0].ln_2, m.ln_f, m.blocks[0].mlp.c_fc, m.blocks[0].mlp.c_proj,
                   a.c_attn, a.c_proj):
         assert layer.bias is not None

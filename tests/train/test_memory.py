@@ -18,10 +18,15 @@ from tinygpt.train import memory
     dict(vocab_size=50, block_size=16, n_layer=3, n_head=2, n_embd=8, bias=True, attn={"qk_norm": True}),
 ])
 def test_the_parameter_count_from_the_config_is_the_models(kw):
-    attn = kw.get("attn", {})
-    count = memory.parameters(kw["n_layer"], kw["n_embd"], kw["n_head"], kw["block_size"], kw["vocab_size"],
-                              kw.get("bias", False), attn.get("qk_norm", False))
-    assert count == GPT(GPTConfig(**kw)).num_params(False)
+    settings = {k: v for k, v in kw.items() if k != "vocab_size"}
+    assert memory.parameters(settings, kw["vocab_size"]) == GPT(GPTConfig(**kw)).num_params(False)
+
+
+def test_the_default_models_count_by_hand():
+    """nanoGPT's CPU model: V*C + T*C + L*(12*C*C + 2*C) + C (the final LayerNorm, no biases)."""
+    C, L = 128, 4
+    assert memory.parameters({"n_layer": L, "n_embd": C, "n_head": 4, "block_size": 64}, 65) == \
+        65 * C + 64 * C + L * (12 * C * C + 2 * C) + C == 804_096
 
 
 def test_an_impossible_model_is_refused_in_one_line_without_allocating(monkeypatch):

@@ -9,12 +9,12 @@ under the unit-variance init, about 0.5 for scale none, 0 for sqrt_dk and -0.5 f
 
 from __future__ import annotations
 
-import math
 
 import torch
 
 from tinygpt.analysis.stats import loglog_slope
 from tinygpt.model.attention import causal_mask
+from tinygpt.model.config import scale_factor
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.train.diagnostics import normalised_entropy
 
@@ -53,7 +53,7 @@ def logits_at_init(
                 q, k = block.attn.queries_keys(h)  # (N, H, T, d_k)
                 raw = q @ k.transpose(-2, -1)  # (N, H, T, T), unscaled
             for scale in scales:
-                s = raw * {"none": 1.0, "sqrt_dk": 1 / math.sqrt(d_k), "inv_dk": 1 / d_k}[scale]
+                s = raw * scale_factor(scale, d_k)
                 w = torch.softmax(s.masked_fill(~visible, float("-inf")), dim=-1)  # (N, H, T, T)
                 ent = normalised_entropy(w)  # (N, H, rows with a choice)
                 rows.append({"init": init, "scale": scale, "d_k": d_k,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from tinygpt.model.config import AttnConfig
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.train.optim import clip_grad_norm_cpu_, lr_at, param_groups
 
@@ -72,18 +73,15 @@ def interleaved_steps(nanogpt: Path | None, steps: int = 300, turn: int = 10, se
     import importlib.util
     import io
 
-    def ours(fused: bool):
+    def ours(fused: bool, backend: str = "sdpa"):
         torch.manual_seed(seed)
-        model = GPT(GPTConfig(vocab_size=65, **BABY))
+        model = GPT(GPTConfig(vocab_size=65, **BABY, attn=AttnConfig(backend=backend)))
         return model, torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.99), fused=fused)
 
     variants = {"tinygpt GPT, fused AdamW (the default)": ours(True), "tinygpt GPT, foreach AdamW": ours(False),
                 "tinygpt GPT, torch's clip_grad_norm_": ours(True)}
     clipping = {"tinygpt GPT, torch's clip_grad_norm_": torch.nn.utils.clip_grad_norm_}
-    math_model = ours(True)
-    for block in math_model[0].blocks:
-        block.attn.backend = "math"
-    variants["tinygpt GPT, math attention path"] = math_model
+    variants["tinygpt GPT, math attention path"] = ours(True, backend="math")
     if nanogpt is not None:
         spec = importlib.util.spec_from_file_location("nanogpt_model", nanogpt / "model.py")
         ng = importlib.util.module_from_spec(spec)
@@ -119,11 +117,11 @@ def attention_costs(lengths=(64, 256, 1024, 2048), heads: int = 4, head_dim: int
             code = (
                 "import time, torch\n"
                 "from pathlib import Path\n"
-                "from tinygpt.model.attention import CausalSelfAttention\n"
+                "from tinygpt.model.attention import AttnConfig, CausalSelfAttention\n"
                 "def status(key):\n"
                 "    line = next(x for x in Path('/proc/self/status').read_text().splitlines() if x.startswith(key))\n"
                 "    return int(line.split()[1]) / 1024\n"
-                f"a = CausalSelfAttention({heads * head_dim}, {heads}, backend='{backend}')\n"
+                f"a = CausalSelfAttention({heads * head_dim}, {heads}, AttnConfig(backend='{backend}'))\n"
                 f"x = torch.randn(1, {T}, {heads * head_dim}, requires_grad=True)\n"
                 "a(x).sum().backward()  # warm up: allocator pools, kernels\n"
                 "Path('/proc/self/clear_refs').write_text('5')  # reset the peak (VmHWM) to the current RSS\n"

@@ -18,16 +18,12 @@ Masked scores are filled with -inf, never a finite constant that growing logits 
 from __future__ import annotations
 
 import math
-from numbers import Real
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tinygpt.runtime.checks import one_of, positive_int
-
-SCALES = ("sqrt_dk", "none", "inv_dk")
-BACKENDS = ("sdpa", "math")
+from tinygpt.model.config import AttnConfig, check_heads, scale_factor
 
 
 # ----------------------------------------------------------------------------- masks
@@ -216,79 +212,34 @@ def check_padding_mask(
 # ----------------------------------------------------------------------------- multi-head
 
 
-def resolve_scale(scale: str | float, head_dim: int) -> float:
-    """'sqrt_dk' -> 1/sqrt(d_k), 'none' -> 1.0, 'inv_dk' -> 1/d_k, a number -> itself."""
-    if isinstance(scale, Real) and not isinstance(scale, bool):
-        return float(scale)
-    if scale == "sqrt_dk":
-        return 1.0 / math.sqrt(head_dim)
-    if scale == "none":
-        return 1.0
-    if scale == "inv_dk":
-        return 1.0 / head_dim
-    if isinstance(scale, str):
-        try:
-            return float(scale)
-        except ValueError:
-            pass
-    raise ValueError(
-        f"model.attn.scale={scale!r} is not one of 'sqrt_dk', 'none', 'inv_dk' or a number."
-    )
-
-
-def check_heads(n_embd: int, n_head: int) -> int:
-    """The head size D = n_embd / n_head, when n_head is a positive integer that divides n_embd; else one sentence
-    naming both (as the model.* settings that set them)."""
-    positive_int("model.n_head", n_head)
-    if n_embd % n_head:
-        raise ValueError(f"model.n_embd={n_embd} must be divisible by model.n_head={n_head}.")
-    return n_embd // n_head
-
-
-def check_backend(backend: str) -> None:
-    """Nothing when ``backend`` is one of BACKENDS; else one sentence naming it (as model.attn.backend)."""
-    one_of("model.attn.backend", backend, BACKENDS)
-
-
 class CausalSelfAttention(nn.Module):
     """Multi-head self-attention: one fused qkv projection, H heads of size D = C / H, output projection.
 
-    backend="math" computes softmax(q k^T * scale + mask) v with the functions above;
-    backend="sdpa" calls torch's fused F.scaled_dot_product_attention with the same scale and mask.
-    ``probe(x)`` is the opt-in way to see inside: the math path's weights (B, H, T, T), the logits and the
+    ``attn`` (an AttnConfig, kept as ``self.config``) says how: backend="math" computes softmax(q k^T * scale +
+    mask) v with the functions above; backend="sdpa" calls torch's fused F.scaled_dot_product_attention with the
+    same scale and mask. ``scale_factor`` is the number ``attn.scale`` names for this head size.
+    ``dissect(x)`` is the opt-in way to see inside: the math path's weights (B, H, T, T), the logits and the
     queries and keys, for attention maps and diagnostics; ``forward`` always returns the output alone.
     ``qk_norm=True`` applies a LayerNorm (over the head dim D, shared by heads) to the queries and to the
-    keys before the scale (Henry et al. 2020; Dehghani et al. 2023): the logits stay bounded,
-    |q.k| * scale <= D * scale for unit gains.
+    keys before the scale (Dehghani et al. 2023): the logits stay bounded, |q.k| * scale <= D * scale for unit
+    gains.
     """
 
-    def __init__(
-        self,
-        n_embd: int,
-        n_head: int,
-        *,
-        causal: bool = True,
-        scale: str | float = "sqrt_dk",
-        backend: str = "sdpa",
-        dropout: float = 0.0,
-        bias: bool = True,
-        qk_norm: bool = False,
-    ):
+    def __init__(self, n_embd: int, n_head: int, attn: AttnConfig | None = None, *, dropout: float = 0.0,
+                 bias: bool = True):
         super().__init__()
-        head_dim = check_heads(n_embd, n_head)
-        check_backend(backend)
-        self.n_embd, self.n_head, self.head_dim = n_embd, n_head, head_dim
-        self.causal = bool(causal)
-        self.scale_name = scale
-        self.scale = resolve_scale(scale, self.head_dim)
-        self.backend = backend
+        self.config = attn if attn is not None else AttnConfig()
+        if not isinstance(self.config, AttnConfig):
+            raise TypeError(f"attn must be an AttnConfig, got {type(self.config).__name__}.")
+        self.n_embd, self.n_head, self.head_dim = n_embd, n_head, check_heads(n_embd, n_head)
+        self.scale_factor = scale_factor(self.config.scale, self.head_dim)
         self.dropout = dropout
         self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)  # x -> q, k, v in one matmul
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
-        self.q_norm = nn.LayerNorm(self.head_dim, bias=bias) if qk_norm else None
-        self.k_norm = nn.LayerNorm(self.head_dim, bias=bias) if qk_norm else None
+        self.q_norm = nn.LayerNorm(self.head_dim, bias=bias) if self.config.qk_norm else None
+        self.k_norm = nn.LayerNorm(self.head_dim, bias=bias) if self.config.qk_norm else None
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None, kv_cache=None) -> Tensor:
         """x (B, T, C) -> (B, T, C). With ``kv_cache`` (one layer's view of a kv_cache.KVCache) the T
@@ -304,9 +255,9 @@ class CausalSelfAttention(nn.Module):
         if kv_cache is not None:
             k, v = kv_cache.extend(k, v)  # (B, H, T_cached + T, D)
 
-        if self.backend == "math":
+        if self.config.backend == "math":
             y, weights = scaled_dot_product_attention(
-                q, k, v, causal=self.causal, padding_mask=padding_mask, scale=self.scale
+                q, k, v, causal=self.config.causal, padding_mask=padding_mask, scale=self.scale_factor
             )  # y (B, H, T, D), weights (B, H, T, T)
             if self.training and self.dropout > 0:
                 y = self.attn_dropout(weights) @ v  # (B, H, T, D)
@@ -322,9 +273,9 @@ class CausalSelfAttention(nn.Module):
         ``q``, ``k`` (B, H, T, D) as the scores see them (after qk_norm)."""
         q, k, v = self._heads(x)  # 3 x (B, H, T, D)
         _, weights = scaled_dot_product_attention(
-            q, k, v, causal=self.causal, padding_mask=padding_mask, scale=self.scale
+            q, k, v, causal=self.config.causal, padding_mask=padding_mask, scale=self.scale_factor
         )  # (B, H, T, T)
-        return {"weights": weights, "logits": (q @ k.transpose(-2, -1)) * self.scale, "q": q, "k": k}
+        return {"weights": weights, "logits": (q @ k.transpose(-2, -1)) * self.scale_factor, "q": q, "k": k}
 
     def _heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, T, C) -> q, k, v, each split into heads (B, H, T, D), from one fused projection
@@ -345,23 +296,23 @@ class CausalSelfAttention(nn.Module):
         """The fused kernel, with the same explicit scale and the same mask as the math path."""
         dropout_p = self.dropout if self.training else 0.0  # SDPA applies dropout even in eval
         T_q, T_k = q.shape[-2], k.shape[-2]
-        if padding_mask is None and (not self.causal or T_q == T_k or T_q == 1):
+        causal = self.config.causal
+        if padding_mask is None and (not causal or T_q == T_k or T_q == 1):
             # square causal: the kernel's own (top-left) triangle is right; one query after a cache sees every key
             return F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout_p, is_causal=self.causal and T_q == T_k, scale=self.scale
+                q, k, v, dropout_p=dropout_p, is_causal=causal and T_q == T_k, scale=self.scale_factor
             )
         mask = visibility_mask(
-            T_q, T_k, causal=self.causal, padding_mask=padding_mask, extra_dims=1, device=q.device
+            T_q, T_k, causal=causal, padding_mask=padding_mask, extra_dims=1, device=q.device
         )  # (B, 1, T_q, T_k) or (T_q, T_k); True = may attend, as SDPA reads it
         # SDPA returns NaN for a row with no visible key; open such rows and zero them after.
         row_has_key = mask.any(dim=-1, keepdim=True)  # (.., T_q, 1)
         y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask | ~row_has_key, dropout_p=dropout_p, scale=self.scale
+            q, k, v, attn_mask=mask | ~row_has_key, dropout_p=dropout_p, scale=self.scale_factor
         )  # (B, H, T_q, D)
         return y.masked_fill(~row_has_key, 0.0)
 
     def extra_repr(self) -> str:
-        return (
-            f"n_head={self.n_head}, head_dim={self.head_dim}, causal={self.causal}, "
-            f"scale={self.scale_name!r} ({self.scale:.4g}), backend={self.backend!r}, qk_norm={self.q_norm is not None}"
-        )
+        c = self.config
+        return (f"n_head={self.n_head}, head_dim={self.head_dim}, causal={c.causal}, "
+                f"scale={c.scale!r} ({self.scale_factor:.4g}), backend={c.backend!r}, qk_norm={c.qk_norm}")

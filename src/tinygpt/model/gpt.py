@@ -3,62 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tinygpt.model.attention import CausalSelfAttention, check_backend, check_heads, check_padding_mask, resolve_scale
-from tinygpt.runtime.checks import is_number, one_of, positive_int, positive_number
-
-
-@dataclass
-class AttnConfig:
-    causal: bool = True
-    scale: str | float = "sqrt_dk"  # sqrt_dk | none | inv_dk | a number
-    backend: str = "sdpa"  # sdpa (fused) | math (the explicit formula)
-    qk_norm: bool = False  # LayerNorm on queries and keys per head, before the scale
-    qk_init: str = "gpt2"  # gpt2 (W_Q, W_K ~ N(0, 0.02^2)) | unit (q, k components of variance 1 at init)
-
-
-QK_INITS = ("gpt2", "unit")
-ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}  # model.activation -> nn.GELU's ``approximate``
-
-
-@dataclass
-class GPTConfig:
-    vocab_size: int = 65
-    block_size: int = 64
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    dropout: float = 0.0
-    bias: bool = False
-    activation: str = "gelu"  # gelu (exact, erf) | gelu_tanh (GPT-2's tanh approximation, transformers' gelu_new)
-    ln_eps: float = 1e-5  # the eps of the blocks' and the final LayerNorm (GPT-2's layer_norm_epsilon)
-    attn: AttnConfig = field(default_factory=AttnConfig)
-    head_dim: int = field(init=False)
-
-    def __post_init__(self):
-        if isinstance(self.attn, dict):
-            self.attn = AttnConfig(**self.attn)
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            positive_int(f"model.{name}", getattr(self, name))
-        head_dim = check_heads(self.n_embd, self.n_head)
-        if not is_number(self.dropout) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"model.dropout={self.dropout!r} must be in [0, 1).")
-        one_of("model.activation", self.activation, ACTIVATIONS)
-        positive_number("model.ln_eps", self.ln_eps, " (the LayerNorms' eps, e.g. 1e-5)")
-        check_backend(self.attn.backend)
-        one_of("model.attn.qk_init", self.attn.qk_init, QK_INITS)
-        self.head_dim = head_dim
-        resolve_scale(self.attn.scale, self.head_dim)  # raises on an unknown scale
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("head_dim")
-        return d
+from tinygpt.model.attention import CausalSelfAttention, check_padding_mask
+from tinygpt.model.config import ACTIVATIONS, GPTConfig
 
 
 class MLP(nn.Module):
@@ -79,16 +30,7 @@ class Block(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.ln_eps, bias=cfg.bias)
-        self.attn = CausalSelfAttention(
-            cfg.n_embd,
-            cfg.n_head,
-            causal=cfg.attn.causal,
-            scale=cfg.attn.scale,
-            backend=cfg.attn.backend,
-            dropout=cfg.dropout,
-            bias=cfg.bias,
-            qk_norm=cfg.attn.qk_norm,
-        )
+        self.attn = CausalSelfAttention(cfg.n_embd, cfg.n_head, cfg.attn, dropout=cfg.dropout, bias=cfg.bias)
         self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.ln_eps, bias=cfg.bias)
         self.mlp = MLP(cfg)
 

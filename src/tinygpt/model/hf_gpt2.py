@@ -30,9 +30,10 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from tinygpt.model.gpt import GPTConfig
+from tinygpt.model.config import GPTConfig
 from tinygpt.runtime.errors import ConfigError, first_line
 
+GPT2_ATTENTION = {"causal": True, "scale": "sqrt_dk", "qk_norm": False}  # GPT-2's model.attn.*; it has no other
 ARCHITECTURE = ("n_layer", "n_head", "n_embd", "block_size", "bias", "activation", "ln_eps")  # what config.json sets
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}  # theirs -> ours
 TOP = {"wte.weight": "transformer.wte.weight", "wpe.weight": "transformer.wpe.weight",
@@ -98,9 +99,8 @@ def model_settings(config: dict, where: str = "config.json") -> tuple[dict, int]
 def hf_config(cfg: GPTConfig) -> dict:
     """Our model settings -> GPT-2's config.json fields (GPT2LMHeadModel); one sentence for a setting GPT-2 cannot
     express (its attention is causal, scaled by 1/sqrt(d_k), without qk_norm)."""
-    attn = cfg.attn
-    for key, value, gpt2 in (("qk_norm", attn.qk_norm, False), ("causal", attn.causal, True),
-                             ("scale", attn.scale, "sqrt_dk")):
+    for key, gpt2 in GPT2_ATTENTION.items():
+        value = getattr(cfg.attn, key)
         if value != gpt2:
             raise ConfigError(f"model.attn.{key}={value!r} has no GPT-2 equivalent (GPT-2's attention has "
                               f"{key}={gpt2!r}); such a model cannot be written as GPT-2.")

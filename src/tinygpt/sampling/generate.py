@@ -173,7 +173,7 @@ class CachedStep:
             if module.training and ((isinstance(module, nn.Dropout) and module.p > 0)
                                     or (isinstance(module, CausalSelfAttention) and module.dropout > 0)):
                 return None  # live dropout: the modules draw it
-            if isinstance(module, CausalSelfAttention) and not module.causal:
+            if isinstance(module, CausalSelfAttention) and not module.config.causal:
                 return None
             if isinstance(module, nn.Linear) and type(module) not in (nn.Linear, FastDecodeLinear):
                 return None
@@ -199,8 +199,8 @@ class CachedStep:
         for i, block in enumerate(model.blocks):
             a = block.attn
             layers.append((cache.kv[i], norm(block.ln_1), linear(a.c_attn), linear(a.c_proj), a.n_head, a.head_dim,
-                           a.scale, a.backend, a.q_norm, a.k_norm, norm(block.ln_2), linear(block.mlp.c_fc),
-                           block.mlp.gelu.approximate, linear(block.mlp.c_proj)))
+                           a.scale_factor, a.config.backend, a.q_norm, a.k_norm, norm(block.ln_2),
+                           linear(block.mlp.c_fc), block.mlp.gelu.approximate, linear(block.mlp.c_proj)))
         return cls(model, cache, layers)
 
     def __call__(self, idx: Tensor) -> Tensor:

@@ -10,25 +10,28 @@ fit (which would otherwise allocate until the kernel kills the process, or anoth
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import torch
 
+from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime.errors import ConfigError
 
 
-def parameters(n_layer: int, n_embd: int, n_head: int, block_size: int, vocab_size: int, bias: bool = False,
-               qk_norm: bool = False) -> int:
-    """The GPT's parameter count, exactly (tied embedding counted once): what GPT(...).num_params(False) gives."""
-    C, D = n_embd, n_embd // n_head
-    per_layer = 12 * C * C + 2 * C + (11 * C if bias else 0) + ((4 if bias else 2) * D if qk_norm else 0)
-    return vocab_size * C + block_size * C + n_layer * per_layer + (2 * C if bias else C)
+def parameters(model: dict, vocab_size: int) -> int:
+    """The GPT's parameter count (tied embedding counted once) for the model.* settings, exactly: a one-layer copy is
+    built on the meta device (which allocates nothing), and its block counted once more for each other layer."""
+    cfg = GPTConfig(vocab_size=vocab_size, **model)
+    with torch.device("meta"):
+        one = GPT(replace(cfg, n_layer=1))
+    block = sum(p.numel() for p in one.blocks[0].parameters())
+    return one.num_params(non_embedding=False) + (cfg.n_layer - 1) * block
 
 
 def training_bytes(model: dict, vocab_size: int, batch_size: int) -> tuple[int, int]:
     """(parameters, bytes a training step needs) for a model config (the keys of configs/model/*.yaml)."""
-    attn = model.get("attn") or {}
     L, C, H, T = model["n_layer"], model["n_embd"], model["n_head"], model["block_size"]
-    p = parameters(L, C, H, T, vocab_size, bool(model.get("bias", False)), bool(attn.get("qk_norm", False)))
+    p = parameters(model, vocab_size)
     activations = 4 * batch_size * T * (L * (34 * C + 5 * H * T) + 2 * vocab_size)
     return p, 16 * p + activations
 

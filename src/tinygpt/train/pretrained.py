@@ -34,7 +34,6 @@ from tinygpt.runtime.errors import ConfigError
 from tinygpt.runtime.hub import model_dir
 
 SCRATCH = "scratch"
-GPT2_ATTENTION = {"causal": True, "scale": "sqrt_dk", "qk_norm": False}
 
 
 @dataclass
@@ -152,7 +151,7 @@ def check_user_settings(cfg: DictConfig, pre: Pretrained, user: dict[str, str]) 
 def attention_note(model: dict, attention_bug) -> str | None:
     """A note when the model's attention is not GPT-2's (a fine-tuning experiment), None when it is."""
     attn = model.get("attn") or {}
-    differ = [f"model.attn.{k}={attn.get(k)!r}" for k, v in GPT2_ATTENTION.items() if attn.get(k, v) != v]
+    differ = [f"model.attn.{k}={attn.get(k)!r}" for k, v in hf_gpt2.GPT2_ATTENTION.items() if attn.get(k, v) != v]
     if attention_bug:
         differ.append("attention_bug")
     if not differ:

@@ -89,7 +89,7 @@ def test_a_fill_of_minus_1e4_passes_both_tests_until_the_scores_outgrow_it():
     with torch.no_grad():
         size = max(p["logits"].abs().max().item() for p in m.dissect_attention(idx))
     for block in m.blocks:
-        block.attn.scale *= 1e7  # the same attention pattern, logits 1e7 x larger
+        block.attn.scale_factor *= 1e7  # the same attention pattern, logits 1e7 x larger
     assert size * 1e7 > 1e4
     assert max(past_moves_when_future_changes(m, idx, t) for t in range(T - 1)) > 1e-3
 

@@ -25,6 +25,7 @@ model believes it is causal (and the leak alarm, tinygpt.train.leak_alarm, must 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 from torch import Tensor
@@ -91,7 +92,7 @@ class BuggyAttention(CausalSelfAttention):
         q, k, v = self._heads(x)  # 3 x (B, H, T, D)
         if kv_cache is not None:
             k, v = kv_cache.extend(k, v)  # (B, H, T_cached + T, D)
-        scores = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, T_k)
+        scores = (q @ k.transpose(-2, -1)) * self.scale_factor  # (B, H, T, T_k)
         weights = self.weights(scores)  # (B, H, T, T_k)
         if self.training and self.dropout > 0:
             weights = self.attn_dropout(weights)
@@ -101,7 +102,7 @@ class BuggyAttention(CausalSelfAttention):
 
     def dissect(self, x: Tensor, padding_mask: Tensor | None = None) -> dict[str, Tensor]:
         q, k, _ = self._heads(x)  # (B, H, T, D)
-        logits = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, T, T)
+        logits = (q @ k.transpose(-2, -1)) * self.scale_factor  # (B, H, T, T)
         return {"weights": self.weights(logits), "logits": logits, "q": q, "k": k}
 
     def extra_repr(self) -> str:
@@ -128,9 +129,8 @@ class AttentionBug:
                 raise ValueError(f"attention_bug.layers has {i}, but the model has {n} layers (0..{n - 1}).")
             old: CausalSelfAttention = model.blocks[i].attn
             new = BuggyAttention(
-                old.n_embd, old.n_head, causal=old.causal, scale=old.scale_name, backend="math",
-                dropout=old.dropout, bias=old.c_attn.bias is not None, qk_norm=old.q_norm is not None,
-                kind=self.kind, window=self.window, fill=self.fill,
+                old.n_embd, old.n_head, replace(old.config, backend="math"), dropout=old.dropout,
+                bias=old.c_attn.bias is not None, kind=self.kind, window=self.window, fill=self.fill,
             ).to(old.c_attn.weight.device, old.c_attn.weight.dtype)
             new.load_state_dict(old.state_dict())
             model.blocks[i].attn = new

@@ -1,0 +1,96 @@
+"""The model's settings (``model.*``): ``GPTConfig`` and its ``attn: AttnConfig``. Each field is declared here once:
+the config's schema is derived from these classes (tinygpt.train.schema) and each default, with its comment, lives
+in configs/model/*.yaml. Each class checks its own values on construction, one sentence naming the key. Torch-free,
+so that the config is checked before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from numbers import Real
+from typing import Any
+
+from tinygpt.runtime.checks import is_number, one_of, positive_int, positive_number
+
+SCALES = ("sqrt_dk", "none", "inv_dk")
+BACKENDS = ("sdpa", "math")
+QK_INITS = ("gpt2", "unit")
+ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}  # model.activation -> nn.GELU's ``approximate``
+
+
+def scale_factor(scale: str | float, head_dim: int) -> float:
+    """The number the scores are multiplied by: 'sqrt_dk' -> 1/sqrt(d_k), 'none' -> 1.0, 'inv_dk' -> 1/d_k, a number
+    -> itself."""
+    if isinstance(scale, Real) and not isinstance(scale, bool):
+        return float(scale)
+    if scale == "sqrt_dk":
+        return 1.0 / math.sqrt(head_dim)
+    if scale == "none":
+        return 1.0
+    if scale == "inv_dk":
+        return 1.0 / head_dim
+    if isinstance(scale, str):
+        try:
+            return float(scale)
+        except ValueError:
+            pass
+    raise ValueError(f"model.attn.scale={scale!r} is not one of 'sqrt_dk', 'none', 'inv_dk' or a number.")
+
+
+def check_heads(n_embd: int, n_head: int) -> int:
+    """The head size D = n_embd / n_head, when n_head is a positive integer that divides n_embd; else one sentence
+    naming both (as the model.* settings that set them)."""
+    positive_int("model.n_head", n_head)
+    if n_embd % n_head:
+        raise ValueError(f"model.n_embd={n_embd} must be divisible by model.n_head={n_head}.")
+    return n_embd // n_head
+
+
+@dataclass
+class AttnConfig:
+    """How each attention layer computes softmax(q k^T * scale + mask) v (tinygpt.model.attention)."""
+
+    causal: bool = True
+    scale: Any = "sqrt_dk"  # sqrt_dk | none | inv_dk | a number: scale_factor turns it into the float
+    backend: str = "sdpa"  # sdpa (fused) | math (the explicit formula)
+    qk_norm: bool = False  # LayerNorm on queries and keys per head, before the scale
+    qk_init: str = "gpt2"  # gpt2 (W_Q, W_K ~ N(0, 0.02^2)) | unit (q, k components of variance 1 at init)
+
+    def __post_init__(self):
+        one_of("model.attn.backend", self.backend, BACKENDS)
+        one_of("model.attn.qk_init", self.qk_init, QK_INITS)
+        scale_factor(self.scale, 1)  # a scale by name or a number; its value needs the head size
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 65
+    block_size: int = 64
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0
+    bias: bool = False
+    activation: str = "gelu"  # gelu (exact, erf) | gelu_tanh (GPT-2's tanh approximation, transformers' gelu_new)
+    ln_eps: float = 1e-5  # the eps of the blocks' and the final LayerNorm (GPT-2's layer_norm_epsilon)
+    attn: AttnConfig = field(default_factory=AttnConfig)
+
+    def __post_init__(self):
+        if isinstance(self.attn, dict):
+            self.attn = AttnConfig(**self.attn)
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            positive_int(f"model.{name}", getattr(self, name))
+        check_heads(self.n_embd, self.n_head)
+        if not is_number(self.dropout) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model.dropout={self.dropout!r} must be in [0, 1).")
+        one_of("model.activation", self.activation, ACTIVATIONS)
+        positive_number("model.ln_eps", self.ln_eps, " (the LayerNorms' eps, e.g. 1e-5)")
+
+    @property
+    def head_dim(self) -> int:
+        """d_k, each head's size: n_embd / n_head."""
+        return self.n_embd // self.n_head
+
+    def to_dict(self) -> dict:
+        return asdict(self)
