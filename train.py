@@ -5,13 +5,15 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from tinygpt.experiments import registry
 from tinygpt.runtime.errors import config_composed, unknown_keys_as_config_errors
 from tinygpt.runtime.fast_exit import exit_without_teardown
 from tinygpt.runtime.run_dirs import register_resolvers
-from tinygpt.train.schema import register_schemas
+from tinygpt.train import schema
 
 register_resolvers(project_root=Path(__file__).parent)  # ${run_id:} in run dirs, ${project_root:} for the cache
-register_schemas()  # the config's types, named by configs/ (tinygpt/train/schema.py)
+schema.register_schemas()  # the config's types, named by configs/ (tinygpt/train/schema.py)
+registry.register_schemas()  # each experiment's prediction type, from its folder (tinygpt/experiments/)
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")

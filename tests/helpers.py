@@ -7,12 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tinygpt.experiments import registry
 from tinygpt.runtime.run_dirs import register_resolvers
-from tinygpt.train.schema import register_schemas
+from tinygpt.train import schema
 
 ROOT = Path(__file__).resolve().parents[1]
 register_resolvers(project_root=ROOT)  # as train.py does: ${run_id:} in run dirs, ${project_root:} for the cache
-register_schemas()  # and the config's types
+schema.register_schemas()  # and the config's types
+registry.register_schemas()
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -113,12 +113,6 @@ def test_experiment_2s_full_sweep_is_its_two_grids_and_may_add_stage_two_runs():
     assert report.full_sweep_gap(main + fp16 + other, [], "sqrt_dk") == "it overrides trainer.max_steps"
 
 
-@pytest.mark.parametrize("name, fam", [("causal_mask_quick", "causal_mask"), ("sqrt_dk", "sqrt_dk"),
-                                       ("sqrt_dk_fp16", "sqrt_dk"), (None, None)])
-def test_family(name, fam):
-    assert report.family(name) == fam
-
-
 def test_an_out_that_is_a_file_is_one_line_before_any_work(tmp_path, capsys):
     sweep = causal_sweep(tmp_path / "sweep")
     target = tmp_path / "README.md"

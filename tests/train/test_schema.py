@@ -1,6 +1,9 @@
 """The config's types (tinygpt/train/schema.py): every option of every group composes under them with nothing left
 unset, the schemas and the YAML name the same keys, and a value of the wrong type is one sentence before any work."""
 
+import dataclasses
+import inspect
+import typing
 from pathlib import Path
 
 import pytest
@@ -9,16 +12,12 @@ from omegaconf import OmegaConf
 
 from helpers import ROOT, compose_train
 from tinygpt.analysis.sweep import Run, predictions
+from tinygpt.experiments.registry import experiments
+from tinygpt.model.config import AttnConfig, GPTConfig
 from tinygpt.runtime.errors import composition_mistake, swept_mistake
-from tinygpt.train.schema import (
-    CausalMaskPrediction,
-    ModelSchema,
-    PartialLeaksPrediction,
-    RandomTokensSchema,
-    ShakespeareSchema,
-    SqrtDkPrediction,
-    TextFileSchema,
-)
+from tinygpt.runtime.schema import schema_of
+from tinygpt.train.optim import AdamWCosine
+from tinygpt.train.schema import ModelSchema, OptimSchema, RandomTokensSchema, ShakespeareSchema, TextFileSchema
 
 CONFIGS = ROOT / "configs"
 
@@ -44,14 +43,49 @@ def test_every_option_composes_under_the_schema_with_no_key_unset(overrides):
     assert isinstance(cfg.model.n_layer, int) and isinstance(cfg.optim.lr, float)
 
 
-@pytest.mark.parametrize("experiment, schema", [("causal_mask", CausalMaskPrediction),
-                                                ("causal_mask_quick", CausalMaskPrediction),
-                                                ("partial_leaks", PartialLeaksPrediction),
-                                                ("sqrt_dk", SqrtDkPrediction), ("sqrt_dk_fp16", SqrtDkPrediction)])
-def test_each_experiments_predictions_are_typed(experiment, schema):
+@pytest.mark.parametrize("experiment, owner", [("causal_mask", "causal_mask"), ("causal_mask_quick", "causal_mask"),
+                                               ("partial_leaks", "partial_leaks"), ("sqrt_dk", "sqrt_dk"),
+                                               ("sqrt_dk_fp16", "sqrt_dk")])
+def test_each_experiments_predictions_are_typed_by_its_own_folder(experiment, owner):
     cfg = composed([f"experiment={experiment}"])
-    assert OmegaConf.get_type(cfg.prediction) is schema
+    assert OmegaConf.get_type(cfg.prediction) is schema_of(experiments()[owner].prediction)
     assert OmegaConf.missing_keys(cfg.prediction) == set()  # the YAML gives every prediction the schema types
+
+
+def fields_of(schema) -> dict:
+    return {f.name: f.type for f in dataclasses.fields(schema)}
+
+
+def test_each_schema_is_its_owners_fields_and_the_yaml_names_the_same_keys():
+    """model.* is GPTConfig's fields (less the vocabulary, which the data gives), model.attn.* AttnConfig's, optim.*
+    AdamWCosine's settings and its _target_: declared once, by the owner; and the default YAML sets each of them."""
+    model = fields_of(ModelSchema)
+    assert set(model) == {f.name for f in dataclasses.fields(GPTConfig)} - {"vocab_size"}
+    assert set(fields_of(model["attn"])) == {f.name for f in dataclasses.fields(AttnConfig)}
+    assert fields_of(model["attn"])["causal"] is bool and model["n_layer"] is int and model["dropout"] is float
+    optim = fields_of(OptimSchema)
+    assert set(optim) == {"_target_", *inspect.signature(AdamWCosine).parameters}
+    assert optim["betas"] == typing.List[float] and optim["decay_steps"] is typing.Any  # ${trainer.max_steps}
+    cfg = compose_train([])
+    assert set(cfg.model) == set(model) and set(cfg.model.attn) == set(fields_of(model["attn"]))
+    assert set(cfg.optim) == set(optim)
+
+
+def test_a_new_option_of_the_owner_is_a_typed_key_without_another_declaration():
+    @dataclasses.dataclass
+    class Options:
+        causal: bool = True
+        window: int | None = None  # a new option, declared here only
+        heads: tuple[int, ...] = (1, 2)
+        anything: str | float = "x"
+
+    schema = fields_of(schema_of(Options))
+    assert schema == {"causal": bool, "window": typing.Optional[int], "heads": typing.List[int],
+                      "anything": typing.Any}
+    node = OmegaConf.structured(schema_of(Options))
+    assert OmegaConf.missing_keys(node) == {"causal", "window", "heads", "anything"}  # the defaults stay in YAML
+    with pytest.raises(Exception, match="window"):
+        OmegaConf.merge(node, {"window": "wide"})
 
 
 def test_a_run_without_an_experiment_has_no_predictions_and_the_corpus_types_its_data():

@@ -5,7 +5,8 @@
     python scripts/report.py partial_leaks multirun/partial_leaks/<date_time> [--out DIR]
 
 Reads only what each run left in its directory (tinygpt.analysis.sweep); each experiment's ``report`` module
-writes its report (tinygpt.experiments.<experiment>.report, one line of EXPERIMENTS each). Only completed (and
+writes its report (tinygpt.experiments.<experiment>.report; the experiments are found in their folders:
+tinygpt.experiments.registry). Only completed (and
 diverged) runs are results: any other run is named in a warning and listed in the report as excluded. Runs of
 another experiment are refused. Without --out the committed report (docs/experiments/<experiment>/) is replaced
 only by a full sweep of that experiment as its config defines it; any other sweep's report goes to
@@ -25,26 +26,18 @@ from omegaconf import OmegaConf
 from tinygpt.analysis.figures import DOCS  # the committed reports
 from tinygpt.analysis.sweep import ReportError, Run, load_runs
 from tinygpt.analysis.templates import plural
+from tinygpt.experiments.registry import experiments
 from tinygpt.runtime.errors import print_error
 
-EXPERIMENTS = (  # the registry: each a folder tinygpt/experiments/<name>/ with report.py and report.md
-    "causal_mask",
-    "sqrt_dk",
-    "partial_leaks",
-)
 ROOT = DOCS.parents[1]  # a source checkout
 CONFIGS = ROOT / "configs" / "experiment"
 
 
-def family(name: str | None) -> str | None:
-    """The report an experiment belongs to: causal_mask_quick -> causal_mask, sqrt_dk_fp16 -> sqrt_dk."""
-    return name.removesuffix("_quick").removesuffix("_fp16") if name else None
-
-
 def refuse_foreign(runs: list[Run], experiment: str) -> None:
     """Runs made with another experiment= are not this report's (a plain sweep, with none, is accepted)."""
+    mine = experiments()[experiment].configs
     for r in runs:
-        if r.experiment and family(r.experiment) != experiment:
+        if r.experiment and r.experiment not in mine:
             raise ReportError(f"{r.dir} is a run of experiment={r.experiment}, not of {experiment}; give "
                               f"{experiment}'s sweep dir (python train.py -m experiment={experiment}).")
 
@@ -56,10 +49,6 @@ def results(runs: list[Run]) -> tuple[list[Run], list[tuple[Run, str]]]:
     if not kept:
         raise ReportError(f"none of the {len(runs)} runs completed ({excluded[0][1]}, ...); nothing to report.")
     return kept, excluded
-
-
-PARTS = {"sqrt_dk": ("sqrt_dk", "sqrt_dk_fp16")}  # an experiment whose full sweep is several configs' sweeps
-STAGED = {"sqrt_dk"}  # its design may add runs beyond the grid (stage 2), with only the grid's keys overridden
 
 
 @functools.cache
@@ -94,7 +83,8 @@ def full_sweep_gap(runs: list[Run], excluded: list, experiment: str) -> str | No
     different."""
     if excluded:
         return f"{len(excluded)} of its runs did not complete"
-    parts = PARTS.get(experiment, (experiment,))
+    record = experiments()[experiment]
+    parts = record.sweeps
     paths = [CONFIGS / f"{p}.yaml" for p in parts]
     missing = [p.name for p in paths if not p.exists()]
     if missing:
@@ -112,7 +102,7 @@ def full_sweep_gap(runs: list[Run], excluded: list, experiment: str) -> str | No
         extra = sorted({o.split("=")[0] for r in mine for o in r.overrides} - keys - {"experiment"})
         if extra:
             return f"it overrides {', '.join(extra)}"
-        if (not cells <= have and len(mine) != len(cells)) or (len(mine) != len(cells) and part not in STAGED):
+        if (not cells <= have and len(mine) != len(cells)) or (len(mine) != len(cells) and not record.staged):
             return f"it has {plural(len(mine), 'run')} of experiment={part}, the full sweep {len(cells)}"
         if not cells <= have:
             return f"it lacks {plural(len(cells - have), 'job')} of experiment={part}'s grid"
@@ -149,8 +139,8 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
     """Write ``experiment``'s report from the runs under ``sweeps`` into ``out`` (default: its committed place,
     docs/experiments/<experiment>/, for the full sweep; else <first sweep>/report/). Returns (the report's path,
     how many runs it read)."""
-    if experiment not in EXPERIMENTS:
-        raise ReportError(f"experiment {experiment!r} is not one of {', '.join(EXPERIMENTS)}.")
+    if experiment not in experiments():
+        raise ReportError(f"experiment {experiment!r} is not one of {', '.join(experiments())}.")
     check_out(out)
     runs = load_runs(sweeps)
     refuse_foreign(runs, experiment)
@@ -178,7 +168,7 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/report.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("experiment", choices=EXPERIMENTS)
+    parser.add_argument("experiment", choices=list(experiments()))
     parser.add_argument("sweeps", nargs="+", type=Path, help="sweep dirs (each job dir holds summary.json)")
     parser.add_argument("--out", type=Path, default=None, help="default: docs/experiments/<experiment>/")
     args = parser.parse_args(argv)

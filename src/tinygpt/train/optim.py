@@ -8,11 +8,12 @@ into the LightningModule, which calls it from ``configure_optimizers``.
 from __future__ import annotations
 
 import math
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from tinygpt.runtime.checks import is_int, is_number
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 def lr_at(step: int, *, lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
@@ -37,11 +38,13 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-def clip_grad_norm_cpu_(parameters, max_norm: float) -> torch.Tensor:
+def clip_grad_norm_cpu_(parameters, max_norm: float):
     """torch.nn.utils.clip_grad_norm_ for gradients in CPU memory: the same norm and the same factor
     min(1, max_norm / (norm + 1e-6)), but the gradients are multiplied only when the factor is below 1 (torch
     multiplies every gradient by it on every step, so as not to read the norm back from a GPU; on the CPU
-    reading it costs nothing). Bit-identical gradients; returns the total norm."""
+    reading it costs nothing). Bit-identical gradients; returns the total norm (a tensor)."""
+    import torch  # here, so that the settings' class is read without torch (the config's schema: train.schema)
+
     params = [p for p in parameters if p.grad is not None]
     total = torch.nn.utils.get_total_norm([p.grad for p in params])
     if not bool(float(max_norm) / (total + 1e-6) >= 1.0):  # a NaN norm scales too, as torch does
@@ -89,6 +92,8 @@ class AdamWCosine:
     def __call__(self, model: nn.Module, fused: bool = True) -> dict:
         """configure_optimizers' answer for ``model``. ``fused=False`` takes the foreach implementation (the
         module asks for it where Lightning cannot clip a fused optimizer's gradients: mixed precision)."""
+        import torch
+
         groups = param_groups(model, self.weight_decay)
         opt = torch.optim.AdamW(groups, lr=self.lr, betas=self.betas, fused=(self.fused_adam and fused) or None)
         schedule = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
