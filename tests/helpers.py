@@ -87,7 +87,7 @@ def no_false_alarm(*dirs: Path) -> int:
             config = summary.get("config", {})
             if "leak_detected_step" not in summary or not config.get("model", {}).get("attn", {}).get("causal"):
                 continue
-            if config.get("attention_bug"):
+            if config["model"].get("patch"):
                 continue
             ALARM_AUDIT["causal runs"] += 1
             if summary["leak_detected_step"] is not None:
@@ -154,10 +154,10 @@ def future_jacobian(model, idx):
 
 
 def write_checkpoint(path: Path, vocab_size: int = 64, step: int = 60, tokenizer: str | None = None,
-                     model: dict | None = None, attention_bug: dict | None = None) -> Path:
+                     model: dict | None = None, extra: dict | None = None) -> Path:
     """A small train.py-like checkpoint (2 layers, 2 heads, 16 wide, context 16, random weights; ``model`` changes
-    these model.* settings) at ``path``, in a second: for the command-line tools' tests. Without ``tokenizer`` it is a
-    token-id model (random_tokens)."""
+    these model.* settings, ``extra`` adds hyper-parameters) at ``path``, in a second: for the command-line tools'
+    tests. Without ``tokenizer`` it is a token-id model (random_tokens)."""
     import torch
 
     from tinygpt.model.gpt import GPT, GPTConfig
@@ -165,7 +165,7 @@ def write_checkpoint(path: Path, vocab_size: int = 64, step: int = 60, tokenizer
     model = {"block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16, **(model or {})}
     torch.manual_seed(0)
     gpt = GPT(GPTConfig(vocab_size=vocab_size, **model))
-    hp = {"model": model, "vocab_size": vocab_size, **({"attention_bug": attention_bug} if attention_bug else {})}
+    hp = {"model": model, "vocab_size": vocab_size, **(extra or {})}
     ckpt = {"state_dict": {f"model.{k}": v for k, v in gpt.state_dict().items()}, "hyper_parameters": hp,
             "global_step": step}
     if tokenizer is not None:

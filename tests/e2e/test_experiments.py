@@ -26,18 +26,18 @@ def test_experiments_exist():
 
 
 def test_partial_leaks_arms_build_the_bugs_they_name():
-    """Each arm of experiment 3 composes to its bug (experiment code, plugged in by attention_bug) on a model
+    """Each arm of experiment 3 composes to its bug (experiment code, patched in by model.patch) on a model
     configured causal, except the deliberate no-mask arm; the fill arms carry their own model and schedule."""
     from tinygpt.experiments.partial_leaks.report import ARMS
 
     cfg = compose_hydra(["experiment=partial_leaks"])
     arms = cfg.hydra.sweeper.params["arm/partial_leaks"].split(",")
     assert tuple(arms) == ARMS and cfg.hydra.sweep.dir.startswith("multirun/partial_leaks/")
-    assert compose_hydra([]).attention_bug is None  # a plain run has no bug
+    assert compose_hydra([]).model.patch == []  # a plain run has no bug
     kinds = {}
     for arm in arms:
         c = compose_hydra(["experiment=partial_leaks", f"arm/partial_leaks={arm}"])
-        kinds[arm] = (c.attention_bug or {}).get("kind")
+        kinds[arm] = c.model.patch[0].kind if c.model.patch else None
         assert c.model.attn.causal == (arm != "no_mask")
         assert c.trainer.max_steps == (300 if arm.startswith("fill") else 800)
         if arm.startswith("fill"):
@@ -45,7 +45,7 @@ def test_partial_leaks_arms_build_the_bugs_they_name():
     assert kinds == {"causal": None, "no_mask": None, "off_by_one": "off_by_one", "first_layer": "no_mask",
                      "last_layer": "no_mask", "sliding_window": "sliding_window", "fill_1e4": "finite_fill",
                      "fill_where_1e4": "replace_fill", "fill_inf": None}
-    assert compose_hydra(["experiment=partial_leaks", "arm/partial_leaks=fill_1e4"]).attention_bug.fill == -1e4
+    assert compose_hydra(["experiment=partial_leaks", "arm/partial_leaks=fill_1e4"]).model.patch[0].fill == -1e4
 
 
 def test_causal_mask_sweep_arms_and_dir():

@@ -69,11 +69,12 @@ def refused(capsys, ckpt, out, *extra) -> str:
     ({"attn": {"causal": False}}, None,
      "model.attn.causal=False " + CANNOT.format("GPT-2's attention has causal=True")),
     ({}, {"_target_": "tinygpt.experiments.partial_leaks.bugs.AttentionBug", "kind": "off_by_one"},
-     "attention_bug.kind='off_by_one' " + CANNOT.format("experiment 3's deliberate mask bug; GPT-2's attention has "
-                                                        "the causal mask only")),
+     "model.patch=AttentionBug(kind='off_by_one') " + CANNOT.format("a patch changes the built model; GPT-2's is "
+                                                                   "the plain one")),
 ], ids=["qk_norm", "scale none", "scale number", "not causal", "attention bug"])
 def test_a_model_gpt2_cannot_express_is_refused_naming_the_option(tmp_path, full_out, capsys, model, bug, message):
-    ckpt = write_checkpoint(tmp_path / "odd" / "checkpoints" / "last.ckpt", model=model, attention_bug=bug)
+    model = {**model, "patch": [bug] if bug else []}
+    ckpt = write_checkpoint(tmp_path / "odd" / "checkpoints" / "last.ckpt", model=model)
     assert refused(capsys, ckpt.parent.parent, tmp_path / "new") == f"error: export_hf: {message}"
     assert not (tmp_path / "new").exists()
     assert refused(capsys, ckpt, full_out, "--force") == f"error: export_hf: {message}"  # --force changes nothing

@@ -187,7 +187,11 @@ def test_attention_options_gpt2_lacks_load_with_a_note(gpt2_dir):
                for k in kept)
     theirs = hf_gpt2.read_weights(gpt2_dir)
     assert torch.equal(model.blocks[1].mlp.c_proj.bias, theirs["transformer.h.1.mlp.c_proj.bias"])
-    assert attention_note(model.config.to_dict(), None) == (
+    assert attention_note(model.config.to_dict()) == (
         "note: model.attn.qk_norm=True: GPT-2's weights under another attention than GPT-2's (qk_norm's LayerNorms, "
         "which GPT-2 lacks, start at identity); a fine-tuning experiment, not GPT-2.")
-    assert attention_note(pre.model, None) is None
+    assert attention_note(pre.model) is None
+    bug = {"_target_": "tinygpt.experiments.partial_leaks.bugs.AttentionBug", "kind": "off_by_one"}
+    assert attention_note({**pre.model, "patch": [bug]}) == (
+        "note: model.patch=AttentionBug(kind='off_by_one'): GPT-2's weights under another attention than GPT-2's; a "
+        "fine-tuning experiment, not GPT-2.")

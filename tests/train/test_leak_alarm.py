@@ -13,7 +13,7 @@ from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.train.callbacks import HonestLoss
 from tinygpt.train.leak_alarm import LeakAlarm, honest_gap
 
-BUG = "attention_bug={_target_: tinygpt.experiments.partial_leaks.bugs.AttentionBug, kind: off_by_one}"
+BUG = "model.patch=[{_target_: tinygpt.experiments.partial_leaks.bugs.AttentionBug, kind: off_by_one}]"
 
 
 def test_the_rule_on_hand_made_signals():

@@ -154,7 +154,7 @@ def test_load_trained_gives_the_model_as_it_was_trained(tmp_path):
     from tinygpt.train.module import load_trained
 
     bug = {"_target_": "tinygpt.experiments.partial_leaks.bugs.AttentionBug", "kind": "off_by_one", "layers": [1]}
-    path = write_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt", step=7, attention_bug=bug)
+    path = write_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt", step=7, model={"patch": [bug]})
     model, tok, step = load_trained(tmp_path / "run")
     assert not model.training and tok is None and step == 7
     assert [isinstance(b.attn, BuggyAttention) for b in model.blocks] == [False, True]
@@ -162,13 +162,18 @@ def test_load_trained_gives_the_model_as_it_was_trained(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True))
 
 
-def test_a_checkpoint_naming_the_bugs_old_module_loads_with_its_bug(tmp_path):
-    """Checkpoints written before the bugs moved to experiments/partial_leaks/bugs.py name the old module."""
+def test_a_checkpoint_with_a_setting_this_version_lacks_is_one_sentence(tmp_path):
+    """A checkpoint written with a hyper-parameter this version does not have (an older run's attention_bug, before
+    model.patch) is refused in one sentence naming it; the same key left empty (null) loads."""
     from helpers import write_checkpoint
-    from tinygpt.experiments.partial_leaks.bugs import BuggyAttention
+    from tinygpt.runtime.errors import ConfigError
     from tinygpt.train.module import load_trained
 
     bug = {"_target_": "tinygpt.experiments.leaky_masks.AttentionBug", "kind": "off_by_one", "layers": [0]}
-    write_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt", attention_bug=bug)
-    model, _, _ = load_trained(tmp_path / "run")
-    assert [isinstance(b.attn, BuggyAttention) for b in model.blocks] == [True, False]
+    path = write_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt", extra={"attention_bug": bug})
+    with pytest.raises(ConfigError) as err:
+        load_trained(tmp_path / "run")
+    assert str(err.value) == (f"{path} was written with attention_bug={bug!r}, which this version does not have; "
+                              "load it with the version that wrote it.")
+    write_checkpoint(path, extra={"attention_bug": None})
+    assert load_trained(path)[2] == 60

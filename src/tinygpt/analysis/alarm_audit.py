@@ -61,7 +61,9 @@ def causal_runs(sweeps: list[Path]) -> list[Path]:
     for sweep in sweeps:
         for path in summaries_in(sweep):
             cfg = read_summary(path).get("config", {})
-            if (cfg.get("model", {}).get("attn", {}).get("causal") and not cfg.get("attention_bug")
+            model = cfg.get("model", {})
+            patched = model.get("patch") or cfg.get("attention_bug")  # attention_bug: runs made before model.patch
+            if (model.get("attn", {}).get("causal") and not patched
                     and checkpoint.last_path_in(path.parent).exists()):
                 out.append(path.parent)
     return out

@@ -8,7 +8,7 @@ tokenizer, so GPT-2's byte-level BPE (data.tokenizer=pretrained), ours (bpe) and
 
 A model without biases (``model.bias=false``, the default) is written as GPT-2 with zero biases: exactly the same
 function. A model GPT-2 cannot express is refused in one line naming the option: ``model.attn.qk_norm=true``, a
-``model.attn.scale`` other than sqrt_dk, ``model.attn.causal=false``, an ``attention_bug``. Every check (the
+``model.attn.scale`` other than sqrt_dk, ``model.attn.causal=false``, a ``model.patch``. Every check (the
 checkpoint, --out, the model) comes before anything is written. An --out that holds files is refused unless
 ``--force``, which replaces the files transformers reads a model dir from (``REPLACED``) and leaves the others.
 """
@@ -28,6 +28,7 @@ from tokenizers import Tokenizer
 from tinygpt.data import hf_tokenizer
 from tinygpt.data.tokenizer import UNK
 from tinygpt.model import hf_gpt2
+from tinygpt.model.config import patch_names
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime import checkpoint
 from tinygpt.runtime.errors import ConfigError, first_line, print_error
@@ -63,11 +64,9 @@ def gpt2_files(ckpt: dict, where: str) -> dict[str, bytes]:
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(f"{where} holds no model settings tinygpt can build ({first_line(err)}).") from None
     config = hf_gpt2.hf_config(cfg)  # refuses qk_norm, another scale, no causal mask
-    bug = hp.get("attention_bug")
-    if bug:
-        kind = bug.get("kind") if isinstance(bug, dict) else bug
-        raise ConfigError(f"attention_bug.kind={kind!r} has no GPT-2 equivalent (experiment 3's deliberate mask bug; "
-                          "GPT-2's attention has the causal mask only); such a model cannot be written as GPT-2.")
+    if cfg.patch:
+        raise ConfigError(f"model.patch={patch_names(cfg.patch)} has no GPT-2 equivalent (a patch changes the built "
+                          "model; GPT-2's is the plain one); such a model cannot be written as GPT-2.")
     with torch.device("meta"):  # shapes only: the checkpoint's tensors are assigned, nothing is initialised
         model = GPT(cfg)
     try:

@@ -75,6 +75,9 @@ class GPTConfig:
     activation: str = "gelu"  # gelu (exact, erf) | gelu_tanh (GPT-2's tanh approximation, transformers' gelu_new)
     ln_eps: float = 1e-5  # the eps of the blocks' and the final LayerNorm (GPT-2's layer_norm_epsilon)
     attn: AttnConfig = field(default_factory=AttnConfig)
+    # callables applied to the built GPT in order, each a Hydra node (its ``_target_`` and settings), built by the
+    # trainer (tinygpt.train.module.build_model): how an experiment reaches inside the model
+    patch: list = field(default_factory=list)
 
     def __post_init__(self):
         if isinstance(self.attn, dict):
@@ -86,6 +89,9 @@ class GPTConfig:
             raise ValueError(f"model.dropout={self.dropout!r} must be in [0, 1).")
         one_of("model.activation", self.activation, ACTIVATIONS)
         positive_number("model.ln_eps", self.ln_eps, " (the LayerNorms' eps, e.g. 1e-5)")
+        if not isinstance(self.patch, (list, tuple)):
+            raise ValueError(f"model.patch={self.patch!r} must be a list of callables (Hydra nodes with _target_).")
+        self.patch = list(self.patch)
 
     @property
     def head_dim(self) -> int:
@@ -94,3 +100,12 @@ class GPTConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def patch_names(patch: list) -> str:
+    """The patches as a reader names them: ``AttentionBug(kind='off_by_one', layers=[0])``, comma-separated."""
+    def name(node) -> str:
+        node = dict(node)
+        target = str(node.pop("_target_", "?")).rsplit(".", 1)[-1]
+        return f"{target}({', '.join(f'{k}={v!r}' for k, v in node.items())})"
+    return ", ".join(name(n) for n in patch)

@@ -13,29 +13,26 @@ from tokenizers import Tokenizer
 
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime import checkpoint
+from tinygpt.runtime.errors import ConfigError
 from tinygpt.train.optim import AdamWCosine, clip_grad_norm_cpu_
 
 
 class GPTModule(L.LightningModule):
-    def __init__(self, model: dict, vocab_size: int, optim: AdamWCosine | None = None,
-                 attention_bug: dict | None = None):
-        """``model``: the model.* settings; ``optim``: the optimizer recipe, built and checked from optim.* at
-        set-up (its default settings when None); ``attention_bug``: experiment 3's deliberate mask bug (a Hydra
-        node, tinygpt.experiments.partial_leaks.bugs), None in every real run."""
+    def __init__(self, model: dict, vocab_size: int, optim: AdamWCosine | None = None):
+        """``model``: the model.* settings (``model.patch`` included); ``optim``: the optimizer recipe, built and
+        checked from optim.* at set-up (its default settings when None)."""
         super().__init__()
         self.optim = optim if optim is not None else AdamWCosine()
-        self.save_hyperparameters({"model": model, "vocab_size": vocab_size, "optim": self.optim.settings(),
-                                   "attention_bug": attention_bug})
+        self.save_hyperparameters({"model": model, "vocab_size": vocab_size, "optim": self.optim.settings()})
         self.config = GPTConfig(vocab_size=vocab_size, **model)
-        self.attention_bug = attention_bug
         self.model = self.new_model()
         self._step_forward = None  # compile_model's compiled forward, for training and validation steps
         self.train_losses: list[torch.Tensor] = []  # detached, kept on device: no sync per step
         self.last_val_loss, self.last_val_step = float("nan"), -1
 
     def new_model(self) -> GPT:
-        """A GPT of this module's config, with the experiment's attention bug in it if the run names one."""
-        return with_bug(GPT(self.config), self.attention_bug)
+        """A GPT of this module's config, patched as model.patch says."""
+        return build_model(self.config)
 
     def forward(self, idx, targets=None):
         return self.model(idx, targets)
@@ -129,28 +126,30 @@ class GPTModule(L.LightningModule):
         return torch.stack(self.train_losses[-n:]).float().mean().item()
 
 
-# where the bugs' class was when older checkpoints and configs named it (moved on 2026-12-02)
-MOVED_BUG = {"tinygpt.experiments.leaky_masks.AttentionBug": "tinygpt.experiments.partial_leaks.bugs.AttentionBug"}
+def build_model(config: GPTConfig) -> GPT:
+    """The GPT of ``config``, then each of ``config.patch`` (Hydra nodes of callables GPT -> GPT) applied in order."""
+    model = GPT(config)
+    for node in config.patch:
+        model = instantiate(node)(model)
+    return model
 
 
-def current_bug(attention_bug) -> dict:
-    """An ``attention_bug`` node (a config's or a checkpoint's) naming its class where it is now."""
-    target = attention_bug["_target_"]
-    return {**attention_bug, "_target_": MOVED_BUG.get(target, target)}
-
-
-def with_bug(model: GPT, attention_bug: dict | None) -> GPT:
-    """``model`` with the attention bug a run's config names (``attention_bug``, built by Hydra), or unchanged."""
-    return instantiate(current_bug(attention_bug))(model) if attention_bug else model
+def model_settings(hp: dict, where: str) -> GPTConfig:
+    """A checkpoint's model settings; one sentence for a checkpoint that names a setting this version lacks."""
+    unknown = sorted(k for k in hp if k not in ("model", "vocab_size", "optim") and hp[k])
+    if unknown:
+        raise ConfigError(f"{where} was written with {unknown[0]}={hp[unknown[0]]!r}, which this version does not "
+                          "have; load it with the version that wrote it.")
+    return GPTConfig(vocab_size=hp["vocab_size"], **hp["model"])
 
 
 def load_trained(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer | None, int]:
     """The GPT a train.py checkpoint holds (a .ckpt file, or a run dir: its last checkpoint), as it was trained
     (experiment 3's attention bug included), in eval mode on ``device``; its tokenizer (None for token-id data);
     and the global step it was saved at. Loaded with ``weights_only=True`` (an untrusted file cannot run code)."""
-    ckpt = checkpoint.load(checkpoint.checkpoint_file(path), map_location=device)
-    hp = ckpt["hyper_parameters"]
-    model = with_bug(GPT(GPTConfig(vocab_size=hp["vocab_size"], **hp["model"])), hp.get("attention_bug"))
+    file = checkpoint.checkpoint_file(path)
+    ckpt = checkpoint.load(file, map_location=device)
+    model = build_model(model_settings(ckpt["hyper_parameters"], str(file)))
     model.load_state_dict(checkpoint.model_weights(ckpt["state_dict"]))
     tok = Tokenizer.from_str(ckpt["tokenizer"]) if "tokenizer" in ckpt else None
     return model.to(device).eval(), tok, int(ckpt.get("global_step", 0))

@@ -13,8 +13,8 @@ Hub name (``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``, ``owner/name``
 - the tokenizer: data.tokenizer=pretrained with data.tokenizer_dir=<the dir>, so the data module tokenizes any
   corpus with GPT-2's byte-level BPE (50257 tokens), in a token cache of its own.
 
-The attention options GPT-2 does not have (``model.attn.qk_norm``, another ``scale``, ``causal=false``, experiment
-3's ``attention_bug``) are allowed, for fine-tuning experiments: the weights load as they are (qk_norm's LayerNorms,
+The attention options GPT-2 does not have (``model.attn.qk_norm``, another ``scale``, ``causal=false``, a
+``model.patch``) are allowed, for fine-tuning experiments: the weights load as they are (qk_norm's LayerNorms,
 which GPT-2 lacks, start at identity) and a note says the model is no longer GPT-2's computation.
 """
 
@@ -29,6 +29,7 @@ from tokenizers import Tokenizer
 
 from tinygpt.data.tokenizer import PRETRAINED, load_pretrained_tokenizer
 from tinygpt.model import hf_gpt2
+from tinygpt.model.config import patch_names
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime.errors import ConfigError
 from tinygpt.runtime.hub import model_dir
@@ -148,12 +149,13 @@ def check_user_settings(cfg: DictConfig, pre: Pretrained, user: dict[str, str]) 
                               f"tokens: init_from sets {key}={value}; drop the override.")
 
 
-def attention_note(model: dict, attention_bug) -> str | None:
-    """A note when the model's attention is not GPT-2's (a fine-tuning experiment), None when it is."""
+def attention_note(model: dict) -> str | None:
+    """A note when the model's attention is not GPT-2's, or a patch changes it (a fine-tuning experiment), None when
+    it is GPT-2's."""
     attn = model.get("attn") or {}
     differ = [f"model.attn.{k}={attn.get(k)!r}" for k, v in hf_gpt2.GPT2_ATTENTION.items() if attn.get(k, v) != v]
-    if attention_bug:
-        differ.append("attention_bug")
+    if model.get("patch"):
+        differ.append(f"model.patch={patch_names(model['patch'])}")
     if not differ:
         return None
     extra = " (qk_norm's LayerNorms, which GPT-2 lacks, start at identity)" if attn.get("qk_norm") else ""

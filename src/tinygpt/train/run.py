@@ -163,12 +163,11 @@ def build_module(run: TrainingRun) -> GPTModule:
         vocab_size = pre.vocab_size
     if cfg.check_memory:  # before anything is allocated (tinygpt.train.memory)
         memory.check(run.resolved["model"], vocab_size, cfg.data.batch_size, cfg.trainer.get("accelerator"))
-    module = GPTModule(model=run.resolved["model"], vocab_size=vocab_size, optim=run.optim,
-                       attention_bug=run.resolved.get("attention_bug"))
+    module = GPTModule(model=run.resolved["model"], vocab_size=vocab_size, optim=run.optim)
     if pre is not None and run.ckpt is None:  # a resume takes the checkpoint's weights instead
         load_weights(module.model, pre)
         console.print(f"init_from: {pre.source} ({pre.path}): weights loaded", soft_wrap=True)
-        note = attention_note(run.resolved["model"], run.resolved.get("attention_bug"))
+        note = attention_note(run.resolved["model"])
         if note:
             console.print(f"[yellow]{note}[/]", soft_wrap=True)
     if run.ckpt is not None:

@@ -40,7 +40,6 @@ class TrainSchema:
     init_from: Optional[str] = MISSING  # null reads as scratch
     compile: bool = MISSING
     check_memory: bool = MISSING
-    attention_bug: Any = MISSING  # null, or an AttentionBug node (experiments/partial_leaks/bugs.py)
     prediction: Any = MISSING  # null, or an experiment's typed predictions (its folder's prediction.py)
     diagnostics: DiagnosticsSchema = MISSING
     model: ModelSchema = MISSING

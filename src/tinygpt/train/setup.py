@@ -31,7 +31,6 @@ from tinygpt.runtime.interrupts import GracefulStop
 from tinygpt.train.callbacks import StabilityMonitor
 from tinygpt.train.guards import DivergenceGuard, StepClock
 from tinygpt.train.leak_alarm import LeakAlarm
-from tinygpt.train.module import current_bug
 from tinygpt.train.optim import AdamWCosine
 from tinygpt.train.pretrained import Pretrained, configure
 
@@ -157,8 +156,8 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         resolved = OmegaConf.to_container(cfg, resolve=True)
         GPTConfig(vocab_size=1, **resolved["model"])  # checks model.* (the vocab size comes with the data)
         optim = build("optim", cfg.optim)  # checks optim.*
-        if cfg.get("attention_bug"):  # experiment 3's deliberate bug: its settings checked here
-            build("attention_bug", current_bug(cfg.attention_bug))
+        for i, node in enumerate(cfg.model.patch):  # each patch's settings, checked as it is built
+            build(f"model.patch[{i}]", node)
         distributed.check_launch(cfg.trainer)
         dm = build("data", cfg.data)  # checks data.*
         ckpt_path, ckpt = resume_point(cfg, out_dir)

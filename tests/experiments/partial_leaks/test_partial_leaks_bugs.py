@@ -109,11 +109,11 @@ def test_the_bug_keeps_the_weights_and_the_models_outputs_on_the_past_the_bug_ca
 
 
 def test_bad_bug_settings_are_one_sentence():
-    with pytest.raises(ValueError, match="attention_bug.kind='typo' is not one of"):
+    with pytest.raises(ValueError, match="AttentionBug kind='typo' is not one of"):
         AttentionBug("typo")
-    with pytest.raises(ValueError, match=r"attention_bug.layers has 5, but the model has 2 layers"):
+    with pytest.raises(ValueError, match=r"AttentionBug layers has 5, but the model has 2 layers"):
         AttentionBug("no_mask", layers=[5])(GPT(GPTConfig(vocab_size=31, block_size=T, n_layer=2, n_head=2, n_embd=8)))
-    with pytest.raises(ValueError, match="attention_bug.fill=1.0 must be negative"):
+    with pytest.raises(ValueError, match="AttentionBug fill=1.0 must be negative"):
         BuggyAttention(8, 2, kind="finite_fill", fill=1.0)
 
 
@@ -132,11 +132,11 @@ def test_the_replacing_fill_replaces_the_masked_scores():
 
 
 @pytest.mark.parametrize("kind, window, fill, message", [
-    ("typo", 16, -1.0e4, "attention_bug.kind='typo' is not one of no_mask, off_by_one, sliding_window, finite_fill, "
+    ("typo", 16, -1.0e4, "AttentionBug kind='typo' is not one of no_mask, off_by_one, sliding_window, finite_fill, "
                          "replace_fill."),
-    ("sliding_window", 0, -1.0e4, "attention_bug.window=0 must be a positive number of keys."),
-    ("finite_fill", 16, 0.0, "attention_bug.fill=0.0 must be negative (the value given to masked scores)."),
-    ("replace_fill", 16, 5.0, "attention_bug.fill=5.0 must be negative (the value given to masked scores)."),
+    ("sliding_window", 0, -1.0e4, "AttentionBug window=0 must be a positive number of keys."),
+    ("finite_fill", 16, 0.0, "AttentionBug fill=0.0 must be negative (the value given to masked scores)."),
+    ("replace_fill", 16, 5.0, "AttentionBug fill=5.0 must be negative (the value given to masked scores)."),
 ])
 def test_each_bad_bug_setting_is_its_own_sentence(kind, window, fill, message):
     from tinygpt.experiments.partial_leaks.bugs import check_bug

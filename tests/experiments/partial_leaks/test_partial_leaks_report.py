@@ -103,9 +103,10 @@ FILL_BUGS = ("fill_1e4", "fill_where_1e4")
 def config(arm, seed):
     fill = arm.startswith("fill")
     bug = BUGS[arm]
-    return {"seed": seed, "attention_bug": {"_target_": "tinygpt.experiments.partial_leaks.bugs.AttentionBug", **bug}
-            if bug else None,
-            "model": {"block_size": T, "attn": {"causal": arm != "no_mask", "scale": "none" if fill else "sqrt_dk"}},
+    patch = [{"_target_": "tinygpt.experiments.partial_leaks.bugs.AttentionBug", **bug}] if bug else []
+    return {"seed": seed,
+            "model": {"block_size": T, "attn": {"causal": arm != "no_mask", "scale": "none" if fill else "sqrt_dk"},
+                      "patch": patch},
             "trainer": {"max_steps": 300 if fill else 800, "val_check_interval": 50},
             "callbacks": {"leak_alarm": {"_target_": "tinygpt.train.leak_alarm.LeakAlarm", "action": "warn",
                                          "windows": 8, "tolerance": 1e-4, "min_gap": 0.05, "z": 3.0}},

@@ -16,8 +16,8 @@ These are the slips that path avoids, each a ``mask`` function and one attention
   key scores exactly ``fill``, so a row opens when all its visible scores fall below the fill, whatever the masked
   scores were.
 
-A run gets one by naming it (``attention_bug: {_target_: tinygpt.experiments.partial_leaks.bugs.AttentionBug, ...}``, as
-configs/arm/partial_leaks/ do); ``AttentionBug(model)`` swaps the attention of the chosen layers for a
+A run gets one by naming it in ``model.patch`` (``- {_target_: tinygpt.experiments.partial_leaks.bugs.AttentionBug,
+kind: ...}``, as configs/arm/partial_leaks/ do); ``AttentionBug(model)`` swaps the attention of the chosen layers for a
 ``BuggyAttention`` with the same weights. The model's config still says causal=true: that is the point, the
 model believes it is causal (and the leak alarm, tinygpt.train.leak_alarm, must catch it).
 """
@@ -38,13 +38,13 @@ KINDS = ("no_mask", "off_by_one", "sliding_window", "finite_fill", "replace_fill
 
 
 def check_bug(kind: str, window: int = 16, fill: float = -1.0e4) -> None:
-    """A bug's settings, each mistake one sentence naming its key (attention_bug.*), checked when the bug is named
-    (AttentionBug) and when an attention is built with it (BuggyAttention)."""
-    one_of("attention_bug.kind", kind, KINDS)
+    """A bug's settings, each mistake one sentence naming its key (AttentionBug's kind, window, fill), checked when the
+    bug is named (AttentionBug) and when an attention is built with it (BuggyAttention)."""
+    one_of("AttentionBug kind", kind, KINDS)
     if kind == "sliding_window" and window < 1:
-        raise ValueError(f"attention_bug.window={window!r} must be a positive number of keys.")
+        raise ValueError(f"AttentionBug window={window!r} must be a positive number of keys.")
     if kind in ("finite_fill", "replace_fill") and not fill < 0:
-        raise ValueError(f"attention_bug.fill={fill!r} must be negative (the value given to masked scores).")
+        raise ValueError(f"AttentionBug fill={fill!r} must be negative (the value given to masked scores).")
 
 
 def visible_keys(kind: str, t_q: int, t_k: int, *, window: int = 16, device=None) -> Tensor | None:
@@ -60,7 +60,7 @@ def visible_keys(kind: str, t_q: int, t_k: int, *, window: int = 16, device=None
         return j <= i + 1  # the diagonal above the main one is left open
     if kind == "sliding_window":
         return (i - j).abs() < window  # a band: w - 1 keys back and w - 1 ahead
-    one_of("attention_bug.kind", kind, KINDS)  # what is left of them, finite_fill and replace_fill, masks correctly
+    one_of("AttentionBug kind", kind, KINDS)  # what is left of them, finite_fill and replace_fill, masks correctly
     return causal_mask(t_q, t_k, device)
 
 
@@ -126,7 +126,7 @@ class AttentionBug:
         chosen = range(n) if self.layers is None else self.layers
         for i in chosen:
             if not -n <= i < n:
-                raise ValueError(f"attention_bug.layers has {i}, but the model has {n} layers (0..{n - 1}).")
+                raise ValueError(f"AttentionBug layers has {i}, but the model has {n} layers (0..{n - 1}).")
             old: CausalSelfAttention = model.blocks[i].attn
             new = BuggyAttention(
                 old.n_embd, old.n_head, replace(old.config, backend="math"), dropout=old.dropout,

@@ -1,7 +1,7 @@
 """Experiment 3's report: the leaks real code has, how each looks in the curves, and whether the leak alarm catches
 it (see configs/experiment/partial_leaks.yaml).
 
-Each run's arm is read from its config (the injected ``attention_bug``, ``model.attn.causal`` and the scale), so a
+Each run's arm is read from its config (the bug in ``model.patch``, ``model.attn.causal`` and the scale), so a
 report works on any subset of the arms: the sections need an arm and its control (causal for the structural leaks,
 fill_inf for fill_1e4).
 
@@ -69,10 +69,19 @@ COLORS = {"causal": "tab:blue", "no_mask": "tab:red", "off_by_one": "tab:orange"
           "fill_where_1e4": "tab:green", "fill_inf": "tab:cyan"}
 
 
+def bug_of(cfg: dict) -> dict | None:
+    """A run's attention bug: the AttentionBug in its model.patch, or (a run made before model.patch) its
+    attention_bug; None for a run without one."""
+    for node in (cfg.get("model") or {}).get("patch") or []:
+        if str(node.get("_target_", "")).endswith(".AttentionBug"):
+            return node
+    return cfg.get("attention_bug")
+
+
 def arm_of(run: Run) -> str:
     """The arm a run belongs to, from what its config builds."""
     cfg = run.config
-    bug = cfg.get("attention_bug")
+    bug = bug_of(cfg)
     if bug:
         kind, layers = bug.get("kind"), bug.get("layers")
         if kind == "no_mask":
@@ -720,7 +729,7 @@ def fill_seed(r: Run, arm: str, threshold: float, tol: float) -> tuple[FillSeed,
 def fill_findings(arms, pred, arm: str) -> Fill:
     runs = arms[arm]
     key, what, rising, number = FILLS[arm]
-    fill, slack = float(runs[0].config["attention_bug"].get("fill", -1e4)), float(pred["fill_slack"])
+    fill, slack = float(bug_of(runs[0].config).get("fill", -1e4)), float(pred["fill_slack"])
     threshold = abs(fill) - slack if rising else fill + slack
     tol = alarm_of(runs[0]).tolerance
     seeds, early = [], []
@@ -989,7 +998,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     m = fill_cfg.get("model", {})
     header = [prose("partial_leaks", "intro", n_runs=plural(len(runs), "run"),
                     sweeps=", ".join(f"`{s}`" for s in sweeps),
-                    fill=f"{(fill_cfg.get('attention_bug') or {}).get('fill', float('nan')):g}",
+                    fill=f"{(bug_of(fill_cfg) or {}).get('fill', float('nan')):g}",
                     d_k=m.get("n_embd", 0) // max(m.get("n_head", 1), 1) if m else "n/a",
                     lr=f"lr {fill_cfg.get('optim', {}).get('lr', float('nan')):g}"), "",
               setup_text(arms, runs), "",
