@@ -30,8 +30,10 @@ EXPERIMENT_CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "experime
 def predictions(runs: Sequence[Run], experiment: str) -> dict:
     """The predictions a report applies: the runs' own (their config's ``prediction``), over those of
     configs/experiment/<experiment>.yaml, the one home of each prediction, which fills in any the runs lack (a
-    sweep run without the experiment, or from before a prediction was written)."""
-    committed = OmegaConf.to_container(OmegaConf.load(EXPERIMENT_CONFIGS / f"{experiment}.yaml"))["prediction"]
+    sweep run without the experiment, or from before a prediction was written). Without a clone (an installed
+    package) the runs' own are all there is: a run made with experiment=<name> carries every one."""
+    path = EXPERIMENT_CONFIGS / f"{experiment}.yaml"  # absent where the package is installed without a clone
+    committed = OmegaConf.to_container(OmegaConf.load(path))["prediction"] if path.exists() else {}
     return {**committed, **(runs[0].config.get("prediction") or {})}
 
 
