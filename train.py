@@ -26,7 +26,8 @@ def main(cfg: DictConfig) -> float:
 
 if __name__ == "__main__":
     try:
-        with unknown_keys_as_config_errors():  # a mistyped key: one line, exit 2 (tinygpt/runtime/errors.py)
+        with unknown_keys_as_config_errors(Path(__file__).parent / "configs"):  # a mistyped key or option: one
+            # line, exit 2, before any work (tinygpt/runtime/errors.py)
             main()  # an error leaves through Hydra's sys.exit, with the interpreter's full teardown
     except SystemExit as stopped:
         if isinstance(stopped.code, int) and stopped.code >= 128:  # stopped by a signal, all saved: end at once,

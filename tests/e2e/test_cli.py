@@ -92,6 +92,32 @@ def test_a_mistyped_key_is_one_line_naming_it_with_exit_status_2(tmp_path):
     assert not sweep.exists()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("args, line", [
+    (["experiment=causal_msk"], "error: experiment=causal_msk is not an option of experiment; did you mean "
+                                "experiment=causal_mask? the options: causal_mask, causal_mask_quick, gpu_small, "
+                                "partial_leaks, partial_leaks_quick, sqrt_dk, sqrt_dk_fp16, sqrt_dk_quick."),
+    (["debug=fsat"], "error: debug=fsat is not an option of debug; did you mean debug=fast? the options: fast, "
+                     "overfit."),
+    (["-m", "experiment=causal_mask_quik"], "error: experiment=causal_mask_quik is not an option of experiment; did "
+                                            "you mean experiment=causal_mask_quick? the options: causal_mask, "
+                                            "causal_mask_quick, gpu_small, partial_leaks, partial_leaks_quick, "
+                                            "sqrt_dk, sqrt_dk_fp16, sqrt_dk_quick."),
+    (["-m", "seed=1,2", "debug=fast,fsat"], "error: debug=fsat is not an option of debug; did you mean debug=fast? "
+                                            "the options: fast, overfit."),
+    (["experiment=null"], "error: experiment=null is not an option of experiment; leave it out for the default, or "
+                          "pick one of: causal_mask, causal_mask_quick, gpu_small, partial_leaks, "
+                          "partial_leaks_quick, sqrt_dk, sqrt_dk_fp16, sqrt_dk_quick."),
+], ids=["experiment", "debug", "swept experiment", "swept debug", "null"])
+def test_a_mistyped_option_of_an_optional_group_never_starts_a_run(tmp_path, args, line):
+    """experiment and debug are optional groups, whose missing option Hydra skipped without a word (the default run
+    started, or every job of a sweep ran as the default): one line, exit 2, nothing written."""
+    out = tmp_path / "out"
+    proc = run_train([*args, f"hydra.run.dir={out}", f"hydra.sweep.dir={out}"], check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [line], proc.stderr[-2000:]
+    assert not out.exists()
+
+
 def test_a_refused_start_leaves_no_run_dir(tmp_path, corpus_file, cache_dir):
     """A run refused before any training: one line, exit 2, and the run dir Hydra made (with .hydra/ and train.log)
     and its new parents removed. The memory check refuses last, after the data are read and Lightning has logged its

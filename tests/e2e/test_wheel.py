@@ -2,6 +2,7 @@
 dependencies borrowed from this one, so nothing is downloaded), each console command answers --help and
 tinygpt-report writes a report of a synthetic sweep, away from any clone (no configs/, no docs/)."""
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -27,8 +28,12 @@ def installed(tmp_path_factory):
     dependencies are this venv's site-packages (a .pth line: a plain path entry, so this venv's editable install
     of tinygpt is not seen there)."""
     tmp = tmp_path_factory.mktemp("wheel")
+    source = tmp / "source"  # a copy: building in place would leave build/ in the checkout
+    shutil.copytree(ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp / "dist",
-                ROOT, timeout=600)
+                source, timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     wheel = next((tmp / "dist").glob("tinygpt-*.whl"))
     venv = tmp / "venv"

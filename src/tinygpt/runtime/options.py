@@ -1,0 +1,53 @@
+"""A group option that does not exist is one line before anything runs, for every group of configs/.
+
+Hydra refuses a missing option of a plain group itself (``model=smal``), but skips an *optional* one without a word:
+``experiment=causal_msk`` or ``debug=fsat`` would start the default run, and a sweep would run every job as the
+default. So each ``group=option`` on the command line (one option, a list, or a sweep's ``a,b``) is read here
+against the files of its group, before Hydra composes anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
+    """The one sentence for the first ``group=option`` in ``argv`` whose group is a folder of ``config_dir`` and has
+    no such option file (with the nearest option and the list); None when every one exists. Hydra's own groups
+    (hydra/...) and what cannot be parsed are left to Hydra."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from tinygpt.runtime.errors import option_message
+
+    texts = [a for a in argv if "=" in a and not a.startswith("-")]  # overrides; Hydra's flags start with -
+    try:
+        overrides = OverridesParser.create().parse_overrides(texts)
+    except HydraException:
+        return None  # Hydra says what is wrong with the syntax
+    for override in overrides:
+        group = override.key_or_group
+        folder = config_dir / group
+        if override.is_delete() or group.split("/")[0] == "hydra" or not folder.is_dir():
+            continue
+        options = sorted(p.stem for p in folder.glob("*.yaml"))
+        if not override.is_sweep_override() and override.value() is None:  # Hydra: a ValueError and its traceback
+            return (f"{group}=null is not an option of {group}; leave it out for the default, or pick one of: "
+                    f"{', '.join(options)}.")
+        for name in option_names(override):
+            if name not in options:
+                return option_message(group, name, options)
+    return None
+
+
+def option_names(override) -> list[str]:
+    """The option names an override gives: one, each of a list (``logger=[wandb,csv]``) or each of a sweep
+    (``experiment=a,b``); none for a glob (Hydra reads those)."""
+    from hydra.core.override_parser.types import ValueType
+
+    if override.is_sweep_override():
+        if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            return []
+        return list(override.sweep_string_iterator())
+    value = override.value()
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]

@@ -1,0 +1,46 @@
+"""A group option is checked against its group's files before Hydra composes anything (runtime/options.py)."""
+
+import pytest
+
+from helpers import ROOT
+from tinygpt.runtime.options import mistyped_option
+
+CONFIGS = ROOT / "configs"
+
+
+@pytest.mark.parametrize("argv", [
+    [], ["experiment=causal_mask"], ["-m", "experiment=causal_mask_quick,sqrt_dk_quick", "seed=1,2"],
+    ["logger=[wandb,csv]"], ["model=tiny", "model.n_layer=3"], ["+experiment=partial_leaks_quick"], ["~debug"],
+    ["arm/causal_mask=random_t64"], ["hydra/launcher=basic"], ["-m", "experiment=glob(causal*)"],
+    ["--cfg", "job", "experiment=sqrt_dk"], ["model.attn.scale=none"], ["optim.lr=1e-3,2e-3"],
+    ["model=[oops"],  # not parseable: Hydra says what is wrong
+])
+def test_existing_options_and_other_overrides_pass(argv):
+    assert mistyped_option(argv, CONFIGS) is None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["experiment=causal_msk"], "experiment=causal_msk is not an option of experiment; did you mean "
+                                "experiment=causal_mask? the options: "),
+    (["-m", "seed=1,2", "experiment=sqrt_dk,sqrt_dk_quik"], "experiment=sqrt_dk_quik is not an option of experiment; "
+                                                           "did you mean experiment=sqrt_dk_quick?"),
+    (["logger=[wandb,cvs]"], "logger=cvs is not an option of logger; did you mean logger=csv? the options: csv, "
+                             "none, wandb."),
+    (["+debug=fsat"], "debug=fsat is not an option of debug; did you mean debug=fast?"),
+    (["arm/partial_leaks=of_by_one"], "arm/partial_leaks=of_by_one is not an option of arm/partial_leaks; did you "
+                                      "mean arm/partial_leaks=off_by_one?"),
+    (["debug=zzz"], "debug=zzz is not an option of debug; the options: fast, overfit."),
+    (["debug=null"], "debug=null is not an option of debug; leave it out for the default, or pick one of: fast, "
+                     "overfit."),
+])
+def test_a_missing_option_is_one_sentence_with_the_nearest(argv, message):
+    assert mistyped_option(argv, CONFIGS).startswith(message)
+
+
+def test_a_group_is_a_folder_of_the_config_dir(tmp_path):
+    (tmp_path / "flavour").mkdir()
+    (tmp_path / "flavour" / "sweet.yaml").write_text("x: 1\n")
+    assert mistyped_option(["flavour=sweet"], tmp_path) is None
+    assert mistyped_option(["flavour=sour"], tmp_path) == ("flavour=sour is not an option of flavour; the options: "
+                                                           "sweet.")
+    assert mistyped_option(["model=anything"], tmp_path) is None  # no such folder here: a key, Hydra's to read
