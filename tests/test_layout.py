@@ -1,5 +1,5 @@
 """The house's layout: the layers import one way (import-linter's contract in pyproject.toml), scripts/ holds only
-thin CLIs over the package, and README's layout section names paths that exist."""
+thin CLIs over the package, and docs/layout.md names every module, each a path that exists."""
 
 import re
 import shutil
@@ -43,11 +43,10 @@ def test_scripts_are_thin_clis(script):
     assert re.search(r"^from tinygpt\.[\w.]+ import main$", text, re.M) and "sys.path" not in text
 
 
-def readme_layout_paths() -> list[str]:
-    """The paths README's layout table names: each row's path, and the files its description names (``x.py``,
+def layout_paths() -> list[str]:
+    """The paths docs/layout.md's table names: each row's path, and the files its description names (``x.py``,
     ``dir/``), taken relative to that row's dir."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("\n## Layout", 1)[1].split("\n## ", 1)[0]
+    section = (ROOT / "docs" / "layout.md").read_text()
     paths = []
     for row in re.findall(r"^\| `([\w./-]+)` \| (.*) \|$", section, re.M):
         where, what = row
@@ -57,15 +56,15 @@ def readme_layout_paths() -> list[str]:
     return paths
 
 
-def test_readme_layout_names_paths_that_exist():
-    paths = readme_layout_paths()
+def test_the_layout_page_names_paths_that_exist():
+    paths = layout_paths()
     assert len(paths) >= 40, paths  # the table really lists the layout
     missing = [p for p in paths if not (ROOT / p).exists()]
     assert not missing, missing
 
 
-def test_every_package_module_is_named_in_the_readme_layout():
-    named = set(readme_layout_paths())
+def test_every_package_module_is_named_on_the_layout_page():
+    named = set(layout_paths())
     modules = [p.relative_to(ROOT).as_posix() for p in (ROOT / "src" / "tinygpt").rglob("*.py")
                if p.name != "__init__.py"]
     unnamed = [m for m in modules if m not in named]
