@@ -30,7 +30,7 @@ def cache_dir(tmp_path_factory) -> Path:
 @pytest.fixture
 def corpus_args(corpus_file, cache_dir) -> list[str]:
     """train.py overrides that read the test corpus through the session's cache."""
-    return ["data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}"]
+    return ["corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}"]
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -13,7 +13,7 @@ def test_an_unreachable_hub_without_a_local_copy_is_one_sentence_at_once(tmp_pat
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     t0 = time.perf_counter()
-    with pytest.raises(ValueError, match=r"^data.name='someone/corpus': the Hugging Face Hub \(http://127.0.0.1:9\) "
+    with pytest.raises(ValueError, match=r"^corpus.name='someone/corpus': the Hugging Face Hub \(http://127.0.0.1:9\) "
                                          r"is unreachable \(.*\) and there is no local copy under .*hf; connect"):
         corpus.hub_reachable_or_cached("someone/corpus", tmp_path / "hf")
     assert time.perf_counter() - t0 < REACH_TIMEOUT_S * 3

@@ -1,7 +1,7 @@
 """tinygpt.data's contract in detail: constructor defaults and messages, the corpora, the random-window sampler's
 range, the cache's name, layout and build, the loaders. Written to close what a mutation run found unguarded."""
 
-import inspect
+import dataclasses
 import itertools
 import json
 from types import SimpleNamespace
@@ -16,15 +16,16 @@ from helpers import compose_train
 from tinygpt.data import corpus
 from tinygpt.data import cache
 from tinygpt.data.cache import tokenize_to_array
+from tinygpt.data.config import DataConfig
 from tinygpt.data.datamodule import TextDataModule
 from tinygpt.data.windows import RandomWindows, fixed_windows
 from tinygpt.data.tokenizer import TokenizerSpec, train_tokenizer
 
 
 def make_dm(corpus_file, cache_dir, **kw):
-    args = dict(source="text_file", path=str(corpus_file), block_size=16, batch_size=4, cache_dir=str(cache_dir))
+    args = dict(block_size=16, batch_size=4, cache_dir=str(cache_dir))
     args.update(kw)
-    return TextDataModule(**args)
+    return TextDataModule(corpus.TextFile(path=str(corpus_file)), **args)
 
 
 # ----------------------------------------------------------------------------- constructor
@@ -32,42 +33,43 @@ def make_dm(corpus_file, cache_dir, **kw):
 
 def test_constructor_defaults_are_the_configs_defaults():
     """Using TextDataModule and the corpora from Python gives the recipe `python train.py` uses."""
-    defaults = {k: p.default for k, p in inspect.signature(TextDataModule).parameters.items()}
+    defaults = {f.name: f.default for f in dataclasses.fields(DataConfig)}  # TextDataModule's settings
     cfg = compose_train()
     for key in ("tokenizer", "bpe_vocab_size", "tokenizer_dir", "train_fraction", "block_size", "batch_size",
                 "val_batch_size", "val_windows", "seed", "overfit"):
         assert defaults[key] == cfg.data[key], key
-    assert defaults["cache_dir"] == "data/cache" and defaults["corpus"] is None
-    assert TextDataModule().corpus == corpus.Shakespeare() and TextDataModule().source == cfg.data.source
-    rand = compose_train(["data=random_tokens"]).data
+    assert defaults["cache_dir"] == "data/cache"
+    assert TextDataModule().corpus == corpus.Shakespeare() == instantiate(cfg.corpus)
+    rand = compose_train(["corpus=random_tokens"]).corpus
     assert corpus.RandomTokens() == corpus.RandomTokens(rand.vocab_size, rand.n_tokens, cfg.seed)
     assert corpus.RandomTokens().n_tokens == 1_000_000
-    hub = compose_train(["data=hf_hub", "data.name=some/set"]).data
+    hub = compose_train(["corpus=hf_hub", "corpus.name=some/set"]).corpus
     assert corpus.HfHub("some/set") == corpus.HfHub("some/set", hub.config, hub.split, hub.text_column)
 
 
 @pytest.mark.parametrize("source", list(corpus.CORPORA))
-def test_each_data_option_builds_the_corpus_its_source_names(source, corpus_file):
-    """configs/data/<source>.yaml: data.corpus is that source's class, built from the keys at data level."""
-    given = {"text_file": [f"data.path={corpus_file}"], "hf_hub": ["data.name=some/set"],
-             "random_tokens": ["data.vocab_size=50", "data.n_tokens=5000", "seed=7"]}.get(source, [])
-    cfg = compose_train([f"data={source}", *given])
-    built = instantiate(cfg.data.corpus)
-    assert type(built) is corpus.CORPORA[source] and built.source == cfg.data.source == source
-    assert built == corpus.from_source(**{k: cfg.data[k] for k in built.config_keys()})  # a config without data.corpus
+def test_each_corpus_option_builds_the_class_its_source_names(source, corpus_file):
+    """configs/corpus/<source>.yaml: its _target_ and its own fields; the data module gets the built corpus."""
+    given = {"text_file": [f"corpus.path={corpus_file}"], "hf_hub": ["corpus.name=some/set"],
+             "random_tokens": ["corpus.vocab_size=50", "corpus.n_tokens=5000", "seed=7"]}.get(source, [])
+    cfg = compose_train([f"corpus={source}", *given])
+    built = instantiate(cfg.corpus)
+    assert type(built) is corpus.CORPORA[source] and built.source == source
+    dm = instantiate(cfg.data, built)
+    assert dm.corpus is built and dm.source == source
+    if source == "random_tokens":
+        assert (built.vocab_size, built.n_tokens, built.seed, dm.seed) == (50, 5000, 7, 7)
 
 
 CORPUS_BAD = [
-    (lambda: corpus.TextFile(), "data=text_file needs data.path=<file> (one or more UTF-8 text files)."),
-    (lambda: corpus.TextFile([]), "data=text_file needs data.path=<file> (one or more UTF-8 text files)."),
-    (lambda: corpus.TextFile("/no/such.txt"), "data.path='/no/such.txt' is not a file."),
-    (lambda: corpus.HfHub(), "data=hf_hub needs data.name=<hub id or local dataset directory>."),
-    (lambda: corpus.RandomTokens(vocab_size=0), "data.vocab_size=0 must be a positive integer."),
-    (lambda: corpus.RandomTokens(vocab_size=True), "data.vocab_size=True must be a positive integer."),
-    (lambda: corpus.RandomTokens(vocab_size=1), "data.vocab_size=1 must be at least 2 for random_tokens."),
-    (lambda: corpus.RandomTokens(n_tokens=0), "data.n_tokens=0 must be a positive integer."),
-    (lambda: corpus.from_source("web"),
-     "data.source='web' is not one of shakespeare, text_file, hf_hub, random_tokens."),
+    (lambda: corpus.TextFile(), "corpus=text_file needs corpus.path=<file> (one or more UTF-8 text files)."),
+    (lambda: corpus.TextFile([]), "corpus=text_file needs corpus.path=<file> (one or more UTF-8 text files)."),
+    (lambda: corpus.TextFile("/no/such.txt"), "corpus.path='/no/such.txt' is not a file."),
+    (lambda: corpus.HfHub(), "corpus=hf_hub needs corpus.name=<hub id or local dataset directory>."),
+    (lambda: corpus.RandomTokens(vocab_size=0), "corpus.vocab_size=0 must be a positive integer."),
+    (lambda: corpus.RandomTokens(vocab_size=True), "corpus.vocab_size=True must be a positive integer."),
+    (lambda: corpus.RandomTokens(vocab_size=1), "corpus.vocab_size=1 must be at least 2 for random_tokens."),
+    (lambda: corpus.RandomTokens(n_tokens=0), "corpus.n_tokens=0 must be a positive integer."),
 ]
 
 
@@ -78,21 +80,17 @@ def test_each_corpus_checks_its_own_fields(build, message):
     assert str(err.value) == message
 
 
-def test_the_corpus_keys_at_data_level_must_be_the_corpus_s(corpus_file):
-    """Hydra passes data.source, data.path, ... beside data.corpus: another key is refused as any unknown setting is,
-    and data.source must name the corpus."""
+def test_a_corpus_key_is_not_a_data_key(corpus_file):
+    """The data module takes the built corpus and its own settings only: a corpus's key given to it (data.path, as
+    configs written before the corpus group had it) is refused as any unknown setting is."""
     files = corpus.TextFile(str(corpus_file))
-    assert TextDataModule(files, source="text_file", path=str(corpus_file)).corpus is files
-    with pytest.raises(TypeError, match=r"unexpected keyword argument 'name'$"):
-        TextDataModule(files, name="some/set")
-    with pytest.raises(ValueError) as err:
-        TextDataModule(corpus.Shakespeare(), source="text_file")
-    assert str(err.value) == ("data.source='text_file' does not match data.corpus, a shakespeare corpus; choose the "
-                              "corpus with data=text_file.")
+    assert TextDataModule(files).corpus is files
+    for key, value in (("name", "some/set"), ("path", str(corpus_file)), ("source", "text_file")):
+        with pytest.raises(TypeError, match=rf"unexpected keyword argument '{key}'$"):
+            TextDataModule(files, **{key: value})
 
 
 BAD = [
-    (dict(source="web"), "data.source='web' is not one of shakespeare, text_file, hf_hub, random_tokens."),
     (dict(tokenizer="word"), "data.tokenizer='word' is not one of char, bpe, pretrained."),
     (dict(tokenizer="pretrained"), "data.tokenizer=pretrained needs data.tokenizer_dir=<a Hugging Face model dir "
                                    "with tokenizer.json or vocab.json + merges.txt> (init_from sets it)."),
@@ -102,11 +100,6 @@ BAD = [
                                      "it, or init_from=/no/such to start from its weights too."),
     (dict(tokenizer="bpe", bpe_vocab_size=256),
      "data.bpe_vocab_size=256 is too small for byte-level BPE: it needs at least 257 (256 bytes + <|endoftext|>)."),
-    (dict(source="random_tokens", vocab_size=1), "data.vocab_size=1 must be at least 2 for random_tokens."),
-    (dict(source="random_tokens", vocab_size=2**31 + 1), "data.vocab_size=2147483649 must be at least 2 for "
-                                                         "random_tokens."),
-    (dict(source="text_file"), "data=text_file needs data.path=<file> (one or more UTF-8 text files)."),
-    (dict(source="hf_hub"), "data=hf_hub needs data.name=<hub id or local dataset directory>."),
     (dict(train_fraction=0.0), "data.train_fraction=0.0 must be between 0 and 1."),
     (dict(train_fraction=1.0), "data.train_fraction=1.0 must be between 0 and 1."),
     (dict(batch_size=0), "data.batch_size=0 must be a positive integer."),
@@ -125,9 +118,9 @@ def test_each_bad_setting_is_named_exactly(kw, message):
 
 def test_boundary_values_are_accepted():
     TextDataModule(tokenizer="bpe", bpe_vocab_size=257)
-    TextDataModule(source="random_tokens", vocab_size=2)
-    TextDataModule(source="random_tokens", vocab_size=2**31)
-    TextDataModule(source="random_tokens", tokenizer="word")  # random tokens have no tokenizer to check
+    TextDataModule(corpus.RandomTokens(vocab_size=2))
+    TextDataModule(corpus.RandomTokens(vocab_size=2**31))
+    TextDataModule(corpus.RandomTokens(), tokenizer="word")  # random tokens have no tokenizer to check
     TextDataModule(batch_size=1, block_size=1, val_windows=1, val_batch_size=1, train_fraction=0.5)
     assert TextDataModule().tokenizer is None
 
@@ -179,7 +172,7 @@ def test_cache_dir_names(corpus_file, tmp_path):
     dm = make_dm(corpus_file, tmp_path, tokenizer="bpe", bpe_vocab_size=300)
     dm.prepare_data()
     assert dm.cache_path == tmp_path / f"text_file-{h}-bpe300-f0.9-c1"
-    r = TextDataModule(source="random_tokens", vocab_size=50, n_tokens=5000, seed=7, cache_dir=str(tmp_path))
+    r = TextDataModule(corpus.RandomTokens(vocab_size=50, n_tokens=5000, seed=7), seed=7, cache_dir=str(tmp_path))
     r.prepare_data()
     assert r.cache_path == tmp_path / "random_tokens-v50-n5000-s7-c1"
 
@@ -197,7 +190,7 @@ def test_the_cache_layout_meta_and_memory_mapping(corpus_file, tmp_path):
 
 @pytest.mark.parametrize("vocab, dtype", [(65536, np.uint16), (65537, np.int32)])
 def test_random_token_ids_use_uint16_while_the_vocab_fits(tmp_path, vocab, dtype):
-    dm = TextDataModule(source="random_tokens", vocab_size=vocab, n_tokens=2000, block_size=8, cache_dir=str(tmp_path))
+    dm = TextDataModule(corpus.RandomTokens(vocab_size=vocab, n_tokens=2000), block_size=8, cache_dir=str(tmp_path))
     dm.setup()
     assert dm.train_ids.dtype == dtype and int(dm.train_ids.max()) < vocab
     assert json.loads((dm.cache_path / "meta.json").read_text())["tokenizer"] is None
@@ -225,17 +218,17 @@ def test_empty_corpus_and_too_small_splits_are_named(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
     with pytest.raises(ValueError) as err:
-        TextDataModule(source="text_file", path=str(empty), cache_dir=str(tmp_path / "c")).setup()
-    assert str(err.value) == "the corpus for data.source='text_file' is empty."
+        TextDataModule(corpus.TextFile(path=str(empty)), cache_dir=str(tmp_path / "c")).setup()
+    assert str(err.value) == "the corpus for corpus=text_file is empty."
     small = tmp_path / "small.txt"
     small.write_text("abcdefghij" * 20)  # 200 chars: 180 train, 20 validation
     with pytest.raises(ValueError) as err:
-        TextDataModule(source="text_file", path=str(small), block_size=19, cache_dir=str(tmp_path / "c")).setup()
+        TextDataModule(corpus.TextFile(path=str(small)), block_size=19, cache_dir=str(tmp_path / "c")).setup()
     assert str(err.value) == ("the validation split has 20 tokens, fewer than data.block_size + 2 = 21; use a larger "
                               "corpus or a smaller block_size.")
-    TextDataModule(source="text_file", path=str(small), block_size=18, cache_dir=str(tmp_path / "c")).setup()  # 20 ok
+    TextDataModule(corpus.TextFile(path=str(small)), block_size=18, cache_dir=str(tmp_path / "c")).setup()  # 20 ok
     with pytest.raises(ValueError, match="^the train split has 180 tokens, fewer than data.block_size"):
-        TextDataModule(source="text_file", path=str(small), block_size=179, train_fraction=0.9,
+        TextDataModule(corpus.TextFile(path=str(small)), block_size=179, train_fraction=0.9,
                        cache_dir=str(tmp_path / "c")).setup()
 
 
@@ -299,7 +292,7 @@ def test_the_validation_loader_keeps_order_and_batch_size(corpus_file, cache_dir
 
 
 def test_encode_without_a_tokenizer_says_what_to_do(tmp_path):
-    dm = TextDataModule(source="random_tokens", vocab_size=50, n_tokens=5000, block_size=8, cache_dir=str(tmp_path))
+    dm = TextDataModule(corpus.RandomTokens(vocab_size=50, n_tokens=5000), block_size=8, cache_dir=str(tmp_path))
     dm.setup()
     with pytest.raises(ValueError) as err:
         dm.encode("abc")
@@ -316,7 +309,7 @@ def test_a_second_prepare_returns_at_once(corpus_file, tmp_path, monkeypatch):
 
 
 def test_random_tokens_build_into_a_cache_dir_whose_parents_do_not_exist(tmp_path):
-    dm = TextDataModule(source="random_tokens", vocab_size=20, n_tokens=3000, block_size=8,
+    dm = TextDataModule(corpus.RandomTokens(vocab_size=20, n_tokens=3000), block_size=8,
                         cache_dir=str(tmp_path / "a" / "b" / "c"))
     dm.setup()
     assert dm.cache_path.parent == tmp_path / "a" / "b" / "c" and len(dm.train_ids) == 2700
@@ -341,8 +334,8 @@ def test_a_warm_cache_is_used_without_importing_datasets(corpus_file, tmp_path):
     import sys
 
     make_dm(corpus_file, tmp_path / "cache").setup()  # build it
-    code = ("import sys\nfrom tinygpt.data.datamodule import TextDataModule\n"
-            f"dm = TextDataModule(source='text_file', path={str(corpus_file)!r}, block_size=16, batch_size=4, "
+    code = ("import sys\nfrom tinygpt.data import corpus\nfrom tinygpt.data.datamodule import TextDataModule\n"
+            f"dm = TextDataModule(corpus.TextFile(path={str(corpus_file)!r}), block_size=16, batch_size=4, "
             f"cache_dir={str(tmp_path / 'cache')!r})\n"
             "dm.setup()\nprint(len(dm.train_ids), 'datasets' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

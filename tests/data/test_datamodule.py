@@ -79,9 +79,9 @@ def test_fixed_validation_windows_cover_the_split():
 
 
 def make_dm(corpus_file, cache_dir, **kw):
-    args = dict(source="text_file", path=str(corpus_file), block_size=16, batch_size=4, cache_dir=str(cache_dir))
+    args = dict(block_size=16, batch_size=4, cache_dir=str(cache_dir))
     args.update(kw)
-    return TextDataModule(**args)
+    return TextDataModule(corpus.TextFile(path=str(corpus_file)), **args)
 
 
 def test_datamodule_text_file_char(corpus_file, cache_dir):
@@ -126,7 +126,7 @@ def test_bpe_datamodule(corpus_file, cache_dir):
 
 
 def test_random_tokens(tmp_path):
-    dm = TextDataModule(source="random_tokens", vocab_size=50, n_tokens=5000, block_size=8, cache_dir=str(tmp_path))
+    dm = TextDataModule(corpus.RandomTokens(vocab_size=50, n_tokens=5000), block_size=8, cache_dir=str(tmp_path))
     dm.setup()
     assert dm.vocab_size == 50 and dm.tokenizer is None
     assert len(dm.train_ids) == 4500 and int(dm.train_ids.max()) < 50
@@ -140,36 +140,34 @@ def test_hf_hub_offline_from_local_dataset(tmp_path, cache_dir):
     rows = [{"content": line} for line in TEXT.splitlines() if line] * 10
     saved = tmp_path / "saved"
     Dataset.from_list(rows).save_to_disk(str(saved))
-    dm = TextDataModule(source="hf_hub", name=str(saved), text_column="content", block_size=8, cache_dir=str(cache_dir))
+    dm = TextDataModule(corpus.HfHub(name=str(saved), text_column="content"), block_size=8, cache_dir=str(cache_dir))
     dm.setup()
     assert dm.decode(dm.train_ids[:20]) == "\n".join(r["content"] for r in rows)[:20]
 
     files = tmp_path / "jsonl"
     files.mkdir()
     (files / "part.jsonl").write_text("\n".join(json.dumps({"text": r["content"]}) for r in rows))
-    dm2 = TextDataModule(source="hf_hub", name=str(files), block_size=8, cache_dir=str(cache_dir))
+    dm2 = TextDataModule(corpus.HfHub(name=str(files)), block_size=8, cache_dir=str(cache_dir))
     dm2.setup()
     assert dm2.vocab_size == dm.vocab_size
 
-    with pytest.raises(ValueError, match="data.text_column='body'"):
-        TextDataModule(source="hf_hub", name=str(saved), text_column="body", cache_dir=str(cache_dir)).setup()
+    with pytest.raises(ValueError, match="corpus.text_column='body'"):
+        TextDataModule(corpus.HfHub(name=str(saved), text_column="body"), cache_dir=str(cache_dir)).setup()
 
 
 def test_bad_data_config_fails_clearly(tmp_path):
-    with pytest.raises(ValueError, match="data.path='/no/such.txt' is not a file"):
-        TextDataModule(source="text_file", path="/no/such.txt")
-    with pytest.raises(ValueError, match="needs data.path"):
-        TextDataModule(source="text_file")
-    with pytest.raises(ValueError, match="data.source='web'"):
-        TextDataModule(source="web")
+    with pytest.raises(ValueError, match="corpus.path='/no/such.txt' is not a file"):
+        TextDataModule(corpus.TextFile(path="/no/such.txt"))
+    with pytest.raises(ValueError, match="needs corpus.path"):
+        TextDataModule(corpus.TextFile())
+    with pytest.raises(TypeError, match="unexpected keyword argument 'source'"):
+        TextDataModule(source="web")  # the corpus is an object now (corpus=<source> in the config)
     with pytest.raises(ValueError, match="data.bpe_vocab_size=100 is too small for byte-level BPE"):
-        TextDataModule(source="shakespeare", tokenizer="bpe", bpe_vocab_size=100)
-    with pytest.raises(ValueError, match="data.bpe_vocab_size=100 is too small for byte-level BPE"):
-        TextDataModule(source="shakespeare", tokenizer="bpe", vocab_size=100)  # a config written before the rename
+        TextDataModule(corpus.Shakespeare(), tokenizer="bpe", bpe_vocab_size=100)
     short = tmp_path / "short.txt"
     short.write_text("abc\n" * 3)
     with pytest.raises(ValueError, match="fewer than data.block_size"):
-        TextDataModule(source="text_file", path=str(short), block_size=64, cache_dir=str(tmp_path)).setup()
+        TextDataModule(corpus.TextFile(path=str(short)), block_size=64, cache_dir=str(tmp_path)).setup()
 
 
 def test_play_markdown_to_plain_text():
@@ -292,7 +290,7 @@ def test_a_pretrained_tokenizer_tokenizes_as_it_is_into_a_cache_of_its_own(corpu
 def test_tokenizer_is_trained_on_the_training_split_only(tmp_path):
     path = tmp_path / "c.txt"
     path.write_text("abcab\n" * 150 + "Z" * 100)  # 'Z' occurs only in the last 10%: the validation split
-    dm = TextDataModule(source="text_file", path=str(path), block_size=8, cache_dir=str(tmp_path / "cache"))
+    dm = TextDataModule(corpus.TextFile(path=str(path)), block_size=8, cache_dir=str(tmp_path / "cache"))
     dm.setup()
     unk = dm.tokenizer.token_to_id("<unk>")
     assert dm.tokenizer.token_to_id("Z") is None
@@ -300,7 +298,7 @@ def test_tokenizer_is_trained_on_the_training_split_only(tmp_path):
 
 
 def test_random_token_splits_do_not_overlap(tmp_path):
-    dm = TextDataModule(source="random_tokens", vocab_size=50, n_tokens=5000, block_size=8, cache_dir=str(tmp_path))
+    dm = TextDataModule(corpus.RandomTokens(vocab_size=50, n_tokens=5000), block_size=8, cache_dir=str(tmp_path))
     dm.setup()
     full = np.random.default_rng(dm.seed).integers(0, 50, size=5000)
     assert np.array_equal(np.concatenate([dm.train_ids, dm.val_ids]), full)  # train then val, no shared token
@@ -351,7 +349,7 @@ def test_spread_windows_are_spread_over_the_validation_windows(corpus_file, tmp_
 
 
 def test_random_tokens_have_no_tokenizer_to_encode_with(tmp_path):
-    dm = TextDataModule(source="random_tokens", vocab_size=50, n_tokens=5000, block_size=8, cache_dir=str(tmp_path))
+    dm = TextDataModule(corpus.RandomTokens(vocab_size=50, n_tokens=5000), block_size=8, cache_dir=str(tmp_path))
     dm.setup()
     with pytest.raises(ValueError, match="no tokenizer"):
         dm.encode("abc")

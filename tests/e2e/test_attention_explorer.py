@@ -24,7 +24,7 @@ def runs(tmp_path_factory, corpus_file, cache_dir):
     out = {}
     for name, causal in (("causal", "true"), ("leaky", "false")):
         out[name] = root / name
-        run_train([*TINY, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
+        run_train([*TINY, "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}",
                    "logger=csv", f"model.attn.causal={causal}", f"hydra.run.dir={out[name]}"])
     return out
 

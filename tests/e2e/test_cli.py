@@ -10,7 +10,7 @@ PY_WARNING = re.compile(r"\.py:\d+: \w*(Warning|Deprecat)|warnings\.warn|UserWar
 
 
 def tiny(out, corpus_file, cache_dir, *extra):
-    return [*TINY, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
+    return [*TINY, "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}",
             f"hydra.run.dir={out}", *extra]
 
 
@@ -123,8 +123,9 @@ def test_a_refused_start_leaves_no_run_dir(tmp_path, corpus_file, cache_dir):
     and its new parents removed. The memory check refuses last, after the data are read and Lightning has logged its
     first lines (any machine refuses GPT-2 XL at batch 4096)."""
     out = tmp_path / "new" / "run"
-    proc = run_train(["model=gpt2_xl", "model.block_size=16", "data.batch_size=4096", "data=text_file",
-                      f"data.path={corpus_file}", f"data.cache_dir={cache_dir}", "logger=none", f"hydra.run.dir={out}"],
+    proc = run_train(["model=gpt2_xl", "model.block_size=16", "data.batch_size=4096", "corpus=text_file",
+                      f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}", "logger=none",
+                      f"hydra.run.dir={out}"],
                      check=False)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()

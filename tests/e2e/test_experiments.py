@@ -59,7 +59,7 @@ def test_causal_mask_sweep_arms_and_dir():
     for arm in arms:
         c = compose_hydra(["experiment=causal_mask", f"arm/causal_mask={arm}"])
         windows.add(c.data.batch_size)
-        assert c.data.source == ("random_tokens" if arm.startswith("random") else "shakespeare")
+        assert c.corpus._target_.rsplit(".", 1)[1] == ("RandomTokens" if arm.startswith("random") else "Shakespeare")
         assert c.model.block_size == int(arm.rsplit("_t", 1)[1])
     assert windows == {12}  # the same windows a batch in every arm: every position trains on as many examples
     quick = compose_hydra(["experiment=causal_mask_quick"])
@@ -71,7 +71,7 @@ def test_causal_mask_sweep_arms_and_dir():
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_runs_a_few_steps_on_the_tiny_model(experiment, tmp_path, corpus_file, cache_dir):
     out = tmp_path / experiment
-    args = [f"experiment={experiment}", *TINY, "data=text_file", f"data.path={corpus_file}",
+    args = [f"experiment={experiment}", *TINY, "corpus=text_file", f"corpus.path={corpus_file}",
             f"data.cache_dir={cache_dir}", "trainer.max_steps=4", "trainer.val_check_interval=2",
             "logger=csv", f"hydra.run.dir={out}"]
     if experiment == "gpu_small":  # its trainer asks for a GPU; here the recipe (bf16-mixed included) runs on the CPU
@@ -88,7 +88,7 @@ def tiny_causal_mask_sweep(tmp_path_factory, cache_dir) -> Path:
     sweep = tmp_path_factory.mktemp("causal_mask") / "sweep"
     run_train([
         "-m", "experiment=causal_mask", *TINY, "arm/causal_mask=random_t64", "model.block_size=16",
-        "model.n_embd=32", "data.vocab_size=16", "data.n_tokens=40000", "data.batch_size=32", "data.val_windows=64",
+        "model.n_embd=32", "corpus.vocab_size=16", "corpus.n_tokens=40000", "data.batch_size=32", "data.val_windows=64",
         "seed=1", "model.attn.causal=true,false", "trainer.max_steps=200", "trainer.val_check_interval=50",
         "optim.lr=1e-2", "optim.warmup_steps=20", "diagnostics.windows=16", f"data.cache_dir={cache_dir}",
         f"hydra.sweep.dir={sweep}", "logger=csv",
@@ -173,7 +173,7 @@ def test_sqrt_dk_sweep_and_report(tmp_path, cache_dir, corpus_file):
     absurd one diverges, ends cleanly, and the report still draws everything."""
     sweep = tmp_path / "sweep"
     run_train(["-m", "experiment=sqrt_dk_quick", *TINY, "model.n_embd=32", "model.n_layer=1",
-               "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}", "logger=csv",
+               "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}", "logger=csv",
                "trainer.max_steps=20", "trainer.val_check_interval=10", "optim.lr=1e-2,1e8",
                f"hydra.sweep.dir={sweep}"])
     summaries = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/summary.json"))]

@@ -20,7 +20,7 @@ LONG = [*TINY, f"trainer.max_steps={STEPS}", "trainer.val_check_interval=100", "
 
 
 def args(out, corpus_file, cache_dir, *extra):
-    return [*LONG, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
+    return [*LONG, "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}",
             f"hydra.run.dir={out}", *extra]
 
 
@@ -98,7 +98,7 @@ def test_a_sweep_stopped_by_sigterm_is_continued_in_place_to_the_same_results(tm
     extra, group, running = SWEEPS[launcher]
 
     def sweep_args(sweep_dir):
-        return ["-m", *LONG, "trainer.max_steps=300", "data=text_file", f"data.path={corpus_file}",
+        return ["-m", *LONG, "trainer.max_steps=300", "corpus=text_file", f"corpus.path={corpus_file}",
                 f"data.cache_dir={cache_dir}", "seed=1,2,3", *extra, f"hydra.sweep.dir={sweep_dir}"]
 
     stopped = tmp_path / "stopped"

@@ -138,8 +138,8 @@ def test_a_sweep_through_submitits_local_executor(tmp_path, corpus_args):
 @pytest.mark.slow
 def test_parallel_jobs_share_one_fresh_cache_and_split_the_cores(tmp_path, corpus_file):
     sweep, cache = tmp_path / "sweep", tmp_path / "fresh-cache"
-    run_train(["-m", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2", *TINY, "data=text_file",
-               f"data.path={corpus_file}", f"data.cache_dir={cache}", "logger=[wandb,csv]", "seed=1,2",
+    run_train(["-m", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2", *TINY, "corpus=text_file",
+               f"corpus.path={corpus_file}", f"data.cache_dir={cache}", "logger=[wandb,csv]", "seed=1,2",
                f"hydra.sweep.dir={sweep}"])
     runs = [summary(sweep / job) for job in ("0", "1")]
     assert [s["status"] for s in runs] == ["completed", "completed"]
@@ -154,7 +154,7 @@ def test_parallel_jobs_share_one_fresh_cache_and_split_the_cores(tmp_path, corpu
 def start_parallel_sweep(sweep, corpus_file, cache_dir, *extra, new_session=False) -> subprocess.Popen:
     argv = ["-m", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2", *TINY, "trainer.max_steps=3000",
             "trainer.val_check_interval=100", "logger=csv", "callbacks.attention_maps.every_n_steps=0",
-            "callbacks.text_samples.final_only=true", "data=text_file", f"data.path={corpus_file}",
+            "callbacks.text_samples.final_only=true", "corpus=text_file", f"corpus.path={corpus_file}",
             f"data.cache_dir={cache_dir}", "seed=1,2,3,4", f"hydra.sweep.dir={sweep}", *extra]
     return subprocess.Popen([sys.executable, str(ROOT / "train.py"), *argv], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=new_session)

@@ -22,7 +22,7 @@ SUMMARY_KEYS = {"train_loss", "val_loss", "val_loss_honest", "future_leak", "att
 
 def tiny_overrides(corpus_file: Path, cache_dir: Path, *extra: str) -> list[str]:
     """The tiny recipe on the test corpus (for train_in_process: no run dir among them)."""
-    return [*TINY, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}", *extra]
+    return [*TINY, "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}", *extra]
 
 
 def tiny_args(out: Path, corpus_file: Path, cache_dir: Path, *extra: str) -> list[str]:
@@ -38,7 +38,8 @@ def test_default_config_is_nanogpts_cpu_recipe():
     m = cfg.model
     assert (m.n_layer, m.n_head, m.n_embd, m.block_size, m.dropout) == (4, 4, 128, 64, 0.0)
     assert (m.attn.causal, m.attn.scale, m.attn.backend) == (True, "sqrt_dk", "sdpa")
-    assert cfg.data.source == "shakespeare" and cfg.data.batch_size == 12 and cfg.data.tokenizer == "char"
+    assert cfg.corpus._target_ == "tinygpt.data.corpus.Shakespeare" and cfg.data.batch_size == 12
+    assert cfg.data.tokenizer == "char"
     assert cfg.data.block_size == 64
     assert cfg.trainer.max_steps == 2000 and cfg.trainer.gradient_clip_val == 1.0
     o = cfg.optim
@@ -168,7 +169,7 @@ def test_resuming_continues_to_the_new_max_steps(offline_run, tmp_path, corpus_f
 def test_sweep_gives_separate_runs_in_one_group(tmp_path, corpus_file, cache_dir):
     sweep = tmp_path / "sweep"
     args = [
-        "-m", *TINY, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
+        "-m", *TINY, "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}",
         f"hydra.sweep.dir={sweep}", "trainer.max_steps=6", "trainer.val_check_interval=3",
         "model.attn.causal=true,false",
     ]
@@ -201,7 +202,7 @@ def test_sweep_gives_separate_runs_in_one_group(tmp_path, corpus_file, cache_dir
 def test_default_corpus_csv_logger_and_no_logger(tmp_path, cache_dir):
     common = [*TINY, "trainer.max_steps=4", "trainer.val_check_interval=2", f"data.cache_dir={cache_dir}"]
     out = tmp_path / "csv"
-    assert train_in_process(out, [*common, "logger=csv"])["config"]["data"]["source"] == "shakespeare"
+    assert train_in_process(out, [*common, "logger=csv"])["config"]["corpus"]["_target_"].endswith(".Shakespeare")
     assert (out / "history" / "metrics.csv").is_file()
     out2 = tmp_path / "none"
     assert train_in_process(out2, [*common, "logger=none"])["steps"] == 4
@@ -214,7 +215,7 @@ def test_default_corpus_csv_logger_and_no_logger(tmp_path, cache_dir):
     [
         ("model.n_head=3", "model.n_embd=16 must be divisible by model.n_head=3"),
         ("model.attn.scale=sqrt", "model.attn.scale='sqrt' is not one of"),
-        ("data.path=/no/such/file.txt", "data.path='/no/such/file.txt' is not a file"),
+        ("corpus.path=/no/such/file.txt", "corpus.path='/no/such/file.txt' is not a file"),
         ("trainer.max_steps=0", "trainer.max_steps=0 must be a positive integer"),
         ("seed=-1", "seed=-1 must be an integer in [0, 2**32)"),
         pytest.param("trainer=gpu", "trainer.accelerator='gpu' but no CUDA GPU is visible",
@@ -249,7 +250,8 @@ def test_a_bad_value_is_one_line_and_exit_status_2_leaving_no_run_dir(tmp_path, 
 def test_debug_fast_runs(tmp_path, corpus_file, cache_dir):
     tiny_model = [a for a in TINY if not a.startswith(("trainer.", "callbacks."))]  # debug=fast sets these
     out = tmp_path / "dbg"
-    overrides = [*tiny_model, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}", "debug=fast"]
+    overrides = [*tiny_model, "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}",
+                 "debug=fast"]
     assert train_in_process(out, overrides)["steps"] == 10
 
 
@@ -394,7 +396,7 @@ def test_a_diverging_job_ends_cleanly_and_the_sweep_goes_on(tmp_path, corpus_fil
     """A huge learning rate without the 1/sqrt(d_k) scale: the loss becomes NaN; that job stops, writes its
     summary with diverged: true and exits 0, and the next job of the sweep still runs."""
     sweep = tmp_path / "sweep"
-    run_train(["-m", *TINY, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
+    run_train(["-m", *TINY, "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}",
                f"hydra.sweep.dir={sweep}", "model.attn.scale=none", "optim.warmup_steps=0", "logger=csv",
                "optim.lr=1e8,1e-3"])
     first, second = (json.loads((sweep / j / "summary.json").read_text()) for j in ("0", "1"))

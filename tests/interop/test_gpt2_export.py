@@ -32,8 +32,9 @@ def exports(tmp_path_factory, corpus_file, cache_dir):
     def get(name):
         if name not in made:
             root = tmp_path_factory.mktemp(name.replace(", ", "-").replace(" ", "_"))
-            train_in_process(root / "run", ["data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
-                                            "model=tiny", "model.block_size=32", *EXPORT_RECIPE, *RUNS[name]])
+            train_in_process(root / "run", ["corpus=text_file", f"corpus.path={corpus_file}",
+                                            f"data.cache_dir={cache_dir}", "model=tiny", "model.block_size=32",
+                                            *EXPORT_RECIPE, *RUNS[name]])
             assert export_main(["--ckpt", str(root / "run"), "--out", str(root / "hf")]) == 0
             ours, tok, _ = load_trained(root / "run")
             theirs = AutoModelForCausalLM.from_pretrained(root / "hf").eval()

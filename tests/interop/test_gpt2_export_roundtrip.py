@@ -33,7 +33,7 @@ def exported(tmp_path_factory, gpt2_dir, corpus_file, cache_dir):
     def get(name, overrides):
         if name not in made:
             root = tmp_path_factory.mktemp(name)
-            train_in_process(root / "run", [f"init_from={gpt2_dir}", "data=text_file", f"data.path={corpus_file}",
+            train_in_process(root / "run", [f"init_from={gpt2_dir}", "corpus=text_file", f"corpus.path={corpus_file}",
                                             f"data.cache_dir={cache_dir}", *EXPORT_RECIPE, *overrides])
             assert export_main(["--ckpt", str(root / "run" / "checkpoints" / "last.ckpt"), "--out",
                                 str(root / "hf")]) == 0

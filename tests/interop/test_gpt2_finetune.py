@@ -38,7 +38,7 @@ def theirs(gpt2_dir):
 def test_fine_tuning_starts_from_the_imported_weights_and_resumes(tmp_path, gpt2_dir, theirs, corpus_file,
                                                                   cache_dir):
     out = tmp_path / "run"
-    args = [f"init_from={gpt2_dir}", "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
+    args = [f"init_from={gpt2_dir}", "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}",
             f"hydra.run.dir={out}", *RECIPE]
     run_train([*args, "trainer.max_steps=4"])
     summary = json.loads((out / "summary.json").read_text())

@@ -96,7 +96,7 @@ def test_resume_refuses_another_shape_or_vocab_naming_both(tmp_path):
         checkpoint.check_resume_model(fake_ckpt(16, 30, "tok-B"), tmp_path, ours, ours_cfg, 30, "tok-A")
     # the same vocab size, but one side has no tokenizer at all (random tokens): compared, not skipped
     with pytest.raises(ConfigError, match="trained on text through a tokenizer, but this run's data are token ids "
-                                          r"without one \(data.source=random_tokens\), with the same vocab size 30"):
+                                          r"without one \(corpus=random_tokens\), with the same vocab size 30"):
         checkpoint.check_resume_model(fake_ckpt(16, 30, "tok-A"), tmp_path, ours, ours_cfg, 30, None)
     with pytest.raises(ConfigError, match="trained on token ids without a tokenizer, but this run's data are text"):
         checkpoint.check_resume_model(fake_ckpt(16, 30, None), tmp_path, ours, ours_cfg, 30, "tok-A")

@@ -30,6 +30,8 @@ def test_existing_options_and_other_overrides_pass(argv):
     (["arm/partial_leaks=of_by_one"], "arm/partial_leaks=of_by_one is not an option of arm/partial_leaks; did you "
                                       "mean arm/partial_leaks=off_by_one?"),
     (["debug=zzz"], "debug=zzz is not an option of debug; the options: fast, overfit."),
+    (["data=text_file"], "data=text_file is not an option of data; did you mean corpus=text_file? the options of data: "
+                         "default."),
     (["debug=null"], "debug=null is not an option of debug; leave it out for the default, or pick one of: fast, "
                      "overfit."),
 ])

@@ -31,7 +31,7 @@ def test_resuming_into_a_run_dir_is_recognised(tmp_path):
 
 
 def tiny(out, corpus_file, cache_dir, *extra):
-    return [*TINY, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}", "logger=none",
+    return [*TINY, "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}", "logger=none",
             "trainer.max_steps=4", "trainer.val_check_interval=2", f"hydra.run.dir={out}", *extra]
 
 

@@ -56,8 +56,8 @@ def test_keys_nest_and_take_the_comment_on_their_line_or_right_above(tmp_path):
 
 def test_every_key_of_a_run_is_read_from_the_files():
     names = {k.name for k in read_configs(CONFIGS)[1]}
-    for overrides in ([], ["data=text_file", "data.path=x.txt"], ["data=hf_hub", "data.name=x"],
-                      ["data=random_tokens"], ["trainer=fsdp"]):
+    for overrides in ([], ["corpus=text_file", "corpus.path=x.txt"], ["corpus=hf_hub", "corpus.name=x"],
+                      ["corpus=random_tokens"], ["trainer=fsdp"]):
         missing = leaf_keys(compose_train(overrides)) - names
         assert not {m for m in missing if not m.startswith("hydra")}, (overrides, missing)
 
@@ -74,7 +74,7 @@ def test_the_configuration_page_is_generated_from_the_comments():
 
 @pytest.mark.parametrize("key", ["model.n_layer", "callbacks.leak_alarm.tolerance", "callbacks.stability.future_leak",
                                  "callbacks.divergence_guard.factor", "data.train_fraction", "data.val_batch_size",
-                                 "data.overfit", "data.n_tokens", "init_from", "diagnostics.max_val_tokens"])
+                                 "data.overfit", "corpus.n_tokens", "init_from", "diagnostics.max_val_tokens"])
 def test_the_keys_once_missing_from_the_docs_are_there(key):
     page = (ROOT / "docs" / "configuration.md").read_text()
     assert f"| `{key}` |" in page

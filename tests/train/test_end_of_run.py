@@ -92,7 +92,7 @@ class SignalInValidation(L.Callback):
 
 
 def tiny_cfg(out, corpus_file, cache_dir, max_steps, *extra):
-    return compose_train([*TINY, "data=text_file", f"data.path={corpus_file}", f"data.cache_dir={cache_dir}",
+    return compose_train([*TINY, "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}",
                           "logger=none", f"trainer.max_steps={max_steps}", "trainer.val_check_interval=2",
                           "callbacks.attention_maps.every_n_steps=0", *extra], out_dir=out)
 

@@ -17,7 +17,8 @@ from tinygpt.model.config import AttnConfig, GPTConfig
 from tinygpt.runtime.errors import composition_mistake, swept_mistake
 from tinygpt.runtime.schema import schema_of
 from tinygpt.train.optim import AdamWCosine
-from tinygpt.train.schema import ModelSchema, OptimSchema, RandomTokensSchema, ShakespeareSchema, TextFileSchema
+from tinygpt.data.corpus import CORPORA
+from tinygpt.train.schema import DataSchema, ModelSchema, OptimSchema
 
 CONFIGS = ROOT / "configs"
 
@@ -34,8 +35,8 @@ def composed(overrides):
 @pytest.mark.parametrize("overrides", [[f"model={m}"] for m in options("model")]
                          + [[f"experiment={e}"] for e in options("experiment")]
                          + [[f"debug={d}"] for d in options("debug")]
-                         + [["data=text_file", "data.path=a.txt"], ["data=hf_hub", "data.name=x"],
-                            ["data=random_tokens"]])
+                         + [["corpus=text_file", "corpus.path=a.txt"], ["corpus=hf_hub", "corpus.name=x"],
+                            ["corpus=random_tokens"]])
 def test_every_option_composes_under_the_schema_with_no_key_unset(overrides):
     cfg = composed(overrides)
     assert OmegaConf.missing_keys(cfg) == set()
@@ -88,16 +89,23 @@ def test_a_new_option_of_the_owner_is_a_typed_key_without_another_declaration():
         OmegaConf.merge(node, {"window": "wide"})
 
 
-def test_a_run_without_an_experiment_has_no_predictions_and_the_corpus_types_its_data():
+def test_a_run_without_an_experiment_has_no_predictions_and_each_corpus_is_typed_by_its_class():
     assert composed([]).prediction is None
-    assert OmegaConf.get_type(composed([]).data) is ShakespeareSchema
-    assert OmegaConf.get_type(composed(["data=text_file", "data.path=a.txt"]).data) is TextFileSchema
-    assert OmegaConf.get_type(composed(["data=random_tokens"]).data) is RandomTokensSchema
+    assert OmegaConf.get_type(composed([]).data) is DataSchema
+    for option, kind in CORPORA.items():
+        cfg = composed([f"corpus={option}"])
+        assert OmegaConf.get_type(cfg.corpus) is schema_of(kind, target=True)
+        assert set(cfg.corpus) == {"_target_", *(f.name for f in dataclasses.fields(kind))}  # its own fields only
+        assert cfg.corpus._target_ == f"tinygpt.data.corpus.{kind.__name__}"
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_train(["corpus=random_tokens", "corpus.vocab_size=many"])
+    assert composition_mistake(err.value) == ("corpus.vocab_size=many has the wrong type: corpus.vocab_size takes an "
+                                              "integer.")
 
 
 def test_an_unset_required_value_is_left_for_the_corpus_to_name():
-    """data.path is ??? in text_file.yaml: composing succeeds and the corpus names it (tests/data)."""
-    assert OmegaConf.missing_keys(composed(["data=text_file"])) == {"data.path"}
+    """corpus.path is ??? in text_file.yaml: composing succeeds and the corpus names it (tests/data)."""
+    assert OmegaConf.missing_keys(composed(["corpus=text_file"])) == {"corpus.path"}
 
 
 @pytest.mark.parametrize("override, message", [

@@ -10,10 +10,10 @@ from tinygpt.train import setup
 from tinygpt.runtime.errors import ConfigError
 
 
-def setup_with(tmp_path, corpus_file, cache_dir, *overrides, data="text_file"):
-    args = [*TINY, f"data={data}", f"data.cache_dir={cache_dir}", "logger=none"]
-    if data == "text_file":
-        args.append(f"data.path={corpus_file}")
+def setup_with(tmp_path, corpus_file, cache_dir, *overrides, corpus="text_file"):
+    args = [*TINY, f"corpus={corpus}", f"data.cache_dir={cache_dir}", "logger=none"]
+    if corpus == "text_file":
+        args.append(f"corpus.path={corpus_file}")
     cfg = compose_train([*args, *overrides], out_dir=tmp_path / "run")
     return setup.setup(cfg, tmp_path / "run")
 
@@ -48,7 +48,7 @@ BAD = [  # (overrides, the exact sentence)
                                     "with tokenizer.json or vocab.json + merges.txt> (init_from sets it)."),
     (["data.tokenizer=bpe", "data.bpe_vocab_size=100"], "data.bpe_vocab_size=100 is too small for byte-level BPE"),
     (["data.train_fraction=1.5"], "data.train_fraction=1.5 must be between 0 and 1."),
-    (["data.path=/no/such/file.txt"], "data.path='/no/such/file.txt' is not a file."),
+    (["corpus.path=/no/such/file.txt"], "corpus.path='/no/such/file.txt' is not a file."),
     (["data.block_size=32"], "data.block_size=32 must equal model.block_size=16."),
     (["callbacks.text_samples.top_k=0"], "callbacks.text_samples.top_k=0 must be a positive integer"),
     (["callbacks.text_samples.temperature=0"], "callbacks.text_samples.temperature=0"),
@@ -90,8 +90,8 @@ def test_each_bad_value_is_one_sentence_before_any_work(tmp_path, corpus_file, c
 
 
 def test_a_missing_mandatory_path_names_the_key(tmp_path, corpus_file, cache_dir):
-    cfg = compose_train([*TINY, "data=text_file", f"data.cache_dir={cache_dir}", "logger=none"], tmp_path / "r")
-    with pytest.raises(ConfigError, match=r"^data.path is required but not set; pass data.path=<value> "):
+    cfg = compose_train([*TINY, "corpus=text_file", f"data.cache_dir={cache_dir}", "logger=none"], tmp_path / "r")
+    with pytest.raises(ConfigError, match=r"^corpus.path is required but not set; pass corpus.path=<value> "):
         setup.setup(cfg, tmp_path / "r")
 
 
@@ -140,8 +140,8 @@ def test_a_run_stopped_at_its_last_step_is_resumed_to_finish_it(tmp_path, corpus
 def test_input_mistakes_found_while_preparing_data_are_config_errors(tmp_path, corpus_file, cache_dir):
     latin1 = tmp_path / "latin1.txt"
     latin1.write_bytes("caf\u00e9 au lait\n".encode("latin-1") * 200)
-    run = setup_with(tmp_path, corpus_file, cache_dir, f"data.path={latin1}")
-    with pytest.raises(ConfigError, match=r"data.path='.*latin1.txt' is not UTF-8 text \(byte 0xe9 at offset 3\)"):
+    run = setup_with(tmp_path, corpus_file, cache_dir, f"corpus.path={latin1}")
+    with pytest.raises(ConfigError, match=r"corpus.path='.*latin1.txt' is not UTF-8 text \(byte 0xe9 at offset 3\)"):
         run_phases.prepare_data(run)
     a_file = tmp_path / "a_file"
     a_file.write_text("x")

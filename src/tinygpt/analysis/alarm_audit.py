@@ -25,7 +25,7 @@ from tinygpt.runtime.errors import ConfigError, print_error
 from tinygpt.train import diagnostics
 from tinygpt.train.leak_alarm import LeakAlarm, honest_gap
 from tinygpt.train.module import load_trained
-from tinygpt.train.summary import current_names
+from tinygpt.analysis.sweep import current_summary
 
 
 def read_summary(path: Path) -> dict:
@@ -71,11 +71,11 @@ def causal_runs(sweeps: list[Path]) -> list[Path]:
 
 def check_run(run_dir: Path, alarm: LeakAlarm, data_cache: dict) -> dict:
     """The alarm's checks on a run's final model: {"run", "future_leak", "gap", "se", "signal"}."""
-    cfg = current_names(json.loads((run_dir / "summary.json").read_text()))["config"]
+    cfg = current_summary(json.loads((run_dir / "summary.json").read_text()))["config"]
     model, _, _ = load_trained(checkpoint.last_path_in(run_dir))
-    key = json.dumps(cfg["data"], sort_keys=True)
+    key = json.dumps([cfg["data"], cfg["corpus"]], sort_keys=True)
     if key not in data_cache:  # runs of one sweep share their data: set it up once
-        dm = instantiate(cfg["data"])
+        dm = instantiate(cfg["data"], corpus=instantiate(cfg["corpus"]))
         dm.prepare_data()
         dm.setup("fit")
         data_cache[key] = dm

@@ -7,6 +7,7 @@ attention weights) and samples.jsonl (text samples). Never W&B, so a report work
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from tinygpt.analysis.stats import Sample, first_below, mean_spread
+from tinygpt.data.config import DataConfig
+from tinygpt.data.corpus import CORPORA
 from tinygpt.train.summary import current_names
 
 
@@ -135,6 +138,33 @@ def read_history(path: Path) -> dict[str, tuple[list[int], list[float]]]:
     return out
 
 
+def current_summary(data: dict) -> dict:
+    """A run's summary.json in today's names and form, whenever it was written: renamed keys under their current
+    names (train.summary.current_names), and the corpus as its own node (``config.corpus``: ``_target_`` and its
+    fields) where a run made before the corpus group named it in ``data`` (data.source, its fields at data level,
+    data.corpus; a text corpus's data.vocab_size was data.bpe_vocab_size)."""
+    data = current_names(data)
+    config = data.get("config") or {}
+    old = dict(config.get("data") or {})
+    if "corpus" in config or "source" not in old:
+        return data
+    kind = CORPORA[old.pop("source")]
+    old.pop("corpus", None)  # data.corpus repeated the fields below, interpolated
+    corpus = {"_target_": f"{kind.__module__}.{kind.__name__}"}
+    for f in dataclasses.fields(kind):
+        if f.name in old:
+            corpus[f.name] = old[f.name] if f.name in DataConfig.__dataclass_fields__ else old.pop(f.name)
+    if kind.needs_tokenizer and "vocab_size" in old:
+        old["bpe_vocab_size"] = old.pop("vocab_size")
+    return {**data, "config": {**config, "data": old, "corpus": corpus}}
+
+
+def corpus_source(config: dict) -> str:
+    """The name of a run's corpus (shakespeare, text_file, hf_hub, random_tokens), from its ``corpus`` node."""
+    name = str(config["corpus"]["_target_"]).rsplit(".", 1)[-1]
+    return next(source for source, kind in CORPORA.items() if kind.__name__ == name)
+
+
 def load_runs(sweep_dirs: list[Path]) -> list[Run]:
     """Every job dir (one holding summary.json) under the given dirs, in a stable order."""
     runs = []
@@ -146,7 +176,7 @@ def load_runs(sweep_dirs: list[Path]) -> list[Run]:
                 data = json.loads(summary.read_text())
             except (json.JSONDecodeError, UnicodeDecodeError) as err:  # a job killed while writing it, a copy cut short
                 data = {"status": f"unreadable ({summary.name}: {err})", "config": {}}
-            run = Run(summary.parent, current_names(data))
+            run = Run(summary.parent, current_summary(data))
             run.history = current_names(read_history(summary.parent / "history" / "metrics.csv"))
             runs.append(run)
     if not runs:

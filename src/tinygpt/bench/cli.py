@@ -38,6 +38,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from tinygpt.data.corpus import Shakespeare, TextFile
 from tinygpt.data.datamodule import TextDataModule
 from tinygpt.bench.micro import (BABY, SMALL, attention_costs, baby_flops_per_token, decode_at_memory_limit,
                                  generation_speed, interleaved_steps, matmul_peak_gflops, plain_loop)
@@ -137,8 +138,8 @@ def whole_programs(args, steps: int, data_args: list[str], result: dict) -> tupl
     """train.py and the reference (nanoGPT's train.py, or the plain loop) in alternating rounds; their medians
     into ``result``; returns (reference, ours) medians."""
     if not args.nanogpt:
-        dm_kwargs = dict(source="text_file", path=args.data) if args.data else dict(source="shakespeare")
-        dm = TextDataModule(**dm_kwargs, block_size=64, batch_size=12, cache_dir=args.cache_dir)
+        corpus = TextFile(path=args.data) if args.data else Shakespeare()
+        dm = TextDataModule(corpus, block_size=64, batch_size=12, cache_dir=args.cache_dir)
         dm.setup()
     reference = "nanoGPT train.py" if args.nanogpt else \
         "plain loop (nanoGPT's loop around tinygpt's GPT, in this process)"
@@ -190,8 +191,7 @@ def per_step(args, steps: int, data_args: list[str], result: dict) -> None:
     """The plain loop's bound on Lightning's own cost, the in-process step comparison and, with nanoGPT, both
     programs side by side."""
     if args.nanogpt:  # the plain loop bounds Lightning's own cost per step (same model, same windows source)
-        dm = TextDataModule(source="text_file", path=args.data, block_size=64, batch_size=12,
-                            cache_dir=args.cache_dir)
+        dm = TextDataModule(TextFile(path=args.data), block_size=64, batch_size=12, cache_dir=args.cache_dir)
         dm.setup()
         plain = plain_loop(dm, 20 if args.quick else 300, args.seed)
         result["plain_loop_tokens_per_sec"] = plain["tokens_per_sec"]
@@ -268,7 +268,7 @@ def main(argv=None) -> int:
     if args.hf:
         result["hf"] = transformers_side_by_side(args)
     if not args.generate_only:
-        data_args = ["data=text_file", f"data.path={args.data}"] if args.data else []
+        data_args = ["corpus=text_file", f"corpus.path={args.data}"] if args.data else []
         console.print(f"data: {args.data or 'embedded shakespeare'}; {steps} steps; torch threads "
                       f"{torch.get_num_threads()}")
         ref, ours = whole_programs(args, steps, data_args, result)

@@ -74,7 +74,7 @@ def build_from_text(out: Path, source: str, text: str, tokenizer: TokenizerSpec,
     """Write a text corpus's cache into ``out``: the text split contiguously (the first ``train_fraction`` trains),
     the tokenizer trained on the train split (or a pretrained one as it is), both splits tokenized."""
     if not text.strip():
-        raise ValueError(f"the corpus for data.source={source!r} is empty.")
+        raise ValueError(f"the corpus for corpus={source} is empty.")
     train_text, val_text = split_text(text, train_fraction)
     tok = tokenizer.pretrained
     if tok is None:

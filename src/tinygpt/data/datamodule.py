@@ -15,10 +15,10 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from tinygpt.data import cache
-from tinygpt.data.corpus import Corpus, from_source
+from tinygpt.data.config import DataConfig
+from tinygpt.data.corpus import Corpus, Shakespeare
 from tinygpt.data.tokenizer import TokenizerSpec, decode, encode, load_tokenizer
 from tinygpt.data.windows import RandomWindows, fixed_windows
-from tinygpt.runtime.checks import positive_int
 from tinygpt.runtime.writable import cannot_write_into
 
 
@@ -26,59 +26,21 @@ class TextDataModule(L.LightningDataModule):
     """A corpus's token ids as training and validation windows: builds (or reuses) the cache in ``prepare_data``,
     memory-maps it in ``setup``."""
 
-    def __init__(
-        self,
-        corpus: Corpus | None = None,
-        tokenizer: str = "char",
-        bpe_vocab_size: int = 512,
-        tokenizer_dir: str | None = None,
-        train_fraction: float = 0.9,
-        block_size: int = 64,
-        batch_size: int = 12,
-        val_batch_size: int = 64,
-        val_windows: int = 1024,
-        cache_dir: str = "data/cache",
-        seed: int = 1337,
-        overfit: bool = False,
-        **corpus_keys,
-    ):
-        """``corpus``: where the tokens come from (tinygpt.data.corpus; Hydra builds it from data.corpus). The
-        tokenizer settings (``tokenizer``, ``bpe_vocab_size``, ``tokenizer_dir``) apply to a text corpus only.
-
-        ``corpus_keys`` are the corpus's own keys as the config holds them at data level (data.source, data.path,
-        data.name, ...: what data.corpus reads), which Hydra passes too: each must be the corpus's, and
-        data.source its source. Without a corpus they name one (``source=`` and its fields, as configs written
-        before data.corpus and Python callers give them)."""
+    def __init__(self, corpus: Corpus | None = None, **settings):
+        """``corpus``: where the tokens come from (tinygpt.data.corpus; the ``corpus`` group, built by set-up;
+        Shakespeare's plays when None). ``settings``: DataConfig's fields (data.*), each checked there; the tokenizer
+        settings apply to a text corpus only."""
         super().__init__()
-        source = corpus.source if corpus is not None else corpus_keys.get("source", "shakespeare")
-        if source != "random_tokens" and "vocab_size" in corpus_keys:  # a text corpus's config written before
-            bpe_vocab_size = corpus_keys.pop("vocab_size")  # 2026-12-02 (the committed sweeps' summary.json,
-            # rebuilt by the alarm audit) named data.bpe_vocab_size vocab_size
-        self.corpus = corpus if corpus is not None else from_source(seed=seed, **corpus_keys)
-        self._check_corpus_keys(corpus_keys)
-        self.tokenizer_spec = (TokenizerSpec.checked(tokenizer, bpe_vocab_size, tokenizer_dir)
+        self.corpus = corpus if corpus is not None else Shakespeare()
+        self.config = c = DataConfig(**settings)
+        self.tokenizer_spec = (TokenizerSpec.checked(c.tokenizer, c.bpe_vocab_size, c.tokenizer_dir)
                                if self.corpus.needs_tokenizer else None)
-        if not 0.0 < train_fraction < 1.0:
-            raise ValueError(f"data.train_fraction={train_fraction!r} must be between 0 and 1.")
-        for key, value in (("batch_size", batch_size), ("block_size", block_size), ("val_windows", val_windows),
-                           ("val_batch_size", val_batch_size)):
-            positive_int(f"data.{key}", value)
-        self.train_fraction, self.block_size = train_fraction, block_size
-        self.batch_size, self.val_batch_size, self.val_windows = batch_size, val_batch_size, val_windows
-        self.cache_root, self.seed, self.overfit = Path(cache_dir).expanduser(), seed, overfit
+        self.train_fraction, self.block_size = c.train_fraction, c.block_size
+        self.batch_size, self.val_batch_size, self.val_windows = c.batch_size, c.val_batch_size, c.val_windows
+        self.cache_root, self.seed, self.overfit = Path(c.cache_dir).expanduser(), c.seed, c.overfit
         self.tokenizer = None
         self.train_ids = self.val_ids = None
         self.cache_path: Path | None = None
-
-    def _check_corpus_keys(self, corpus_keys: dict) -> None:
-        """A key that is not the corpus's is refused as any unknown setting is; data.source must be its source."""
-        for key in corpus_keys:
-            if key not in self.corpus.config_keys():
-                raise TypeError(f"TextDataModule.__init__() got an unexpected keyword argument '{key}'")
-        source = corpus_keys.get("source", self.corpus.source)
-        if source != self.corpus.source:
-            raise ValueError(f"data.source={source!r} does not match data.corpus, a {self.corpus.source} corpus; "
-                             f"choose the corpus with data={source}.")
 
     @property
     def source(self) -> str:

@@ -194,7 +194,7 @@ def check_resume_model(ckpt: dict, path: Path, state_dict: dict[str, torch.Tenso
         )
     theirs_tok = ckpt.get("tokenizer")
     if (theirs_tok is None) != (tokenizer_json is None):
-        trained, here = (("text through a tokenizer", "token ids without one (data.source=random_tokens)")
+        trained, here = (("text through a tokenizer", "token ids without one (corpus=random_tokens)")
                          if theirs_tok else ("token ids without a tokenizer", "text through a tokenizer"))
         raise ConfigError(
             f"ckpt_path={str(path)!r} was trained on {trained}, but this run's data are {here}, with the same vocab "

@@ -36,6 +36,10 @@ def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
                     f"{', '.join(options)}.")
         for name in option_names(override):
             if name not in options:
+                elsewhere = sorted(g.name for g in config_dir.iterdir() if (g / f"{name}.yaml").is_file())
+                if elsewhere:  # data=text_file, where the corpus is corpus=text_file
+                    return (f"{group}={name} is not an option of {group}; did you mean {elsewhere[0]}={name}? the "
+                            f"options of {group}: {', '.join(options)}.")
                 return option_message(group, name, options)
     return None
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[3]  # a source checkout
-GROUPS = ("model", "data", "trainer", "optim", "logger", "callbacks")
+GROUPS = ("model", "corpus", "data", "trainer", "optim", "logger", "callbacks")
 KEY_LINE = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z_][\w]*):(?P<rest>.*)$")
 
 
@@ -139,8 +139,8 @@ def markdown(root: Path) -> str:
              "with `group=option` (docs/running.md, \"Configuration\"). A value is the one in the file named; "
              "`${...}` is an interpolation, `???` must be given. The keys' types come from the code that owns them "
              "(`src/tinygpt/train/schema.py`: the root keys, `model` from `GPTConfig`, `optim` from `AdamWCosine`, "
-             "`data` per corpus; each experiment's `prediction` from its folder): a value of the wrong type is "
-             "refused in one line before any work.", "",
+             "`data` from `DataConfig`, each `corpus` from its class; each experiment's `prediction` from its "
+             "folder): a value of the wrong type is refused in one line before any work.", "",
              "## Options", "", "| group | option | what |", "|---|---|---|"]
     for o in options:
         mark = " (default)" if o.name in defaults.get(o.group, ()) else ""

@@ -83,7 +83,7 @@ def validate_config(cfg: DictConfig) -> None:
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         key = missing[0]
-        hint = " (one or more UTF-8 text files)" if key == "data.path" else ""
+        hint = " (one or more UTF-8 text files)" if key == "corpus.path" else ""
         raise ConfigError(f"{key} is required but not set; pass {key}=<value>{hint}.")
     positive_int("trainer.max_steps", cfg.trainer.max_steps, " (training is step-based)")
     for key in NUMERIC_TRAINER_KEYS:  # Lightning takes True for 1: a bool is never a number here
@@ -159,7 +159,7 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         for i, node in enumerate(cfg.model.patch):  # each patch's settings, checked as it is built
             build(f"model.patch[{i}]", node)
         distributed.check_launch(cfg.trainer)
-        dm = build("data", cfg.data)  # checks data.*
+        dm = build("data", cfg.data, build("corpus", cfg.corpus))  # checks corpus.* and data.*
         ckpt_path, ckpt = resume_point(cfg, out_dir)
         if ckpt_path is not None:
             quiet_resume(out_dir)
@@ -218,10 +218,11 @@ def resume_point(cfg: DictConfig, out_dir: Path) -> tuple[Path | None, dict | No
     return ckpt_path, ckpt
 
 
-def build(key: str, node: DictConfig, **kwargs):
-    """instantiate(node); an error names the group it came from (its own sentence names the value)."""
+def build(key: str, node: DictConfig, *args, **kwargs):
+    """instantiate(node, *args, **kwargs); an error names the group it came from (its own sentence names the value).
+    ``args`` reach the object as they are (Hydra merges ``kwargs`` into the node)."""
     try:
-        return instantiate(node, **kwargs)
+        return instantiate(node, *args, **kwargs)
     except ConfigError:
         raise
     except Exception as err:

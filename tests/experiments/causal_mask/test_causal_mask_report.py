@@ -17,7 +17,8 @@ N = 128  # validation windows per run
 def cm_config(T, causal, seed):
     return {"seed": seed, "model": {"n_layer": 1, "n_head": 1, "n_embd": 8, "block_size": T,
                                     "attn": {"causal": causal}},
-            "data": {"source": "shakespeare", "val_windows": N, "batch_size": 768 // T},
+            "data": {"val_windows": N, "batch_size": 768 // T},
+            "corpus": {"_target_": "tinygpt.data.corpus.Shakespeare"},
             "trainer": {"max_steps": 800, "val_check_interval": 100, "log_every_n_steps": 1},
             "optim": {"lr": 1e-3, "warmup_steps": 100, "min_lr": 1e-4}, "diagnostics": {"windows": 32},
             "callbacks": {"honest_loss": {"windows": 16, "positions": 8}},

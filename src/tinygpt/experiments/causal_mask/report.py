@@ -45,6 +45,7 @@ from tinygpt.analysis.stats import (
 from tinygpt.analysis.sweep import (
     predictions,
     WINDOW_MEASURES,
+    corpus_source,
     Run,
     group_by,
     honest_gap_step,
@@ -62,15 +63,15 @@ LABELS = {True: "causal (masked)", False: "leaky (no mask)"}
 
 
 def dataset_label(run: Run) -> str:
-    d = run.config["data"]
-    if d["source"] == "text_file":
-        paths = d["path"] if isinstance(d["path"], list) else [d["path"]]
+    source, c = corpus_source(run.config), run.config["corpus"]
+    if source == "text_file":
+        paths = c["path"] if isinstance(c["path"], list) else [c["path"]]
         return "text_file:" + "+".join(Path(p).name for p in paths)
-    if d["source"] == "hf_hub":
-        return f"hf_hub:{d['name']}"
-    if d["source"] == "random_tokens":
-        return f"random_tokens (vocab {d['vocab_size']})"
-    return d["source"]
+    if source == "hf_hub":
+        return f"hf_hub:{c['name']}"
+    if source == "random_tokens":
+        return f"random_tokens (vocab {c['vocab_size']})"
+    return source
 
 
 def causal(run: Run) -> bool:

@@ -1,0 +1,32 @@
+"""The data module's settings (``data.*``): how a corpus's tokens become training and validation windows. Declared
+here once: the config's schema is derived from this class (tinygpt.train.schema) and each default, with its
+comment, lives in configs/data/default.yaml. The corpus itself is the ``corpus`` group (tinygpt.data.corpus).
+Torch-free, so that the config is checked before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tinygpt.runtime.checks import positive_int
+
+
+@dataclass
+class DataConfig:
+    tokenizer: str = "char"  # char | bpe | pretrained (a text corpus only)
+    bpe_vocab_size: int = 512  # bpe only: the vocabulary BPE training aims at
+    tokenizer_dir: str | None = None  # pretrained only: a Hugging Face model dir with its tokenizer files
+    train_fraction: float = 0.9  # contiguous split, as nanoGPT
+    block_size: int = 64  # window length: the model's context
+    batch_size: int = 12  # training windows per step and process
+    val_batch_size: int = 64  # validation windows per forward pass (memory only)
+    val_windows: int = 1024  # fixed, evenly spaced validation windows
+    cache_dir: str = "data/cache"  # where the token caches are kept
+    seed: int = 1337  # the training windows' random stream
+    overfit: bool = False  # debug: repeat one batch
+
+    def __post_init__(self):
+        if not isinstance(self.train_fraction, (int, float)) or not 0.0 < self.train_fraction < 1.0:
+            raise ValueError(f"data.train_fraction={self.train_fraction!r} must be between 0 and 1.")
+        for key in ("batch_size", "block_size", "val_windows", "val_batch_size"):
+            positive_int(f"data.{key}", getattr(self, key))
