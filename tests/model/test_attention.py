@@ -315,6 +315,25 @@ def test_scale_factor_values():
     assert scale_factor("0.5", 16) == 0.5
     with pytest.raises(ValueError):
         scale_factor(True, 16)
+    for bad in (-1, 0, 0.0, "-1", float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"^model.attn.scale=.* must be a positive number \(or sqrt_dk, none, "
+                                             r"inv_dk\)\.$"):
+            scale_factor(bad, 16)
+
+
+@pytest.mark.parametrize("scale", ["sqrt_dk", "none", "inv_dk", 1e-3, 0.3, 7.0, "0.5"])
+def test_every_scale_the_config_accepts_gives_the_same_output_on_both_backends(scale):
+    """A negative scale gave NaN on the fused kernel and a trained model on the math path: every accepted value must
+    give one function."""
+    torch.manual_seed(0)
+    math_attn = CausalSelfAttention(16, 2, AttnConfig(scale=scale, backend="math")).eval()
+    sdpa_attn = CausalSelfAttention(16, 2, AttnConfig(scale=scale, backend="sdpa")).eval()
+    sdpa_attn.load_state_dict(math_attn.state_dict())
+    x = torch.randn(2, 8, 16)
+    with torch.no_grad():
+        y_math, y_sdpa = math_attn(x), sdpa_attn(x)
+    assert torch.isfinite(y_sdpa).all()
+    torch.testing.assert_close(y_math, y_sdpa, rtol=1e-5, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- qk-norm

@@ -20,9 +20,17 @@ ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}  # model.activation -> nn.GE
 
 
 def scale_factor(scale: str | float, head_dim: int) -> float:
-    """The number the scores are multiplied by: 'sqrt_dk' -> 1/sqrt(d_k), 'none' -> 1.0, 'inv_dk' -> 1/d_k, a number
-    -> itself."""
+    """The number the scores are multiplied by: 'sqrt_dk' -> 1/sqrt(d_k), 'none' -> 1.0, 'inv_dk' -> 1/d_k, a positive
+    number -> itself. A number <= 0 is refused: torch's fused kernel (backend=sdpa) returns NaN for it, and both
+    backends must compute the same function."""
+    if isinstance(scale, str):
+        try:
+            scale = float(scale)
+        except ValueError:
+            pass
     if isinstance(scale, Real) and not isinstance(scale, bool):
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"model.attn.scale={scale!r} must be a positive number (or sqrt_dk, none, inv_dk).")
         return float(scale)
     if scale == "sqrt_dk":
         return 1.0 / math.sqrt(head_dim)
@@ -30,11 +38,6 @@ def scale_factor(scale: str | float, head_dim: int) -> float:
         return 1.0
     if scale == "inv_dk":
         return 1.0 / head_dim
-    if isinstance(scale, str):
-        try:
-            return float(scale)
-        except ValueError:
-            pass
     raise ValueError(f"model.attn.scale={scale!r} is not one of 'sqrt_dk', 'none', 'inv_dk' or a number.")
 
 
