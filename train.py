@@ -1,4 +1,8 @@
-"""Train a tiny GPT: `python train.py [group=option ...] [key=value ...]`, sweeps with `-m`."""
+"""Train a tiny GPT: `python train.py [group=option ...] [key=value ...]`, sweeps with `-m`.
+
+What runs: Hydra composes configs/train.yaml with the command line, and tinygpt.train.run.train is the recipe (set
+up, data, model, fit, the end of the run); docs/how-a-run-works.md follows one run through the code.
+"""
 
 from pathlib import Path
 
@@ -6,13 +10,14 @@ import hydra
 from omegaconf import DictConfig
 
 from tinygpt.experiments import registry
-from tinygpt.runtime.errors import config_composed, unknown_keys_as_config_errors
-from tinygpt.runtime.fast_exit import exit_without_teardown
+from tinygpt.runtime import entry
+from tinygpt.runtime.errors import config_composed
 from tinygpt.runtime.run_dirs import register_resolvers
 from tinygpt.train import schema
 
-register_resolvers(project_root=Path(__file__).parent)  # ${run_id:} in run dirs, ${project_root:} for the cache
-schema.register_schemas()  # the config's types, named by configs/ (tinygpt/train/schema.py)
+ROOT = Path(__file__).parent
+register_resolvers(project_root=ROOT)  # ${run_id:} in run dirs, ${project_root:} for the cache
+schema.register_schemas()  # the config's types, each from the code that owns the settings (tinygpt/train/schema.py)
 registry.register_schemas()  # each experiment's prediction type, from its folder (tinygpt/experiments/)
 
 
@@ -25,12 +30,4 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    try:
-        with unknown_keys_as_config_errors(Path(__file__).parent / "configs"):  # a mistyped key or option: one
-            # line, exit 2, before any work (tinygpt/runtime/errors.py)
-            main()  # an error leaves through Hydra's sys.exit, with the interpreter's full teardown
-    except SystemExit as stopped:
-        if isinstance(stopped.code, int) and stopped.code >= 128:  # stopped by a signal, all saved: end at once,
-            exit_without_teardown(stopped.code)  # no teardown in which a second Ctrl-C would kill the process
-        raise
-    exit_without_teardown(0)  # ~1 s less: a finished run skips freeing every module (tinygpt/fast_exit.py)
+    entry.run(main, ROOT / "configs")  # exit statuses: one line and 2 for a mistake, 128 + n for a signal

@@ -86,7 +86,7 @@ def test_sample_from_the_imported_model(gpt2_dir, theirs, capsys):
 
 def test_the_attention_page_of_the_imported_model(gpt2_dir, theirs, tmp_path, monkeypatch, capsys):
     from tinygpt.cli.attention_page import weights_of
-    from tinygpt.train.pretrained import load_model
+    from tinygpt.train.init_from import load_model
 
     text = "To be, or not to be"
     page = tmp_path / "page.html"

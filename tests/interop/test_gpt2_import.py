@@ -13,7 +13,7 @@ from tinygpt.data.tokenizer import encode, load_pretrained_tokenizer
 from tinygpt.model import hf_gpt2
 from tinygpt.sampling.generate import generate
 from tinygpt.model.gpt import GPT, GPTConfig
-from tinygpt.train.pretrained import attention_note, load_model, load_weights, locate
+from tinygpt.train.init_from import attention_note, load_model, load_weights, locate
 
 
 @pytest.fixture(scope="module")

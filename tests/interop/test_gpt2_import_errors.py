@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from helpers import compose_train, write_hf_gpt2
 from tinygpt.runtime import hub
 from tinygpt.runtime.errors import ConfigError
-from tinygpt.train.pretrained import configure, load_model, locate
+from tinygpt.train.init_from import configure, load_model, locate
 
 WHAT_A_DIR_HOLDS = "config.json, model.safetensors or pytorch_model.bin, and tokenizer.json or vocab.json + merges.txt"
 
@@ -218,7 +218,7 @@ def test_an_unreachable_hub_is_one_sentence_within_seconds(tmp_path, monkeypatch
 
 
 def test_model_gpt2_from_scratch_says_its_weights_are_random():
-    from tinygpt.train.pretrained import random_gpt2_note
+    from tinygpt.train.init_from import random_gpt2_note
 
     assert random_gpt2_note("gpt2_medium", "scratch") == (
         "note: model=gpt2_medium is GPT-2's architecture with random weights; init_from=gpt2-medium loads the "

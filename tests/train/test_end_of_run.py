@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 
 from helpers import TINY, compose_train
 from tinygpt.runtime.interrupts import SIGNALS, RunInterrupted
-from tinygpt.train import diagnostics
+from tinygpt.train.probes import diagnostics
+from tinygpt.train import end_of_run
 from tinygpt.train import run as run_phases
 
 
@@ -21,19 +22,19 @@ from tinygpt.train import run as run_phases
 
 
 def test_the_end_of_run_windows_are_capped_by_a_token_budget():
-    assert run_phases.end_windows(1024, 64, 65536) == 1024  # the default run: every window, as before
-    assert run_phases.end_windows(1024, 256, 65536) == 256  # model=small's context: a quarter of them
-    assert run_phases.end_windows(4000, 64, 65536) == 1024
-    assert run_phases.end_windows(32, 16, 65536) == 32  # fewer windows than the budget holds
-    assert run_phases.end_windows(1024, 256, None) == 1024  # null: every window
-    assert run_phases.end_windows(1024, 2048, 1000) == 1  # at least one
+    assert end_of_run.end_windows(1024, 64, 65536) == 1024  # the default run: every window, as before
+    assert end_of_run.end_windows(1024, 256, 65536) == 256  # model=small's context: a quarter of them
+    assert end_of_run.end_windows(4000, 64, 65536) == 1024
+    assert end_of_run.end_windows(32, 16, 65536) == 32  # fewer windows than the budget holds
+    assert end_of_run.end_windows(1024, 256, None) == 1024  # null: every window
+    assert end_of_run.end_windows(1024, 2048, 1000) == 1  # at least one
 
 
 def test_the_default_cap_keeps_the_default_run_and_sizes_model_small():
     for overrides, windows in (([], 1024), (["model=small"], 256)):
         cfg = compose_train(overrides)
         assert cfg.diagnostics.max_val_tokens == 65536
-        assert run_phases.end_windows(cfg.data.val_windows, cfg.model.block_size,
+        assert end_of_run.end_windows(cfg.data.val_windows, cfg.model.block_size,
                                       cfg.diagnostics.max_val_tokens) == windows
 
 
@@ -42,7 +43,7 @@ def test_only_a_validation_off_the_schedule_is_capped():
     so the resumed run's val loss is the one the run would have had; one added at the end of a run that ended
     between validations is sized by the cap."""
     def scheduled(every, max_steps):
-        return run_phases.scheduled_validation(OmegaConf.create({"val_check_interval": every,
+        return end_of_run.scheduled_validation(OmegaConf.create({"val_check_interval": every,
                                                                  "max_steps": max_steps}), max_steps)
 
     assert scheduled(2, 2) and scheduled(500, 2000) and scheduled(0.5, 10)
@@ -50,8 +51,8 @@ def test_only_a_validation_off_the_schedule_is_capped():
 
 
 def test_the_plan_says_what_the_end_of_a_run_scores():
-    assert run_phases.end_plan(None, 1024, 1024, 32) == "each window's loss on 1,024 windows, the diagnostics on 32"
-    assert run_phases.end_plan(256, 256, 1024, 32) == (
+    assert end_of_run.end_plan(None, 1024, 1024, 32) == "each window's loss on 1,024 windows, the diagnostics on 32"
+    assert end_of_run.end_plan(256, 256, 1024, 32) == (
         "a final validation on 256 windows, each window's loss on 256 windows of 1,024 (diagnostics.max_val_tokens), "
         "the diagnostics on 32")
 
@@ -194,7 +195,7 @@ def test_the_progress_bar_counts_the_runs_steps_also_when_resumed(tmp_path, corp
                                                                    first, then):
     """The bar reads <steps done>/<max_steps> at the end of a run and of its resume; Lightning's own count is the
     batches of the epoch against the steps left, which a resumed run showed as e.g. 13/2."""
-    from tinygpt.train.guards import StepProgressBar
+    from tinygpt.train.progress import StepProgressBar
 
     seen = []
 

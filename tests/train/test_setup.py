@@ -154,8 +154,8 @@ def test_input_mistakes_found_while_preparing_data_are_config_errors(tmp_path, c
 @pytest.mark.parametrize("off", ["callbacks.leak_alarm=null", "~callbacks.leak_alarm"])
 def test_a_callback_is_switched_off_with_null_or_tilde(tmp_path, corpus_file, cache_dir, off):
     """Hydra's two ways to drop a node: the callback is left out, nothing None reaches the Trainer."""
-    from tinygpt.train.guards import StepClock
-    from tinygpt.train.leak_alarm import LeakAlarm
+    from tinygpt.train.progress import StepClock
+    from tinygpt.train.probes.leak_alarm import LeakAlarm
 
     run = setup_with(tmp_path, corpus_file, cache_dir, off)
     assert None not in run.trainer.callbacks and not any(isinstance(c, LeakAlarm) for c in run.trainer.callbacks)

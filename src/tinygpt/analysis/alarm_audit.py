@@ -22,8 +22,8 @@ from rich.progress import track
 
 from tinygpt.runtime import checkpoint
 from tinygpt.runtime.errors import ConfigError, print_error
-from tinygpt.train import diagnostics
-from tinygpt.train.leak_alarm import LeakAlarm, honest_gap
+from tinygpt.train.probes import diagnostics
+from tinygpt.train.probes.leak_alarm import LeakAlarm, honest_gap
 from tinygpt.train.module import load_trained
 from tinygpt.analysis.sweep import current_summary
 

@@ -252,7 +252,7 @@ def loss_onsets(runs: list[Run], threshold: float) -> list[int | None]:
 
 def alarm_of(run: Run):
     """The run's own leak alarm (its callbacks.leak_alarm settings), to read its logged signals by the same rule."""
-    from tinygpt.train.leak_alarm import LeakAlarm  # here: the reports that never need it start without it
+    from tinygpt.train.probes.leak_alarm import LeakAlarm  # here: the reports that never need it start without it
 
     settings = dict((run.config.get("callbacks") or {}).get("leak_alarm") or {})
     settings.pop("_target_", None)

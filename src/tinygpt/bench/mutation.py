@@ -16,10 +16,10 @@ from collections import Counter
 from pathlib import Path
 
 MODULES = {  # module (under src/tinygpt/) -> the group the target applies to
-    "model/attention": "attention", "model/textbook": "attention",
+    "model/config": "attention", "model/attention": "attention", "model/textbook": "attention",
     "model/gpt": "model + generation", "sampling/generate": "model + generation",
-    "train/diagnostics": "diagnostics",
-    "data/cache": "data", "data/windows": "data", "data/datamodule": "data",
+    "train/probes/diagnostics": "diagnostics",
+    "data/config": "data", "data/cache": "data", "data/windows": "data", "data/datamodule": "data",
 }
 TARGET = {"attention": 0.90, "model + generation": 0.90, "diagnostics": 0.90, "data": 0.80}
 DETECTED = {"killed", "timeout", "caught by type check", "segfault"}

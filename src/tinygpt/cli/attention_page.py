@@ -25,9 +25,9 @@ from tinygpt.runtime.errors import ConfigError, print_error
 from tinygpt.experiments.partial_leaks.bugs import BuggyAttention
 from tinygpt.cli.sample import add_model_source, find_latest_checkpoint, token_ids
 from tinygpt.train import explorer
-from tinygpt.train.diagnostics import evaluating
+from tinygpt.train.probes.diagnostics import evaluating
 from tinygpt.train.module import load_trained
-from tinygpt.train.pretrained import load_model
+from tinygpt.train.init_from import load_model
 from tinygpt.train.plots import LayerPlotter, token_label
 from tinygpt.runtime.writable import cannot_write_into
 

@@ -18,7 +18,7 @@ from tinygpt.sampling.generate import check_sampling, generate, pad_prompts
 from tinygpt.model.gpt import GPT
 from tinygpt.data.tokenizer import decode, encode
 from tinygpt.train.module import load_trained
-from tinygpt.train.pretrained import load_model
+from tinygpt.train.init_from import load_model
 
 
 def find_latest_checkpoint(roots=("outputs", "multirun")) -> Path | None:
@@ -29,7 +29,7 @@ def find_latest_checkpoint(roots=("outputs", "multirun")) -> Path | None:
 
 def load_pretrained(source: str, device: str = "cpu") -> tuple[GPT, Tokenizer]:
     """The GPT (eval mode) and tokenizer of a pretrained GPT-2 (``--init_from``: a Hugging Face model dir or a Hub
-    name; tinygpt.train.pretrained)."""
+    name; tinygpt.train.init_from)."""
     model, tok, _ = load_model(source, device)
     return model, tok
 

@@ -107,7 +107,7 @@ class SweepStop:
 class RunInterrupted(Exception):
     def __init__(self, signum: int):
         self.signum = signum
-        self.during = "training"  # or the end-of-run phase it stopped (tinygpt.train.run.finish_run)
+        self.during = "training"  # or the end-of-run phase it stopped (tinygpt.train.end_of_run.finish_run)
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
 
     @property

@@ -28,11 +28,12 @@ from tinygpt.runtime.checks import positive_int
 from tinygpt.runtime.console import set_quiet
 from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line
 from tinygpt.runtime.interrupts import GracefulStop
-from tinygpt.train.callbacks import StabilityMonitor
-from tinygpt.train.guards import DivergenceGuard, StepClock
-from tinygpt.train.leak_alarm import LeakAlarm
+from tinygpt.train.probes.callbacks import StabilityMonitor
+from tinygpt.train.guards import DivergenceGuard
+from tinygpt.train.progress import StepClock
+from tinygpt.train.probes.leak_alarm import LeakAlarm
 from tinygpt.train.optim import AdamWCosine
-from tinygpt.train.pretrained import Pretrained, configure
+from tinygpt.train.init_from import Pretrained, configure
 
 LOGGERS = ("wandb", "csv")
 NUMERIC_TRAINER_KEYS = ("val_check_interval", "gradient_clip_val", "log_every_n_steps", "devices", "num_nodes")

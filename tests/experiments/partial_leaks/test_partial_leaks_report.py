@@ -108,7 +108,7 @@ def config(arm, seed):
             "model": {"block_size": T, "attn": {"causal": arm != "no_mask", "scale": "none" if fill else "sqrt_dk"},
                       "patch": patch},
             "trainer": {"max_steps": 300 if fill else 800, "val_check_interval": 50},
-            "callbacks": {"leak_alarm": {"_target_": "tinygpt.train.leak_alarm.LeakAlarm", "action": "warn",
+            "callbacks": {"leak_alarm": {"_target_": "tinygpt.train.probes.leak_alarm.LeakAlarm", "action": "warn",
                                          "windows": 8, "tolerance": 1e-4, "min_gap": 0.05, "z": 3.0}},
             "prediction": {"collapse_fraction": 0.5, "onset_run": 10, "onset_fraction": 0.5,
                            "onset_ratio": [0.8, 1.25], "fill_slack": 16, "alarm_first_validation": True}}

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tinygpt.train.callbacks import AttentionMaps, StabilityMonitor, TextSamples
+from tinygpt.train.probes.callbacks import AttentionMaps, StabilityMonitor, TextSamples
 from tinygpt.train.guards import Diverged, DivergenceGuard
 from tinygpt.train.plots import token_label
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tinygpt.model.attention import causal_mask
-from tinygpt.train.diagnostics import (
+from tinygpt.train.probes.diagnostics import (
     attention_stats,
     honest_loss,
     honest_loss_by_position,
@@ -137,7 +137,7 @@ def test_run_all_has_the_position_profiles():
 
 
 def test_spread_positions_include_both_ends():
-    from tinygpt.train.diagnostics import spread_positions
+    from tinygpt.train.probes.diagnostics import spread_positions
 
     assert spread_positions(64, 8) == [0, 9, 18, 27, 36, 45, 54, 63]
     assert spread_positions(5, 8) == [0, 1, 2, 3, 4]
@@ -191,7 +191,7 @@ def test_future_leak_of_a_causal_model_with_dropout_in_train_mode_is_zero():
 @pytest.mark.parametrize("T, n, expected", [(10, 3, [0, 4, 9]), (10, 2, [0, 9]), (10, 1, [9]), (5, 5, [0, 1, 2, 3, 4]),
                                             (5, 9, [0, 1, 2, 3, 4]), (64, 8, [0, 9, 18, 27, 36, 45, 54, 63])])
 def test_spread_positions_by_hand(T, n, expected):
-    from tinygpt.train.diagnostics import spread_positions
+    from tinygpt.train.probes.diagnostics import spread_positions
 
     assert spread_positions(T, n) == expected
 
@@ -211,7 +211,7 @@ def test_the_cached_honest_loss_equals_rerunning_each_prefix():
 
 
 def test_a_leaky_model_scores_a_spread_subset_of_positions_and_says_so():
-    from tinygpt.train import diagnostics
+    from tinygpt.train.probes import diagnostics
 
     torch.manual_seed(0)
     m = GPT(GPTConfig(vocab_size=11, block_size=80, n_layer=1, n_head=2, n_embd=8, attn={"causal": False}))
@@ -303,7 +303,7 @@ def test_run_all_reports_which_positions_and_the_probe_loss():
 def test_normalised_entropy_is_one_rule_for_torch_and_numpy():
     """Uniform over the visible keys is 1, one-hot is 0; a row with one visible key is left out; a numpy array
     (the explorer's saved weights) gives the same numbers as a tensor."""
-    from tinygpt.train.diagnostics import normalised_entropy
+    from tinygpt.train.probes.diagnostics import normalised_entropy
 
     T = 4
     uniform = causal_mask(T, T).float() / torch.arange(1, T + 1)[:, None]  # (T, T): row i over its i + 1 keys
@@ -318,7 +318,7 @@ def test_normalised_entropy_is_one_rule_for_torch_and_numpy():
 def test_honest_losses_are_each_windows_own(causal):
     """honest_losses[n, i]: the cross-entropy of window n alone at positions[i], from x[n, :t+1] (not the windows'
     mean repeated), on both paths: KV-cache decoding (causal) and rerunning each prefix (no mask)."""
-    from tinygpt.train.diagnostics import honest_losses
+    from tinygpt.train.probes.diagnostics import honest_losses
 
     m, (x, y) = model(causal=causal), batch()
     positions = [0, 3, 9]
@@ -335,7 +335,7 @@ def test_honest_losses_are_each_windows_own(causal):
 def test_honest_losses_decodes_only_up_to_the_last_scored_position(causal, passes):
     """Scoring positions 1 and 4 of 10: a causal model decodes tokens 0..4 with the KV cache (5 one-token passes,
     none past the last scored position); a model without the mask reruns one prefix per scored position (2)."""
-    from tinygpt.train.diagnostics import honest_losses
+    from tinygpt.train.probes.diagnostics import honest_losses
 
     m, (x, y) = model(causal=causal), batch()
     calls = []

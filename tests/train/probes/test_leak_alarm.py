@@ -10,8 +10,8 @@ import torch
 from helpers import TINY, run_train
 from tinygpt.experiments.partial_leaks.bugs import AttentionBug
 from tinygpt.model.gpt import GPT, GPTConfig
-from tinygpt.train.callbacks import HonestLoss
-from tinygpt.train.leak_alarm import LeakAlarm, honest_gap
+from tinygpt.train.probes.callbacks import HonestLoss
+from tinygpt.train.probes.leak_alarm import LeakAlarm, honest_gap
 
 BUG = "model.patch=[{_target_: tinygpt.experiments.partial_leaks.bugs.AttentionBug, kind: off_by_one}]"
 

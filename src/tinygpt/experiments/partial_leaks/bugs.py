@@ -19,7 +19,7 @@ These are the slips that path avoids, each a ``mask`` function and one attention
 A run gets one by naming it in ``model.patch`` (``- {_target_: tinygpt.experiments.partial_leaks.bugs.AttentionBug,
 kind: ...}``, as configs/arm/partial_leaks/ do); ``AttentionBug(model)`` swaps the attention of the chosen layers for a
 ``BuggyAttention`` with the same weights. The model's config still says causal=true: that is the point, the
-model believes it is causal (and the leak alarm, tinygpt.train.leak_alarm, must catch it).
+model believes it is causal (and the leak alarm, tinygpt.train.probes.leak_alarm, must catch it).
 """
 
 from __future__ import annotations

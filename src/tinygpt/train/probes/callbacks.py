@@ -24,8 +24,9 @@ from tinygpt.model.gpt import GPT
 from tinygpt.runtime import checkpoint
 from tinygpt.runtime.checks import non_negative_int, positive_int
 from tinygpt.runtime.console import out as console
-from tinygpt.train import diagnostics, explorer
-from tinygpt.train.diagnostics import evaluating
+from tinygpt.train import explorer
+from tinygpt.train.probes import diagnostics
+from tinygpt.train.probes.diagnostics import evaluating
 from tinygpt.train.plots import LayerPlotter, token_label
 
 
@@ -225,7 +226,7 @@ class HonestLoss(ModelInspector):
     its prefix alone) and ``val/loss_probe`` (the teacher-forced loss at the same positions), on ``windows``
     fixed validation windows at ``positions`` positions spread over the window, first and last included.
     The two coincide for a causal model; a model that reads the future separates them (the per-window gaps are
-    kept for the leak alarm, tinygpt.train.leak_alarm).
+    kept for the leak alarm, tinygpt.train.probes.leak_alarm).
 
     Costs ``positions`` forward passes of at most T tokens on ``windows`` windows: a few percent of a default
     validation (docs/benchmarks.md).

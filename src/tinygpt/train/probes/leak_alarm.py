@@ -2,7 +2,7 @@
 docs/experiments/partial_leaks/), and one clear warning the first time either shows.
 
 1. The future leak: on ``windows`` fixed validation windows, the largest change in the logits at positions <= t
-   when the tokens after t are replaced (tinygpt.train.diagnostics.future_leak). Exactly 0 for a causal model;
+   when the tokens after t are replaced (tinygpt.train.probes.diagnostics.future_leak). Exactly 0 for a causal model;
    the alarm allows ``tolerance``.
 2. The honest-loss gap: on the honest-loss probe's windows (callbacks.honest_loss), the autoregressive
    loss minus the teacher-forced loss at the same positions, per window. A causal model's two agree to rounding;
@@ -26,8 +26,8 @@ import torch
 from tinygpt.model.gpt import GPT
 from tinygpt.runtime.checks import one_of, positive_int, positive_number
 from tinygpt.runtime.console import say
-from tinygpt.train import diagnostics
-from tinygpt.train.callbacks import HonestLoss, ModelInspector, _wandb_loggers, log_at, wandb_media
+from tinygpt.train.probes import diagnostics
+from tinygpt.train.probes.callbacks import HonestLoss, ModelInspector, _wandb_loggers, log_at, wandb_media
 
 ACTIONS = ("warn", "stop")
 
