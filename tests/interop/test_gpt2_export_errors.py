@@ -145,3 +145,16 @@ def test_the_script_refuses_in_one_line_with_exit_status_2(tmp_path, capsys, mon
     assert stopped.value.code == 2 and out == "" and not (tmp_path / "new").exists()
     assert err.splitlines() == [
         "error: export_hf: model.attn.qk_norm=True " + CANNOT.format("GPT-2's attention has qk_norm=False")]
+
+
+def test_every_attention_option_that_changes_the_function_is_checked_on_export():
+    """GPT-2's attention settings are AttnConfig's defaults, less the options that change how the attention is
+    computed (backend) or initialised (qk_init): a new option is refused on export wherever it is not at its
+    default, with no list to extend."""
+    from dataclasses import fields
+
+    from tinygpt.model.config import AttnConfig
+    from tinygpt.model.hf_gpt2 import GPT2_ATTENTION
+
+    assert GPT2_ATTENTION == {"causal": True, "scale": "sqrt_dk", "qk_norm": False}
+    assert set(GPT2_ATTENTION) == {f.name for f in fields(AttnConfig)} - {"backend", "qk_init"}

@@ -25,15 +25,19 @@ from __future__ import annotations
 import json
 import pickle
 import re
+from dataclasses import fields
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from tinygpt.model.config import GPTConfig
+from tinygpt.model.config import AttnConfig, GPTConfig
 from tinygpt.runtime.errors import ConfigError, first_line
 
-GPT2_ATTENTION = {"causal": True, "scale": "sqrt_dk", "qk_norm": False}  # GPT-2's model.attn.*; it has no other
+# GPT-2's model.attn.*: every option's default, less those that change how the attention is computed or started,
+# not what it computes; so a new option is refused on export wherever it is not at its default (GPT-2's behaviour)
+HOW_NOT_WHAT = ("backend", "qk_init")
+GPT2_ATTENTION = {f.name: f.default for f in fields(AttnConfig) if f.name not in HOW_NOT_WHAT}
 ARCHITECTURE = ("n_layer", "n_head", "n_embd", "block_size", "bias", "activation", "ln_eps")  # what config.json sets
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}  # theirs -> ours
 TOP = {"wte.weight": "transformer.wte.weight", "wpe.weight": "transformer.wpe.weight",

@@ -145,7 +145,7 @@ def model_settings(hp: dict, where: str) -> GPTConfig:
 
 def load_trained(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer | None, int]:
     """The GPT a train.py checkpoint holds (a .ckpt file, or a run dir: its last checkpoint), as it was trained
-    (experiment 3's attention bug included), in eval mode on ``device``; its tokenizer (None for token-id data);
+    (its model.patch applied), in eval mode on ``device``; its tokenizer (None for token-id data);
     and the global step it was saved at. Loaded with ``weights_only=True`` (an untrusted file cannot run code)."""
     file = checkpoint.checkpoint_file(path)
     ckpt = checkpoint.load(file, map_location=device)

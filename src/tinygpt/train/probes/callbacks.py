@@ -311,8 +311,8 @@ class StabilityMonitor(ModelInspector):
                    "stab/entropy": stats["attn_entropy"], "stab/entropy_min": stats["attn_entropy_min"],
                    "stab/mask_margin": stats["attn_mask_margin"], "stab/future_mass": stats["attn_future_mass"],
                    "stab/visible_floor": stats["attn_visible_floor"]}
-        if self.future_leak:  # the perturbation probe at every stability probe too (experiment 3; the leak alarm
-            t0 = time.perf_counter()  # runs it at every validation anyway)
+        if self.future_leak:  # the perturbation probe at every stability probe too (the leak alarm runs it at every
+            t0 = time.perf_counter()  # validation anyway): a leak that opens between validations is dated
             metrics["stab/future_leak"] = diagnostics.future_leak(model, x.to(module.device))
             self.leak_seconds += time.perf_counter() - t0  # its cost (summary.json)
         for name in ("max_logit", "entropy", "entropy_min", "mask_margin", "visible_floor", "future_mass", "q_rms",

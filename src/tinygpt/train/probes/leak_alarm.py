@@ -1,5 +1,5 @@
-"""The leak alarm: at every validation, the two signatures of a model that reads the future (experiment 3,
-docs/experiments/partial_leaks/), and one clear warning the first time either shows.
+"""The leak alarm: at every validation, the two signatures of a model that reads the future, and one clear warning
+the first time either shows.
 
 1. The future leak: on ``windows`` fixed validation windows, the largest change in the logits at positions <= t
    when the tokens after t are replaced (tinygpt.train.probes.diagnostics.future_leak). Exactly 0 for a causal model;
