@@ -63,3 +63,14 @@ def test_the_audit_leaves_the_callers_thread_count_alone(tmp_path):
     before = torch.get_num_threads()
     main([str(tmp_path / "nowhere")])
     assert torch.get_num_threads() == before
+
+
+def test_the_audit_rebuilds_a_finished_runs_data_and_model(tmp_path, capsys, corpus_file, cache_dir):
+    """A real tiny causal run, trained in this process, audited from its own files: its corpus and data module are
+    rebuilt from its summary.json and its model from its checkpoint, and the alarm stays silent."""
+    from helpers import TINY, train_in_process
+
+    train_in_process(tmp_path / "sweep" / "0", [*TINY, "corpus=text_file", f"corpus.path={corpus_file}",
+                                                f"data.cache_dir={cache_dir}", "logger=csv"])
+    assert alarm_audit.main([str(tmp_path / "sweep")]) == 0
+    assert "alarm audit: 1 causal runs, 0 false alarms" in capsys.readouterr().out

@@ -75,7 +75,7 @@ def check_run(run_dir: Path, alarm: LeakAlarm, data_cache: dict) -> dict:
     model, _, _ = load_trained(checkpoint.last_path_in(run_dir))
     key = json.dumps([cfg["data"], cfg["corpus"]], sort_keys=True)
     if key not in data_cache:  # runs of one sweep share their data: set it up once
-        dm = instantiate(cfg["data"], corpus=instantiate(cfg["corpus"]))
+        dm = instantiate(cfg["data"], instantiate(cfg["corpus"]))  # positional: Hydra would make a kwarg a config
         dm.prepare_data()
         dm.setup("fit")
         data_cache[key] = dm
