@@ -111,6 +111,10 @@ def test_experiment_2s_full_sweep_is_its_two_grids_and_may_add_stage_two_runs():
     assert gap == "it lacks 1 job of experiment=sqrt_dk's grid"
     other = [Job("sqrt_dk", ["arm/sqrt_dk=dk256_sqrt", "optim.lr=1e-3", "seed=1", "trainer.max_steps=10"])]
     assert report.full_sweep_gap(main + fp16 + other, [], "sqrt_dk") == "it overrides trainer.max_steps"
+    extra_fp16 = [Job("sqrt_dk_fp16", [f"{k}={v}" for k, v in sorted(c, key=str)])  # only float32 is staged
+                  for c in [next(iter(report.grid_cells(report.CONFIGS / "sqrt_dk_fp16.yaml")[1]))]]
+    gap = report.full_sweep_gap(main + fp16 + extra_fp16, [], "sqrt_dk")
+    assert gap == "it has 31 runs of experiment=sqrt_dk_fp16, the full sweep 30"
 
 
 def test_an_out_that_is_a_file_is_one_line_before_any_work(tmp_path, capsys):

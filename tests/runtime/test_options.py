@@ -14,6 +14,7 @@ CONFIGS = ROOT / "configs"
     ["arm/causal_mask=random_t64"], ["hydra/launcher=basic"], ["-m", "experiment=glob(causal*)"],
     ["--cfg", "job", "experiment=sqrt_dk"], ["model.attn.scale=none"], ["optim.lr=1e-3,2e-3"],
     ["model=[oops"],  # not parseable: Hydra says what is wrong
+    ["-m", "experiment=interval(0,1)"],  # a sweep that lists no options: Hydra says what is wrong
 ])
 def test_existing_options_and_other_overrides_pass(argv):
     assert mistyped_option(argv, CONFIGS) is None
@@ -30,8 +31,10 @@ def test_existing_options_and_other_overrides_pass(argv):
     (["arm/partial_leaks=of_by_one"], "arm/partial_leaks=of_by_one is not an option of arm/partial_leaks; did you "
                                       "mean arm/partial_leaks=off_by_one?"),
     (["debug=zzz"], "debug=zzz is not an option of debug; the options: fast, overfit."),
-    (["data=text_file"], "data=text_file is not an option of data; did you mean corpus=text_file? the options of data: "
-                         "default."),
+    (["data=text_file"], "data=text_file is not an option of data (the options: default); text_file is an option of "
+                         "corpus."),
+    (["model=default"], "model=default is not an option of model (the options: baby, gpt2, gpt2_large, gpt2_medium, "
+                        "gpt2_xl, small, tiny); default is an option of callbacks, data, hydra and trainer."),
     (["debug=null"], "debug=null is not an option of debug; leave it out for the default, or pick one of: fast, "
                      "overfit."),
 ])

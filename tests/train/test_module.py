@@ -173,7 +173,7 @@ def test_a_checkpoint_with_a_setting_this_version_lacks_is_one_sentence(tmp_path
     path = write_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt", extra={"attention_bug": bug})
     with pytest.raises(ConfigError) as err:
         load_trained(tmp_path / "run")
-    assert str(err.value) == (f"{path} was written with attention_bug={bug!r}, which this version does not have; "
-                              "load it with the version that wrote it.")
+    assert str(err.value) == (f"{path} was written with attention_bug, which this version does not have; rewrite "
+                              "its run in today's names with python scripts/migrate_run.py <run dir>.")
     write_checkpoint(path, extra={"attention_bug": None})
     assert load_trained(path)[2] == 60

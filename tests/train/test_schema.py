@@ -72,6 +72,16 @@ def test_each_schema_is_its_owners_fields_and_the_yaml_names_the_same_keys():
     assert set(cfg.optim) == set(optim)
 
 
+def test_the_owners_python_defaults_are_the_default_runs():
+    """For use from Python the owners keep defaults of their own: the same as the default run's YAML."""
+    composed = compose_train([])
+    cfg = {k: OmegaConf.to_container(composed[k], resolve=True) for k in ("model", "optim")}
+    model = dataclasses.asdict(GPTConfig())
+    assert {k: v for k, v in model.items() if k != "vocab_size"} == cfg["model"]
+    optim = {k: p.default for k, p in inspect.signature(AdamWCosine).parameters.items()}
+    assert {**optim, "betas": list(optim["betas"])} == {k: v for k, v in cfg["optim"].items() if k != "_target_"}
+
+
 def test_a_new_option_of_the_owner_is_a_typed_key_without_another_declaration():
     @dataclasses.dataclass
     class Options:

@@ -60,10 +60,9 @@ def causal_runs(sweeps: list[Path]) -> list[Path]:
     out = []
     for sweep in sweeps:
         for path in summaries_in(sweep):
-            cfg = read_summary(path).get("config", {})
+            cfg = current_summary(read_summary(path)).get("config", {})
             model = cfg.get("model", {})
-            patched = model.get("patch") or cfg.get("attention_bug")  # attention_bug: runs made before model.patch
-            if (model.get("attn", {}).get("causal") and not patched
+            if (model.get("attn", {}).get("causal") and not model.get("patch")
                     and checkpoint.last_path_in(path.parent).exists()):
                 out.append(path.parent)
     return out

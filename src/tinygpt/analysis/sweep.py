@@ -138,31 +138,51 @@ def read_history(path: Path) -> dict[str, tuple[list[int], list[float]]]:
     return out
 
 
+# where the attention bugs' class was when runs made before model.patch named it in attention_bug
+OLD_BUG_CLASSES = {
+    "tinygpt.experiments.leaky_masks.AttentionBug": "tinygpt.experiments.partial_leaks.bugs.AttentionBug"}
+
+
 def current_summary(data: dict) -> dict:
     """A run's summary.json in today's names and form, whenever it was written: renamed keys under their current
-    names (train.summary.current_names), and the corpus as its own node (``config.corpus``: ``_target_`` and its
-    fields) where a run made before the corpus group named it in ``data`` (data.source, its fields at data level,
-    data.corpus; a text corpus's data.vocab_size was data.bpe_vocab_size)."""
+    names (train.summary.current_names) and its config in today's form (``current_config``)."""
     data = current_names(data)
-    config = data.get("config") or {}
+    return {**data, "config": current_config(data["config"])} if isinstance(data.get("config"), dict) else data
+
+
+def current_config(config: dict) -> dict:
+    """A run's config in today's form, whenever it was written: an ``attention_bug`` (before model.patch) as the first
+    of ``model.patch``; and the corpus as its own node (``corpus``: ``_target_`` and its fields) where a run made
+    before the corpus group named it in ``data`` (data.source, its fields at data level and data.corpus, the node it
+    built; a text corpus's data.vocab_size was data.bpe_vocab_size). A source this version lacks is left as it was."""
+    config = dict(config)
+    bug = config.pop("attention_bug", None)
+    if bug:
+        model = dict(config.get("model") or {})
+        target = OLD_BUG_CLASSES.get(bug.get("_target_"), bug.get("_target_"))
+        model["patch"] = [{**bug, "_target_": target}, *(model.get("patch") or [])]
+        config["model"] = model
     old = dict(config.get("data") or {})
-    if "corpus" in config or "source" not in old:
-        return data
+    if "corpus" in config or old.get("source") not in CORPORA:
+        return config
     kind = CORPORA[old.pop("source")]
-    old.pop("corpus", None)  # data.corpus repeated the fields below, interpolated
+    built = old.pop("corpus", None)  # the node the run built (2026-12-02 on): the fields below, resolved
     corpus = {"_target_": f"{kind.__module__}.{kind.__name__}"}
     for f in dataclasses.fields(kind):
         if f.name in old:
             corpus[f.name] = old[f.name] if f.name in DataConfig.__dataclass_fields__ else old.pop(f.name)
+    if isinstance(built, dict):
+        corpus.update({k: v for k, v in built.items() if k != "_target_"})
     if kind.needs_tokenizer and "vocab_size" in old:
         old["bpe_vocab_size"] = old.pop("vocab_size")
-    return {**data, "config": {**config, "data": old, "corpus": corpus}}
+    return {**config, "data": old, "corpus": corpus}
 
 
 def corpus_source(config: dict) -> str:
-    """The name of a run's corpus (shakespeare, text_file, hf_hub, random_tokens), from its ``corpus`` node."""
+    """The name of a run's corpus (shakespeare, text_file, hf_hub, random_tokens), from its ``corpus`` node; a class
+    this version lacks is named as its class."""
     name = str(config["corpus"]["_target_"]).rsplit(".", 1)[-1]
-    return next(source for source, kind in CORPORA.items() if kind.__name__ == name)
+    return next((source for source, kind in CORPORA.items() if kind.__name__ == name), name)
 
 
 def load_runs(sweep_dirs: list[Path]) -> list[Run]:

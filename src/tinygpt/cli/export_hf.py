@@ -29,7 +29,7 @@ from tinygpt.data import hf_tokenizer
 from tinygpt.data.tokenizer import UNK
 from tinygpt.model import hf_gpt2
 from tinygpt.model.config import patch_names
-from tinygpt.model.gpt import GPT, GPTConfig
+from tinygpt.model.gpt import GPT
 from tinygpt.runtime import checkpoint
 from tinygpt.runtime.errors import ConfigError, first_line, print_error
 from tinygpt.runtime.writable import cannot_write_into
@@ -58,9 +58,12 @@ def check_out(out: Path, force: bool) -> None:
 def gpt2_files(ckpt: dict, where: str) -> dict[str, bytes]:
     """A train.py checkpoint as the files of a GPT2LMHeadModel dir (name -> contents); one sentence naming the first
     option GPT-2 cannot express, or what makes the checkpoint unreadable as a model."""
-    hp = ckpt["hyper_parameters"]
+    from tinygpt.train.module import model_settings  # here: Lightning is imported only for a checkpoint's settings
+
     try:
-        cfg = GPTConfig(vocab_size=hp["vocab_size"], **hp["model"])
+        cfg = model_settings(ckpt["hyper_parameters"], where)
+    except ConfigError:
+        raise
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(f"{where} holds no model settings tinygpt can build ({first_line(err)}).") from None
     config = hf_gpt2.hf_config(cfg)  # refuses qk_norm, another scale, no causal mask

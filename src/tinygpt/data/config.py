@@ -1,6 +1,7 @@
 """The data module's settings (``data.*``): how a corpus's tokens become training and validation windows. Declared
-here once: the config's schema is derived from this class (tinygpt.train.schema) and each default, with its
-comment, lives in configs/data/default.yaml. The corpus itself is the ``corpus`` group (tinygpt.data.corpus).
+here once: the config's schema is derived from this class (tinygpt.train.schema); a run's defaults, with their
+comments, are configs/data/default.yaml's, and the defaults here (for use from Python) are the same
+(tests/data/test_data_contract.py). The corpus itself is the ``corpus`` group (tinygpt.data.corpus).
 Torch-free, so that the config is checked before anything heavy is imported.
 """
 

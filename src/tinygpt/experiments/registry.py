@@ -16,14 +16,14 @@ class Experiment:
     """One experiment: ``name`` (its folder, its report's name: scripts/report.py <name>), ``prediction`` (the
     dataclass of its predictions, the schema of ``prediction:`` in its configs), ``sweeps`` (the configs under
     configs/experiment/ whose sweeps together make its full sweep; default: its name), ``variants`` (its other configs,
-    e.g. a quick version: their runs belong to its report too) and ``staged`` (its design may add runs beyond the
-    grid, overriding only the grid's keys)."""
+    e.g. a quick version: their runs belong to its report too) and ``staged`` (those of its sweeps whose design may
+    add runs beyond the grid, overriding only the grid's keys)."""
 
     name: str
     prediction: type
     sweeps: tuple[str, ...] = ()
     variants: tuple[str, ...] = ()
-    staged: bool = False
+    staged: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not self.sweeps:

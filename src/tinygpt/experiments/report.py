@@ -102,7 +102,7 @@ def full_sweep_gap(runs: list[Run], excluded: list, experiment: str) -> str | No
         extra = sorted({o.split("=")[0] for r in mine for o in r.overrides} - keys - {"experiment"})
         if extra:
             return f"it overrides {', '.join(extra)}"
-        if (not cells <= have and len(mine) != len(cells)) or (len(mine) != len(cells) and not record.staged):
+        if (not cells <= have and len(mine) != len(cells)) or (len(mine) != len(cells) and part not in record.staged):
             return f"it has {plural(len(mine), 'run')} of experiment={part}, the full sweep {len(cells)}"
         if not cells <= have:
             return f"it lacks {plural(len(cells - have), 'job')} of experiment={part}'s grid"

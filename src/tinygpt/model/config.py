@@ -1,7 +1,8 @@
 """The model's settings (``model.*``): ``GPTConfig`` and its ``attn: AttnConfig``. Each field is declared here once:
-the config's schema is derived from these classes (tinygpt.train.schema) and each default, with its comment, lives
-in configs/model/*.yaml. Each class checks its own values on construction, one sentence naming the key. Torch-free,
-so that the config is checked before anything heavy is imported.
+the config's schema is derived from these classes (tinygpt.train.schema); a run's defaults, with their comments, are
+configs/model/baby.yaml's, and the defaults here (for use from Python) are the same (tests/train/test_schema.py).
+Each class checks its own values on construction, one sentence naming the key. Torch-free, so that the config is
+checked before anything heavy is imported.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class GPTConfig:
     patch: list = field(default_factory=list)
 
     def __post_init__(self):
-        if isinstance(self.attn, dict):
+        if not isinstance(self.attn, AttnConfig):  # a dict or Hydra's DictConfig: checked as the class it is
             self.attn = AttnConfig(**self.attn)
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             positive_int(f"model.{name}", getattr(self, name))

@@ -34,12 +34,17 @@ def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
         if not override.is_sweep_override() and override.value() is None:  # Hydra: a ValueError and its traceback
             return (f"{group}=null is not an option of {group}; leave it out for the default, or pick one of: "
                     f"{', '.join(options)}.")
-        for name in option_names(override):
+        try:
+            names = option_names(override)
+        except HydraException:
+            return None  # a sweep Hydra cannot list (interval(), range() of floats): Hydra says what is wrong
+        for name in names:
             if name not in options:
                 elsewhere = sorted(g.name for g in config_dir.iterdir() if (g / f"{name}.yaml").is_file())
-                if elsewhere:  # data=text_file, where the corpus is corpus=text_file
-                    return (f"{group}={name} is not an option of {group}; did you mean {elsewhere[0]}={name}? the "
-                            f"options of {group}: {', '.join(options)}.")
+                if elsewhere:  # data=text_file: the corpus is corpus=text_file; said as a fact, not a guess
+                    return (f"{group}={name} is not an option of {group} (the options: {', '.join(options)}); "
+                            f"{name} is an option of {', '.join(elsewhere[:-1]) + ' and ' if elsewhere[1:] else ''}"
+                            f"{elsewhere[-1]}.")
                 return option_message(group, name, options)
     return None
 

@@ -1,8 +1,8 @@
 """Hydra schemas derived from the code that owns the settings, so that each setting is declared once.
 
 ``schema_of(Owner)`` is a dataclass with the owner's fields (a dataclass's fields, or the keyword parameters of a
-class's ``__init__``), each typed as OmegaConf can check it and each MISSING: the default, with its comment, stays in
-the YAML (configs/). Registered in Hydra's ConfigStore and named at the head of a defaults list, it makes a mistyped
+class's ``__init__``), each typed as OmegaConf can check it and each MISSING: a run's default, with its comment, is
+the YAML's (configs/). Registered in Hydra's ConfigStore and named at the head of a defaults list, it makes a mistyped
 key or a value of the wrong type a one-line refusal while the config is composed, before any work
 (tinygpt.runtime.errors). Types OmegaConf cannot check (a union, a class) become ``Any``: the owner checks them when it
 is built.
@@ -40,12 +40,21 @@ def schema_of(owner: type, *, target: bool = False, loose: tuple[str, ...] = (),
 def settings(owner: type) -> dict[str, Any]:
     """name -> type hint of each setting: a dataclass's init fields, else the keyword parameters of ``__init__``."""
     if dataclasses.is_dataclass(owner):
-        hints = typing.get_type_hints(owner)
-        return {f.name: hints[f.name] for f in dataclasses.fields(owner) if f.init}
-    hints = typing.get_type_hints(owner.__init__)
+        hints = type_hints(owner)
+        return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(owner) if f.init}
+    hints = type_hints(owner.__init__)
     params = list(inspect.signature(owner.__init__).parameters.values())[1:]  # less self
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     return {p.name: hints.get(p.name, Any) for p in params if p.kind in kinds}
+
+
+def type_hints(obj) -> dict[str, Any]:
+    """``obj``'s evaluated annotations; where one names what is imported only for type checkers (torch, kept out of
+    the config's start-up), none: every field is then left to the owner to check (Any)."""
+    try:
+        return typing.get_type_hints(obj)
+    except NameError:
+        return {}
 
 
 def checkable(hint) -> Any:

@@ -130,16 +130,23 @@ def build_model(config: GPTConfig) -> GPT:
     """The GPT of ``config``, then each of ``config.patch`` (Hydra nodes of callables GPT -> GPT) applied in order."""
     model = GPT(config)
     for node in config.patch:
-        model = instantiate(node)(model)
+        model = instantiate(node, _recursive_=False)(model)
     return model
 
 
 def model_settings(hp: dict, where: str) -> GPTConfig:
-    """A checkpoint's model settings; one sentence for a checkpoint that names a setting this version lacks."""
+    """A checkpoint's model settings, each refused in one sentence where it cannot be trusted or read: a setting this
+    version lacks (a run written before: scripts/migrate_run.py rewrites it), or a patch whose class is not
+    tinygpt's (building it would run whatever the file names, which weights_only loading exists to prevent)."""
     unknown = sorted(k for k in hp if k not in ("model", "vocab_size", "optim") and hp[k])
     if unknown:
-        raise ConfigError(f"{where} was written with {unknown[0]}={hp[unknown[0]]!r}, which this version does not "
-                          "have; load it with the version that wrote it.")
+        raise ConfigError(f"{where} was written with {unknown[0]}, which this version does not have; rewrite its run "
+                          "in today's names with python scripts/migrate_run.py <run dir>.")
+    for node in (hp.get("model") or {}).get("patch") or []:
+        target = str(node.get("_target_", "")) if isinstance(node, dict) else ""
+        if not target.startswith("tinygpt.") or any(str(k).startswith("_") and k != "_target_" for k in node):
+            raise ConfigError(f"{where} names a model.patch {target or node!r} that is not a class of tinygpt's; "
+                              "a checkpoint's patch is built only from tinygpt's own classes.")
     return GPTConfig(vocab_size=hp["vocab_size"], **hp["model"])
 
 

@@ -70,12 +70,12 @@ COLORS = {"causal": "tab:blue", "no_mask": "tab:red", "off_by_one": "tab:orange"
 
 
 def bug_of(cfg: dict) -> dict | None:
-    """A run's attention bug: the AttentionBug in its model.patch, or (a run made before model.patch) its
-    attention_bug; None for a run without one."""
+    """A run's attention bug: the AttentionBug in its model.patch (runs made before it had attention_bug, read as
+    model.patch: analysis.sweep.current_config); None for a run without one."""
     for node in (cfg.get("model") or {}).get("patch") or []:
         if str(node.get("_target_", "")).endswith(".AttentionBug"):
             return node
-    return cfg.get("attention_bug")
+    return None
 
 
 def arm_of(run: Run) -> str:

@@ -4,6 +4,6 @@
 from tinygpt.experiments.registry import Experiment
 from tinygpt.experiments.sqrt_dk.prediction import Prediction
 
-# its full sweep is two configs' (float32 and float16); stage 2 adds runs that override only the grid's keys
+# its full sweep is two configs' (float32 and float16); stage 2 adds float32 runs that override only the grid's keys
 EXPERIMENT = Experiment("sqrt_dk", Prediction, sweeps=("sqrt_dk", "sqrt_dk_fp16"), variants=("sqrt_dk_quick",),
-                        staged=True)
+                        staged=("sqrt_dk",))
