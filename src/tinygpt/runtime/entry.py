@@ -7,18 +7,24 @@ process); a finished run skips the interpreter's teardown of every module (tinyg
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tinygpt.runtime.errors import unknown_keys_as_config_errors
+from tinygpt.runtime.errors import print_error, unknown_keys_as_config_errors
 from tinygpt.runtime.fast_exit import exit_without_teardown
+from tinygpt.runtime.options import mistyped_option
 
 
 def run(main: Callable[[], object], config_dir: Path) -> None:
     """Call Hydra's decorated ``main`` (which reads sys.argv) with ``config_dir``'s group options checked first, and
     end the process as described above."""
+    typo = mistyped_option(sys.argv[1:], config_dir)  # optional groups too, which Hydra would skip without a word
+    if typo:
+        print_error(typo)
+        sys.exit(2)
     try:
-        with unknown_keys_as_config_errors(config_dir):
+        with unknown_keys_as_config_errors():
             main()  # an error leaves through Hydra's sys.exit, with the interpreter's full teardown
     except SystemExit as stopped:
         if isinstance(stopped.code, int) and stopped.code >= 128:  # stopped by a signal, all saved: end at once

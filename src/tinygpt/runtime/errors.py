@@ -53,24 +53,16 @@ _HYDRA_RAISES = False  # HYDRA_FULL_ERROR=1 set by unknown_keys_as_config_errors
 
 
 @contextmanager
-def unknown_keys_as_config_errors(config_dir=None):
+def unknown_keys_as_config_errors():
     """train.py's entry: an override of a key the config does not have (``callbacks.leak_alarm.tolerence=1``) is
     one line naming it (and the nearest key, when one is close) and exit status 2, as every config mistake is,
     instead of Hydra's six lines, exit 1 and a hint to add the key with +. Hydra prints a composition error itself
     unless HYDRA_FULL_ERROR=1, so that is set until the config is composed (``config_composed``, called when the
     run or sweep starts); Hydra's other errors are printed as Hydra prints them. Set by the user, HYDRA_FULL_ERROR
-    shows the traceback, as ever. With ``config_dir`` (train.py's configs/) each ``group=option`` is checked first:
-    an option its group lacks is one line too, for optional groups (experiment, debug), which Hydra skips."""
+    shows the traceback, as ever. (A group option that does not exist is checked before this: runtime/options.py.)"""
     global _HYDRA_RAISES
     from hydra.errors import CompactHydraException
 
-    if config_dir is not None:  # a group option that does not exist, optional groups included (runtime/options.py)
-        from tinygpt.runtime.options import mistyped_option
-
-        typo = mistyped_option(sys.argv[1:], config_dir)
-        if typo:
-            print_error(typo)
-            sys.exit(2)
     if full_traceback_requested():
         yield
         return

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tinygpt.runtime.errors import option_message
+
 
 def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
     """The one sentence for the first ``group=option`` in ``argv`` whose group is a folder of ``config_dir`` and has
@@ -17,8 +19,6 @@ def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
     (hydra/...) and what cannot be parsed are left to Hydra."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
-
-    from tinygpt.runtime.errors import option_message
 
     texts = [a for a in argv if "=" in a and not a.startswith("-")]  # overrides; Hydra's flags start with -
     try:
