@@ -183,18 +183,26 @@ def print_hydra_error(err: BaseException) -> None:
     sys.stderr.flush()
 
 
+def option_names(override) -> list[str]:
+    """The option names an override gives: one, each of a list (``logger=[wandb,csv]``) or each of a sweep
+    (``experiment=a,b``); none for a glob (Hydra reads those)."""
+    from hydra.core.override_parser.types import ValueType
+
+    if override.is_sweep_override():
+        if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            return []
+        return list(override.sweep_string_iterator())
+    value = override.value()
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
 def unknown_option(group: str, override) -> str | None:
     """The one sentence for a swept option the config group does not have (``-m model=smal,tiny``), from Hydra's
     list of the group's options; None when every value is one."""
     from hydra.core.global_hydra import GlobalHydra
 
     options = sorted(GlobalHydra.instance().config_loader().get_group_options(group))
-    if override.is_sweep_override():
-        values = list(override.sweep_string_iterator())
-    else:  # one option, or a list of them (logger=[wandb,csv])
-        value = override.value()
-        values = [str(v) for v in value] if isinstance(value, list) else [str(value)]
-    for name in values:
+    for name in option_names(override):
         if options and name not in options and not name.startswith("["):  # a swept list of options: Hydra's to read
             return option_message(group, name, options)
     return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tinygpt.runtime.errors import option_message
+from tinygpt.runtime.errors import option_message, option_names
 
 
 def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
@@ -48,15 +48,3 @@ def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
                 return option_message(group, name, options)
     return None
 
-
-def option_names(override) -> list[str]:
-    """The option names an override gives: one, each of a list (``logger=[wandb,csv]``) or each of a sweep
-    (``experiment=a,b``); none for a glob (Hydra reads those)."""
-    from hydra.core.override_parser.types import ValueType
-
-    if override.is_sweep_override():
-        if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
-            return []
-        return list(override.sweep_string_iterator())
-    value = override.value()
-    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
