@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from helpers import write_checkpoint
-from tinygpt.cli.migrate_run import main
+from tinygpt.cli.migrate_run import current_names, current_summary, main
+from tinygpt.analysis.sweep import ReportError, Run, load_runs
 from tinygpt.runtime.errors import ConfigError
 
 BUG = {"_target_": "tinygpt.experiments.leaky_masks.AttentionBug", "kind": "off_by_one", "layers": [1]}
@@ -39,8 +40,11 @@ def test_an_old_run_is_rewritten_in_todays_names_and_its_checkpoint_loads_with_i
     from tinygpt.train.module import load_trained
 
     run = old_run(tmp_path)
-    with pytest.raises(ConfigError, match=r"was written with attention_bug, .* python scripts/migrate_run.py"):
+    with pytest.raises(ConfigError, match=r"earlier tinygpt: it names attention_bug \(today model.patch\)\. .*"
+                                          r"`python scripts/migrate_run.py .*sweep/0`"):
         load_trained(run)
+    with pytest.raises(ReportError, match=r"earlier tinygpt: it names val_loss_autoregressive \(today val_loss_honest"):
+        load_runs([tmp_path / "sweep"])  # the reports read one spelling: an old run is refused, naming the script
     assert main([str(tmp_path / "sweep")]) == 0
     assert capsys.readouterr().out.strip() == "migrate_run: 4 files rewritten in 1 run dirs"
     summary = json.loads((run / "summary.json").read_text())
@@ -50,6 +54,7 @@ def test_an_old_run_is_rewritten_in_todays_names_and_its_checkpoint_loads_with_i
         assert list(csv.reader(f)) == [["step", "train/loss", "val/loss_honest"], ["0", "4.1", ""], ["1", "3.9", "3.8"]]
     model, _, step = load_trained(run)
     assert step == 60 and [isinstance(b.attn, BuggyAttention) for b in model.blocks] == [False, True]
+    assert load_runs([tmp_path / "sweep"])[0].summary["val_loss_honest"] == 2.5
     assert main([str(tmp_path / "sweep")]) == 0  # a second time: nothing left to rewrite
     assert capsys.readouterr().out.strip() == "migrate_run: 0 files rewritten in 1 run dirs"
 
@@ -70,3 +75,65 @@ def test_a_checkpoint_patch_outside_tinygpt_is_never_built(tmp_path):
         path = write_checkpoint(tmp_path / "ckpt.ckpt", model={"patch": [node]})
         with pytest.raises(ConfigError, match="is not a class of tinygpt's"):
             load_trained(path)
+
+
+def test_old_names_read_as_todays_at_any_depth_and_under_diag():
+    old = {"val_loss_autoregressive": 2.0, "diag/autoregressive_at": 3, "x": [{"autoregressive_loss": {"windows": 4}}]}
+    assert current_names(old) == {"val_loss_honest": 2.0, "diag/honest_at": 3, "x": [{"honest_loss": {"windows": 4}}]}
+    both = {"val/loss_autoregressive": ([1], [9.0]), "val/loss_honest": ([2], [1.0])}  # today's name keeps its own
+    assert current_names(both) == {"val/loss_honest": ([2], [1.0])}
+
+
+OLD_FORMS = [  # summary.json's config as runs made before the corpus group wrote it -> today's data and corpus
+    ({"source": "shakespeare", "batch_size": 12, "corpus": {"_target_": "tinygpt.data.corpus.Shakespeare"}},
+     {"batch_size": 12}, {"_target_": "tinygpt.data.corpus.Shakespeare"}),
+    ({"source": "text_file", "path": ["a.txt"], "tokenizer": "bpe", "vocab_size": 300, "seed": 3},
+     {"tokenizer": "bpe", "bpe_vocab_size": 300, "seed": 3}, {"_target_": "tinygpt.data.corpus.TextFile",
+                                                             "path": ["a.txt"]}),
+    ({"source": "random_tokens", "vocab_size": 64, "n_tokens": 5000, "seed": 7, "batch_size": 12},
+     {"seed": 7, "batch_size": 12}, {"_target_": "tinygpt.data.corpus.RandomTokens", "vocab_size": 64,
+                                     "n_tokens": 5000, "seed": 7}),
+    ({"source": "hf_hub", "name": "some/set", "config": None, "split": "train", "text_column": "text"},
+     {}, {"_target_": "tinygpt.data.corpus.HfHub", "name": "some/set", "config": None, "split": "train",
+          "text_column": "text"}),
+]
+
+
+@pytest.mark.parametrize("old, data, corpus", OLD_FORMS, ids=[o[0]["source"] for o in OLD_FORMS])
+def test_a_run_written_before_the_corpus_group_reads_in_todays_form(old, data, corpus):
+    """Each old form is read as the corpus node and data keys today's runs write; that node builds the same corpus
+    (and today's form is left as it is)."""
+    from hydra.utils import instantiate
+
+    from tinygpt.analysis.sweep import corpus_source
+
+    read = current_summary({"status": "completed", "config": {"seed": 1, "data": old}})
+    assert read["config"]["data"] == data and read["config"]["corpus"] == corpus and read["config"]["seed"] == 1
+    assert corpus_source(read["config"]) == old["source"]
+    if old["source"] in ("shakespeare", "random_tokens"):
+        assert instantiate(corpus).source == old["source"]
+    assert current_summary(read) == read
+
+
+def test_every_reader_of_runs_refuses_an_old_one_until_it_is_migrated(tmp_path):
+    """Resuming it, auditing its alarm, and reading its per-window diagnostics each name the script; after the
+    script they read it."""
+    import numpy as np
+
+    from tinygpt.analysis.alarm_audit import read_summary
+    from tinygpt.runtime import checkpoint
+
+    run = old_run(tmp_path)
+    ckpt_path = run / "checkpoints" / "last.ckpt"
+    with pytest.raises(ConfigError, match=r"it names attention_bug .*migrate_run.py .*sweep/0`"):
+        checkpoint.check_resume_names(checkpoint.load(ckpt_path), ckpt_path)
+    with pytest.raises(ConfigError, match=r"it names val_loss_autoregressive .*migrate_run.py"):
+        read_summary(run / "summary.json")
+    np.savez(run / "diagnostics.npz", autoregressive_window_position=np.ones((2, 3)))
+    with pytest.raises(ReportError, match=r"diagnostics.npz was written by an earlier tinygpt: it names "
+                                          r"autoregressive_window_position \(today honest_window_position\)"):
+        Run(run, {}).windows("honest_window_position")
+    assert main([str(run)]) == 0
+    assert load_runs([run])[0].windows("honest_window_position").tolist() == [[1.0] * 3] * 2
+    checkpoint.check_resume_names(checkpoint.load(ckpt_path), ckpt_path)
+    assert read_summary(run / "summary.json")["val_loss_honest"] == 2.5

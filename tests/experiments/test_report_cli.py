@@ -181,14 +181,16 @@ def test_a_jobs_override_matches_its_grid_value_however_either_is_written():
     assert setting("model.attn.scale=none") == ("model.attn.scale", "none") != setting("model.attn.scale=null")
 
 
-def test_a_run_written_with_the_old_names_reads_as_todays(tmp_path):
-    """Runs written before the honest loss had one name (the committed sweeps) read under today's names: summary
-    keys at any depth, the config's callback, history columns and diagnostics.npz arrays."""
+def test_a_run_written_with_the_old_names_is_refused_then_reads_as_todays_once_migrated(tmp_path):
+    """Runs written before the honest loss had one name (the committed sweeps) are refused by the report in one line
+    naming the migration script; after it they read under today's names: summary keys at any depth, the config's
+    callback, history columns and diagnostics.npz arrays."""
     import json
 
     import numpy as np
 
-    from tinygpt.analysis.sweep import load_runs
+    from tinygpt.analysis.sweep import ReportError, load_runs
+    from tinygpt.cli.migrate_run import main as migrate
 
     run = tmp_path / "sweep" / "0"
     (run / "history").mkdir(parents=True)
@@ -198,6 +200,10 @@ def test_a_run_written_with_the_old_names_reads_as_todays(tmp_path):
         "config": {"seed": 1, "callbacks": {"autoregressive_loss": {"windows": 16, "positions": 8}}}}))
     (run / "history" / "metrics.csv").write_text("step,epoch,val/loss_autoregressive,val/loss\n99,0,2.5,1.5\n")
     np.savez(run / "diagnostics.npz", autoregressive_window_position=np.ones((2, 3)), val_window_position=np.zeros(4))
+    with pytest.raises(ReportError, match=r"it names val_loss_autoregressive \(today val_loss_honest\)\. Rewrite it "
+                                          r"in today's names once with `python scripts/migrate_run.py .*sweep`"):
+        load_runs([tmp_path / "sweep"])
+    assert migrate([str(tmp_path / "sweep")]) == 0
     (r,) = load_runs([tmp_path / "sweep"])
     assert r.summary["val_loss_honest"] == 2.5 and r.summary["honest_positions"] == 8
     assert r.summary["diagnostics"] == {"loss_by_position_honest": [1.0, 2.0], "honest_at": [0, 63]}

@@ -163,8 +163,9 @@ def test_load_trained_gives_the_model_as_it_was_trained(tmp_path):
 
 
 def test_a_checkpoint_with_a_setting_this_version_lacks_is_one_sentence(tmp_path):
-    """A checkpoint written with a hyper-parameter this version does not have (an older run's attention_bug, before
-    model.patch) is refused in one sentence naming it; the same key left empty (null) loads."""
+    """A checkpoint written with a hyper-parameter this version does not have is refused in one sentence naming it:
+    an older run's attention_bug (before model.patch) names today's setting and the run dir to migrate; the same
+    key left empty (null) loads."""
     from helpers import write_checkpoint
     from tinygpt.runtime.errors import ConfigError
     from tinygpt.train.module import load_trained
@@ -173,7 +174,13 @@ def test_a_checkpoint_with_a_setting_this_version_lacks_is_one_sentence(tmp_path
     path = write_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt", extra={"attention_bug": bug})
     with pytest.raises(ConfigError) as err:
         load_trained(tmp_path / "run")
-    assert str(err.value) == (f"{path} was written with attention_bug, which this version does not have; rewrite "
-                              "its run in today's names with python scripts/migrate_run.py <run dir>.")
+    assert str(err.value) == (f"{path} was written by an earlier tinygpt: it names attention_bug (today model.patch)"
+                              ". Rewrite it in today's names once with `python scripts/migrate_run.py "
+                              f"{tmp_path / 'run'}`, then run this again.")
+    write_checkpoint(path, extra={"some_later_setting": 3})
+    with pytest.raises(ConfigError) as err:
+        load_trained(path)
+    assert str(err.value) == (f"{path} was written with some_later_setting, a setting this version of tinygpt does "
+                              "not have; load it with the version that wrote it.")
     write_checkpoint(path, extra={"attention_bug": None})
     assert load_trained(path)[2] == 60

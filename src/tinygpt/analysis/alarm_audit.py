@@ -25,7 +25,7 @@ from tinygpt.runtime.errors import ConfigError, print_error
 from tinygpt.train.probes import diagnostics
 from tinygpt.train.probes.leak_alarm import LeakAlarm, honest_gap
 from tinygpt.train.module import load_trained
-from tinygpt.analysis.sweep import current_summary
+from tinygpt.runtime.old_runs import outdated, refusal
 
 
 def read_summary(path: Path) -> dict:
@@ -38,6 +38,9 @@ def read_summary(path: Path) -> dict:
     if not isinstance(summary, dict):
         raise ConfigError(f"{path} is not a readable summary.json (not a JSON object); rerun that run or delete "
                           "its dir.")
+    old = outdated(summary, summary.get("config"))
+    if old:
+        raise ConfigError(refusal(path.parent, old))
     return summary
 
 
@@ -60,7 +63,7 @@ def causal_runs(sweeps: list[Path]) -> list[Path]:
     out = []
     for sweep in sweeps:
         for path in summaries_in(sweep):
-            cfg = current_summary(read_summary(path)).get("config", {})
+            cfg = read_summary(path).get("config", {})
             model = cfg.get("model", {})
             if (model.get("attn", {}).get("causal") and not model.get("patch")
                     and checkpoint.last_path_in(path.parent).exists()):
@@ -70,7 +73,7 @@ def causal_runs(sweeps: list[Path]) -> list[Path]:
 
 def check_run(run_dir: Path, alarm: LeakAlarm, data_cache: dict) -> dict:
     """The alarm's checks on a run's final model: {"run", "future_leak", "gap", "se", "signal"}."""
-    cfg = current_summary(json.loads((run_dir / "summary.json").read_text()))["config"]
+    cfg = read_summary(run_dir / "summary.json")["config"]
     model, _, _ = load_trained(checkpoint.last_path_in(run_dir))
     key = json.dumps([cfg["data"], cfg["corpus"]], sort_keys=True)
     if key not in data_cache:  # runs of one sweep share their data: set it up once

@@ -7,7 +7,6 @@ attention weights) and samples.jsonl (text samples). Never W&B, so a report work
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -18,9 +17,8 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from tinygpt.analysis.stats import Sample, first_below, mean_spread
-from tinygpt.data.config import DataConfig
 from tinygpt.data.corpus import CORPORA
-from tinygpt.train.summary import current_names
+from tinygpt.runtime.old_runs import outdated, refusal
 
 
 class ReportError(ValueError):
@@ -99,7 +97,11 @@ class Run:
         if not path.exists():
             return None
         with np.load(path) as z:
-            return current_names({k: z[k].astype(np.float64) for k in z.files})
+            arrays = {k: z[k].astype(np.float64) for k in z.files}
+        old = outdated(arrays)
+        if old:
+            raise ReportError(refusal(path, old, self.dir))
+        return arrays
 
     def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         steps, values = self.history.get(key, ([], []))
@@ -138,46 +140,6 @@ def read_history(path: Path) -> dict[str, tuple[list[int], list[float]]]:
     return out
 
 
-# where the attention bugs' class was when runs made before model.patch named it in attention_bug
-OLD_BUG_CLASSES = {
-    "tinygpt.experiments.leaky_masks.AttentionBug": "tinygpt.experiments.partial_leaks.bugs.AttentionBug"}
-
-
-def current_summary(data: dict) -> dict:
-    """A run's summary.json in today's names and form, whenever it was written: renamed keys under their current
-    names (train.summary.current_names) and its config in today's form (``current_config``)."""
-    data = current_names(data)
-    return {**data, "config": current_config(data["config"])} if isinstance(data.get("config"), dict) else data
-
-
-def current_config(config: dict) -> dict:
-    """A run's config in today's form, whenever it was written: an ``attention_bug`` (before model.patch) as the first
-    of ``model.patch``; and the corpus as its own node (``corpus``: ``_target_`` and its fields) where a run made
-    before the corpus group named it in ``data`` (data.source, its fields at data level and data.corpus, the node it
-    built; a text corpus's data.vocab_size was data.bpe_vocab_size). A source this version lacks is left as it was."""
-    config = dict(config)
-    bug = config.pop("attention_bug", None)
-    if bug:
-        model = dict(config.get("model") or {})
-        target = OLD_BUG_CLASSES.get(bug.get("_target_"), bug.get("_target_"))
-        model["patch"] = [{**bug, "_target_": target}, *(model.get("patch") or [])]
-        config["model"] = model
-    old = dict(config.get("data") or {})
-    if "corpus" in config or old.get("source") not in CORPORA:
-        return config
-    kind = CORPORA[old.pop("source")]
-    built = old.pop("corpus", None)  # the node the run built (2026-12-02 on): the fields below, resolved
-    corpus = {"_target_": f"{kind.__module__}.{kind.__name__}"}
-    for f in dataclasses.fields(kind):
-        if f.name in old:
-            corpus[f.name] = old[f.name] if f.name in DataConfig.__dataclass_fields__ else old.pop(f.name)
-    if isinstance(built, dict):
-        corpus.update({k: v for k, v in built.items() if k != "_target_"})
-    if kind.needs_tokenizer and "vocab_size" in old:
-        old["bpe_vocab_size"] = old.pop("vocab_size")
-    return {**config, "data": old, "corpus": corpus}
-
-
 def corpus_source(config: dict) -> str:
     """The name of a run's corpus (shakespeare, text_file, hf_hub, random_tokens), from its ``corpus`` node; a class
     this version lacks is named as its class."""
@@ -196,8 +158,11 @@ def load_runs(sweep_dirs: list[Path]) -> list[Run]:
                 data = json.loads(summary.read_text())
             except (json.JSONDecodeError, UnicodeDecodeError) as err:  # a job killed while writing it, a copy cut short
                 data = {"status": f"unreadable ({summary.name}: {err})", "config": {}}
-            run = Run(summary.parent, current_summary(data))
-            run.history = current_names(read_history(summary.parent / "history" / "metrics.csv"))
+            run = Run(summary.parent, data)
+            run.history = read_history(summary.parent / "history" / "metrics.csv")
+            old = outdated(data, data.get("config")) or outdated(run.history)
+            if old:
+                raise ReportError(refusal(summary.parent, old, root))
             runs.append(run)
     if not runs:
         raise ReportError(f"no summary.json under {', '.join(map(str, sweep_dirs))}; is it a sweep dir?")

@@ -3,24 +3,75 @@
     python scripts/migrate_run.py <run or sweep dir> [more dirs]
 
 Each run dir under the given dirs (one holding summary.json, config.yaml or checkpoints/) gets its summary.json and
-config.yaml in today's form (tinygpt.analysis.sweep.current_config: an attention_bug as model.patch, the corpus as
-its own node, renamed keys under today's names), its history/metrics.csv columns under today's names, and its
-checkpoints' hyper-parameters likewise (an attention_bug as the model's patch), each file replaced atomically. A file
-already in today's form is left untouched, so running it twice changes nothing.
+config.yaml in today's form (an attention_bug as model.patch, the corpus as its own node, renamed keys under today's
+names: the table is tinygpt.runtime.old_runs), its history/metrics.csv columns and diagnostics.npz arrays under
+today's names, and its checkpoints' hyper-parameters likewise (an attention_bug as the model's patch), each file
+replaced atomically. A file already in today's form is left untouched, so running it twice changes nothing. Every
+other reader of runs refuses one that still has an old name, naming this script.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
 import os
 from pathlib import Path
+from typing import Any
 
-from tinygpt.analysis.sweep import current_config, current_summary
+from tinygpt.data.config import DataConfig
+from tinygpt.data.corpus import CORPORA
 from tinygpt.runtime.errors import ConfigError, print_error
-from tinygpt.train.summary import current_name, current_names
+from tinygpt.runtime.old_runs import MOVED_CLASSES, current_name
+
+
+def current_names(value: Any) -> Any:
+    """``value`` with every dict key (at any depth) that has been renamed under its current name
+    (runtime.old_runs.RENAMED); where a value is found under both names (a run resumed across the rename), today's
+    name keeps its own."""
+    if isinstance(value, dict):
+        names = {k: current_name(k) for k in value}
+        return {new: current_names(value[k]) for k, new in names.items() if new == k or new not in value}
+    if isinstance(value, list):
+        return [current_names(v) for v in value]
+    return value
+
+
+def current_summary(data: dict) -> dict:
+    """A run's summary.json in today's names and form: renamed keys under their current names and its config in
+    today's form (``current_config``)."""
+    data = current_names(data)
+    return {**data, "config": current_config(data["config"])} if isinstance(data.get("config"), dict) else data
+
+
+def current_config(config: dict) -> dict:
+    """A run's config in today's form: an ``attention_bug`` (before model.patch) as the first of ``model.patch``; and
+    the corpus as its own node (``corpus``: ``_target_`` and its fields) where a run made before the corpus group
+    named it in ``data`` (data.source, its fields at data level and data.corpus, the node it built; a text corpus's
+    data.vocab_size was data.bpe_vocab_size). A source this version lacks is left as it was."""
+    config = dict(config)
+    bug = config.pop("attention_bug", None)
+    if bug:
+        model = dict(config.get("model") or {})
+        target = MOVED_CLASSES.get(bug.get("_target_"), bug.get("_target_"))
+        model["patch"] = [{**bug, "_target_": target}, *(model.get("patch") or [])]
+        config["model"] = model
+    old = dict(config.get("data") or {})
+    if "corpus" in config or old.get("source") not in CORPORA:
+        return config
+    kind = CORPORA[old.pop("source")]
+    built = old.pop("corpus", None)  # the node the run built, when it did: the fields below, resolved
+    corpus = {"_target_": f"{kind.__module__}.{kind.__name__}"}
+    for f in dataclasses.fields(kind):
+        if f.name in old:
+            corpus[f.name] = old[f.name] if f.name in DataConfig.__dataclass_fields__ else old.pop(f.name)
+    if isinstance(built, dict):
+        corpus.update({k: v for k, v in built.items() if k != "_target_"})
+    if kind.needs_tokenizer and "vocab_size" in old:
+        old["bpe_vocab_size"] = old.pop("vocab_size")
+    return {**config, "data": old, "corpus": corpus}
 
 
 def replace(path: Path, text: str | bytes) -> bool:
@@ -58,6 +109,18 @@ def migrate_history(path: Path) -> bool:
     return replace(path, out.getvalue())
 
 
+def migrate_arrays(path: Path) -> bool:
+    import numpy as np
+
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    if all(current_name(k) == k for k in arrays):
+        return False
+    buffer = io.BytesIO()
+    np.savez(buffer, **current_names(arrays))
+    return replace(path, buffer.getvalue())
+
+
 def migrate_checkpoint(path: Path) -> bool:
     import torch
 
@@ -89,7 +152,7 @@ def migrate(run: Path) -> int:
     """How many of ``run``'s files were rewritten."""
     n = 0
     for name, step in (("summary.json", migrate_summary), ("config.yaml", migrate_config),
-                       ("history/metrics.csv", migrate_history)):
+                       ("history/metrics.csv", migrate_history), ("diagnostics.npz", migrate_arrays)):
         if (run / name).is_file():
             n += step(run / name)
     for ckpt in sorted((run / "checkpoints").glob("*.ckpt")) if (run / "checkpoints").is_dir() else []:

@@ -14,6 +14,7 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from tinygpt.runtime.errors import ConfigError, first_line
+from tinygpt.runtime.old_runs import outdated, refusal
 
 LAST = "last.ckpt"
 
@@ -163,6 +164,17 @@ def check_resume_steps(ckpt: dict, path: Path, max_steps: int) -> None:
             f"ckpt_path={str(path)!r} is already at step {step}, not before trainer.max_steps={max_steps}; "
             "raise trainer.max_steps to train further."
         )
+
+
+def check_resume_names(ckpt: dict, path: Path) -> None:
+    """Refuse to resume a run written by an earlier version under names it has since changed (its checkpoint's
+    settings, or the columns of the history it would carry on): one line naming the migration script."""
+    run = run_dir_of(path)
+    history = run / "history" / "metrics.csv"
+    columns = history.read_text(encoding="utf-8").partition("\n")[0].split(",") if history.is_file() else []
+    old = outdated(columns, ckpt.get("hyper_parameters") or {})
+    if old:
+        raise ConfigError(refusal(f"ckpt_path={str(path)!r}", old, run))
 
 
 def run_dir_of(ckpt: Path) -> Path:

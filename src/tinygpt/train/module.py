@@ -14,6 +14,7 @@ from tokenizers import Tokenizer
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime import checkpoint
 from tinygpt.runtime.errors import ConfigError
+from tinygpt.runtime.old_runs import outdated, refusal
 from tinygpt.train.optim import AdamWCosine, clip_grad_norm_cpu_
 
 
@@ -135,13 +136,16 @@ def build_model(config: GPTConfig) -> GPT:
 
 
 def model_settings(hp: dict, where: str) -> GPTConfig:
-    """A checkpoint's model settings, each refused in one sentence where it cannot be trusted or read: a setting this
-    version lacks (a run written before: scripts/migrate_run.py rewrites it), or a patch whose class is not
+    """A checkpoint's model settings, each refused in one sentence where it cannot be trusted or read: an old name (a
+    run written before: scripts/migrate_run.py rewrites it), a setting this version lacks, or a patch whose class is not
     tinygpt's (building it would run whatever the file names, which weights_only loading exists to prevent)."""
+    old = outdated(config=hp)
+    if old:
+        raise ConfigError(refusal(where, old, checkpoint.run_dir_of(Path(where))))
     unknown = sorted(k for k in hp if k not in ("model", "vocab_size", "optim") and hp[k])
     if unknown:
-        raise ConfigError(f"{where} was written with {unknown[0]}, which this version does not have; rewrite its run "
-                          "in today's names with python scripts/migrate_run.py <run dir>.")
+        raise ConfigError(f"{where} was written with {unknown[0]}, a setting this version of tinygpt does not have; "
+                          "load it with the version that wrote it.")
     for node in (hp.get("model") or {}).get("patch") or []:
         target = str(node.get("_target_", "")) if isinstance(node, dict) else ""
         if not target.startswith("tinygpt.") or any(str(k).startswith("_") and k != "_target_" for k in node):

@@ -32,7 +32,6 @@ from tinygpt.train.module import GPTModule
 from tinygpt.train.init_from import attention_note, load_weights, random_gpt2_note
 from tinygpt.train.end_of_run import finish_run, interrupted
 from tinygpt.train.setup import TrainingRun, run_identity, setup
-from tinygpt.train.summary import current_names
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
@@ -166,7 +165,7 @@ def keep_history(ckpt: dict | None, loggers: list) -> None:
             rows = list(csv.DictReader(f))
         for row in rows:
             at = int(row.pop("step"))
-            values = current_names({k: float(v) for k, v in row.items() if v not in ("", None)})  # old names: today's
+            values = {k: float(v) for k, v in row.items() if v not in ("", None)}
             if at > step or (at == step and not all(k.startswith("leak/") for k in values)):
                 continue
             if values:

@@ -216,6 +216,7 @@ def resume_point(cfg: DictConfig, out_dir: Path) -> tuple[Path | None, dict | No
         return None, None
     ckpt = checkpoint.load(ckpt_path)
     checkpoint.check_resume_steps(ckpt, ckpt_path, cfg.trainer.max_steps)
+    checkpoint.check_resume_names(ckpt, ckpt_path)
     return ckpt_path, ckpt
 
 

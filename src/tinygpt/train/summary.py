@@ -33,36 +33,6 @@ DIAGNOSTIC_KEYS = (
     "loss_by_position",  # teacher-forced, one value per position
 )
 
-# Names a run's files (summary.json, its config, history/metrics.csv, diagnostics.npz) had when they were written
-# and have now: the honest loss was also called the autoregressive loss until 2026-12-02. Readers of runs pass what
-# they read through ``current_names``, so runs written before (the committed sweeps) read as today's.
-RENAMED = {
-    "val_loss_autoregressive": "val_loss_honest",
-    "val/loss_autoregressive": "val/loss_honest",
-    "autoregressive_positions": "honest_positions",
-    "autoregressive_at": "honest_at",
-    "loss_by_position_autoregressive": "loss_by_position_honest",
-    "autoregressive_window_position": "honest_window_position",
-    "autoregressive_loss": "honest_loss",  # callbacks.honest_loss
-}
-
-
-def current_name(key: str) -> str:
-    """``key``'s name today (also as ``diag/<key>``, the end-of-run scalars in the loggers)."""
-    prefix = "diag/" if key.startswith("diag/") else ""
-    return prefix + RENAMED.get(key[len(prefix):], key[len(prefix):])
-
-
-def current_names(value: Any) -> Any:
-    """``value`` with every dict key (at any depth) that has been renamed under its current name; where a value is
-    found under both names (a run resumed across the rename), today's name keeps its own."""
-    if isinstance(value, dict):
-        names = {k: current_name(k) for k in value}
-        return {new: current_names(value[k]) for k, new in names.items() if new == k or new not in value}
-    if isinstance(value, list):
-        return [current_names(v) for v in value]
-    return value
-
 
 def write_summary(out_dir: Path, values: dict[str, Any]) -> Path:
     """summary.json in the run's output dir; non-finite floats become null. Written atomically."""

@@ -70,8 +70,7 @@ COLORS = {"causal": "tab:blue", "no_mask": "tab:red", "off_by_one": "tab:orange"
 
 
 def bug_of(cfg: dict) -> dict | None:
-    """A run's attention bug: the AttentionBug in its model.patch (runs made before it had attention_bug, read as
-    model.patch: analysis.sweep.current_config); None for a run without one."""
+    """A run's attention bug: the AttentionBug in its model.patch; None for a run without one."""
     for node in (cfg.get("model") or {}).get("patch") or []:
         if str(node.get("_target_", "")).endswith(".AttentionBug"):
             return node
