@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from tinygpt.train import explorer
+from tinygpt.pictures import explorer
 
 
 def save(fig, path: Path) -> Path:

@@ -16,7 +16,7 @@ from tinygpt.analysis.stats import loglog_slope
 from tinygpt.model.attention import causal_mask
 from tinygpt.model.config import scale_factor
 from tinygpt.model.gpt import GPT, GPTConfig
-from tinygpt.train.probes.diagnostics import normalised_entropy
+from tinygpt.model.attention import normalised_entropy
 
 SCALES = ("none", "sqrt_dk", "inv_dk")
 INITS = ("gpt2", "unit")

@@ -26,7 +26,7 @@ VERDICT = {
                                        "within noise",
     "no heap trim": "kept the trim (`callbacks.heap_trim`): without it the resident size keeps growing",
     "no periodic attention maps": "kept the maps every 500 steps, drawn on a background thread by blitting "
-                                  "(`tinygpt.train.plots`)",
+                                  "(`tinygpt.pictures.plots`)",
     "validation twice as often": "dropped: validation every 500 steps (was 250) in the default recipe",
     "no loggers (W&B, CSV)": "kept W&B + CSV (what the project is for); `logger=none` is there for speed",
     "AdamW foreach instead of fused": "kept fused AdamW",

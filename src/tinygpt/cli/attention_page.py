@@ -1,7 +1,7 @@
 """Look at a trained model's attention on any text: `python scripts/attention.py --ckpt <run dir> --text "..."`, or a
 pretrained GPT-2's: `--init_from gpt2` (a Hub name or a local Hugging Face model dir) instead of --ckpt.
 
-Writes the interactive explorer (tinygpt.train.explorer) for the text through the checkpoint's model: every layer and
+Writes the interactive explorer (tinygpt.pictures.explorer) for the text through the checkpoint's model: every layer and
 head, hover for query, key and weight, a query picked on the text. A leaky checkpoint (trained without the mask)
 shows its weights on the future. ``--png DIR`` also draws the static heatmaps, one PNG per layer. Without ``--out`` the
 page goes into the run dir it reads: ``<run dir>/attention/<checkpoint>_step<N>_<text hash>.html``, or for
@@ -24,11 +24,11 @@ from tinygpt.runtime.checkpoint import checkpoint_file, run_dir_of
 from tinygpt.runtime.errors import ConfigError, print_error
 from tinygpt.experiments.partial_leaks.bugs import BuggyAttention
 from tinygpt.cli.sample import add_model_source, find_latest_checkpoint, token_ids
-from tinygpt.train import explorer
+from tinygpt.pictures import explorer
 from tinygpt.train.probes.diagnostics import evaluating
 from tinygpt.train.module import load_trained
 from tinygpt.train.init_from import load_model
-from tinygpt.train.plots import LayerPlotter, token_label
+from tinygpt.pictures.plots import LayerPlotter, token_label
 from tinygpt.runtime.writable import cannot_write_into
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -147,6 +148,19 @@ def attention_from_scores(
     weights = masked_softmax(scores, mask)  # (..., T_q, T_k)
     return weights @ v, weights  # (..., T_q, D_v)
 
+
+def normalised_entropy(w: Tensor | np.ndarray, causal: bool = True) -> Tensor | np.ndarray:
+    """Each query row's attention entropy divided by log(the number of keys it sees): 1 = uniform over them, 0 =
+    one-hot. w (..., T, T) attention weights, a torch tensor or a numpy array -> (..., rows) of the same kind, for
+    the rows that have a choice (more than one visible key): row i sees i + 1 keys under the causal mask, T without."""
+    T = w.shape[-1]
+    if isinstance(w, Tensor):
+        seen = torch.arange(1, T + 1, device=w.device) if causal else torch.full((T,), T, device=w.device)  # (T,)
+        h = -(w * w.clamp_min(1e-30).log()).sum(-1)  # (..., T): each row's entropy, in nats
+        return h[..., seen > 1] / torch.log(seen[seen > 1].float())
+    seen = np.arange(1, T + 1) if causal else np.full(T, T)  # (T,)
+    h = -(w * np.log(np.clip(w, 1e-30, None))).sum(-1)  # (..., T)
+    return h[..., seen > 1] / np.log(seen[seen > 1])
 
 def scaled_dot_product_attention(
     q: Tensor,

@@ -6,7 +6,7 @@ import torch
 
 from tinygpt.train.probes.callbacks import AttentionMaps, StabilityMonitor, TextSamples
 from tinygpt.train.guards import Diverged, DivergenceGuard
-from tinygpt.train.plots import token_label
+from tinygpt.pictures.plots import token_label
 
 
 def fake(step=5, vocab=50):

@@ -303,7 +303,7 @@ def test_run_all_reports_which_positions_and_the_probe_loss():
 def test_normalised_entropy_is_one_rule_for_torch_and_numpy():
     """Uniform over the visible keys is 1, one-hot is 0; a row with one visible key is left out; a numpy array
     (the explorer's saved weights) gives the same numbers as a tensor."""
-    from tinygpt.train.probes.diagnostics import normalised_entropy
+    from tinygpt.model.attention import normalised_entropy
 
     T = 4
     uniform = causal_mask(T, T).float() / torch.arange(1, T + 1)[:, None]  # (T, T): row i over its i + 1 keys

@@ -24,10 +24,10 @@ from tinygpt.model.gpt import GPT
 from tinygpt.runtime import checkpoint
 from tinygpt.runtime.checks import non_negative_int, positive_int
 from tinygpt.runtime.console import out as console
-from tinygpt.train import explorer
+from tinygpt.pictures import explorer
 from tinygpt.train.probes import diagnostics
 from tinygpt.train.probes.diagnostics import evaluating
-from tinygpt.train.plots import LayerPlotter, token_label
+from tinygpt.pictures.plots import LayerPlotter, token_label
 
 
 def full_model(trainer: L.Trainer, module: L.LightningModule) -> GPT | None:
@@ -96,9 +96,9 @@ class AttentionMaps(ModelInspector):
     weights go beside them as ``stepNNNNNN.npz`` (weights (n_layer, H, T, T), labels), for reports.
 
     The probe runs on the training thread (milliseconds); the PNGs are drawn on a background thread while
-    training goes on (the figure is laid out once and blitted: tinygpt.train.plots) and reach W&B, at
+    training goes on (the figure is laid out once and blitted: tinygpt.pictures.plots) and reach W&B, at
     the step they show, once drawn, with a hoverable Plotly grid of the same weights. The maps at the end are
-    waited for; then every probe step becomes one interactive page, attention/explorer.html (tinygpt.train.explorer),
+    waited for; then every probe step becomes one interactive page, attention/explorer.html (tinygpt.pictures.explorer),
     also logged to W&B."""
 
     def __init__(

@@ -9,10 +9,10 @@
   Exactly 0 for a correct causal model.
 - ``window_losses``: the teacher-forced loss of every window at every position (what reports bootstrap over).
 - ``count_baselines``: the unigram and bigram count models' loss on the same windows (what "trained" means).
-- ``attention_stats``: mean attention entropy (``normalised_entropy``, the explorer's and init_stats' too: each
-  query row divided by log(number of visible keys): 1 = uniform, 0 = one-hot) and the largest pre-softmax logit,
-  on a probe batch, through the math path; and the mask margin, the largest (future score - largest past score)
-  of any row: how far a finite mask fill added to the scores must reach to keep the future out (-inf always does).
+- ``attention_stats``: mean attention entropy (model.attention.normalised_entropy: each query row divided by
+  log(number of visible keys): 1 = uniform, 0 = one-hot) and the largest pre-softmax logit, on a probe batch,
+  through the math path; and the mask margin, the largest (future score - largest past score) of any row: how far
+  a finite mask fill added to the scores must reach to keep the future out (-inf always does).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from tinygpt.model.attention import causal_mask
+from tinygpt.model.attention import causal_mask, normalised_entropy
 from tinygpt.model.kv_cache import KVCache
 from tinygpt.model.gpt import GPT
 
@@ -157,20 +157,6 @@ def future_leak(model: GPT, x: Tensor, positions: list[int] | None = None, seed:
                 return float("nan")
             worst = max(worst, change)
     return worst
-
-
-def normalised_entropy(w: Tensor | np.ndarray, causal: bool = True) -> Tensor | np.ndarray:
-    """Each query row's attention entropy divided by log(the number of keys it sees): 1 = uniform over them, 0 =
-    one-hot. w (..., T, T) attention weights, a torch tensor or a numpy array -> (..., rows) of the same kind, for
-    the rows that have a choice (more than one visible key): row i sees i + 1 keys under the causal mask, T without."""
-    T = w.shape[-1]
-    if isinstance(w, Tensor):
-        seen = torch.arange(1, T + 1, device=w.device) if causal else torch.full((T,), T, device=w.device)  # (T,)
-        h = -(w * w.clamp_min(1e-30).log()).sum(-1)  # (..., T): each row's entropy, in nats
-        return h[..., seen > 1] / torch.log(seen[seen > 1].float())
-    seen = np.arange(1, T + 1) if causal else np.full(T, T)  # (T,)
-    h = -(w * np.log(np.clip(w, 1e-30, None))).sum(-1)  # (..., T)
-    return h[..., seen > 1] / np.log(seen[seen > 1])
 
 
 def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:

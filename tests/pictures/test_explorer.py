@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from tinygpt.train import explorer
+from tinygpt.pictures import explorer
 
 
 def causal_weights(L=2, H=3, T=7, seed=0):

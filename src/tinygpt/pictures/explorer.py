@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tinygpt.train.probes.diagnostics import normalised_entropy
+from tinygpt.model.attention import normalised_entropy
 
 QUANT = 65535  # weights are stored as round(w * QUANT) in uint16
 

@@ -1,6 +1,6 @@
 """Every configuration key, its default and its meaning, read from the YAML under configs/: a key's comment is its
 documentation (the comment on its line, or the comment lines right above it), so each key is documented once, where
-its default is. ``scripts/config_keys.py`` writes docs/configuration.md from it; tests/train/test_config_keys.py
+its default is. ``scripts/config_keys.py`` writes docs/configuration.md from it; tests/cli/test_config_keys.py
 checks that every key is documented and that the page is up to date.
 
 Documented: the root config (train.yaml) and the groups a run is made of (model, data, trainer, optim, logger,

@@ -3,7 +3,7 @@
 import numpy as np
 from PIL import Image
 
-from tinygpt.train.plots import AttentionFigure, LayerPlotter, masked_future
+from tinygpt.pictures.plots import AttentionFigure, LayerPlotter, masked_future
 
 
 def weights(seed: int, n_layer: int = 2, H: int = 2, T: int = 6) -> np.ndarray:

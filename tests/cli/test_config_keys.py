@@ -4,8 +4,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from helpers import ROOT, compose_train
-from tinygpt.train import config_keys
-from tinygpt.train.config_keys import read_configs, read_file, split_comment, undocumented
+from tinygpt.cli import config_keys
+from tinygpt.cli.config_keys import read_configs, read_file, split_comment, undocumented
 
 CONFIGS = ROOT / "configs"
 
