@@ -50,7 +50,7 @@ sample: setup
 	$(BIN)/python scripts/sample.py $(ARGS)
 
 # on a GPU machine, at most 8 minutes: the GPU runs, compile, FSDP (DDP with 2+ GPUs), the KV cache, MFU
-# (docs/running.md, "Checking a GPU machine"); without a GPU it says so in one line. ARGS="--dry-run": the plan.
+# (docs/scaling-out.md, "Checking a GPU machine"); without a GPU it says so in one line. ARGS="--dry-run": the plan.
 gpu-check: setup
 	$(BIN)/python scripts/gpu_check.py $(ARGS)
 

@@ -41,7 +41,7 @@ def test_the_bound_and_the_levers_are_measured_at_one_thread_and_all(quick_decod
 
 def test_the_report_renders_the_decode_sections_from_a_partial_run(quick_decode, tmp_path):
     path, r = quick_decode
-    full = ROOT / "docs" / "benchmark" / "2026-11-30d.json"  # a committed full run for the other sections
+    full = ROOT / "docs" / "records" / "benchmark" / "2026-11-30d.json"  # a committed full run for the other sections
     md_path = tmp_path / "docs" / "benchmarks.md"
     assert bench_report.main([str(full), str(path), "--out", str(md_path)]) == 0
     md = md_path.read_text()

@@ -32,7 +32,7 @@ def test_the_transformers_side_by_side_runs_and_agrees(tmp_path):
     decode = r["hf"]["tiny"]["decode"]["pairs"][0]
     assert decode["identical_tokens"] and decode["tokens_equal_before_first_difference"] == 8  # the same weights
     md_path = tmp_path / "docs" / "benchmarks.md"
-    full = ROOT / "docs" / "benchmark" / "2026-11-30d.json"
+    full = ROOT / "docs" / "records" / "benchmark" / "2026-11-30d.json"
     assert bench_report.main([str(full), str(out), "--out", str(md_path)]) == 0
     md = md_path.read_text()
     assert "## Side by side with transformers" in md and "| tiny (0.0M) | cached greedy decoding |" in md

@@ -25,7 +25,7 @@ def trainer_cfg(**kw):
 
 
 def test_lightnings_launcher_still_runs_the_whole_command_line_again(tmp_path, monkeypatch):
-    """Why LocalRanks exists (docs/running.md, "Why not Lightning's launcher"): under Hydra, Lightning starts each
+    """Why LocalRanks exists (docs/scaling-out.md, "Why not Lightning's launcher"): under Hydra, Lightning starts each
     extra rank with the script's whole argv, so under -m every rank runs the whole sweep. When this fails, Lightning
     has changed: see whether its launcher can now start our ranks."""
     from lightning.fabric.strategies.launchers import subprocess_script

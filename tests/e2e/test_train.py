@@ -318,7 +318,7 @@ def test_benchmark_quick_writes_every_key(tmp_path, corpus_file, cache_dir):
     assert bench_report.main([str(out), "--out", str(tmp_path / "docs" / "benchmarks.md")]) == 0  # in-process
     md = (tmp_path / "docs" / "benchmarks.md").read_text()
     assert f"{r['lightning_tokens_per_sec']:,.0f}" in md
-    assert (tmp_path / "docs" / "benchmark" / "attention.png").exists()
+    assert (tmp_path / "docs" / "records" / "benchmark" / "attention.png").exists()
 
 
 FAKE_NANOGPT = {  # what scripts/benchmark.py uses of a nanoGPT checkout, with tinygpt's GPT as the model
@@ -448,7 +448,7 @@ def test_benchmark_times_a_sweep_one_by_one_and_at_once(tmp_path, cache_dir):
     assert one["tokens_per_sec"] == pytest.approx(2 * 10 * 4 * 64 / one["wall_s"])  # 2 jobs x 10 steps x 4 x 64
     assert sweep["max_loss_difference"] < 1e-3  # the same jobs either way, up to summation order
     docs = tmp_path / "docs" / "benchmarks.md"
-    full = ROOT / "docs" / "benchmark" / "2026-11-30d.json"  # a full run to report; the sweep section from ours
+    full = ROOT / "docs" / "records" / "benchmark" / "2026-11-30d.json"  # a full run; the sweep section from ours
     assert bench_report.main([str(full), str(out), "--out", str(docs)]) == 0  # sweep-only last
     text = docs.read_text()
     assert "## Sweeps: jobs one by one against jobs at once" in text and f"{one['wall_s']:.1f}" in text

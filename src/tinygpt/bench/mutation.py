@@ -2,10 +2,10 @@
 survivors.
 
 Reads mutmut's own result files (mutants/src/tinygpt/<module>.py.meta). Timeouts count as detected (the
-mutant made a test hang, so a test noticed it). Mutants listed in docs/equivalent_mutants.txt (one name per
+mutant made a test hang, so a test noticed it). Mutants listed in docs/records/equivalent_mutants.txt (one name per
 line, then ' # why') are left out of the score, as the issue's target is over non-equivalent mutants.
 
-    python scripts/mutation_scores.py [--mutants mutants] [--equivalent docs/equivalent_mutants.txt]
+    python scripts/mutation_scores.py [--mutants mutants] [--equivalent docs/records/equivalent_mutants.txt]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def load(mutants: Path) -> dict[str, dict[str, str]]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/mutation_scores.py", description=__doc__.splitlines()[0])
     ap.add_argument("--mutants", type=Path, default=Path("mutants"))
-    ap.add_argument("--equivalent", type=Path, default=Path("docs/equivalent_mutants.txt"))
+    ap.add_argument("--equivalent", type=Path, default=Path("docs/records/equivalent_mutants.txt"))
     args = ap.parse_args(argv)
     equivalent = set()
     if args.equivalent.exists():

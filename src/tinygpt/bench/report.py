@@ -1,9 +1,9 @@
 """docs/benchmarks.md and its plot from one JSON written by scripts/benchmark.py (no number typed by hand).
 
     python scripts/benchmark.py --nanogpt ../nanoGPT --data <Tiny Shakespeare's input.txt> \
-        --levers --out docs/benchmark/<date>.json
-    python scripts/benchmark_report.py docs/benchmark/*.json   # the last reported, all in a table of runs
-                                                               # -> docs/benchmarks.md, docs/benchmark/*.png
+        --levers --out docs/records/benchmark/<date>.json
+    python scripts/benchmark_report.py docs/records/benchmark/*.json   # the last reported, all in a table of runs
+                                                    # -> docs/benchmarks.md, docs/records/benchmark/*.png
 """
 
 from __future__ import annotations
@@ -224,10 +224,10 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
     lines = [*training_lines(r, json_path, earlier), *sweep_lines(r, others), *generation_lines(r, earlier, others),
              *decode_lines(r, others), *hf_lines(r, others), *attention_lines(r), *lever_lines(r, earlier),
              *gpu_lines()]
-    lines += while_building(out.parent / "benchmark" / WHILE_BUILDING)
-    lines += in_words(out.parent / "benchmark" / IN_WORDS)
+    lines += while_building(out.parent / "records" / "benchmark" / WHILE_BUILDING)
+    lines += in_words(out.parent / "records" / "benchmark" / IN_WORDS)
     out.write_text("\n".join(lines))
-    plot_attention(r["attention"], out.parent / "benchmark" / "attention.png")
+    plot_attention(r["attention"], out.parent / "records" / "benchmark" / "attention.png")
     return "\n".join(lines)
 
 
@@ -287,14 +287,14 @@ def training_lines(r: dict, json_path: Path, earlier) -> list[str]:
         f"{r['reference_wall_s'] - r['steps'] * 768 / r['reference_tokens_per_sec']:.1f} s (start-up and its "
         "evaluations). Back-to-back runs of the same program vary here by several ms per step (compare the levers "
         "below whose arithmetic is identical), and so does nanoGPT between sessions: earlier JSONs in "
-        "`docs/benchmark/` hold other draws.",
+        "`docs/records/benchmark/` hold other draws.",
         "",
         f"MFU = tokens/s x {r['flops_per_token'] / 1e6:.2f} MFLOP per token (6N + 12 L C T, forward and backward, "
         f"`GPT.flops_per_token`) / {r['matmul_peak_gflops']:.0f} GFLOP/s, the rate of a large fp32 matmul measured "
         "in the same run. The two val losses are different estimates: nanoGPT's is the mean of 20 random batches, "
         "ours 1,024 fixed windows; both programs train on the same text with the same recipe.",
         "",
-        *(["Every back-to-back run kept in `docs/benchmark/` (the last one is the run above; earlier ones may "
+        *(["Every back-to-back run kept in `docs/records/benchmark/` (the last one is the run above; earlier ones may "
            "predate some of the changes; see each JSON's `command` and the git history):", "",
            *runs_table([*earlier, (json_path, r)]), "",
            "The same program's speed moves between runs on this shared machine (nanoGPT's own tokens/s too), so "
@@ -626,7 +626,7 @@ def attention_lines(r: dict) -> list[str]:
     lines = [
         "## Attention: the math path against the fused kernel",
         "",
-        "![attention time and memory against T](benchmark/attention.png)",
+        "![attention time and memory against T](records/benchmark/attention.png)",
         "",
         "| T | math ms | sdpa ms | math MiB | sdpa MiB |",
         "|---|---|---|---|---|",
@@ -724,8 +724,8 @@ def main(argv=None) -> int:
                  "(not --generate-only or --sweep-only).")
     last_path, r = runs[full[-1]]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    (args.out.parent / "benchmark").mkdir(exist_ok=True)
+    (args.out.parent / "records" / "benchmark").mkdir(parents=True, exist_ok=True)
     others = [run for i, run in enumerate(runs) if i != full[-1]]
     report(r, last_path, args.out, [run for run in others[:full[-1]] if "wall_s" in run[1]], others)
-    print(f"wrote {args.out} and {args.out.parent / 'benchmark' / 'attention.png'}")
+    print(f"wrote {args.out} and {args.out.parent / 'records' / 'benchmark' / 'attention.png'}")
     return 0

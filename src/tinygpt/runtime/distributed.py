@@ -2,7 +2,7 @@
 
 Lightning's own launcher starts each extra process by running ``sys.argv`` again (with rank 0's run dir): under
 ``-m`` that starts the whole sweep once per rank, the ranks all print to the terminal, and its observer kills rank 0
-when a rank exits with a signal's status (docs/running.md, "Why not Lightning's launcher"). Here the Hydra
+when a rank exits with a signal's status (docs/scaling-out.md, "Why not Lightning's launcher"). Here the Hydra
 job itself is rank 0: after checking the config and preparing the data it starts ranks 1..N-1 of this node
 as single runs of *this job's* overrides into *this job's* dir::
 
