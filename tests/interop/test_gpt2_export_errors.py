@@ -177,5 +177,5 @@ def test_a_checkpoint_written_with_an_attention_bug_is_not_exported_as_gpt2(tmp_
 
     bug = {"_target_": "tinygpt.experiments.partial_leaks.bugs.AttentionBug", "kind": "off_by_one"}
     path = write_checkpoint(tmp_path / "old.ckpt", extra={"attention_bug": bug})
-    with pytest.raises(ConfigError, match="was written with attention_bug"):
+    with pytest.raises(ConfigError, match=r"it names attention_bug \(today model.patch\)"):
         gpt2_files(torch.load(path, weights_only=True), str(path))

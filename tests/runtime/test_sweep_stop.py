@@ -7,7 +7,8 @@ import signal
 import pytest
 from omegaconf import OmegaConf
 
-from tinygpt.runtime.interrupts import SIGNALS, STOP_FILE, GracefulStop, RunInterrupted, SweepStop, sweep_stop_signal
+from tinygpt.runtime.interrupts import SIGNALS, STOP_FILE, RunInterrupted, SweepStop, sweep_stop_signal
+from tinygpt.runtime.graceful_stop import GracefulStop
 from tinygpt.runtime.run_dirs import SweepReport
 
 JOBLIB = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"

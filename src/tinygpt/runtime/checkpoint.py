@@ -13,14 +13,10 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from tinygpt.runtime.errors import ConfigError, first_line
+from tinygpt.runtime.errors import CheckpointWriteError, ConfigError, first_line
 from tinygpt.runtime.old_runs import outdated, refusal
 
 LAST = "last.ckpt"
-
-
-class CheckpointWriteError(OSError):
-    """A checkpoint could not be written (disk full, permissions); the previous file is unchanged."""
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

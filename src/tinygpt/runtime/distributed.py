@@ -90,7 +90,7 @@ def requeued() -> bool:
 
 def cluster_plugins() -> list:
     """Under SLURM: Lightning's SLURMEnvironment (ranks, world size and the main address from SLURM), with
-    its auto-requeue off, because interrupts.GracefulStop requeues at a step boundary instead."""
+    its auto-requeue off, because graceful_stop.GracefulStop requeues at a step boundary instead."""
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
     return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []

@@ -7,6 +7,11 @@ import sys
 from contextlib import contextmanager
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, permissions); the previous file is unchanged (raised by
+    runtime.checkpoint; declared here so that train.py's wrapper catches it without importing torch)."""
+
+
 class ConfigError(ValueError):
     """A bad config value or input file, found before training starts. The message is one sentence that
     names the key (or file), the bad value and what is expected."""

@@ -22,11 +22,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
-from tinygpt.runtime.checkpoint import CheckpointWriteError, last_path_in
-from tinygpt.runtime.errors import ConfigError, first_line, full_traceback_requested, print_error
+from tinygpt.runtime.errors import CheckpointWriteError, ConfigError, first_line, full_traceback_requested, print_error
 from tinygpt.runtime.interrupts import RunInterrupted, sweep_stop_signal
 from tinygpt.runtime.run_dirs import ERROR_FILE, discard_refused_run, in_parallel_sweep, print_sweep_table
 from tinygpt.train.summary import mark_failed
+from tinygpt.train.values import check_values
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,6 @@ def one_job_of_a_sweep(hc) -> str | None:
 
 
 def run_task(cfg: DictConfig) -> float:
-    from tinygpt.train.run import train  # imported here so `--help` and Hydra's own errors stay fast
-
     hc = HydraConfig.get()
     sweep = hc.mode == RunMode.MULTIRUN
     note = one_job_of_a_sweep(hc)
@@ -58,6 +56,9 @@ def run_task(cfg: DictConfig) -> float:
         if done is not None:
             return done
     try:
+        check_values(cfg)  # a bad value is one line before torch, Lightning or W&B is imported
+        from tinygpt.train.run import train
+
         return train(cfg)["val_loss"]
     except RunInterrupted as stop:
         if parallel:  # a worker of a parallel sweep: the job has saved and said how to resume; the sweep goes on
@@ -97,6 +98,8 @@ def continued_job(cfg: DictConfig, hc) -> float | None:
             print(f"{label}: already {s['status']}, skipped", file=sys.stderr, flush=True)
             return s.get("val_loss") if s.get("val_loss") is not None else math.nan
     (out / ERROR_FILE).unlink(missing_ok=True)  # a job that failed before runs again
+    from tinygpt.runtime.checkpoint import last_path_in
+
     if not last_path_in(out).exists():
         with open_dict(cfg):
             cfg.ckpt_path = None  # nothing to resume: this job starts

@@ -1,6 +1,7 @@
 """A run's set-up: every value checked and every object built from the config, before any data is read or
 anything written. Each object checks its own settings on construction (Hydra's instantiate builds them);
-``validate_config`` checks only what spans groups or belongs to no object. Any mistake is one ConfigError.
+train.values checks what spans groups or belongs to no object (and, before torch is imported, every value it can).
+Any mistake is one ConfigError.
 """
 
 from __future__ import annotations
@@ -24,19 +25,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.model.gpt import Block, GPTConfig
 from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
-from tinygpt.runtime.checks import positive_int
 from tinygpt.runtime.console import set_quiet
-from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line
-from tinygpt.runtime.interrupts import GracefulStop
+from tinygpt.runtime.errors import ConfigError, as_config_errors
+from tinygpt.runtime.graceful_stop import GracefulStop
 from tinygpt.train.probes.callbacks import StabilityMonitor
 from tinygpt.train.guards import DivergenceGuard
 from tinygpt.train.progress import StepClock
 from tinygpt.train.probes.leak_alarm import LeakAlarm
 from tinygpt.train.optim import AdamWCosine
 from tinygpt.train.init_from import Pretrained, configure
-
-LOGGERS = ("wandb", "csv")
-NUMERIC_TRAINER_KEYS = ("val_check_interval", "gradient_clip_val", "log_every_n_steps", "devices", "num_nodes")
+from tinygpt.train.values import build, check_run_keys
 
 # Library messages that say nothing about this run, silenced by exact text; every other warning stays visible.
 KNOWN_HARMLESS = (
@@ -79,37 +77,6 @@ def quiet_resume(run_dir: Path) -> None:
         warnings.filterwarnings("ignore", message=message.format(run_dir=where))
 
 
-def validate_config(cfg: DictConfig) -> None:
-    """What spans groups or belongs to no object: each other fact is checked by the object that owns it."""
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing:
-        key = missing[0]
-        hint = " (one or more UTF-8 text files)" if key == "corpus.path" else ""
-        raise ConfigError(f"{key} is required but not set; pass {key}=<value>{hint}.")
-    positive_int("trainer.max_steps", cfg.trainer.max_steps, " (training is step-based)")
-    for key in NUMERIC_TRAINER_KEYS:  # Lightning takes True for 1: a bool is never a number here
-        if isinstance(cfg.trainer.get(key), bool):
-            raise ConfigError(f"trainer.{key}={cfg.trainer[key]!r} must be a number.")
-    if cfg.data.block_size != cfg.model.block_size:
-        raise ConfigError(
-            f"data.block_size={cfg.data.block_size} must equal model.block_size={cfg.model.block_size}."
-        )
-    for name in (cfg.get("logger") or {}):
-        if name not in LOGGERS:
-            raise ConfigError(f"logger {name!r} is not one of {', '.join(LOGGERS)} (or logger=none).")
-    if cfg.trainer.get("accelerator") in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise ConfigError(
-            f"trainer.accelerator={cfg.trainer.accelerator!r} but no CUDA GPU is visible; "
-            "use trainer=cpu or trainer.accelerator=auto."
-        )
-    positive_int("diagnostics.windows", cfg.diagnostics.windows, " (validation windows to probe)")
-    if cfg.diagnostics.max_val_tokens is not None:
-        positive_int("diagnostics.max_val_tokens", cfg.diagnostics.max_val_tokens,
-                     " (validation tokens the end of a run scores) or null")
-    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**32:
-        raise ConfigError(f"seed={cfg.seed!r} must be an integer in [0, 2**32).")
-
-
 @dataclass
 class TrainingRun:
     """What ``setup`` built for one run: the config (as given and resolved), its output dir, the objects built
@@ -136,6 +103,15 @@ class TrainingRun:
         return self.trainer.loggers
 
 
+def check_accelerator(trainer: DictConfig) -> None:
+    """A GPU asked for where torch sees none (the one value check that needs torch)."""
+    if trainer.get("accelerator") in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={trainer.accelerator!r} but no CUDA GPU is visible; "
+            "use trainer=cpu or trainer.accelerator=auto."
+        )
+
+
 def first_of_kind(callbacks: list, kind: type):
     """The callback of that kind in the list, or None (the config may leave it out)."""
     return next((c for c in callbacks if isinstance(c, kind)), None)
@@ -150,10 +126,11 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
     quiet_libraries(parallel)
     set_quiet(parallel)
     with as_config_errors(TypeError, MisconfigurationException):
-        validate_config(cfg)
+        check_run_keys(cfg)
+        check_accelerator(cfg.trainer)
         pretrained = configure(cfg, command_line_overrides())  # init_from: its architecture and tokenizer into cfg
         if pretrained is not None:
-            validate_config(cfg)  # again, with the checkpoint's block_size
+            check_run_keys(cfg)  # again, with the checkpoint's block_size
         resolved = OmegaConf.to_container(cfg, resolve=True)
         GPTConfig(vocab_size=1, **resolved["model"])  # checks model.* (the vocab size comes with the data)
         optim = build("optim", cfg.optim)  # checks optim.*
@@ -218,24 +195,6 @@ def resume_point(cfg: DictConfig, out_dir: Path) -> tuple[Path | None, dict | No
     checkpoint.check_resume_steps(ckpt, ckpt_path, cfg.trainer.max_steps)
     checkpoint.check_resume_names(ckpt, ckpt_path)
     return ckpt_path, ckpt
-
-
-def build(key: str, node: DictConfig, *args, **kwargs):
-    """instantiate(node, *args, **kwargs); an error names the group it came from (its own sentence names the value).
-    ``args`` reach the object as they are (Hydra merges ``kwargs`` into the node)."""
-    try:
-        return instantiate(node, *args, **kwargs)
-    except ConfigError:
-        raise
-    except Exception as err:
-        message = first_line(cause_of(err))
-        if message.startswith(key):  # the object's own sentence already names the key
-            raise ConfigError(message) from err
-        target = str(node.get("_target_", "")).rsplit(".", 1)[-1]
-        unknown = re.search(r"unexpected keyword argument '(\w+)'", message)
-        if unknown:
-            raise ConfigError(f"{key}.{unknown.group(1)} is not a setting of {target}; check the spelling.") from err
-        raise ConfigError(f"{key}: {message.removeprefix(target + '.')}") from err
 
 
 def run_identity() -> tuple[Path, str | None, str | None]:

@@ -13,8 +13,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from tinygpt.runtime.console import fmt
 
 STATUSES = ("completed", "diverged", "leaky", "interrupted")  # a run's own; "failed" is set by mark_failed
@@ -63,6 +61,8 @@ def base_summary(status: str, *, module, trainer, timer, guard, stability, dm, c
     """What every summary holds, from the module (losses), the trainer (steps, world size), the step clock
     (tokens/s), the divergence guard, stability monitor and leak alarm (any may be left out of the config), the
     data (vocab size) and the resolved config."""
+    import torch  # here: train/cli.py reads this module before torch is imported (train.values)
+
     if status not in STATUSES:
         raise ValueError(f"summary status {status!r} is not one of {', '.join(STATUSES)}.")
     return {

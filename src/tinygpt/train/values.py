@@ -1,0 +1,109 @@
+"""Every value a run's config can be checked on before torch, Lightning or W&B is imported.
+
+``check_values`` runs as soon as Hydra has composed the config (train/cli.py), so a bad value is one line within
+about a second of Hydra's own start, and again at set-up (train/setup.py), which checks what needs torch as it
+builds the objects. Each fact is checked by the code that owns it (GPTConfig, DataConfig, the corpus, the optimizer
+recipe); what spans groups or belongs to no object of ours (the trainer's keys) is checked here. This module
+imports no torch (a test checks it).
+"""
+
+from __future__ import annotations
+
+import re
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from tinygpt.data.config import DataConfig
+from tinygpt.model.config import GPTConfig
+from tinygpt.runtime.checks import is_int, is_number, positive_int
+from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line
+
+LOGGERS = ("wandb", "csv")
+
+# trainer keys Lightning takes as numbers: (what they must be, the test). Lightning takes True for 1 and accepts
+# values that fail later (val_check_interval=0 divides by zero): each is refused here in one line instead.
+TRAINER_NUMBERS = {
+    "val_check_interval": ("a whole number of steps >= 1 (or a fraction of an epoch in (0, 1])",
+                           lambda v: (is_int(v) and v >= 1) or (isinstance(v, float) and 0 < v <= 1)),
+    "log_every_n_steps": ("a whole number of steps >= 1", lambda v: is_int(v) and v >= 1),
+    "gradient_clip_val": ("a number >= 0, or null for no clipping", lambda v: v is None or (is_number(v) and v >= 0)),
+    "num_nodes": ("a whole number >= 1", lambda v: is_int(v) and v >= 1),
+    "devices": ("a whole number >= 1, -1 for all, 'auto', or a list of device indices",
+                lambda v: (is_int(v) and (v >= 1 or v == -1)) or v == "auto"
+                or (isinstance(v, str) and re.fullmatch(r"\d+(,\d+)*,?", v) is not None and v.strip(",") != "0")
+                or (isinstance(v, list) and v and all(is_int(i) and i >= 0 for i in v))),
+    "check_val_every_n_epoch": ("null (validation by steps) or a whole number of epochs >= 1",
+                                lambda v: v is None or (is_int(v) and v >= 1)),
+    "num_sanity_val_steps": ("a whole number of batches >= 0, or -1 for all", lambda v: is_int(v) and v >= -1),
+    "accumulate_grad_batches": ("a whole number >= 1", lambda v: is_int(v) and v >= 1),
+}
+
+
+def build(key: str, node: DictConfig, *args, **kwargs):
+    """instantiate(node, *args, **kwargs); an error names the group it came from (its own sentence names the value).
+    ``args`` reach the object as they are (Hydra merges ``kwargs`` into the node)."""
+    try:
+        return instantiate(node, *args, **kwargs)
+    except ConfigError:
+        raise
+    except Exception as err:
+        message = first_line(cause_of(err))
+        if message.startswith(key):  # the object's own sentence already names the key
+            raise ConfigError(message) from err
+        target = str(node.get("_target_", "")).rsplit(".", 1)[-1]
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", message)
+        if unknown:
+            raise ConfigError(f"{key}.{unknown.group(1)} is not a setting of {target}; check the spelling.") from err
+        raise ConfigError(f"{key}: {message.removeprefix(target + '.')}") from err
+
+
+def check_trainer(trainer: DictConfig) -> None:
+    """trainer.max_steps and each of TRAINER_NUMBERS that is set, in one sentence each."""
+    positive_int("trainer.max_steps", trainer.get("max_steps"), " (training is step-based)")
+    for key, (what, ok) in TRAINER_NUMBERS.items():
+        if key not in trainer:
+            continue
+        value = trainer.get(key)
+        value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+        if isinstance(value, bool) or not ok(value):
+            raise ConfigError(f"trainer.{key}={value!r} must be {what}.")
+
+
+def check_run_keys(cfg: DictConfig) -> None:
+    """What spans groups or belongs to no object: required keys, the trainer, block sizes, loggers, diagnostics,
+    the seed."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        key = missing[0]
+        hint = " (one or more UTF-8 text files)" if key == "corpus.path" else ""
+        raise ConfigError(f"{key} is required but not set; pass {key}=<value>{hint}.")
+    check_trainer(cfg.trainer)
+    if cfg.data.block_size != cfg.model.block_size:
+        raise ConfigError(
+            f"data.block_size={cfg.data.block_size} must equal model.block_size={cfg.model.block_size}."
+        )
+    for name in (cfg.get("logger") or {}):
+        if name not in LOGGERS:
+            raise ConfigError(f"logger {name!r} is not one of {', '.join(LOGGERS)} (or logger=none).")
+    positive_int("diagnostics.windows", cfg.diagnostics.windows, " (validation windows to probe)")
+    if cfg.diagnostics.max_val_tokens is not None:
+        positive_int("diagnostics.max_val_tokens", cfg.diagnostics.max_val_tokens,
+                     " (validation tokens the end of a run scores) or null")
+    if not isinstance(cfg.seed, int) or isinstance(cfg.seed, bool) or not 0 <= cfg.seed < 2**32:
+        raise ConfigError(f"seed={cfg.seed!r} must be an integer in [0, 2**32).")
+
+
+def check_values(cfg: DictConfig) -> None:
+    """Every value checked without torch: the run's own keys, then the objects that own the rest (the model's
+    settings, the optimizer recipe, the corpus and the data settings), built as the run will build them. A model
+    started from GPT-2 (init_from) takes its settings from the checkpoint, so they are checked at set-up."""
+    with as_config_errors(TypeError):
+        check_run_keys(cfg)
+        if str(cfg.get("init_from") or "scratch") == "scratch":
+            GPTConfig(vocab_size=1, **OmegaConf.to_container(cfg.model, resolve=True))  # the vocab comes with the data
+        build("optim", cfg.optim)
+        build("corpus", cfg.corpus)
+        data = OmegaConf.to_container(cfg.data, resolve=True)
+        data.pop("_target_", None)
+        DataConfig(**data)
