@@ -164,6 +164,31 @@ def test_a_finished_run_is_still_not_resumed_at_max_steps(tmp_path, corpus_file,
         run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 2, "ckpt_path=last"))
 
 
+def test_a_resume_that_changes_what_the_checkpoint_restores_is_refused_and_decay_follows_max_steps(
+        tmp_path, corpus_file, cache_dir, own_signal_handlers):
+    """optim.lr on a resume would be recorded but never trained with (the optimizer's base rate comes back from the
+    checkpoint): refused in one line naming both values, before the run dir is touched. Raising trainer.max_steps
+    (and with it optim.decay_steps) is what resuming is for: it goes on, and the record says what trained."""
+    from tinygpt.runtime.errors import ConfigError
+
+    out = tmp_path / "run"
+    run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 4))
+    before = (out / "summary.json").read_text()
+    for override, key in (("optim.lr=0.005", "lr"), ("optim.weight_decay=0.5", "weight_decay"),
+                          ("optim.warmup_steps=1", "warmup_steps")):
+        cfg = tiny_cfg(out, corpus_file, cache_dir, 6, "ckpt_path=last", override)
+        theirs = OmegaConf.select(tiny_cfg(out, corpus_file, cache_dir, 4), f"optim.{key}")
+        with pytest.raises(ConfigError) as err:
+            run_phases.train(cfg)
+        assert str(err.value) == (
+            f"ckpt_path={str(out / 'checkpoints' / 'last.ckpt')!r} was trained with optim.{key}={theirs!r}, but this "
+            f"run sets {OmegaConf.select(cfg, f'optim.{key}')!r}: a resume restores the optimizer and its schedule, so "
+            f"the new value would not train; resume with optim.{key}={theirs!r}, or start a new run.")
+    assert (out / "summary.json").read_text() == before
+    summary = run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 6, "ckpt_path=last"))
+    assert summary["steps"] == 6 and summary["config"]["optim"]["decay_steps"] == 6
+
+
 def test_a_resumed_run_keeps_the_history_logged_before_its_checkpoint(tmp_path, corpus_file, cache_dir, recwarn):
     """Lightning's CSV logger deletes an existing metrics.csv when it starts: a run resumed from step 6 to 10 must
     still hold the training loss of steps 0-5 (the reports read onsets from it), once each, and the leak alarm's

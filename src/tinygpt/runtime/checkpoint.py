@@ -162,6 +162,29 @@ def check_resume_steps(ckpt: dict, path: Path, max_steps: int) -> None:
         )
 
 
+# the optimizer's settings a resume cannot change: the optimizer's state and its schedule's base rate come back from
+# the checkpoint, so a new value would be recorded but never trained with (decay_steps follows trainer.max_steps,
+# which a resume may raise: the schedule is code, and takes the new value)
+FIXED_ON_RESUME = ("lr", "min_lr", "warmup_steps", "betas", "weight_decay")
+
+
+def check_resume_optim(ckpt: dict, path: Path, optim: dict) -> None:
+    """Refuse to resume with an optimizer setting other than the checkpoint's (FIXED_ON_RESUME), in one line
+    naming the key and both values."""
+    theirs = (ckpt.get("hyper_parameters") or {}).get("optim") or {}
+    for key in FIXED_ON_RESUME:
+        if key in theirs and key in optim and as_list(theirs[key]) != as_list(optim[key]):
+            raise ConfigError(
+                f"ckpt_path={str(path)!r} was trained with optim.{key}={theirs[key]!r}, but this run sets "
+                f"{optim[key]!r}: a resume restores the optimizer and its schedule, so the new value would not train; "
+                f"resume with optim.{key}={theirs[key]!r}, or start a new run.")
+
+
+def as_list(value: Any) -> list:
+    """A setting as a list, for comparing a tuple read back from a checkpoint with the config's list."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 def check_resume_names(ckpt: dict, path: Path) -> None:
     """Refuse to resume a run written by an earlier version under names it has since changed (its checkpoint's
     settings, or the columns of the history it would carry on): one line naming the migration script."""
