@@ -132,3 +132,58 @@ def test_cannot_write_into_probes_the_nearest_existing_folder_and_creates_nothin
     (tmp_path / "a_file").write_text("x")
     assert cannot_write_into(tmp_path / "a_file" / "sub") == f"{tmp_path / 'a_file'} is a file, not a directory"
     assert cannot_write_into(Path("/proc/tinygpt-x")).startswith("no file can be created in /proc (")
+
+
+@pytest.mark.parametrize("kind", ["run", "sweep"])
+def test_a_dir_another_running_process_holds_is_refused_whatever_the_timing(tmp_path, corpus_file, cache_dir, kind):
+    """Run A holds its dir from its first moment (an flock on <dir>/.lock), before it has written anything a check
+    for an existing run could see; run B, started into the same dir meanwhile, is refused in one line and leaves the
+    dir as it was. The kernel drops the lock when A ends in any way; here A is this test's process."""
+    import fcntl
+    import os
+
+    out = tmp_path / kind
+    out.mkdir()
+    lock = open(out / ".lock", "a+")  # noqa: SIM115
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    lock.write(f"pid {os.getpid()} on here\n")
+    lock.flush()
+    argv = tiny(out, corpus_file, cache_dir) if kind == "run" else ["-m", *[
+        a for a in tiny(tmp_path / "x", corpus_file, cache_dir) if not a.startswith("hydra.run.dir")],
+        f"hydra.sweep.dir={out}", "seed=1,2"]
+    proc = run_train(argv, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: hydra.{kind}.dir='{out}' is in use by another run (pid {os.getpid()} on here); wait for it to end, "
+        "or choose another dir (the default is unique)."]
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    lock.close()  # A ends: the dir is free
+
+
+@pytest.mark.slow
+def test_two_runs_started_a_moment_apart_into_one_dir_the_second_is_refused(tmp_path, corpus_file, cache_dir):
+    """The race the existence check cannot see: B starts while A is still setting up (nothing written yet). B is
+    one line and exit 2; A finishes as if alone."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from helpers import ROOT
+
+    out = tmp_path / "run"
+    argv = [sys.executable, str(ROOT / "train.py"), *tiny(out, corpus_file, cache_dir, "trainer.max_steps=20")]
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    a = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (out / ".lock").exists() or not (out / ".lock").read_text():
+        assert time.monotonic() < deadline and a.poll() is None
+        time.sleep(0.05)
+    assert not holds_run(out)  # A has written nothing a run leaves yet: only the lock says it is there
+    b = run_train(tiny(out, corpus_file, cache_dir, "seed=7"), check=False)
+    assert b.returncode == 2 and len(b.stderr.strip().splitlines()) == 1
+    assert f"is in use by another run (pid {a.pid} on " in b.stderr
+    _, err = a.communicate(timeout=300)
+    assert a.returncode == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] == 20 and summary["config"]["seed"] != 7

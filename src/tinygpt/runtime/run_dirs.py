@@ -6,7 +6,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import shutil
+import socket
 import re
 import secrets
 import sys
@@ -21,6 +23,8 @@ from tinygpt.runtime.writable import cannot_write
 RUN_MARKERS = ("summary.json", "config.yaml", "checkpoints")  # what a run writes into its dir
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra writes into <run dir>/.hydra
 ERROR_FILE = "error.txt"  # a failed sweep job's one-line error
+LOCK_FILE = ".lock"  # in a run or sweep dir: held (flock) by the process that runs there, while it runs
+_CLAIMED: dict[Path, object] = {}  # the dirs this process holds, each with its open lock file
 
 
 def register_resolvers(project_root: str | Path | None = None) -> None:
@@ -101,6 +105,33 @@ def writable_dir(key: str, path: Path) -> None:
         _fail(f"{key}={str(path)!r} cannot be written ({reason}); give a writable directory.")
 
 
+def claim(key: str, path: Path) -> None:
+    """Hold ``path`` for this process: an exclusive flock on <path>/.lock, which the kernel drops when the process
+    ends in any way (a crash or kill -9 too), so no stale lock outlives a run. A second process that asks for the
+    same dir while the first runs is refused in one line, whatever the timing (the check that a dir holds no run
+    cannot see a run that has not written yet). The same process may ask again (a test's runs, one after another)."""
+    import fcntl
+
+    path = path.absolute()
+    if path in _CLAIMED:
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    lock = open(path / LOCK_FILE, "a+")  # noqa: SIM115 (held open until the process exits)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.seek(0)
+        holder = lock.read().strip()
+        lock.close()
+        _fail(f"{key}={str(path)!r} is in use by another run ({holder or 'a running process'}); wait for it to end, "
+              "or choose another dir (the default is unique).")
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    lock.flush()
+    _CLAIMED[path] = lock
+
+
 def _fail(message: str) -> None:
     """A Hydra callback cannot raise a ConfigError through train.py's task: the one line and exit 2 here."""
     print_error(message)
@@ -138,7 +169,7 @@ def discard_refused_run(run_dir: Path, log_name: str) -> bool:
 
 def only_hydra_files(run_dir: Path, log_name: str) -> bool:
     """Whether ``run_dir`` holds nothing but .hydra/ (Hydra's files only) and the log file."""
-    if not run_dir.is_dir() or not {p.name for p in run_dir.iterdir()} <= {".hydra", log_name}:
+    if not run_dir.is_dir() or not {p.name for p in run_dir.iterdir()} <= {".hydra", LOCK_FILE, log_name}:
         return False
     hydra_dir, log = run_dir / ".hydra", run_dir / log_name
     if hydra_dir.exists() and (not hydra_dir.is_dir() or not {p.name for p in hydra_dir.iterdir()} <= set(HYDRA_FILES)):
@@ -164,6 +195,7 @@ class RunDirGuard(Callback):
                 f"hydra.run.dir={str(run_dir)!r} already holds a run; choose another dir (the default is unique) "
                 "or resume that run with ckpt_path=last."
             )
+        claim("hydra.run.dir", run_dir)  # after the check: a refused run takes nothing
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         config_composed()
@@ -183,6 +215,7 @@ class RunDirGuard(Callback):
                 return
             _fail(f"hydra.sweep.dir={str(sweep_dir)!r} already holds a sweep's runs; choose another dir (the "
                   "default is unique), or continue that sweep: the same command with ckpt_path=last.")
+        claim("hydra.sweep.dir", sweep_dir)
 
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
