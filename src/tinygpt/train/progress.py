@@ -59,6 +59,18 @@ class StepClock(ThroughputMonitor):
         self.first_step_at: float | None = None  # wall clock (time.time()) when the first step began
         self.step_seconds: list[float] = []
 
+    def state_dict(self) -> dict:
+        """The time and tokens of the steps so far, kept in the run's checkpoints: a resumed run's figures are the
+        whole run's (a run resumed only to finish its end-of-run phase reports the steps it had trained)."""
+        return {**super().state_dict(), "seconds": self.seconds, "tokens": self.tokens,
+                "step_seconds": list(self.step_seconds), "first_step_at": self.first_step_at}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.seconds = float(state.get("seconds", 0.0))
+        self.tokens = int(state.get("tokens", 0))
+        self.step_seconds = [float(t) for t in state.get("step_seconds", [])]
+        self.first_step_at = state.get("first_step_at")
+
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         if self.first_step_at is None:
             self.first_step_at = time.time()

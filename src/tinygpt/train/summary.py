@@ -17,6 +17,12 @@ from tinygpt.runtime.console import fmt
 
 STATUSES = ("completed", "diverged", "leaky", "interrupted")  # a run's own; "failed" is set by mark_failed
 
+# fields that are measured, not computed, so a resumed run's differ from an uninterrupted run's (timings: summed over
+# its sessions, as the steps were timed), or say how it ran; every other field of a resumed run equals the
+# uninterrupted run's (tests/train/test_end_of_run.py)
+NOT_COMPARABLE = ("tokens_per_sec", "train_seconds", "step_seconds_median", "first_step_unix_time",
+                  "stab_leak_seconds", "leak_alarm_seconds", "resumed_from", "wandb")
+
 # the end-of-run diagnostics copied to the top level (all of them are also under "diagnostics")
 DIAGNOSTIC_KEYS = (
     "val_loss_honest",

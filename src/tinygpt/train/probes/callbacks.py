@@ -285,6 +285,17 @@ class StabilityMonitor(ModelInspector):
     def _due(self, trainer) -> bool:
         return trainer.global_step % self.every_n_steps == 0
 
+    def state_dict(self) -> dict:
+        """What the run has counted so far, kept in its checkpoints: a resumed run's summary counts every step."""
+        return {"spikes": self.spikes, "max_grad_norm": self.max_grad_norm, "leak_seconds": self.leak_seconds,
+                "recent": list(self._recent)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.spikes = int(state.get("spikes", 0))
+        self.max_grad_norm = float(state.get("max_grad_norm", 0.0))
+        self.leak_seconds = float(state.get("leak_seconds", 0.0))
+        self._recent.extend(state.get("recent", []))
+
     def on_before_optimizer_step(self, trainer, module, optimizer):  # Lightning clips after this hook
         if not self._due(trainer):
             return
