@@ -41,13 +41,36 @@ def causal_sweep(root, experiment="causal_mask", extra=(), status=None):
 
 def test_an_interrupted_run_is_excluded_named_and_listed(tmp_path, capsys):
     sweep = causal_sweep(tmp_path / "sweep", status="interrupted")
-    path, n = report.write("causal_mask", [sweep], tmp_path / "out")
+    path, n, _ = report.write("causal_mask", [sweep], tmp_path / "out")
     assert n == 5
     err = capsys.readouterr().err
     assert f"warning: report: {sweep / '0'} excluded: interrupted by SIGTERM at step 36 of 800" in err
     text = path.read_text()
     assert "## Excluded runs" in text and "interrupted by SIGTERM at step 36 of 800" in text
     assert "| 2, 3 |" in text  # the causal arm's seeds: seed 1 was the interrupted one
+
+
+def test_every_job_of_a_half_finished_sweep_is_named(tmp_path, capsys):
+    """A sweep of 8 jobs (multirun.yaml: causal x seed 1-4) of which 5 completed, 1 was interrupted, 1 failed
+    (error.txt, no summary) and 1 was never started: the report counts 5 runs of 8 jobs and names the other 3, in
+    the warnings and in its Excluded section."""
+    sweep = causal_sweep(tmp_path / "sweep", status="interrupted")  # jobs 0-5: causal x seed 1-3; job 0 interrupted
+    (sweep / "multirun.yaml").write_text(
+        "hydra:\n  sweeper:\n    params:\n      model.attn.causal: true,false\n      seed: 1,2,3,4\n"
+        "  overrides:\n    task:\n    - experiment=causal_mask\n")
+    failed = sweep / "6"
+    failed.mkdir()
+    hydra_files(failed, "causal_mask", ["model.attn.causal=True", "seed=4", "experiment=causal_mask"])
+    (failed / "error.txt").write_text("data.val_batch_size=0 must be a positive integer.\n")
+    assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr()
+    assert "report: 5 runs of 8 jobs ->" in out.out
+    never = f"{sweep} job model.attn.causal=False seed=4 experiment=causal_mask"  # as Hydra's sweeper writes it
+    for where, why in ((sweep / "0", "interrupted by SIGTERM at step 36 of 800"),
+                       (failed, "failed (data.val_batch_size=0 must be a positive integer.)"),
+                       (never, "never started")):
+        assert f"warning: report: {where} excluded: {why}" in out.err
+        assert f"- `{where}`: {why}" in (tmp_path / "out" / "README.md").read_text()
 
 
 def test_runs_of_another_experiment_are_refused_in_one_line(tmp_path, capsys):
@@ -63,7 +86,7 @@ def test_runs_of_another_experiment_are_refused_in_one_line(tmp_path, capsys):
 
 def test_a_plain_sweep_without_an_experiment_still_makes_the_report(tmp_path):
     sweep = causal_sweep(tmp_path / "sweep", experiment=None)
-    path, n = report.write("causal_mask", [sweep], tmp_path / "out")
+    path, n, _ = report.write("causal_mask", [sweep], tmp_path / "out")
     assert n == 6 and path.exists()
 
 
@@ -71,7 +94,7 @@ def test_the_committed_report_is_left_alone_by_a_partial_sweep(tmp_path, capsys,
     docs = tmp_path / "docs"
     monkeypatch.setattr(report, "DOCS", docs)
     sweep = causal_sweep(tmp_path / "sweep", extra=["trainer.max_steps=20"])
-    path, _ = report.write("causal_mask", [sweep])
+    path, _, _ = report.write("causal_mask", [sweep])
     assert path == sweep / "report" / "README.md" and not docs.exists()
     err = capsys.readouterr().err
     assert "not the full experiment=causal_mask sweep" in err and "the committed report is left alone" in err
@@ -139,7 +162,7 @@ def test_a_truncated_summary_is_named_and_excluded(tmp_path, capsys):
     """A job killed while writing its summary.json: the report names it and goes on with the others."""
     sweep = causal_sweep(tmp_path / "sweep")
     (sweep / "2" / "summary.json").write_text('{"status": "compl')
-    path, n = report.write("causal_mask", [sweep], tmp_path / "out")
+    path, n, _ = report.write("causal_mask", [sweep], tmp_path / "out")
     assert n == 5
     err = capsys.readouterr().err
     assert f"warning: report: {sweep / '2'} excluded: unreadable (summary.json: Unterminated string" in err
@@ -155,7 +178,7 @@ def test_a_single_plain_run_gets_a_partial_report_that_says_why_it_finds_nothing
     hydra_files(run, None, [])
     assert report.main(["causal_mask", str(run)]) == 0
     out = capsys.readouterr()
-    assert "report: 1 run ->" in out.out
+    assert "report: 1 run of 1 job ->" in out.out
     assert "plain runs, made without experiment=" in out.err and "experiment=None" not in out.err
     text = (run / "report" / "README.md").read_text()
     assert "(1 run; sweep dirs" in text and "A partial report (plain runs, made without experiment=)" in text
@@ -166,7 +189,7 @@ def test_a_single_plain_run_gets_a_partial_report_that_says_why_it_finds_nothing
 def test_equal_training_losses_are_not_said_to_fall(tmp_path):
     """Leaky and causal runs with the same training loss: 'ends at', never 'falls to'."""
     sweep = causal_sweep(tmp_path / "sweep")
-    path, _ = report.write("causal_mask", [sweep], tmp_path / "out")
+    path, _, _ = report.write("causal_mask", [sweep], tmp_path / "out")
     text = path.read_text()
     assert "the training loss ends at 2.000 (causal: 2.000)" in text and "falls to 2.000" not in text
 

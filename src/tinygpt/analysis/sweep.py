@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from tinygpt.analysis.stats import Sample, first_below, mean_spread
 from tinygpt.data.corpus import CORPORA
 from tinygpt.runtime.old_runs import outdated, refusal
+from tinygpt.runtime.run_dirs import ERROR_FILE, job_dirs, sweep_jobs
 
 
 class ReportError(ValueError):
@@ -145,6 +146,28 @@ def corpus_source(config: dict) -> str:
     this version lacks is named as its class."""
     name = str(config["corpus"]["_target_"]).rsplit(".", 1)[-1]
     return next((source for source, kind in CORPORA.items() if kind.__name__ == name), name)
+
+
+def jobs_without_runs(sweep_dirs: list[Path]) -> list[tuple[str, str]]:
+    """Every job of the given sweeps that left no summary.json, as (where, why): a job dir with error.txt (failed,
+    with its error), a job dir with nothing a run leaves (started, then killed before it wrote anything), and a job
+    the sweep's multirun.yaml defines that has no dir at all (never started), named by its overrides."""
+    out = []
+    for root in sweep_dirs:
+        dirs = job_dirs(root)
+        done = set()
+        for d in dirs:
+            overrides = OmegaConf.to_container(OmegaConf.load(d / ".hydra" / "overrides.yaml"))
+            done.add(tuple(sorted(map(str, overrides))))
+            if (d / "summary.json").exists():
+                continue
+            error = d / ERROR_FILE
+            out.append((str(d), f"failed ({error.read_text().strip()})" if error.exists() else
+                        "started, but left no summary.json (killed before it wrote one?)"))
+        for job in sweep_jobs(root) or []:
+            if tuple(sorted(job)) not in done:
+                out.append((f"{root} job {' '.join(job)}", "never started"))
+    return out
 
 
 def load_runs(sweep_dirs: list[Path]) -> list[Run]:

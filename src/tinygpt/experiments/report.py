@@ -7,7 +7,8 @@
 Reads only what each run left in its directory (tinygpt.analysis.sweep); each experiment's ``report`` module
 writes its report (tinygpt.experiments.<experiment>.report; the experiments are found in their folders:
 tinygpt.experiments.registry). Only completed (and
-diverged) runs are results: any other run is named in a warning and listed in the report as excluded. Runs of
+diverged) runs are results: every other job of the sweeps (interrupted, failed, started but left nothing, never
+started) is named in a warning and listed in the report as excluded. Runs of
 another experiment are refused. Without --out the committed report (docs/experiments/<experiment>/) is replaced
 only by a full sweep of that experiment as its config defines it; any other sweep's report goes to
 <first sweep dir>/report/.
@@ -24,7 +25,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from tinygpt.analysis.figures import DOCS  # the committed reports
-from tinygpt.analysis.sweep import ReportError, Run, load_runs
+from tinygpt.analysis.sweep import ReportError, Run, jobs_without_runs, load_runs
 from tinygpt.analysis.templates import plural
 from tinygpt.experiments.registry import experiments
 from tinygpt.runtime.errors import print_error
@@ -138,15 +139,16 @@ def partial(path: Path, gap: str, experiment: str) -> None:
 def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple[Path, int]:
     """Write ``experiment``'s report from the runs under ``sweeps`` into ``out`` (default: its committed place,
     docs/experiments/<experiment>/, for the full sweep; else <first sweep>/report/). Returns (the report's path,
-    how many runs it read)."""
+    how many runs it read, how many jobs the sweeps hold)."""
     if experiment not in experiments():
         raise ReportError(f"experiment {experiment!r} is not one of {', '.join(experiments())}.")
     check_out(out)
     runs = load_runs(sweeps)
     refuse_foreign(runs, experiment)
     runs, excluded = results(runs)
-    for r, why in excluded:
-        print(f"warning: report: {r.dir} excluded: {why}", file=sys.stderr)
+    excluded = [(str(r.dir), why) for r, why in excluded] + jobs_without_runs(sweeps)
+    for where, why in excluded:
+        print(f"warning: report: {where} excluded: {why}", file=sys.stderr)
     gap = full_sweep_gap(runs, excluded, experiment)
     if out is None:
         out = DOCS / experiment if gap is None else sweeps[0] / "report"
@@ -161,8 +163,8 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
     if excluded:
         with open(path, "a", encoding="utf-8") as f:
             f.write("\n## Excluded runs\n\nNot results, so left out of every number above:\n\n"
-                    + "".join(f"- `{r.dir}`: {why}\n" for r, why in excluded))
-    return path, len(runs)
+                    + "".join(f"- `{where}`: {why}\n" for where, why in excluded))
+    return path, len(runs), len(runs) + len(excluded)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,9 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="default: docs/experiments/<experiment>/")
     args = parser.parse_args(argv)
     try:
-        path, n = write(args.experiment, args.sweeps, args.out)
+        path, n, jobs = write(args.experiment, args.sweeps, args.out)
     except ReportError as err:
         print_error(f"report: {err}")
         return 2
-    print(f"report: {plural(n, 'run')} -> {path}")
+    print(f"report: {plural(n, 'run')} of {plural(jobs, 'job')} -> {path}")
     return 0
