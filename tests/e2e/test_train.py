@@ -64,7 +64,7 @@ def offline_run(tmp_path_factory, corpus_file, cache_dir):
     tmp = tmp_path_factory.mktemp("offline")
     out, home = tmp / "run", tmp / "home"  # no ~/.netrc and no API key: the run must go offline by itself
     home.mkdir()
-    env = {"HOME": str(home), "WANDB_API_KEY": None, "WANDB_MODE": None}
+    env = {"HOME": str(home), "WANDB_API_KEY": None, "WANDB_MODE": None, "COLUMNS": "80"}  # piped, 80 columns
     proc = run_train(tiny_args(out, corpus_file, cache_dir, "callbacks.stability.every_n_steps=5"), env=env)
     return out, proc.stdout + proc.stderr
 
@@ -76,6 +76,8 @@ def history_rows(out: Path) -> list[dict]:
 def test_a_run_without_credentials_goes_offline_and_says_how_to_sync(offline_run):
     out, console = offline_run
     assert "wandb sync" in console
+    (done,) = [line for line in console.splitlines() if "done" in line]  # at 80 columns, piped: never wrapped
+    assert done.endswith(str(out / "summary.json"))
     assert len(list((out / "wandb").glob("offline-run-*"))) == 1
 
 

@@ -187,3 +187,30 @@ def test_two_runs_started_a_moment_apart_into_one_dir_the_second_is_refused(tmp_
     assert a.returncode == 0, err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == 20 and summary["config"]["seed"] != 7
+
+
+def test_piped_the_sweep_table_and_the_done_line_are_never_wrapped(tmp_path, capsys, monkeypatch):
+    """At 80 columns into a pipe, each job is one line holding its whole overrides and its whole run dir, and the
+    done line keeps its path on the line that says done: (grep done: must find it)."""
+    from tinygpt.runtime.console import say
+    from tinygpt.runtime.run_dirs import print_sweep_table
+    from tinygpt.train.summary import done_line
+
+    monkeypatch.setenv("COLUMNS", "80")
+    sweep = tmp_path / "a_sweep_dir_with_a_long_name" / "2026-12-03_13-45-00"
+    long = ["trainer.max_steps=1500", "model.attn.scale=sqrt_dk", "optim.lr=0.000316227766", "seed=12345"]
+    for job in range(2):
+        d = sweep / str(job)
+        (d / ".hydra").mkdir(parents=True)
+        (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in long))
+        (d / "summary.json").write_text(json.dumps({"status": "completed", "val_loss": 1.5}))
+    print_sweep_table(sweep, None, workers=False, exit=False)
+    lines = capsys.readouterr().err.splitlines()
+    for job in range(2):
+        (line,) = [x for x in lines if x.startswith(f"{job} ")]
+        assert " ".join(long) in line and line.endswith(str(sweep / str(job))) and "completed" in line
+    path = sweep / "0" / "summary.json"
+    say(done_line({"steps": 1500, "train_loss": 1.2, "val_loss": 1.5, "val_loss_honest": 1.5, "future_leak": 0.0,
+                   "tokens_per_sec": 1e4}, path), soft_wrap=True)
+    (done,) = [x for x in capsys.readouterr().out.splitlines() if "done" in x]
+    assert done.endswith(str(path))

@@ -327,7 +327,17 @@ def print_sweep_table(sweep_dir: Path, signum: int | None, workers: bool, exit: 
             "-" if v is None or not math.isfinite(v) else f"{v:.4f}", str(row["dir"]),
         )
     console = Console(stderr=True)
-    console.print(table)
+    if console.is_terminal:
+        console.print(table)
+    else:  # piped or logged: one line per job, never wrapped, so that each can be grepped and each path copied
+        console.print(f"sweep {sweep_dir}", soft_wrap=True, highlight=False)
+        cells = [[str(c) for c in (col.header for col in table.columns)]]
+        cells += [[r["dir"].name, r["overrides"], r["status"], "-" if r["val_loss"] is None
+                   or not math.isfinite(r["val_loss"]) else f"{r['val_loss']:.4f}", str(r["dir"])] for r in rows]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]) - 1)]
+        for row in cells:
+            line = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1]
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
     # quiet workers leave the hint to the table; a job run in this process printed its own
     if workers and any(sweep_dir.glob("*/wandb/offline-run-*")):
         console.print(f"W&B ran offline. To upload every job: [bold]wandb sync "

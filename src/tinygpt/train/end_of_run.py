@@ -202,5 +202,5 @@ def finish_run(run: TrainingRun, module: GPTModule) -> dict[str, Any]:
     summary = with_diagnostics(summary_of(run, module, status), diag, wandb)
     if trainer.is_global_zero:
         path = write_summary(run.out_dir, summary)
-        say(done_line(summary, path, job_label() if is_quiet() else None), soft_wrap=is_quiet())
+        say(done_line(summary, path, job_label() if is_quiet() else None), soft_wrap=True)  # grepped: never wrapped
     return summary

@@ -93,7 +93,7 @@ def prepare_data(run: TrainingRun) -> None:
         dm.setup("fit")
     console.print(
         f"data: {dm.source}, vocab {dm.vocab_size}, {len(dm.train_ids):,} train / {len(dm.val_ids):,} val tokens "
-        f"({time.perf_counter() - t0:.1f}s, cache {dm.cache_path})"
+        f"({time.perf_counter() - t0:.1f}s, cache {dm.cache_path})", soft_wrap=True
     )
 
 
