@@ -94,4 +94,4 @@ def test_an_unknown_character_has_a_two_character_label_that_fits_its_cell():
     tok = train_tokenizer("char", ["abc de"])
     ids, labels, notes = tokens(tok, "a€b", block_size=16, vocab_size=tok.get_vocab_size())
     assert labels == ["a", "¿€", "b"] and max(map(len, labels)) <= 2
-    assert notes == ["note: '€' not in the vocabulary; the model sees <unk> there (labelled ¿c)"]
+    assert notes == ["note: '€' not in the vocabulary; the model sees <unk> there (the page shows '€' as ¿€)"]

@@ -234,3 +234,39 @@ def test_a_run_written_with_the_old_names_is_refused_then_reads_as_todays_once_m
     assert [list(a) for a in r.series("val/loss_honest")] == [[99], [2.5]]
     assert r.windows("honest_window_position").shape == (2, 3) and r.windows().shape == (4,)
     assert "val_loss_autoregressive" not in r.summary and r.windows("autoregressive_window_position") is None
+
+
+def test_a_failed_report_leaves_no_out_dir_and_one_written_elsewhere_links_the_glossary(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """--out DIR of a report refused (no runs there) leaves no DIR behind, also when the report fails while it
+    writes; a report written outside docs/experiments links to the real glossary, and one seed is '1 seed'."""
+    import os
+
+    from tinygpt.analysis.figures import DOCS
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert report.main(["causal_mask", str(empty), "--out", str(tmp_path / "a" / "b")]) == 2
+    assert not (tmp_path / "a").exists()
+    sweep = causal_sweep(tmp_path / "sweep")
+    module = __import__("tinygpt.experiments.causal_mask.report", fromlist=["write_report"])
+
+    def broken(runs, out, sweeps):
+        (out / "half.png").write_bytes(b"")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(module, "write_report", broken)
+    with pytest.raises(RuntimeError):
+        report.write("causal_mask", [sweep], tmp_path / "c" / "d")
+    assert not (tmp_path / "c").exists()
+    monkeypatch.undo()
+    one = tmp_path / "one"
+    for job in ("0", "3"):  # one seed per arm
+        (one / job).parent.mkdir(exist_ok=True)
+        os.rename(sweep / job, one / job)
+    path, _, _ = report.write("causal_mask", [one], tmp_path / "out")
+    text = path.read_text()
+    link = os.path.relpath(DOCS / "GLOSSARY.md", path.parent)
+    assert "](../GLOSSARY.md)" not in text and f"[glossary]({link})" in text
+    assert (path.parent / link).resolve() == (DOCS / "GLOSSARY.md").resolve() and (DOCS / "GLOSSARY.md").exists()
+    assert "rests on 1 seed." in text and "1 seeds" not in text

@@ -22,7 +22,8 @@ def test_probs_are_softmax_of_logits_over_temperature_restricted_to_top_k():
     assert next_token_probs(logits, top_k=99).tolist() == torch.softmax(logits, -1).tolist()
 
 
-@pytest.mark.parametrize("kw, message", [({"temperature": 0}, "temperature=0 must be > 0"),
+@pytest.mark.parametrize("kw, message", [({"temperature": 0}, "temperature=0 must be a finite number > 0"),
+                                         ({"temperature": float("inf")}, "temperature=inf must be a finite number > 0"),
                                          ({"top_k": 0}, "top_k=0 must be a positive integer")])
 def test_bad_sampling_arguments_are_one_sentence(kw, message):
     with pytest.raises(ValueError, match=message):

@@ -181,9 +181,11 @@ def load_runs(sweep_dirs: list[Path]) -> list[Run]:
                 data = json.loads(summary.read_text())
             except (json.JSONDecodeError, UnicodeDecodeError) as err:  # a job killed while writing it, a copy cut short
                 data = {"status": f"unreadable ({summary.name}: {err})", "config": {}}
+            if not isinstance(data, dict) or not isinstance(data.get("config", {}), dict):
+                data = {"status": f"unreadable ({summary.name}: not a run's summary)", "config": {}}
             run = Run(summary.parent, data)
             run.history = read_history(summary.parent / "history" / "metrics.csv")
-            old = outdated(data, data.get("config")) or outdated(run.history)
+            old = outdated(data, data["config"] if "config" in data else None) or outdated(run.history)
             if old:
                 raise ReportError(refusal(summary.parent, old, root))
             runs.append(run)
@@ -281,10 +283,12 @@ def honest_gap_step(run: Run) -> int | None:
     return None
 
 
-def seeds_words(groups) -> str:
-    """How many seeds each group of runs (an arm, a cell) rests on: '5', or '3 to 5' when they differ."""
+def seeds_words(groups, noun: bool = False) -> str:
+    """How many seeds each group of runs (an arm, a cell) rests on: '5', or '3 to 5' when they differ; with
+    ``noun``, '1 seed', '5 seeds', '3 to 5 seeds'."""
     counts = sorted({len(runs) for runs in groups})
-    return str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+    words = str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+    return words + (" seed" if counts[-1] == 1 else " seeds") * noun
 
 
 def seed_ids(runs: list[Run]) -> tuple[int, ...]:

@@ -58,8 +58,9 @@ def tokens(tok, text: str, block_size: int, vocab_size: int) -> tuple[list[int],
             labels.append(token_label(piece))
         missing = sorted({c for c in text if tok.token_to_id(c) is None}) if unk is not None else []
         if missing:
-            notes.append(f"note: {''.join(missing)!r} not in the vocabulary; the model sees <unk> there (labelled "
-                         f"{UNKNOWN_MARK}c)")
+            shown = ", ".join(f"{c!r} as {UNKNOWN_MARK}{c}" for c in missing)
+            notes.append(f"note: {''.join(missing)!r} not in the vocabulary; the model sees <unk> there (the page "
+                         f"shows {shown})")
     if not ids:
         raise ValueError(f"the text {text!r} has no tokens; give some text.")
     if len(ids) > block_size:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -116,9 +118,9 @@ def check_out(out: Path | None) -> None:
         return
     if out.exists() and not out.is_dir():
         raise ReportError(f"--out {out} is a file; give a directory for the report (its README.md and PNGs).")
-    from tinygpt.runtime.writable import cannot_write
+    from tinygpt.runtime.writable import cannot_write_into
 
-    reason = cannot_write(out)
+    reason = cannot_write_into(out)  # creates nothing: a report refused later leaves no empty dir
     if reason:
         raise ReportError(f"--out {out} cannot be written ({reason}); give a writable directory.")
 
@@ -155,9 +157,19 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
         if gap:
             print(f"report: not the full experiment={experiment} sweep ({gap}): the committed report is left alone "
                   f"(--out docs/experiments/{experiment} to replace it anyway)", file=sys.stderr)
+    made = [p for p in (out, *out.parents) if not p.exists()]  # what a failed report must not leave behind
     out.mkdir(parents=True, exist_ok=True)
     module = importlib.import_module(f"tinygpt.experiments.{experiment}.report")
-    path = module.write_report(runs, out, sweeps)
+    try:
+        path = module.write_report(runs, out, sweeps)
+    except BaseException:
+        if made:
+            shutil.rmtree(made[-1], ignore_errors=True)
+        raise
+    glossary = os.path.relpath(DOCS / "GLOSSARY.md", path.parent)  # the link the prose writes from docs/experiments/<x>
+    if glossary != "../GLOSSARY.md":
+        path.write_text(path.read_text(encoding="utf-8").replace("](../GLOSSARY.md)", f"]({glossary})"),
+                        encoding="utf-8")
     if gap is not None:
         partial(path, gap, experiment)
     if excluded:

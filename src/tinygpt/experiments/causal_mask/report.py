@@ -165,8 +165,8 @@ def plot_curves(ax, by_causal: dict[bool, list[Run]], title: str, chance: float 
     if chance is not None:
         ax.axhline(chance, color="black", lw=1, ls=":", label=f"ln(vocab) = {chance:.3f}: chance")
     log_y(ax)
-    finish_axes(ax, "step", "loss (nats, log scale)", f"{title}\n(lines: mean over {len(some)} seeds; bands: min-max)",
-                legend=False)
+    finish_axes(ax, "step", "loss (nats, log scale)",
+                f"{title}\n(lines: mean over {plural(len(some), 'seed')}; bands: min-max)", legend=False)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1)  # below: off the curves
 
 
@@ -815,7 +815,8 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     header = [prose("causal_mask", "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
                     lo=pred["level_ratio"][0], hi=pred["level_ratio"][1]), "",
               setup_text(runs), "", prose("causal_mask", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, method=METHOD,
-                                          n_seeds=seeds_words(rs for by_c in arms.values() for rs in by_c.values())),
+                                          n_seeds=seeds_words((rs for by_c in arms.values() for rs in by_c.values()),
+                                                              noun=True)),
               ""]
     rep = Report(sections=["## Final numbers per arm", "", arm_table(arms, f.est), ""])
     if f.main is not None:
@@ -838,7 +839,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         f"honest loss during training uses {ar_cfg.get('windows', 16)} windows at {ar_cfg.get('positions', 'all')} "
         f"positions each, at the end {cfg['diagnostics']['windows']} windows at every position: its intervals are "
         "wider than the teacher-forced loss's on all windows.",
-        f"The intervals: {METHOD}; with {n_seeds} seeds the seed level is what limits them.",
+        f"The intervals: {METHOD}; with {plural(n_seeds, 'seed')} the seed level is what limits them.",
         "CPU, fp32. The mask is removed from every layer at once; a partial leak (one layer, an off-by-one mask) "
         "is not measured here.",
     ]

@@ -985,7 +985,8 @@ def setup_text(arms: dict[str, list[Run]], runs: list[Run]) -> str:
     wall = sweep_wall_seconds(runs)
     seeds = sorted({r.seed for r in runs})
     steps = sorted({r.summary["steps"] for r in runs})
-    return (f"{len(runs)} runs: {len(arms)} arms x seeds {', '.join(map(str, seeds))}; "
+    return (f"{len(runs)} runs: {len(arms)} arms x {'seed' if len(seeds) == 1 else 'seeds'} "
+            f"{', '.join(map(str, seeds))}; "
             f"{' and '.join(map(str, steps))} steps; sweep wall time {wall / 60:.1f} min (first job's start to "
             f"last job's end, from the files).")
 
@@ -1002,7 +1003,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
                     lr=f"lr {fill_cfg.get('optim', {}).get('lr', float('nan')):g}"), "",
               setup_text(arms, runs), "",
               prose("partial_leaks", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, method=METHOD,
-                    n_seeds=seeds_words(arms.values())), ""]
+                    n_seeds=seeds_words(arms.values(), noun=True)), ""]
     rep = Report(sections=["## Every arm at the end", "", arm_table(f), ""])
     seen_section(rep, f.seen)
     if f.onset is not None:
@@ -1040,7 +1041,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     sections += ["## How this compares with the published cases", "", prose("partial_leaks", "literature")]
     sections += [f"- {c}" for c in rep.comparison] + [""]
     sections += [prose("partial_leaks", "threats"), ""]
-    sections += ["## Limits", "", prose("partial_leaks", "limits", n_seeds=seeds_words(arms.values())), ""]
+    sections += ["## Limits", "", prose("partial_leaks", "limits", n_seeds=seeds_words(arms.values(), noun=True)), ""]
     path = out / "README.md"
     path.write_text("\n".join(sections))
     return path

@@ -850,7 +850,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
             prose("sqrt_dk", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, method=METHOD, delta=f"{m.delta:g}",
                   lo=rate(m.sensitivity_range[0]), hi=rate(m.sensitivity_range[1]),
                   fraction=f"{m.failed_fraction:g}",
-                  n_seeds=seeds_words(rs for by_lr in arms.values() for rs in by_lr.values())), ""]
+                  n_seeds=seeds_words((rs for by_lr in arms.values() for rs in by_lr.values()), noun=True)), ""]
     sections = head + ["## Finding", ""] + [f"- {x}" for x in rep.findings] + [""]
     sections += [prose("sqrt_dk", "changes"), ""] + rep.sections
     sections += ["## How this compares with the literature", "", prose("sqrt_dk", "literature")]
