@@ -29,9 +29,9 @@ def sample(capsys, *args) -> tuple[int, str, str]:
 
 
 def error_line(err: str) -> str:
-    """The one error sentence argparse prints below its usage line."""
-    assert "Traceback" not in err
-    return err.strip().splitlines()[-1]
+    """The one line a refused argument prints (argparse's usage lines are not printed)."""
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err.strip()
 
 
 def test_a_sweep_dir_is_named_and_one_job_suggested(tmp_path):
@@ -63,8 +63,8 @@ def test_a_text_prompt_for_a_checkpoint_without_a_tokenizer_asks_for_ids():
 def test_a_token_id_outside_the_vocabulary_is_named_with_the_vocabulary_size(token_id_ckpt, capsys):
     code, out, err = sample(capsys, "--ckpt", token_id_ckpt, "--prompt", "3 14 999")
     assert code == 2 and out == ""
-    assert error_line(err).endswith("error: token id 999 in --prompt '3 14 999' is outside this checkpoint's "
-                                    "vocabulary of 64 tokens; give ids from 0 to 63.")
+    assert error_line(err).endswith("error: scripts/sample.py: token id 999 in --prompt '3 14 999' is outside this "
+                                    "checkpoint's vocabulary of 64 tokens; give ids from 0 to 63.")
     assert sample(capsys, "--ckpt", token_id_ckpt, "--prompt", "-1 2")[0] == 2
 
 
@@ -72,15 +72,16 @@ def test_an_unavailable_mps_device_is_named_not_the_checkpoint(token_id_ckpt, ca
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     code, _, err = sample(capsys, "--ckpt", token_id_ckpt, "--device", "mps")
     assert code == 2 and "not a readable checkpoint" not in err
-    assert error_line(err).endswith("error: --device=mps but MPS (Apple's GPU) is not available on this machine; use "
-                                    "--device cpu.")
+    assert error_line(err) == ("error: scripts/sample.py: --device=mps but MPS (Apple's GPU) is not available on "
+                               "this machine; use --device cpu.")
 
 
 def test_top_k_none_means_no_cut_as_the_message_for_zero_says(token_id_ckpt, capsys):
     code, out, _ = sample(capsys, "--ckpt", token_id_ckpt, "--prompt", "1 2", "--top-k", "None")
     assert code == 0 and len(out.split()) == 4  # the prompt's 2 ids and 2 new ones
     code, _, err = sample(capsys, "--ckpt", token_id_ckpt, "--top-k", "0")
-    assert code == 2 and error_line(err).endswith("error: --top-k=0 must be a positive integer or None (no cut).")
+    assert code == 2
+    assert error_line(err) == "error: scripts/sample.py: --top-k=0 must be a positive integer or None (no cut)."
     code, _, err = sample(capsys, "--ckpt", token_id_ckpt, "--top-k", "many")
     assert code == 2 and "'many' is not a positive integer or None (no cut)" in error_line(err)
 
@@ -91,3 +92,34 @@ def test_a_prompt_longer_than_the_context_window_gets_a_note(token_id_ckpt, caps
     assert ("# note: the prompt has 20 tokens, more than the model's block_size 16; the model sees only its last 16"
             in err.splitlines())
     assert "note" not in sample(capsys, "--ckpt", token_id_ckpt, "--prompt", "5 6")[2]
+
+
+@pytest.mark.parametrize("script, argv, installed", [("sample.py", [], "tinygpt-sample"),
+                                                     ("attention.py", [], "tinygpt-attention"),
+                                                     ("export_hf.py", [], "tinygpt-export-hf")])
+def test_help_and_a_refused_argument_answer_without_torch_named_as_run(script, argv, installed, tmp_path):
+    """--help of each checkpoint CLI and a refusal of its arguments import no torch, Lightning or W&B (they took
+    9-18 s), name the command as it was run (an installed command by its own name), and the refusal is one line."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    for args in (["--help"], ["--no-such-flag"]):
+        out = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "scripts" / script), *args],
+                             capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+        lines = out.stderr.splitlines()
+        imported = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+        assert "argparse" in imported and not imported & {"torch", "lightning", "wandb", "transformers"}, args
+        errors = [line for line in lines if not line.startswith("import time:")]
+        if args == ["--help"]:
+            assert out.returncode == 0 and out.stdout.startswith(f"usage: scripts/{script}")
+        else:
+            assert out.returncode == 2 and errors == [
+                f"error: scripts/{script}: unrecognized arguments: --no-such-flag"] or "required" in errors[0]
+    module = {"sample.py": "sample", "attention.py": "attention_page", "export_hf.py": "export_hf"}[script]
+    code = f"import sys; sys.argv[0] = {installed!r}; from tinygpt.cli.{module} import main; main(['--help'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.stdout.startswith(f"usage: {installed} ")

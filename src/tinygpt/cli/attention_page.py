@@ -16,20 +16,21 @@ import re
 import sys
 from pathlib import Path
 
-import torch
+from typing import TYPE_CHECKING
 
-from tinygpt.data.tokenizer import UNK, decode, encode
-from tinygpt.model.gpt import GPT
-from tinygpt.runtime.checkpoint import checkpoint_file, run_dir_of
-from tinygpt.runtime.errors import ConfigError, print_error
-from tinygpt.experiments.partial_leaks.bugs import BuggyAttention
 from tinygpt.cli.sample import add_model_source, find_latest_checkpoint, token_ids
-from tinygpt.pictures import explorer
-from tinygpt.train.probes.diagnostics import evaluating
-from tinygpt.train.module import load_trained
-from tinygpt.train.init_from import load_model
+from tinygpt.data.tokenizer import UNK, decode, encode
 from tinygpt.pictures.plots import LayerPlotter, token_label
+from tinygpt.runtime.errors import ConfigError, OneLineParser, print_error
 from tinygpt.runtime.writable import cannot_write_into
+
+if TYPE_CHECKING:
+    import torch
+
+    from tinygpt.model.gpt import GPT
+
+# torch, the model, its loaders and the explorer page are imported where they are used: --help and a refused argument
+# answer before torch is imported
 
 
 UNKNOWN_MARK = "¿"  # a character outside the vocabulary: '¿c' (the model sees <unk>)
@@ -71,6 +72,10 @@ def tokens(tok, text: str, block_size: int, vocab_size: int) -> tuple[list[int],
 
 def weights_of(model: GPT, ids: list[int]) -> torch.Tensor:
     """(n_layer, H, T, T) attention weights of the text, through the math path."""
+    import torch
+
+    from tinygpt.train.probes.diagnostics import evaluating
+
     with evaluating(model):
         maps = [p["weights"] for p in model.dissect_attention(torch.tensor([ids]))]  # n_layer x (1, H, T, T)
     return torch.cat(maps).float()
@@ -91,6 +96,8 @@ def check_writable(path: Path, what: str, directory: bool = False) -> None:
 
 def default_page(ckpt: Path, step: int, text: str) -> Path:
     """Where the page goes without --out: <run dir>/attention/<checkpoint>_step<N>_<text hash>.html."""
+    from tinygpt.runtime.checkpoint import run_dir_of
+
     digest = hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
     return run_dir_of(ckpt) / "attention" / f"{ckpt.stem}_step{step}_{digest}.html"
 
@@ -103,8 +110,8 @@ def pretrained_page(source: str, text: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="scripts/attention.py", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser("scripts/attention.py", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_source(ap)
     ap.add_argument("--text", required=True, help="the text to look at (clipped to the model's block_size)")
     ap.add_argument("--out", type=Path, default=None, help="the page to write (default: <run dir>/attention/"
@@ -119,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         print_error("attention: no --ckpt given and none found under outputs/ or multirun/; run `python train.py` "
                     "first.")
         return 2
+    from tinygpt.experiments.partial_leaks.bugs import BuggyAttention
+    from tinygpt.runtime.checkpoint import checkpoint_file
+    from tinygpt.train.module import load_trained
+
     try:
         if args.out is not None:
             check_writable(args.out, f"--out={args.out}")
@@ -156,6 +167,8 @@ def pretrained_main(args: argparse.Namespace) -> int:
                        f"the default page {out} (pass --out to write it elsewhere)")
         if args.png is not None:
             check_writable(args.png, f"--png={args.png}", directory=True)
+        from tinygpt.train.init_from import load_model
+
         model, tok, pre = load_model(args.init_from)
         ids, labels, notes = tokens(tok, args.text, model.config.block_size, model.config.vocab_size)
     except (FileNotFoundError, ConfigError, ValueError) as err:
@@ -169,6 +182,8 @@ def pretrained_main(args: argparse.Namespace) -> int:
 def write_pages(args: argparse.Namespace, model: GPT, ids: list[int], labels: list[str], notes: list[str], step: int,
                 title: str, out: Path) -> None:
     """The notes, then the explorer page of the text's attention (and the PNGs with --png), each path printed."""
+    from tinygpt.pictures import explorer
+
     for note in notes:
         print(f"# {note}", file=sys.stderr)
     w = weights_of(model, ids).numpy()  # (n_layer, H, T, T)

@@ -21,18 +21,14 @@ import os
 import sys
 from pathlib import Path
 
-import torch
-from safetensors.torch import save as safetensors_bytes
-from tokenizers import Tokenizer
-
 from tinygpt.data import hf_tokenizer
 from tinygpt.data.tokenizer import UNK
-from tinygpt.model import hf_gpt2
 from tinygpt.model.config import patch_names
-from tinygpt.model.gpt import GPT
-from tinygpt.runtime import checkpoint
-from tinygpt.runtime.errors import ConfigError, first_line, print_error
+from tinygpt.runtime.errors import ConfigError, OneLineParser, first_line, print_error
 from tinygpt.runtime.writable import cannot_write_into
+
+# torch, safetensors, the GPT and the checkpoint reader are imported where they are used, so that --help and a
+# refused argument answer before torch is imported
 
 WEIGHTS = "model.safetensors"
 REPLACED = ("config.json", "generation_config.json", WEIGHTS, "model.safetensors.index.json", "pytorch_model.bin",
@@ -58,7 +54,14 @@ def check_out(out: Path, force: bool) -> None:
 def gpt2_files(ckpt: dict, where: str) -> dict[str, bytes]:
     """A train.py checkpoint as the files of a GPT2LMHeadModel dir (name -> contents); one sentence naming the first
     option GPT-2 cannot express, or what makes the checkpoint unreadable as a model."""
-    from tinygpt.train.module import model_settings  # here: Lightning is imported only for a checkpoint's settings
+    import torch
+    from safetensors.torch import save as safetensors_bytes
+    from tokenizers import Tokenizer
+
+    from tinygpt.model import hf_gpt2
+    from tinygpt.model.gpt import GPT
+    from tinygpt.runtime import checkpoint
+    from tinygpt.train.module import model_settings
 
     try:
         cfg = model_settings(ckpt["hyper_parameters"], where)
@@ -112,6 +115,8 @@ def tokenizer_kind(tok_json: str | None) -> str:
     """What the run's tokenizer was, in words."""
     if not tok_json:
         return "none (the run's data were token ids)"
+    from tokenizers import Tokenizer
+
     tok = Tokenizer.from_str(tok_json)
     if tok.token_to_id(UNK) is not None:
         return f"char ({tok.get_vocab_size()} tokens)"
@@ -119,13 +124,15 @@ def tokenizer_kind(tok_json: str | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="scripts/export_hf.py", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser("scripts/export_hf.py", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ckpt", required=True, help="a run dir (its checkpoints/last.ckpt) or a .ckpt file")
     ap.add_argument("--out", required=True, type=Path, help="the directory to write the GPT2LMHeadModel into")
     ap.add_argument("--force", action="store_true", help="write into a directory that already holds files (the model "
                     "files transformers reads there are replaced, other files stay)")
     args = ap.parse_args(argv)
+    from tinygpt.runtime import checkpoint
+
     try:
         path = checkpoint.checkpoint_file(args.ckpt)
         check_out(args.out, args.force)

@@ -8,17 +8,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from tokenizers import Tokenizer
+from tinygpt.runtime.errors import ConfigError, OneLineParser
 
-from tinygpt.runtime.errors import ConfigError
-from tinygpt.sampling.fast_linear import use_fast_decode
-from tinygpt.sampling.generate import check_sampling, generate, pad_prompts
-from tinygpt.model.gpt import GPT
-from tinygpt.data.tokenizer import decode, encode
-from tinygpt.train.module import load_trained
-from tinygpt.train.init_from import load_model
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+    from tinygpt.model.gpt import GPT
+
+# torch, the model and the loaders are imported where they are used: --help and a refused argument answer before
+# torch is imported
 
 
 def find_latest_checkpoint(roots=("outputs", "multirun")) -> Path | None:
@@ -30,6 +30,8 @@ def find_latest_checkpoint(roots=("outputs", "multirun")) -> Path | None:
 def load_pretrained(source: str, device: str = "cpu") -> tuple[GPT, Tokenizer]:
     """The GPT (eval mode) and tokenizer of a pretrained GPT-2 (``--init_from``: a Hugging Face model dir or a Hub
     name; tinygpt.train.init_from)."""
+    from tinygpt.train.init_from import load_model
+
     model, tok, _ = load_model(source, device)
     return model, tok
 
@@ -50,6 +52,8 @@ def token_ids(text: str, vocab_size: int, flag: str = "--prompt") -> list[int]:
 
 def prompt_ids(tok: Tokenizer | None, prompt: str, vocab_size: int | None = None) -> list[int]:
     """A prompt as token ids (space-separated ids, below ``vocab_size``, for a checkpoint without a tokenizer)."""
+    from tinygpt.data.tokenizer import encode
+
     if tok is None:
         return token_ids(prompt, vocab_size if vocab_size is not None else 2**63) or [0]
     ids = encode(tok, prompt)
@@ -62,6 +66,11 @@ def generate_texts(model: GPT, tok: Tokenizer | None, prompts: list[str], max_ne
                    temperature: float = 0.8, top_k: int | None = 40, seed: int = 0,
                    use_cache: bool = True) -> list[str]:
     """Each prompt and its continuation, decoded together as one left-padded batch."""
+    import torch
+
+    from tinygpt.data.tokenizer import decode
+    from tinygpt.sampling.generate import generate, pad_prompts
+
     device = next(model.parameters()).device
     ids = [prompt_ids(tok, p, model.config.vocab_size) for p in prompts]
     idx, mask = pad_prompts(ids, device=device)  # (B, T_max) each
@@ -87,6 +96,8 @@ def top_k_value(text: str) -> int | None:
 
 def device_problem(device: str) -> str | None:
     """One sentence when --device names a device this machine does not have (None when it has it)."""
+    import torch
+
     try:
         kind = torch.device(device).type
     except RuntimeError:
@@ -117,17 +128,20 @@ def add_model_source(ap: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = OneLineParser("scripts/sample.py", description=__doc__)
     add_model_source(ap)
     ap.add_argument("--prompt", action="append", help="text to continue (default: a newline); repeat it for "
                     "several prompts, decoded together as one padded batch")
-    ap.add_argument("--max-new-tokens", type=int, default=500)
-    ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--max-new-tokens", type=int, default=500, help="tokens to generate per sample (default: 500)")
+    ap.add_argument("--temperature", type=float, default=0.8, help="softmax temperature, a finite number > 0: lower "
+                    "is more predictable (default: 0.8; --top-k 1 for greedy decoding)")
     ap.add_argument("--top-k", type=top_k_value, default=40, help="sample from the k likeliest tokens "
                     "(default: 40; None: no cut)")
-    ap.add_argument("--num-samples", type=int, default=1)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--num-samples", type=int, default=1, help="samples per prompt, each with its own seed "
+                    "(--seed, --seed + 1, ...; default: 1)")
+    ap.add_argument("--seed", type=int, default=0, help="the first sample's random seed (default: 0)")
+    ap.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or mps (default: auto, a CUDA GPU when "
+                    "there is one, else the CPU)")
     ap.add_argument("--no-cache", action="store_true", help="recompute the whole context for every token (slower; "
                     "for comparison with the KV cache)")
     args = ap.parse_args(argv)
@@ -139,12 +153,21 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--max-new-tokens={args.max_new_tokens} must be >= 1.")
     if args.num_samples < 1:
         ap.error(f"--num-samples={args.num_samples} must be >= 1.")
+    if args.device == "auto":
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if problem := device_problem(args.device):
         ap.error(problem)
+    from tinygpt.sampling.generate import check_sampling
+
     try:
         check_sampling(args.temperature, args.top_k)
     except ValueError as err:
         ap.error(f"--{err}".replace("top_k=", "top-k="))
+    from tinygpt.sampling.fast_linear import use_fast_decode
+    from tinygpt.train.module import load_trained
+
     try:
         if args.init_from:
             model, tok = load_pretrained(args.init_from, args.device)

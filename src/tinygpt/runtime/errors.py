@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from contextlib import contextmanager
+from pathlib import Path
+from typing import NoReturn
 
 
 class CheckpointWriteError(OSError):
@@ -52,6 +55,20 @@ def full_traceback_requested() -> bool:
 
 def print_error(message: str) -> None:
     print(f"error: {message}", file=sys.stderr, flush=True)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse for the project's command lines: a bad argument is one line, ``error: <command>: <what>``, exit
+    status 2 (argparse prints its usage first); the command is named as it was run: an installed command
+    (tinygpt-sample) by its own name, else its script (scripts/sample.py)."""
+
+    def __init__(self, script: str, **kwargs):
+        name = Path(sys.argv[0]).name
+        super().__init__(prog=name if name.startswith("tinygpt-") else script, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        print_error(f"{self.prog}: {message}")
+        sys.exit(2)
 
 
 _HYDRA_RAISES = False  # HYDRA_FULL_ERROR=1 set by unknown_keys_as_config_errors until the config is composed
