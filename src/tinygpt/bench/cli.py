@@ -56,13 +56,15 @@ from tinygpt.bench.programs import (
     tinygpt_run,
 )
 from tinygpt.runtime.console import fmt
+from tinygpt.runtime.errors import OneLineParser
 
 console = Console()
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line, every value checked before any work."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser("scripts/benchmark.py", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=None,
                     help="a text file (default: the embedded corpus); docs/benchmarks.md's runs used Tiny "
                          "Shakespeare's input.txt, the file nanoGPT's data/shakespeare_char/prepare.py downloads")

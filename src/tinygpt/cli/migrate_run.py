@@ -23,7 +23,7 @@ from typing import Any
 
 from tinygpt.data.config import DataConfig
 from tinygpt.data.corpus import CORPORA
-from tinygpt.runtime.errors import ConfigError, print_error
+from tinygpt.runtime.errors import ConfigError, OneLineParser, print_error
 from tinygpt.runtime.old_runs import MOVED_CLASSES, current_name
 
 
@@ -161,8 +161,8 @@ def migrate(run: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="scripts/migrate_run.py", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser("scripts/migrate_run.py", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dirs", nargs="+", type=Path, help="run dirs or sweep dirs")
     args = ap.parse_args(argv)
     try:

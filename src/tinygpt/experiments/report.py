@@ -30,7 +30,7 @@ from tinygpt.analysis.figures import DOCS  # the committed reports
 from tinygpt.analysis.sweep import ReportError, Run, jobs_without_runs, load_runs
 from tinygpt.analysis.templates import plural
 from tinygpt.experiments.registry import experiments
-from tinygpt.runtime.errors import print_error
+from tinygpt.runtime.errors import OneLineParser, print_error
 
 ROOT = DOCS.parents[1]  # a source checkout
 CONFIGS = ROOT / "configs" / "experiment"
@@ -180,8 +180,8 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/report.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser("scripts/report.py", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=list(experiments()))
     parser.add_argument("sweeps", nargs="+", type=Path, help="sweep dirs (each job dir holds summary.json)")
     parser.add_argument("--out", type=Path, default=None, help="default: docs/experiments/<experiment>/")
