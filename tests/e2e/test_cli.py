@@ -69,6 +69,12 @@ def test_a_mistyped_key_is_one_line_naming_it_with_exit_status_2(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == ["error: callbacks.leak_alarm.tolerence is not a key of the config; "
                                                 "did you mean callbacks.leak_alarm.tolerance?"]
+    for args in (["hydra.launcher.n_jobs=1", f"hydra.run.dir={out}"],
+                 ["-m", "hydra.launcher.n_jobs=1", "seed=1,2", f"hydra.sweep.dir={out}"]):  # not misspelled: elsewhere
+        proc = run_train(args, check=False)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+            "error: hydra.launcher.n_jobs is a setting of hydra/launcher=parallel, not of the launcher this run uses "
+            "(jobs one by one, in this process); add hydra/launcher=parallel before it."], proc.stderr
     proc = run_train(["no_such.key=1", f"hydra.run.dir={out}"], check=False)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "error: no_such.key is not a key of the config; check the spelling (python train.py --cfg job shows "

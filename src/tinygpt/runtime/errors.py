@@ -160,8 +160,19 @@ def wrong_type_message(override: str, cause: BaseException) -> str:
     return f"{override} has the wrong type: {key} takes {expected}."
 
 
+# settings of a launcher other than the default one (jobs one by one): where each comes from
+LAUNCHER_KEYS = {"n_jobs": "hydra/launcher=parallel", "backend": "hydra/launcher=parallel",
+                 "pre_dispatch": "hydra/launcher=parallel", "batch_size": "hydra/launcher=parallel",
+                 "timeout_min": "hydra/launcher=slurm", "partition": "hydra/launcher=slurm",
+                 "gpus_per_node": "hydra/launcher=slurm", "tasks_per_node": "hydra/launcher=slurm"}
+
+
 def key_message(key: str, near: str | None) -> str:
     """The one sentence for a key the config does not have, with the nearest one when there is one."""
+    launcher_key = key.removeprefix("hydra.launcher.")
+    if key.startswith("hydra.launcher.") and launcher_key in LAUNCHER_KEYS:
+        return (f"{key} is a setting of {LAUNCHER_KEYS[launcher_key]}, not of the launcher this run uses (jobs one by "
+                f"one, in this process); add {LAUNCHER_KEYS[launcher_key]} before it.")
     if near:
         return f"{key} is not a key of the config; did you mean {near}?"
     return f"{key} is not a key of the config; check the spelling (python train.py --cfg job shows every key)."
