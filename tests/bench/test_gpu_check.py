@@ -215,3 +215,18 @@ def test_the_figures_probe_runs_on_the_cpu(tmp_path):
 
 def test_the_script_is_the_module():
     assert "from tinygpt.bench.gpu_check import main" in (ROOT / "scripts" / "gpu_check.py").read_text()
+
+
+def test_a_plan_over_its_budget_names_what_it_could_skip(tmp_path, monkeypatch, capsys):
+    """410 s of limits in a budget of 100 s: the plan says so and names the checks that would not start if each
+    took its whole limit."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gc.main(["--dry-run", "--budget", "100", "--out", str(tmp_path / "r")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("7 checks, 410 s of time limits over a budget of 100 s")
+    plan = gc.plan(tmp_path / "r", 1)
+    checks, limits = [c.name for c in plan], {c.name: c.timeout_s for c in plan}
+    starts = dict(zip(checks, [sum(limits[n] for n in checks[:i]) for i in range(len(checks))], strict=True))
+    cut = [n for n in checks if 100 - starts[n] < 10]
+    assert cut and lines[1] == ("more than the budget: the checks run in this order until it is spent; if each took "
+                                f"its whole limit, these would be skipped: {', '.join(cut)}")

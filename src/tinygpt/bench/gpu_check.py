@@ -135,6 +135,16 @@ def show_plan(checks: list[Check], n_gpus: int, budget_s: float, note: str = "")
     lines = [f"gpu-check plan for {n_gpus} GPU{'s' if n_gpus != 1 else ''}{note}: {len(checks)} "
              f"check{'s' if len(checks) != 1 else ''}, {sum(c.timeout_s for c in checks)} s of time limits within "
              f"a budget of {budget_s:.0f} s"]
+    total = sum(c.timeout_s for c in checks)
+    if total > budget_s:  # the checks run in order until the budget is spent: say which could be cut
+        start, cut = 0, []
+        for c in checks:
+            if budget_s - start < 10:
+                cut.append(c.name)
+            start += c.timeout_s
+        lines[0] = lines[0].replace(" within a budget", " over a budget")
+        lines.append(f"more than the budget: the checks run in this order until it is spent; if each took its whole "
+                     f"limit, these would be skipped: {', '.join(cut) or 'none (the last gets less time)'}")
     for i, c in enumerate(checks, 1):
         lines.append(f"{i}. {c.name} ({c.timeout_s} s): {c.what}")
         lines.append(f"   {shown(c.argv)}")
