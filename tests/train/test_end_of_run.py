@@ -3,6 +3,7 @@ there leaves last.ckpt, a partial summary and a resume that finishes it (issue 3
 of the tiny model, with the signal sent from inside the phase it must land in."""
 
 import json
+from pathlib import Path
 import os
 import signal
 
@@ -172,6 +173,24 @@ def test_a_run_resumed_mid_training_reports_what_the_whole_run_counted(tmp_path,
     assert not differ, [(k, resumed.get(k), straight[k]) for k in differ]
     tokens = [r["tokens_per_sec"] * r["train_seconds"] for r in (straight, resumed)]
     assert tokens[1] == pytest.approx(tokens[0])  # the resumed run's rate is over all 6 steps' tokens
+
+
+def test_a_copied_run_dir_resumes_as_if_in_place(tmp_path, corpus_file, cache_dir, own_signal_handlers, recwarn):
+    """A run dir copied elsewhere and resumed there: no 'dirpath has changed' warning, no stray last-v1.ckpt, and the
+    best checkpoint is still the one the run knows (inside the copy), as in the original dir."""
+    import shutil
+
+    run_phases.train(tiny_cfg(tmp_path / "a", corpus_file, cache_dir, 4))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    recwarn.clear()
+    run_phases.train(tiny_cfg(tmp_path / "b", corpus_file, cache_dir, 6, "ckpt_path=last"))
+    assert not [str(w.message) for w in recwarn if "dirpath has changed" in str(w.message)]
+    names = sorted(p.name for p in (tmp_path / "b" / "checkpoints").iterdir())
+    assert "last.ckpt" in names and not [n for n in names if n.startswith("last-v")], names
+    state = next(v for k, v in torch.load(tmp_path / "b" / "checkpoints" / "last.ckpt",
+                                          weights_only=True)["callbacks"].items() if k.startswith("ModelCheckpoint"))
+    assert Path(state["best_model_path"]).parent == (tmp_path / "b" / "checkpoints").resolve()
+    assert len([n for n in names if n.startswith("best")]) == 1  # top 1: the old best was replaced or kept, not lost
 
 
 def test_a_finished_run_is_still_not_resumed_at_max_steps(tmp_path, corpus_file, cache_dir, own_signal_handlers):

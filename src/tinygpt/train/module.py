@@ -92,6 +92,7 @@ class GPTModule(L.LightningModule):
         losses = checkpoint.get("train_losses")
         if losses is not None:
             self.train_losses = list(losses.to(self.device).unbind(0))
+        moved_checkpoint_dirs(checkpoint, self.trainer)
 
     def configure_optimizers(self):
         # Lightning refuses to clip the gradients of a fused optimizer under mixed precision (it unscales
@@ -164,3 +165,29 @@ def load_trained(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer 
     model.load_state_dict(checkpoint.model_weights(ckpt["state_dict"]))
     tok = Tokenizer.from_str(ckpt["tokenizer"]) if "tokenizer" in ckpt else None
     return model.to(device).eval(), tok, int(ckpt.get("global_step", 0))
+
+
+def moved_checkpoint_dirs(checkpoint: dict, trainer) -> None:
+    """A run dir copied or moved elsewhere resumes as if in place. The checkpoint it resumes is in its own
+    checkpoints dir, but the ModelCheckpoint states in ``checkpoint`` name the old one, so Lightning would warn that
+    the dirpath changed, forget the best and last files and save a stray last-v1.ckpt beside last.ckpt. Their paths
+    are rewritten to the new dir first (Lightning calls this hook before it restores the callbacks' states)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    new = {type(cb).__name__: cb.dirpath for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint)}
+    for key, state in (checkpoint.get("callbacks") or {}).items():
+        if not str(key).startswith("ModelCheckpoint") or "ModelCheckpoint" not in new or not state.get("dirpath"):
+            continue
+        old, here = str(state["dirpath"]), str(new["ModelCheckpoint"])
+        resumed = trainer.ckpt_path
+        if old == here or resumed is None or not Path(resumed).resolve().is_relative_to(Path(here).resolve()):
+            continue  # the same dir, or another run's checkpoint resumed into a new dir (its files stay where they are)
+
+        def moved(path, old=old, here=here):
+            return here + path[len(old):] if isinstance(path, str) and path.startswith(old) else path
+
+        state["dirpath"] = here
+        for field in ("best_model_path", "kth_best_model_path", "last_model_path"):
+            state[field] = moved(state.get(field))
+        if isinstance(state.get("best_k_models"), dict):
+            state["best_k_models"] = {moved(k): v for k, v in state["best_k_models"].items()}
