@@ -141,6 +141,31 @@ def test_a_sweep_stopped_by_sigterm_is_continued_in_place_to_the_same_results(tm
     assert again.returncode == 0 and again.stderr.count("already completed, skipped") == 3
 
 
+@pytest.mark.slow
+def test_a_parallel_sweep_stopped_while_a_worker_sits_idle_stops_cleanly(tmp_path, corpus_file, cache_dir):
+    """2 workers, 3 jobs: the two short ones finish on one worker, which then waits (nothing left to take) while
+    the long one trains on the other. SIGTERM to the process group then reaches the idle worker too: the sweep
+    still ends as documented (exit 143, its table, the continue command), not with joblib's TerminatedWorkerError."""
+    sweep = tmp_path / "sweep"
+    argv = ["-m", *LONG, "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}",
+            "trainer.max_steps=20,2000,20", "trainer.val_check_interval=10", "hydra/launcher=parallel",
+            "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *argv], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not (summary_status(sweep / "0") and summary_status(sweep / "2")) and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(1.0)  # the worker that ran them is idle now; the long job trains
+    assert proc.poll() is None and summary_status(sweep / "1") is None, "the long job ended before the signal"
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err and "TerminatedWorkerError" not in err, err[-3000:]
+    assert "stopped by SIGTERM: 1 interrupted, 0 not started" in err, err[-3000:]
+    assert [summary_status(sweep / str(j)) for j in range(3)] == ["completed", "interrupted", "completed"]
+
+
 def summary_status(job_dir):
     """A job's summary status, or None when it left no summary."""
     path = job_dir / "summary.json"

@@ -102,6 +102,21 @@ class SweepStop:
                       "and save a checkpoint; the others are not started (send it again to stop at once).[/]")
 
 
+def keep_idle_workers_alive() -> None:
+    """In a worker process of a parallel sweep: the stop signals, while the worker waits between jobs, leave it
+    alive. A scheduler's SIGTERM (or Ctrl-C) reaches the whole process group; the default action would kill an idle
+    worker, and joblib would then end the sweep with TerminatedWorkerError instead of its table. The sweep's own
+    process records the signal in the stop file, so the worker's next job sees it and does not start, and each job's
+    GracefulStop handles the signals while the job runs (then puts this back). Installed where nothing else is."""
+    for sig in SIGNALS:
+        if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(sig, _noted_between_jobs)
+
+
+def _noted_between_jobs(signum, frame) -> None:
+    """An idle worker's handler: nothing to stop (the sweep's process has recorded the signal)."""
+
+
 class RunInterrupted(Exception):
     def __init__(self, signum: int):
         self.signum = signum

@@ -23,7 +23,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
 from tinygpt.runtime.errors import CheckpointWriteError, ConfigError, first_line, full_traceback_requested, print_error
-from tinygpt.runtime.interrupts import RunInterrupted, sweep_stop_signal
+from tinygpt.runtime.interrupts import RunInterrupted, keep_idle_workers_alive, sweep_stop_signal
 from tinygpt.runtime.run_dirs import ERROR_FILE, discard_refused_run, in_parallel_sweep, print_sweep_table
 from tinygpt.train.summary import mark_failed
 from tinygpt.train.values import check_values
@@ -49,6 +49,8 @@ def run_task(cfg: DictConfig) -> float:
     if note:
         print(f"note: {note}", file=sys.stderr, flush=True)
     parallel = in_parallel_sweep()
+    if parallel:
+        keep_idle_workers_alive()  # a worker's default would let a signal between jobs kill it (joblib then fails)
     if parallel and sweep_stop_signal(hc.sweep.dir) is not None:
         return math.nan  # the sweep was stopped before this job began: not started (the sweep's table says so)
     if sweep and str(cfg.get("ckpt_path")) == "last":  # continuing a sweep in place
