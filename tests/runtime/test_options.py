@@ -13,7 +13,6 @@ CONFIGS = ROOT / "configs"
     ["logger=[wandb,csv]"], ["model=tiny", "model.n_layer=3"], ["+experiment=partial_leaks_quick"], ["~debug"],
     ["arm/causal_mask=random_t64"], ["hydra/launcher=basic"], ["-m", "experiment=glob(causal*)"],
     ["--cfg", "job", "experiment=sqrt_dk"], ["model.attn.scale=none"], ["optim.lr=1e-3,2e-3"],
-    ["model=[oops"],  # not parseable: Hydra says what is wrong
     ["-m", "experiment=interval(0,1)"],  # a sweep that lists no options: Hydra says what is wrong
 ])
 def test_existing_options_and_other_overrides_pass(argv):
@@ -49,3 +48,19 @@ def test_a_group_is_a_folder_of_the_config_dir(tmp_path):
     assert mistyped_option(["flavour=sour"], tmp_path) == ("flavour=sour is not an option of flavour; the options: "
                                                            "sweet.")
     assert mistyped_option(["model=anything"], tmp_path) is None  # no such folder here: a key, Hydra's to read
+
+
+def test_an_override_hydras_grammar_cannot_read_is_one_line_with_the_quoting_that_works(tmp_path):
+    """corpus.path=~/texts: Hydra's lexer failed over four lines with exit 1; now one line, exit 2, and the quoted
+    form it suggests is read as a plain value (the corpus expands ~ itself)."""
+    from helpers import run_train
+
+    proc = run_train(["corpus=text_file", "corpus.path=~/texts", f"hydra.run.dir={tmp_path / 'r'}"], check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: corpus.path=~/texts cannot be read as an override: Hydra takes characters such as ~ * [ ] { } , and "
+        "spaces in a value as its own syntax; quote the value for Hydra, inside the shell's quotes: "
+        "\"corpus.path='~/texts'\"."]
+    proc = run_train(["corpus=text_file", "corpus.path='~/no/such/file.txt'",
+                      f"hydra.run.dir={tmp_path / 'r'}"], check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: corpus.path='~/no/such/file.txt' is not a file."]

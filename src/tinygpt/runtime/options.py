@@ -13,10 +13,27 @@ from pathlib import Path
 from tinygpt.runtime.errors import option_message, option_names
 
 
+def unreadable_override(texts: list[str]) -> str | None:
+    """The one sentence for the first override Hydra's grammar cannot read (``corpus.path=~/texts``: Hydra takes
+    an unquoted ~, *, spaces and brackets as its own syntax), with the quoting that makes it a plain value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    for text in texts:
+        try:
+            OverridesParser.create().parse_overrides([text])
+        except HydraException:
+            key, _, value = text.partition("=")
+            return (f"{text} cannot be read as an override: Hydra takes characters such as ~ * [ ] {{ }} , and "
+                    f"spaces in a value as its own syntax; quote the value for Hydra, inside the shell's quotes: "
+                    f"\"{key}='{value}'\".")
+    return None
+
+
 def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
     """The one sentence for the first ``group=option`` in ``argv`` whose group is a folder of ``config_dir`` and has
     no such option file (with the nearest option and the list); None when every one exists. Hydra's own groups
-    (hydra/...) and what cannot be parsed are left to Hydra."""
+    (hydra/...) are left to Hydra; an override its grammar cannot read is one sentence too (unreadable_override)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -24,7 +41,7 @@ def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
     try:
         overrides = OverridesParser.create().parse_overrides(texts)
     except HydraException:
-        return None  # Hydra says what is wrong with the syntax
+        return unreadable_override(texts)
     for override in overrides:
         group = override.key_or_group
         folder = config_dir / group
