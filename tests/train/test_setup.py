@@ -204,3 +204,19 @@ def test_a_resumed_run_silences_the_not_empty_warnings_only_for_its_own_dir(tmp_
             for message in messages:
                 warnings.warn(message.format(where), UserWarning, stacklevel=1)
     assert [str(w.message) for w in seen] == [m.format(where) for where in (other, tmp_path / "run2") for m in messages]
+
+
+def test_a_run_shorter_than_its_logging_interval_logs_at_its_last_step_and_records_it(tmp_path, corpus_file,
+                                                                                       cache_dir, capsys):
+    """5 steps with log_every_n_steps=10 would log no training row (Lightning warns): it logs every 5, says so in one
+    line, and the recorded config says 5."""
+    from helpers import TINY, compose_train
+    from tinygpt.train.setup import log_every_run
+
+    cfg = compose_train([*TINY, "trainer.max_steps=5", "trainer.log_every_n_steps=10"], out_dir=tmp_path)
+    log_every_run(cfg)
+    assert cfg.trainer.log_every_n_steps == 5
+    assert "note: trainer.log_every_n_steps=10 > trainer.max_steps=5: logging every 5 steps" in capsys.readouterr().out
+    cfg = compose_train([*TINY, "trainer.max_steps=50", "trainer.log_every_n_steps=10"], out_dir=tmp_path)
+    log_every_run(cfg)
+    assert cfg.trainer.log_every_n_steps == 10

@@ -21,10 +21,11 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar, ThroughputMonitor
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from tinygpt.model.gpt import Block, GPTConfig
 from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
+from tinygpt.runtime.console import out as console
 from tinygpt.runtime.console import set_quiet
 from tinygpt.runtime.errors import ConfigError, as_config_errors
 from tinygpt.runtime.graceful_stop import GracefulStop
@@ -103,6 +104,17 @@ class TrainingRun:
         return self.trainer.loggers
 
 
+def log_every_run(cfg: DictConfig) -> None:
+    """A run shorter than trainer.log_every_n_steps would log no training row (and Lightning warns so): it logs at
+    its last step instead, said in one line and recorded as what ran."""
+    every, steps = cfg.trainer.get("log_every_n_steps"), cfg.trainer.max_steps
+    if isinstance(every, int) and every > steps:
+        console.print(f"note: trainer.log_every_n_steps={every} > trainer.max_steps={steps}: logging every {steps} "
+                      "steps", soft_wrap=True)
+        with open_dict(cfg):
+            cfg.trainer.log_every_n_steps = steps
+
+
 def check_accelerator(trainer: DictConfig) -> None:
     """A GPU asked for where torch sees none (the one value check that needs torch)."""
     if trainer.get("accelerator") in ("gpu", "cuda") and not torch.cuda.is_available():
@@ -131,6 +143,7 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         pretrained = configure(cfg, command_line_overrides())  # init_from: its architecture and tokenizer into cfg
         if pretrained is not None:
             check_run_keys(cfg)  # again, with the checkpoint's block_size
+        log_every_run(cfg)
         resolved = OmegaConf.to_container(cfg, resolve=True)
         GPTConfig(vocab_size=1, **resolved["model"])  # checks model.* (the vocab size comes with the data)
         optim = build("optim", cfg.optim)  # checks optim.*
