@@ -51,24 +51,27 @@ def test_an_interrupted_run_is_excluded_named_and_listed(tmp_path, capsys):
 
 
 def test_every_job_of_a_half_finished_sweep_is_named(tmp_path, capsys):
-    """A sweep of 8 jobs (multirun.yaml: causal x seed 1-4) of which 5 completed, 1 was interrupted, 1 failed
-    (error.txt, no summary) and 1 was never started: the report counts 5 runs of 8 jobs and names the other 3, in
-    the warnings and in its Excluded section."""
+    """A sweep of 10 jobs (multirun.yaml: causal x seed 1-5) of which 5 completed, 1 was interrupted, 1 failed
+    (error.txt, no summary), 1 got a dir holding only Hydra's files (the sweep was stopped as it began) and 2 never
+    got a dir: the report counts 5 runs of 10 jobs and names the other 5, in the warnings and its Excluded section."""
     sweep = causal_sweep(tmp_path / "sweep", status="interrupted")  # jobs 0-5: causal x seed 1-3; job 0 interrupted
     (sweep / "multirun.yaml").write_text(
-        "hydra:\n  sweeper:\n    params:\n      model.attn.causal: true,false\n      seed: 1,2,3,4\n"
+        "hydra:\n  sweeper:\n    params:\n      model.attn.causal: true,false\n      seed: 1,2,3,4,5\n"
         "  overrides:\n    task:\n    - experiment=causal_mask\n")
-    failed = sweep / "6"
-    failed.mkdir()
-    hydra_files(failed, "causal_mask", ["model.attn.causal=True", "seed=4", "experiment=causal_mask"])
+    failed, empty = sweep / "6", sweep / "7"
+    for d, causal in ((failed, True), (empty, False)):
+        d.mkdir()
+        hydra_files(d, "causal_mask", [f"model.attn.causal={causal}", "seed=4", "experiment=causal_mask"])
     (failed / "error.txt").write_text("data.val_batch_size=0 must be a positive integer.\n")
+    (empty / "train.log").write_text("")
     assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr()
-    assert "report: 5 runs of 8 jobs ->" in out.out
-    never = f"{sweep} job model.attn.causal=False seed=4 experiment=causal_mask"  # as Hydra's sweeper writes it
+    assert "report: 5 runs of 10 jobs ->" in out.out
     for where, why in ((sweep / "0", "interrupted by SIGTERM at step 36 of 800"),
                        (failed, "failed (data.val_batch_size=0 must be a positive integer.)"),
-                       (never, "never started")):
+                       (empty, "never started"),
+                       *((f"{sweep} job model.attn.causal={c} seed=5 experiment=causal_mask", "never started")
+                         for c in (True, False))):  # as Hydra's sweeper writes them
         assert f"warning: report: {where} excluded: {why}" in out.err
         assert f"- `{where}`: {why}" in (tmp_path / "out" / "README.md").read_text()
 

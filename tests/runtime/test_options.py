@@ -12,7 +12,7 @@ CONFIGS = ROOT / "configs"
     [], ["experiment=causal_mask"], ["-m", "experiment=causal_mask_quick,sqrt_dk_quick", "seed=1,2"],
     ["logger=[wandb,csv]"], ["model=tiny", "model.n_layer=3"], ["+experiment=partial_leaks_quick"], ["~debug"],
     ["arm/causal_mask=random_t64"], ["hydra/launcher=basic"], ["-m", "experiment=glob(causal*)"],
-    ["--cfg", "job", "experiment=sqrt_dk"], ["model.attn.scale=none"], ["optim.lr=1e-3,2e-3"],
+    ["--cfg", "job", "experiment=sqrt_dk"], ["model.attn.scale=none"], ["-m", "optim.lr=1e-3,2e-3"],
     ["-m", "experiment=interval(0,1)"],  # a sweep that lists no options: Hydra says what is wrong
 ])
 def test_existing_options_and_other_overrides_pass(argv):
@@ -64,3 +64,14 @@ def test_an_override_hydras_grammar_cannot_read_is_one_line_with_the_quoting_tha
                       f"hydra.run.dir={tmp_path / 'r'}"], check=False)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "error: corpus.path='~/no/such/file.txt' is not a file."]
+
+
+def test_a_sweep_without_multirun_is_one_line_saying_to_add_m(tmp_path):
+    """seed=1,2 without -m was Hydra's six-line 'Ambiguous value' with exit 1."""
+    from helpers import run_train
+
+    assert mistyped_option(["-m", "seed=1,2"], ROOT / "configs") is None
+    proc = run_train(["seed=1,2", f"hydra.run.dir={tmp_path / 'r'}"], check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: seed=1,2 gives several values, which makes a sweep: add -m to run one job per value (or, for one "
+        "value that is this string, quote it for Hydra: \"seed='1,2'\")."]

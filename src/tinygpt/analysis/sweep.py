@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from tinygpt.analysis.stats import Sample, first_below, mean_spread
 from tinygpt.data.corpus import CORPORA
 from tinygpt.runtime.old_runs import outdated, refusal
-from tinygpt.runtime.run_dirs import ERROR_FILE, job_dirs, sweep_jobs
+from tinygpt.runtime.run_dirs import ERROR_FILE, job_dirs, only_hydra_files, sweep_jobs
 
 
 class ReportError(ValueError):
@@ -161,9 +161,13 @@ def jobs_without_runs(sweep_dirs: list[Path]) -> list[tuple[str, str]]:
             done.add(tuple(sorted(map(str, overrides))))
             if (d / "summary.json").exists():
                 continue
-            error = d / ERROR_FILE
-            out.append((str(d), f"failed ({error.read_text().strip()})" if error.exists() else
-                        "started, but left no summary.json (killed before it wrote one?)"))
+            error, log = d / ERROR_FILE, d / "train.log"
+            if error.exists():
+                out.append((str(d), f"failed ({error.read_text().strip()})"))
+            elif only_hydra_files(d, log.name) and (not log.is_file() or log.stat().st_size == 0):
+                out.append((str(d), "never started"))  # the sweep was stopped before it: Hydra's files only
+            else:
+                out.append((str(d), "started, but left no summary.json (killed before it wrote one?)"))
         for job in sweep_jobs(root) or []:
             if tuple(sorted(job)) not in done:
                 out.append((f"{root} job {' '.join(job)}", "never started"))

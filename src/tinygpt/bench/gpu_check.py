@@ -35,6 +35,7 @@ import torch
 from tinygpt.bench.micro import SMALL, generation_speed, matmul_peak_gflops
 from tinygpt.bench.programs import ROOT
 from tinygpt.runtime.console import fmt
+from tinygpt.runtime.errors import OneLineParser
 
 BUDGET_S = 480  # the whole plan, on one GPU: 8 minutes
 STEPS = 300  # training steps of the default and gpu_small checks
@@ -406,7 +407,8 @@ def write_reports(out: Path, rows: list[Result], header: dict) -> tuple[Path, Pa
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser("scripts/gpu_check.py", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, help="results dir (default: outputs/gpu_check/<time>)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and run nothing (works without a GPU)")
     ap.add_argument("--only", action="append", metavar="NAME", help="run only this check (repeatable)")

@@ -42,6 +42,12 @@ def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
         overrides = OverridesParser.create().parse_overrides(texts)
     except HydraException:
         return unreadable_override(texts)
+    if not {"-m", "--multirun"} & set(argv):
+        for override in overrides:
+            if override.is_sweep_override() and not override.key_or_group.startswith("hydra"):
+                key, _, value = override.input_line.partition("=")
+                return (f"{override.input_line} gives several values, which makes a sweep: add -m to run one job per "
+                        f"value (or, for one value that is this string, quote it for Hydra: \"{key}='{value}'\").")
     for override in overrides:
         group = override.key_or_group
         folder = config_dir / group
