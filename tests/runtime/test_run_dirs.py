@@ -214,3 +214,31 @@ def test_piped_the_sweep_table_and_the_done_line_are_never_wrapped(tmp_path, cap
                    "tokens_per_sec": 1e4}, path), soft_wrap=True)
     (done,) = [x for x in capsys.readouterr().out.splitlines() if "done" in x]
     assert done.endswith(str(path))
+
+
+def test_continuing_a_sweep_with_other_settings_is_refused_before_any_job(tmp_path):
+    """-m seed=3,4 ... ckpt_path=last into a sweep of seed=1,2 had skipped both jobs as 'already completed' and
+    listed the seed-1 and seed-2 results as seeds 3 and 4. Where it runs, how many at once and ckpt_path may change."""
+    from tinygpt.runtime.run_dirs import changed_sweep
+
+    sweep = tmp_path / "sweep"
+    (sweep / "0").mkdir(parents=True)
+    (sweep / "0" / "summary.json").write_text(json.dumps({"status": "completed"}))
+    (sweep / "multirun.yaml").write_text("hydra:\n  overrides:\n    task:\n    - seed=1,2\n    - trainer.max_steps=30\n"
+                                         "  sweeper:\n    params: null\n")
+
+    def config(*task):
+        return OmegaConf.create({"hydra": {"overrides": {"task": list(task)}, "sweeper": {"params": None}}})
+
+    assert changed_sweep(sweep, config("trainer.max_steps=30", "seed=1,2", "ckpt_path=last",
+                                       f"hydra.sweep.dir={sweep}", "hydra/launcher=parallel")) is None
+    assert changed_sweep(sweep, config("seed=3,4", "trainer.max_steps=30", "ckpt_path=last")) == (
+        f"hydra.sweep.dir='{sweep}' holds another sweep (-seed=1,2, +seed=3,4); continuing it (ckpt_path=last) takes "
+        "the same command it was started with: seed=1,2 trainer.max_steps=30; for other settings choose another dir.")
+    proc = run_train(["-m", "seed=1,2", "trainer.max_steps=40", f"hydra.sweep.dir={sweep}", "ckpt_path=last"],
+                     check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"error: hydra.sweep.dir='{sweep}' holds another sweep (-trainer.max_steps=30, +trainer.max_steps=40); "
+        "continuing it (ckpt_path=last) takes the same command it was started with: seed=1,2 trainer.max_steps=30; "
+        "for other settings choose another dir."]
+    assert sorted(p.name for p in sweep.iterdir()) == ["0", "multirun.yaml"]

@@ -177,6 +177,30 @@ def only_hydra_files(run_dir: Path, log_name: str) -> bool:
     return not log.exists() or log.is_file()
 
 
+def sweep_settings(overrides, params) -> tuple[list[str], dict]:
+    """What defines a sweep's jobs: its command line's overrides (less where it runs, how many at once and
+    ckpt_path) and its sweeper params."""
+    kept = sorted(str(o) for o in overrides if not str(o).startswith(("hydra", "ckpt_path=")))
+    return kept, {str(k): str(v) for k, v in (params or {}).items()}
+
+
+def changed_sweep(sweep_dir: Path, config: DictConfig) -> str | None:
+    """The one sentence when a sweep continued in place (ckpt_path=last) is not the sweep in that dir: its jobs would
+    be skipped as completed, reporting the old runs under the new settings."""
+    path = sweep_dir / "multirun.yaml"
+    if not path.is_file():
+        return None
+    old = OmegaConf.load(path)
+    before = sweep_settings(old.hydra.overrides.task, old.hydra.sweeper.get("params"))
+    now = sweep_settings(config.hydra.overrides.task, config.hydra.sweeper.get("params"))
+    if before == now:
+        return None
+    gone, new = sorted(set(before[0]) - set(now[0])), sorted(set(now[0]) - set(before[0]))
+    what = ", ".join([*(f"-{o}" for o in gone), *(f"+{o}" for o in new)]) or "its sweeper params"
+    return (f"hydra.sweep.dir={str(sweep_dir)!r} holds another sweep ({what}); continuing it (ckpt_path=last) takes "
+            f"the same command it was started with: {' '.join(before[0])}; for other settings choose another dir.")
+
+
 class RunDirGuard(Callback):
     """Refuse to start in a run dir that already holds a run, unless resuming into it (before Hydra writes
     its .hydra/ files there); refuse a sweep dir that holds finished jobs."""
@@ -210,6 +234,9 @@ class RunDirGuard(Callback):
         writable_dir("hydra.sweep.dir", sweep_dir)
         if sweep_dir.is_dir() and any(holds_run(p) for p in sweep_dir.iterdir() if p.is_dir()):
             if str(config.get("ckpt_path")) == "last":  # continuing this sweep in place
+                changed = changed_sweep(sweep_dir, config)
+                if changed:
+                    _fail(changed)
                 print(f"continuing the sweep in {sweep_dir}: completed jobs are skipped, interrupted ones resume "
                       "from their checkpoint, the others start.", file=sys.stderr, flush=True)
                 return
