@@ -242,3 +242,29 @@ def test_continuing_a_sweep_with_other_settings_is_refused_before_any_job(tmp_pa
         "continuing it (ckpt_path=last) takes the same command it was started with: seed=1,2 trainer.max_steps=30; "
         "for other settings choose another dir."]
     assert sorted(p.name for p in sweep.iterdir()) == ["0", "multirun.yaml"]
+
+
+def test_ctrl_c_while_starting_is_one_line_exit_130_and_leaves_no_run_dir(tmp_path, capsys, monkeypatch):
+    """A KeyboardInterrupt out of Hydra's main (Ctrl-C while torch and Lightning import, before the run's own
+    handlers) had been an 80-100 line traceback leaving a dir of Hydra's files; now one line, 130, the dir gone."""
+    from tinygpt.runtime import entry, run_dirs
+
+    run = tmp_path / "runs" / "run"
+    run_dirs.note_new_run_dir(run)
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("{}")
+    (run / "train.log").write_text("")
+
+    def main():
+        raise KeyboardInterrupt
+
+    def exit_(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(entry, "exit_without_teardown", exit_)
+    monkeypatch.setattr("sys.argv", ["train.py"])
+    with pytest.raises(SystemExit) as stopped:
+        entry.run(main, Path(__file__).resolve().parents[2] / "configs")
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err == "interrupted by SIGINT while starting: nothing was trained or saved.\n"
+    assert not (tmp_path / "runs").exists()

@@ -14,6 +14,7 @@ from pathlib import Path
 from tinygpt.runtime.errors import print_error, unknown_keys_as_config_errors
 from tinygpt.runtime.fast_exit import exit_without_teardown
 from tinygpt.runtime.options import mistyped_option
+from tinygpt.runtime.run_dirs import discard_unstarted_run
 
 
 def run(main: Callable[[], object], config_dir: Path) -> None:
@@ -26,6 +27,10 @@ def run(main: Callable[[], object], config_dir: Path) -> None:
     try:
         with unknown_keys_as_config_errors():
             main()  # an error leaves through Hydra's sys.exit, with the interpreter's full teardown
+    except KeyboardInterrupt:  # Ctrl-C while starting (importing, setting up), before the run's own handlers
+        discard_unstarted_run()
+        print("interrupted by SIGINT while starting: nothing was trained or saved.", file=sys.stderr, flush=True)
+        exit_without_teardown(130)
     except SystemExit as stopped:
         if isinstance(stopped.code, int) and stopped.code >= 128:  # stopped by a signal, all saved: end at once
             exit_without_teardown(stopped.code)

@@ -167,6 +167,12 @@ def discard_refused_run(run_dir: Path, log_name: str) -> bool:
     return True
 
 
+def discard_unstarted_run(log_name: str = "train.log") -> bool:
+    """The run dir this process made, removed when a signal stopped it before it wrote anything of its own (only
+    Hydra's files there: discard_refused_run)."""
+    return _NEW_RUN_DIR is not None and discard_refused_run(_NEW_RUN_DIR[0], log_name)
+
+
 def only_hydra_files(run_dir: Path, log_name: str) -> bool:
     """Whether ``run_dir`` holds nothing but .hydra/ (Hydra's files only) and the log file."""
     if not run_dir.is_dir() or not {p.name for p in run_dir.iterdir()} <= {".hydra", LOCK_FILE, log_name}:
