@@ -224,6 +224,13 @@ def test_a_resume_that_changes_what_the_checkpoint_restores_is_refused_and_decay
             f"ckpt_path={str(out / 'checkpoints' / 'last.ckpt')!r} was trained with optim.{key}={theirs!r}, but this "
             f"run sets {OmegaConf.select(cfg, f'optim.{key}')!r}: a resume restores the optimizer and its schedule, so "
             f"the new value would not train; resume with optim.{key}={theirs!r}, or start a new run.")
+    for override, key, old, new in (("seed=7", "seed", 1337, 7),
+                                     ("model.attn.causal=false", "model.attn.causal", True, False)):
+        with pytest.raises(ConfigError) as err:  # the same weights' shapes, another run: refused too
+            run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 6, "ckpt_path=last", override))
+        assert str(err.value) == (
+            f"ckpt_path={str(out / 'checkpoints' / 'last.ckpt')!r} belongs to a run with {key}={old!r}, but this run "
+            f"sets {new!r}: a resume continues that run; resume with {key}={old!r}, or start a new run.")
     assert (out / "summary.json").read_text() == before
     summary = run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 6, "ckpt_path=last"))
     assert summary["steps"] == 6 and summary["config"]["optim"]["decay_steps"] == 6

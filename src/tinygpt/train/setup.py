@@ -154,6 +154,7 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         ckpt_path, ckpt = resume_point(cfg, out_dir)
         if ckpt is not None:
             checkpoint.check_resume_optim(ckpt, ckpt_path, optim.settings())
+            checkpoint.check_resume_config(ckpt_path, resolved)
         if ckpt_path is not None:
             quiet_resume(out_dir)
         callbacks = [build(f"callbacks.{k}", c) for k, c in (cfg.get("callbacks") or {}).items()
