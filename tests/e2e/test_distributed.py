@@ -166,7 +166,7 @@ def test_a_ddp_sweep_gives_each_job_its_own_ranks(tmp_path, corpus_args):
         s = summary(sweep / job)
         assert s["status"] == "completed" and s["steps"] == 20 and (sweep / job / "train_rank1.log").exists()
     assert summary(sweep / "0")["val_loss"] != summary(sweep / "1")["val_loss"]  # the seeds differ
-    assert sorted(p.name for p in sweep.iterdir()) == ["0", "1", "multirun.yaml"]
+    assert sorted(p.name for p in sweep.iterdir()) == [".lock", "0", "1", "multirun.yaml"]
 
 
 @pytest.mark.slow
