@@ -273,3 +273,16 @@ def test_a_failed_report_leaves_no_out_dir_and_one_written_elsewhere_links_the_g
     assert "](../GLOSSARY.md)" not in text and f"[glossary]({link})" in text
     assert (path.parent / link).resolve() == (DOCS / "GLOSSARY.md").resolve() and (DOCS / "GLOSSARY.md").exists()
     assert "rests on 1 seed." in text and "1 seeds" not in text
+
+
+def test_runs_that_differ_in_a_setting_the_grid_does_not_vary_are_refused(tmp_path, capsys):
+    """A plain sweep of trainer.max_steps=20,600,20 had been reported as 3 seeds of one 20-step setting."""
+    sweep = causal_sweep(tmp_path / "sweep", experiment=None)
+    o = sweep / "1" / ".hydra" / "overrides.yaml"
+    o.write_text(o.read_text() + "- trainer.max_steps=600\n")
+    assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: report: the runs differ in trainer.max_steps (600), which experiment=causal_mask's sweeps do not vary "
+        "(they vary arm/causal_mask, model.attn.causal, seed); a report pools runs of its grid only: give the runs of "
+        "one setting.")
+    assert not (tmp_path / "out").exists()

@@ -45,6 +45,34 @@ def refuse_foreign(runs: list[Run], experiment: str) -> None:
                               f"{experiment}'s sweep dir (python train.py -m experiment={experiment}).")
 
 
+def refuse_mixed(runs: list[Run], experiment: str) -> None:
+    """Runs that differ in a setting the experiment's sweeps do not vary (trainer.max_steps=20,600) are not arms
+    or seeds of its grid: a report would pool them as seeds of one setting. Refused in one sentence naming it."""
+    grid = {"seed"}
+    for part in experiments()[experiment].configs:  # its full sweep's configs and its variants (the quick ones)
+        path = CONFIGS / f"{part}.yaml"
+        if path.exists() and OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params"):
+            grid |= grid_cells(path)[0]
+    values: dict[str, set] = {}
+    for r in runs:
+        for o in r.overrides:
+            key, _, value = o.partition("=")
+            if not key.startswith(("hydra", "+hydra", "ckpt_path", "experiment")):
+                values.setdefault(key, set()).add(value)
+    mixed = sorted(k for k, v in values.items() if k not in grid and (len(v) > 1 or
+                                                                       sum(k in dict_of(r) for r in runs) < len(runs)))
+    if mixed:
+        key = mixed[0]
+        raise ReportError(f"the runs differ in {key} ({', '.join(sorted(values[key]))}), which "
+                          f"experiment={experiment}'s sweeps do not vary (they vary {', '.join(sorted(grid))}); a "
+                          "report pools runs of its grid only: give the runs of one setting.")
+
+
+def dict_of(run: Run) -> dict:
+    """A run's overrides as {key: value}."""
+    return dict(o.partition("=")[::2] for o in run.overrides)
+
+
 def results(runs: list[Run]) -> tuple[list[Run], list[tuple[Run, str]]]:
     """The runs that are results (completed or diverged), and the others with why they are not."""
     excluded = [(r, why) for r in runs if (why := r.not_a_result())]
@@ -147,6 +175,7 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
     check_out(out)
     runs = load_runs(sweeps)
     refuse_foreign(runs, experiment)
+    refuse_mixed(runs, experiment)
     runs, excluded = results(runs)
     excluded = [(str(r.dir), why) for r, why in excluded] + jobs_without_runs(sweeps)
     for where, why in excluded:
