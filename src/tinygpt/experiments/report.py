@@ -53,24 +53,18 @@ def refuse_mixed(runs: list[Run], experiment: str) -> None:
         path = CONFIGS / f"{part}.yaml"
         if path.exists() and OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params"):
             grid |= grid_cells(path)[0]
+    settings = [dict(o.partition("=")[::2] for o in r.overrides) for r in runs]  # each run's {key: value}, read once
     values: dict[str, set] = {}
-    for r in runs:
-        for o in r.overrides:
-            key, _, value = o.partition("=")
+    for s in settings:
+        for key, value in s.items():
             if not key.startswith(("hydra", "+hydra", "ckpt_path", "experiment")):
                 values.setdefault(key, set()).add(value)
-    mixed = sorted(k for k, v in values.items() if k not in grid and (len(v) > 1 or
-                                                                       sum(k in dict_of(r) for r in runs) < len(runs)))
+    mixed = sorted(k for k, v in values.items() if k not in grid and (len(v) > 1 or not all(k in s for s in settings)))
     if mixed:
         key = mixed[0]
         raise ReportError(f"the runs differ in {key} ({', '.join(sorted(values[key]))}), which "
                           f"experiment={experiment}'s sweeps do not vary (they vary {', '.join(sorted(grid))}); a "
                           "report pools runs of its grid only: give the runs of one setting.")
-
-
-def dict_of(run: Run) -> dict:
-    """A run's overrides as {key: value}."""
-    return dict(o.partition("=")[::2] for o in run.overrides)
 
 
 def results(runs: list[Run]) -> tuple[list[Run], list[tuple[Run, str]]]:

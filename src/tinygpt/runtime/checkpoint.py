@@ -173,16 +173,11 @@ def check_resume_optim(ckpt: dict, path: Path, optim: dict) -> None:
     naming the key and both values."""
     theirs = (ckpt.get("hyper_parameters") or {}).get("optim") or {}
     for key in FIXED_ON_RESUME:
-        if key in theirs and key in optim and as_list(theirs[key]) != as_list(optim[key]):
+        if key in theirs and key in optim and differences(key, theirs[key], optim[key]):
             raise ConfigError(
                 f"ckpt_path={str(path)!r} was trained with optim.{key}={theirs[key]!r}, but this run sets "
                 f"{optim[key]!r}: a resume restores the optimizer and its schedule, so the new value would not train; "
                 f"resume with optim.{key}={theirs[key]!r}, or start a new run.")
-
-
-def as_list(value: Any) -> list:
-    """A setting as a list, for comparing a tuple read back from a checkpoint with the config's list."""
-    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 # what defines a run besides its optimizer: a resume that changes one would train another run than the one its

@@ -23,11 +23,16 @@ def unreadable_override(texts: list[str]) -> str | None:
         try:
             OverridesParser.create().parse_overrides([text])
         except HydraException:
-            key, _, value = text.partition("=")
             return (f"{text} cannot be read as an override: Hydra takes characters such as ~ * [ ] {{ }} , and "
                     f"spaces in a value as its own syntax; quote the value for Hydra, inside the shell's quotes: "
-                    f"\"{key}='{value}'\".")
+                    f"{quoted(text)}.")
     return None
+
+
+def quoted(text: str) -> str:
+    """``key=value`` with its value quoted for Hydra (a plain string), inside the shell's double quotes."""
+    key, _, value = text.partition("=")
+    return f"\"{key}='{value}'\""
 
 
 def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
@@ -45,9 +50,9 @@ def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
     if not {"-m", "--multirun"} & set(argv):
         for override in overrides:
             if override.is_sweep_override() and not override.key_or_group.startswith("hydra"):
-                key, _, value = override.input_line.partition("=")
                 return (f"{override.input_line} gives several values, which makes a sweep: add -m to run one job per "
-                        f"value (or, for one value that is this string, quote it for Hydra: \"{key}='{value}'\").")
+                        f"value (or, for one value that is this string, quote it for Hydra: "
+                        f"{quoted(override.input_line)}).")
     for override in overrides:
         group = override.key_or_group
         folder = config_dir / group

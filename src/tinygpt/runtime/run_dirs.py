@@ -349,24 +349,21 @@ def print_sweep_table(sweep_dir: Path, signum: int | None, workers: bool, exit: 
                      "val_loss": None, "error": None})
     if not rows:
         return rows
-    table = Table(title=f"sweep {sweep_dir}", title_justify="left")
-    for col in ("job", "overrides", "status", "val loss", "run dir"):
-        table.add_column(col, overflow="fold")
-    colours = {"completed": "green", "diverged": "yellow", "interrupted": "yellow", "failed": "red"}
-    for row in rows:
-        v = row["val_loss"]
-        table.add_row(
-            row["dir"].name, row["overrides"], f"[{colours.get(row['status'], 'white')}]{row['status']}[/]",
-            "-" if v is None or not math.isfinite(v) else f"{v:.4f}", str(row["dir"]),
-        )
+    header = ["job", "overrides", "status", "val loss", "run dir"]
+    cells = [[r["dir"].name, r["overrides"], r["status"], "-" if r["val_loss"] is None
+              or not math.isfinite(r["val_loss"]) else f"{r['val_loss']:.4f}", str(r["dir"])] for r in rows]
     console = Console(stderr=True)
     if console.is_terminal:
+        table = Table(title=f"sweep {sweep_dir}", title_justify="left")
+        for col in header:
+            table.add_column(col, overflow="fold")
+        colours = {"completed": "green", "diverged": "yellow", "interrupted": "yellow", "failed": "red"}
+        for job, overrides, status, loss, where in cells:
+            table.add_row(job, overrides, f"[{colours.get(status, 'white')}]{status}[/]", loss, where)
         console.print(table)
     else:  # piped or logged: one line per job, never wrapped, so that each can be grepped and each path copied
         console.print(f"sweep {sweep_dir}", soft_wrap=True, highlight=False)
-        cells = [[str(c) for c in (col.header for col in table.columns)]]
-        cells += [[r["dir"].name, r["overrides"], r["status"], "-" if r["val_loss"] is None
-                   or not math.isfinite(r["val_loss"]) else f"{r['val_loss']:.4f}", str(r["dir"])] for r in rows]
+        cells = [header, *cells]
         widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]) - 1)]
         for row in cells:
             line = "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1]
