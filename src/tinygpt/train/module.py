@@ -174,14 +174,14 @@ def moved_checkpoint_dirs(checkpoint: dict, trainer) -> None:
     are rewritten to the new dir first (Lightning calls this hook before it restores the callbacks' states)."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    new = {type(cb).__name__: cb.dirpath for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint)}
+    here = next((str(cb.dirpath) for cb in trainer.callbacks if isinstance(cb, ModelCheckpoint)), None)
+    resumed = trainer.ckpt_path
+    if here is None or resumed is None or not Path(resumed).resolve().is_relative_to(Path(here).resolve()):
+        return  # no checkpoints of ours, or another run's checkpoint resumed into a new dir (its files stay there)
     for key, state in (checkpoint.get("callbacks") or {}).items():
-        if not str(key).startswith("ModelCheckpoint") or "ModelCheckpoint" not in new or not state.get("dirpath"):
+        old = str(state.get("dirpath") or "") if str(key).startswith("ModelCheckpoint") else ""
+        if not old or old == here:
             continue
-        old, here = str(state["dirpath"]), str(new["ModelCheckpoint"])
-        resumed = trainer.ckpt_path
-        if old == here or resumed is None or not Path(resumed).resolve().is_relative_to(Path(here).resolve()):
-            continue  # the same dir, or another run's checkpoint resumed into a new dir (its files stay where they are)
 
         def moved(path, old=old, here=here):
             return here + path[len(old):] if isinstance(path, str) and path.startswith(old) else path
