@@ -12,10 +12,14 @@ from tests.experiments.sqrt_dk.test_sqrt_dk_report import sq_config
 from tinygpt.experiments import report
 
 
-def hydra_files(run_dir, experiment, overrides):
+def hydra_files(run_dir, experiment, overrides, swept=None):
+    """What Hydra records of a job: its config's choices, the sweep config's params (``swept``: key -> values)
+    and the job's overrides."""
     (run_dir / ".hydra").mkdir()
     choices = f"      experiment: {experiment}\n" if experiment else "      experiment: null\n"
-    (run_dir / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  runtime:\n    choices:\n{choices}")
+    params = "".join(f"      {k}: {v}\n" for k, v in (swept or {}).items())
+    sweeper = f"  sweeper:\n    params:\n{params}" if params else ""
+    (run_dir / ".hydra" / "hydra.yaml").write_text(f"hydra:\n{sweeper}  runtime:\n    choices:\n{choices}")
     (run_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
 
 
@@ -30,7 +34,8 @@ def causal_sweep(root, experiment="causal_mask", extra=(), status=None):
             write_run(d, config=cm_config(64, causal, seed), windows=w, train_loss=np.full(800, 2.0),
                       summary={"train_loss": 2.0})
             hydra_files(d, experiment, [f"model.attn.causal={causal}", f"seed={seed}", *extra]
-                        + ([f"experiment={experiment}"] if experiment else []))
+                        + ([f"experiment={experiment}"] if experiment else []),
+                        swept={"model.attn.causal": "true,false", "seed": "1,2,3"} if experiment else None)
             job += 1
     if status:
         s = json.loads((root / "0" / "summary.json").read_text())
@@ -286,3 +291,19 @@ def test_runs_that_differ_in_a_setting_the_grid_does_not_vary_are_refused(tmp_pa
         "(they vary arm/causal_mask, model.attn.causal, seed); a report pools runs of its grid only: give the runs of "
         "one setting.")
     assert not (tmp_path / "out").exists()
+
+
+def test_away_from_a_clone_the_grid_is_what_the_runs_recorded(tmp_path, capsys, monkeypatch):
+    """An installed tinygpt has no configs/: the keys its sweep varied come from Hydra's record in each run's
+    .hydra/hydra.yaml (the wheel's report had refused a real causal_mask sweep for differing in model.attn.causal)."""
+    monkeypatch.setattr(report, "CONFIGS", tmp_path / "no-configs")
+    sweep = causal_sweep(tmp_path / "sweep")
+    for summary in sweep.rglob("summary.json"):
+        summary.write_text(summary.read_text().replace('"drop_to": 0.25', '"drop_to": 0.25, "premise_flat": true'))
+    assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out")]) == 0
+    o = sweep / "1" / ".hydra" / "overrides.yaml"
+    o.write_text(o.read_text() + "- trainer.max_steps=600\n")
+    assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out2")]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "the runs differ in trainer.max_steps (600), which experiment=causal_mask's sweeps do not vary (they vary "
+        "model.attn.causal, seed); a report pools runs of its grid only: give the runs of one setting.")

@@ -62,11 +62,19 @@ class Run:
     @cached_property
     def experiment(self) -> str | None:
         """The ``experiment=`` the job ran (Hydra's record in .hydra/hydra.yaml), None for a plain run."""
+        return OmegaConf.select(self.hydra_record, "hydra.runtime.choices.experiment")
+
+    @cached_property
+    def swept_keys(self) -> set[str]:
+        """The keys its sweep config varies (hydra.sweeper.params, as Hydra recorded them in .hydra/hydra.yaml);
+        empty for a single run or a sweep given only on the command line."""
+        return set(OmegaConf.select(self.hydra_record, "hydra.sweeper.params") or {})
+
+    @cached_property
+    def hydra_record(self):
+        """Hydra's record of the job's own config (.hydra/hydra.yaml), empty when there is none."""
         path = self.dir / ".hydra" / "hydra.yaml"
-        if not path.exists():
-            return None
-        choices = OmegaConf.load(path).hydra.runtime.get("choices", {})
-        return choices.get("experiment")
+        return OmegaConf.load(path) if path.exists() else OmegaConf.create()
 
     @property
     def overrides(self) -> list[str]:

@@ -47,8 +47,10 @@ def refuse_foreign(runs: list[Run], experiment: str) -> None:
 
 def refuse_mixed(runs: list[Run], experiment: str) -> None:
     """Runs that differ in a setting the experiment's sweeps do not vary (trainer.max_steps=20,600) are not arms
-    or seeds of its grid: a report would pool them as seeds of one setting. Refused in one sentence naming it."""
-    grid = {"seed"}
+    or seeds of its grid: a report would pool them as seeds of one setting. Refused in one sentence naming it. The
+    grid's keys are what the runs' own records say their sweep config varied, and, in a checkout, what the
+    experiment's configs vary (an installed tinygpt has no configs/)."""
+    grid = {"seed"}.union(*(r.swept_keys for r in runs))
     for part in experiments()[experiment].configs:  # its full sweep's configs and its variants (the quick ones)
         path = CONFIGS / f"{part}.yaml"
         if path.exists() and OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params"):
