@@ -15,7 +15,8 @@ from helpers import ROOT
 from tests.experiments.test_report_cli import causal_sweep
 
 pytestmark = pytest.mark.slow
-COMMANDS = ("tinygpt-sample", "tinygpt-attention", "tinygpt-export-hf", "tinygpt-report", "tinygpt-bench")
+COMMANDS = ("tinygpt-sample", "tinygpt-attention", "tinygpt-export-hf", "tinygpt-report", "tinygpt-bench",
+            "tinygpt-verify")
 
 
 def run(*cmd, cwd=None, timeout=300):

@@ -1,0 +1,125 @@
+"""``tinygpt-verify TARGET``: the proof battery on an attention, a table of verdicts (``--json`` for CI).
+
+    tinygpt-verify my_pkg.attn:MyAttention --arg n_embd=64 --arg n_head=4 --padding padding_mask --kv-cache step
+    tinygpt-verify attn.py:attention              # a function (q, k, v, mask) -> out, against the formula itself
+
+Exit status 0 when every check passes (a 16-bit warning included, unless --strict-16bit), 1 when one fails, 2 for
+a bad argument (a target that does not import, a call that does not fit), in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tinygpt.runtime.errors import OneLineParser, print_error
+from tinygpt.verify.settings import LEVELS, MASKS, Settings
+
+EPILOG = """The target is module:name or file.py:name: a class (built with --arg/--args), a zero-argument factory,
+a module instance, or the attention function itself. A torch Module is checked as x (batch, time, width) -> y; any
+other callable as f(q, k, v, mask) -> out with q, k, v (batch, heads, time, head_dim) and a bool mask, True where a
+query may attend (--mask hide: True where it may not). Lesson 5 (docs/lessons/5-check-your-own-attention.md) walks
+through it."""
+
+
+def parser() -> OneLineParser:
+    p = OneLineParser("python -m tinygpt.verify", description=__doc__.split("\n\n")[0], epilog=EPILOG)
+    p.add_argument("target", help="module:name or file.py:name (a class, a factory, a module or a function)")
+    p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="a constructor argument, its value read as YAML (--arg n_head=4 --arg bias=false)")
+    p.add_argument("--args", type=Path, metavar="FILE", help="constructor arguments from a YAML mapping")
+    p.add_argument("--level", choices=LEVELS, default="auto", help="what to check it as (default: detected)")
+    p.add_argument("--width", type=int, help="the module's input width C (default: read from the module)")
+    p.add_argument("--vocab", type=int, help="the module takes token ids in [0, VOCAB) (a whole language model)")
+    p.add_argument("--max-len", type=int, default=Settings.max_len, help="the longest sequence tried (default 128)")
+    p.add_argument("--scale", type=float, help="the function's factor on q k^T (default 1/sqrt(head_dim))")
+    p.add_argument("--mask", choices=MASKS, default="keep",
+                   help="the function's mask: keep = True where a query may attend (default), hide = True where not")
+    p.add_argument("--padding", metavar="KEYWORD", help="the module's keyword for a (B, T) bool mask, True = real")
+    p.add_argument("--kv-cache", metavar="METHOD", help="the module's method step(x_new, cache) -> (y_new, cache)")
+    p.add_argument("--only", action="append", metavar="CHECK", help="run only this check (repeatable)")
+    p.add_argument("--strict-16bit", action="store_true", help="a 16-bit finding fails instead of warning")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the results as JSON (for CI)")
+    return p
+
+
+def constructor_args(given: list[str], path: Path | None) -> dict:
+    """--args FILE's mapping, then each --arg key=value (a value read as YAML: 4 is an int, false a bool)."""
+    import yaml
+
+    args = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as err:
+            raise ValueError(f"--args {path}: {str(err).splitlines()[0]}") from None
+        if not isinstance(loaded, dict):
+            raise ValueError(f"--args {path} must hold a YAML mapping of constructor arguments, got "
+                             f"{type(loaded).__name__}.")
+        args.update(loaded)
+    for item in given:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise ValueError(f"--arg {item!r} must be key=value with key a Python name (--arg n_head=4).")
+        try:
+            args[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            args[key] = value
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parser().parse_args(argv)
+    try:
+        settings = Settings(level=opts.level, width=opts.width, vocab=opts.vocab, max_len=opts.max_len,
+                            scale=opts.scale, mask=opts.mask, padding=opts.padding, kv_cache=opts.kv_cache,
+                            strict_16bit=opts.strict_16bit, seed=opts.seed)
+        args = constructor_args(opts.arg, opts.args)
+    except ValueError as err:
+        print_error(f"tinygpt-verify: {err}")
+        return 2
+    from tinygpt.verify import run
+    from tinygpt.verify.result import VerifyError
+    from tinygpt.verify.target import factory_of, load
+
+    from rich.console import Console
+
+    console = Console(stderr=opts.json)
+    try:
+        factory = factory_of(load(opts.target), args)
+        with console.status(f"checking {opts.target}") as status:
+            results = run(factory, opts.only, progress=lambda r, s: status.update(f"{r.check}: {r.verdict}"),
+                          **settings.__dict__)
+    except VerifyError as err:
+        print_error(f"tinygpt-verify: {err}")
+        return 2
+    if opts.json:
+        print(json.dumps({"target": opts.target, "passed": all(r.ok for r in results),
+                          "results": [r.as_dict() for r in results]}, indent=1))
+    else:
+        show(console, opts.target, results)
+    return 0 if all(r.ok for r in results) else 1
+
+
+def show(console, target: str, results) -> None:
+    from rich.table import Table
+
+    colour = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+    table = Table(title=f"tinygpt-verify {target}", title_justify="left")
+    for column in ("check", "verdict", "measured", "what failed, and where"):
+        table.add_column(column, overflow="fold")
+    for r in results:
+        table.add_row(r.check, f"[{colour[r.verdict]}]{r.verdict}[/]", r.measured, r.why)
+    console.print(table)
+    failed = [r.check for r in results if not r.ok]
+    warned = [r.check for r in results if r.verdict == "warn"]
+    line = f"{len(results) - len(failed)} of {len(results)} checks passed"
+    line += f"; failed: {', '.join(failed)}" if failed else ""
+    line += f"; warnings: {', '.join(warned)}" if warned else ""
+    console.print(line)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

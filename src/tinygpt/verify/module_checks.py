@@ -1,0 +1,434 @@
+"""The checks of an attention *module* ``x -> y``: x (B, T, C) (or token ids (B, T) with ``vocab``), y (B, T, ...).
+Its math is not visible from outside, so these check its behaviour: the future never moves the past, each position
+sees itself, sequences do not mix, padding (where the module takes a mask), the KV cache (where it has one),
+gradients and 16-bit. Everything but the 16-bit check runs in float64 on a copy, in eval mode (dropout off).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+from tinygpt.verify.result import TOL64, Result, VerifyError, first_line_of, relative_change
+from tinygpt.verify.settings import Settings
+
+FP16_MAX = 65504.0  # float16's largest finite value
+SCALES = (1.0, 1e4)  # input scales: ordinary, and large enough that scores outgrow a finite fill such as -1e4
+
+
+class Module:
+    """The user's module, called as module(x) (and module(x, <padding>=mask)), its output's first element taken
+    when it returns a tuple."""
+
+    def __init__(self, module: nn.Module, width: int, settings: Settings):
+        self.module, self.width, self.settings = module.eval(), width, settings
+        self.name = type(module).__name__
+
+    def copy(self, dtype=torch.float64) -> Module:
+        return Module(copy.deepcopy(self.module).to(dtype), self.width, self.settings)
+
+    def inputs(self, gen: torch.Generator, b: int, t: int, scale: float = 1.0, dtype=torch.float64) -> Tensor:
+        if self.settings.vocab:
+            return torch.randint(0, self.settings.vocab, (b, t), generator=gen)  # (B, T) token ids
+        return torch.randn(b, t, self.width, generator=gen, dtype=dtype) * scale  # (B, T, C)
+
+    def fresh(self, x: Tensor, gen: torch.Generator, scale: float = 1.0) -> Tensor:
+        """New values of x's shape and kind (other tokens, or other vectors of the same scale)."""
+        if self.settings.vocab:
+            return (x + torch.randint(1, self.settings.vocab, x.shape, generator=gen)) % self.settings.vocab
+        return torch.randn(x.shape, generator=gen, dtype=x.dtype) * scale
+
+    def __call__(self, x: Tensor, grad: bool = False, **kwargs) -> Tensor:
+        try:
+            with torch.set_grad_enabled(grad):
+                y = self.module(x, **kwargs)
+        except Exception as err:
+            what = "token ids" if self.settings.vocab else "x"
+            hint = "" if self.settings.vocab else f" (is its input width {self.width}? give --width)"
+            raise VerifyError(f"{self.name}'s forward with {what} of shape {tuple(x.shape)}"
+                              f"{' and ' + ', '.join(kwargs) if kwargs else ''} raised {type(err).__name__}: "
+                              f"{first_line_of(err).rstrip('.')}{hint if x.shape[1] == 1 else ''}.") from None
+        y = first_of(y)
+        if not isinstance(y, Tensor) or y.shape[:2] != x.shape[:2]:
+            got = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
+            raise VerifyError(f"{self.name} returned {got} for input {tuple(x.shape)}; expected (B, T, ...) = "
+                              f"{tuple(x.shape[:2])} first.")
+        return y
+
+    def longest(self, gen: torch.Generator) -> tuple[int, str]:
+        """The longest length up to max_len the module takes (and why it stopped there, when it did)."""
+        try:
+            self(self.inputs(gen, 1, self.settings.max_len))
+            return self.settings.max_len, ""
+        except VerifyError as err:
+            low, high = 1, self.settings.max_len  # low works (checked by the first call), high does not
+            while high - low > 1:
+                mid = (low + high) // 2
+                try:
+                    self(self.inputs(gen, 1, mid))
+                    low = mid
+                except VerifyError:
+                    high = mid
+            return low, f" (it refuses T={high}: {str(err).split(' raised ', 1)[-1]})"
+
+
+def check_interfaces(module: nn.Module, settings: Settings) -> None:
+    """The padding keyword and the cache method named exist, before any check runs (one sentence when not)."""
+    import inspect
+
+    name = type(module).__name__
+    if settings.padding:
+        params = inspect.signature(module.forward).parameters
+        if settings.padding not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            raise VerifyError(f"{name}.forward has no keyword {settings.padding} (it takes {', '.join(params)}): "
+                              "padding names the keyword of its (B, T) bool mask, True = real token.")
+    if settings.kv_cache and not callable(getattr(module, settings.kv_cache, None)):
+        raise VerifyError(f"{name} has no method {settings.kv_cache}: kv_cache names a method step(x_new, cache) -> "
+                          "(y_new, cache), cache None at first.")
+
+
+def first_of(y):
+    """A module's output: the tensor itself, a tuple's first element, or a ModelOutput's or dict's first field
+    (transformers' last_hidden_state, logits)."""
+    if hasattr(y, "to_tuple"):
+        y = y.to_tuple()
+    elif isinstance(y, dict):
+        y = tuple(y.values())
+    return y[0] if isinstance(y, (tuple, list)) and y else y
+
+
+def lengths(longest: int) -> list[int]:
+    return sorted({t for t in (2, 8, 33, 64, longest) if 2 <= t <= longest})
+
+
+def check_causality(m: Module, gen: torch.Generator) -> Result:
+    """Changing every token after a cut leaves every output before it unchanged, for every cut, at each length
+    tried up to the longest the module takes, at an ordinary and a large input scale (float64). On a leak, the
+    first submodule whose past output moved is named: where the leak enters a stacked model."""
+    m64 = m.copy()
+    longest, stopped = m64.longest(gen)
+    cuts = 0
+    for t in lengths(longest):
+        for scale in SCALES if not m.settings.vocab else (1.0,):
+            x = m64.inputs(gen, 2, t, scale)
+            base = m64(x)
+            limit = TOL64 * finite_max(base)
+            for cut in range(1, t):
+                x2 = x.clone()
+                x2[:, cut:] = m64.fresh(x2[:, cut:], gen, scale)
+                moved = change(m64(x2)[:, :cut], base[:, :cut]).flatten(2).amax(dim=(0, 2))  # (cut,)
+                cuts += 1
+                if not (moved <= limit).all():
+                    i = int(torch.nonzero(~(moved <= limit))[0])
+                    later = spans(seen_later(m64, x, i, gen, scale))
+                    return Result("causality", "fail", f"position {i} moved by {float(moved[i]):.2g}",
+                                  f"at T={t}, changing the tokens from position {cut} on moved the output at position "
+                                  f"{i} (input scale {scale:g}): position {i} sees {later or 'a later one'}"
+                                  + entry(m64, x, x2, cut) + ".")
+    scales = "" if m.settings.vocab else f", input scales {', '.join(f'{s:g}' for s in SCALES)}"
+    return Result("causality", "pass", f"no past output moved over {cuts} cuts (T up to {longest}{scales}){stopped}")
+
+
+def finite_max(y: Tensor) -> Tensor:
+    """The largest finite |y| (0 when none is)."""
+    finite = y[torch.isfinite(y)].abs()
+    return finite.max() if finite.numel() else torch.zeros((), dtype=y.dtype)
+
+
+def change(new: Tensor, old: Tensor) -> Tensor:
+    """|new - old| elementwise, inf where one is finite and the other not, 0 where neither is (a NaN the past had
+    anyway is not a leak: the sees-itself and padding checks report it)."""
+    both = ~torch.isfinite(new) & ~torch.isfinite(old)
+    diff = (new - old).abs().nan_to_num(nan=float("inf"))
+    return diff.masked_fill(both, 0.0)
+
+
+def seen_later(m: Module, x: Tensor, i: int, gen: torch.Generator, scale: float) -> list[int]:
+    """The later positions j > i whose token alone, changed, moves position i's output."""
+    base = m(x)[:, i]
+    seen = []
+    for j in range(i + 1, x.shape[1]):
+        x2 = x.clone()
+        x2[:, j : j + 1] = m.fresh(x[:, j : j + 1], gen, scale)
+        if change(m(x2)[:, i], base).max() > TOL64 * finite_max(base):
+            seen.append(j)
+    return seen
+
+
+def spans(positions: list[int]) -> str:
+    """[1, 2, 3, 7] -> 'positions 1-3 and 7'; [33] -> 'position 33'."""
+    runs: list[list[int]] = []
+    for p in positions:
+        if runs and p == runs[-1][-1] + 1:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    parts = [f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs]
+    if not parts:
+        return ""
+    word = "position" if len(positions) == 1 else "positions"
+    return f"{word} {', '.join(parts[:-1]) + ' and ' if len(parts) > 1 else ''}{parts[-1]}"
+
+
+def entry(m: Module, x: Tensor, x2: Tensor, cut: int) -> str:
+    """'; the leak arises in blocks.1.attn': the innermost submodule whose outputs before the cut moved while its
+    inputs before the cut did not (the first such to finish), or the module's own forward when none did."""
+    seen: list[dict[str, tuple[Tensor | None, Tensor]]] = [{}, {}]
+    names = {mod: name for name, mod in m.module.named_modules() if name}
+    for record, inp in zip(seen, (x, x2), strict=True):
+        def hook(mod, args, out, record=record):
+            out = first_of(out)
+            arg = args[0] if args and isinstance(args[0], Tensor) and args[0].shape[:2] == x.shape[:2] else None
+            if isinstance(out, Tensor) and out.dim() >= 2 and out.shape[:2] == x.shape[:2]:
+                record.setdefault(names[mod], (arg, out.detach()))
+        handles = [mod.register_forward_hook(hook) for mod in names]
+        try:
+            m(inp)
+        finally:
+            for h in handles:
+                h.remove()
+    for name, (arg, out) in seen[0].items():  # in the order they finished: the innermost first
+        arg2, out2 = seen[1].get(name, (None, None))
+        if arg is None or arg2 is None or out2 is None:
+            continue
+        if relative_change(arg2[:, :cut], arg[:, :cut]) <= TOL64 < relative_change(out2[:, :cut], out[:, :cut]):
+            return f"; the leak arises in {name}"
+    return f"; the leak arises in {m.name}'s own forward" if names else ""
+
+
+def check_sees_itself(m: Module, gen: torch.Generator) -> Result:
+    """The first position's output is finite and depends on its own token, the only one it may see (a mask that
+    also hides the diagonal leaves it nothing)."""
+    m64 = m.copy()
+    x = m64.inputs(gen, 2, 4)
+    base = m64(x)
+    x2 = x.clone()
+    x2[:, :1] = m64.fresh(x[:, :1], gen)
+    y0, y0_new = base[:, 0], m64(x2)[:, 0]
+    if not (torch.isfinite(y0).all() and torch.isfinite(y0_new).all()):
+        return Result("sees-itself", "fail", "position 0 not finite",
+                      "the first position's output is not finite: its row has no visible key, so the mask hides "
+                      "the diagonal (query i must see key i).")
+    change = relative_change(y0_new, y0)
+    if change <= 1e-8:
+        return Result("sees-itself", "fail", f"position 0 moved by {change:.2g}",
+                      "the first position's output does not depend on its own token: the mask hides the diagonal "
+                      "(query i must see key i).")
+    return Result("sees-itself", "pass", f"position 0 follows its own token (relative change {change:.2g})")
+
+
+def check_batch(m: Module, gen: torch.Generator) -> Result:
+    """Changing one sequence of a batch leaves the others' outputs unchanged."""
+    m64 = m.copy()
+    x = m64.inputs(gen, 3, min(16, m.settings.max_len))
+    base = m64(x)
+    x2 = x.clone()
+    x2[1] = m64.fresh(x[1:2], gen)[0]
+    moved = relative_change(m64(x2)[[0, 2]], base[[0, 2]])
+    if moved > TOL64:
+        return Result("batch", "fail", f"neighbours moved by {moved:.2g}",
+                      "changing sequence 1 of the batch moved the outputs of sequences 0 and 2: sequences are mixed.")
+    return Result("batch", "pass", "no neighbour moved (float64)")
+
+
+def check_padding(m: Module, gen: torch.Generator) -> Result:
+    """With the module's padding mask (B, T), True = real token: every output finite (a left-padded query sees no
+    real key), the padded tokens invisible to the real ones, and an all-real mask the same as none."""
+    m64, key = m.copy(), m.settings.padding
+    t = min(12, m.settings.max_len)
+    x = m64.inputs(gen, 3, t)
+    real = torch.ones(3, t, dtype=torch.bool)
+    real[0, : t // 3] = False  # left padding
+    real[2, t - t // 4 :] = False  # right padding
+    y = m64(x, **{key: real})
+    if not torch.isfinite(y).all():
+        return Result("padding", "fail", f"{int((~torch.isfinite(y)).sum())} non-finite outputs",
+                      "a padded query that sees no real key (left padding) gives a non-finite output.")
+    x2 = x.clone()
+    x2[~real] = m64.fresh(x[~real][None], gen)[0]
+    moved = relative_change(m64(x2, **{key: real})[real], y[real])
+    if moved > TOL64:
+        return Result("padding", "fail", f"real outputs moved by {moved:.2g}",
+                      "changing the padded tokens moved the real tokens' outputs: padded keys are visible (a mask "
+                      "applied to the queries only leaves them visible).")
+    plain = relative_change(y[1], m64(x[1:2])[0])
+    if plain > TOL64:
+        return Result("padding", "fail", f"unpadded sequence moved by {plain:.2g}",
+                      "a sequence whose mask is all real differs from the same sequence without a mask.")
+    return Result("padding", "pass", "padded tokens invisible, all outputs finite, an all-real mask = none")
+
+
+def check_kv_cache(m: Module, gen: torch.Generator) -> Result:
+    """Decoding with the module's cache, one token at a time and after a prefill of 5, equals the whole sequence at
+    once (float64)."""
+    m64, method = m.copy(), m.settings.kv_cache
+    step = getattr(m64.module, method, None)
+    if not callable(step):
+        raise VerifyError(f"{m.name} has no method {method}: kv_cache names a method step(x_new, cache) -> "
+                          "(y_new, cache).")
+    t = min(12, m.settings.max_len)
+    x = m64.inputs(gen, 2, t)
+    full = m64(x)
+    worst = 0.0
+    for first in (1, 5):
+        cache, parts = None, []
+        try:
+            with torch.no_grad():
+                for a, b in [(0, first)] + [(i, i + 1) for i in range(first, t)]:
+                    y, cache = step(x[:, a:b], cache)
+                    parts.append(first_of(y))
+        except Exception as err:
+            raise VerifyError(f"{m.name}.{method}(x_new, cache) raised {type(err).__name__}: "
+                              f"{first_line_of(err)}") from None
+        decoded = torch.cat(parts, dim=1)
+        worst = max(worst, relative_change(decoded, full))
+        if worst > TOL64:
+            pos = int(((decoded - full).abs().flatten(2).amax(dim=(0, 2)) > TOL64 * full.abs().max()).nonzero()[0])
+            return Result("kv-cache", "fail", f"relative error {worst:.2g}",
+                          f"decoding with the cache (a prefill of {first}, then one token at a time) differs from the "
+                          f"whole sequence from position {pos} on.")
+    return Result("kv-cache", "pass", f"cached decoding = the whole sequence (relative error {worst:.1e})")
+
+
+def check_gradients(m: Module, gen: torch.Generator) -> Result:
+    """The backward pass gives finite gradients for every parameter and the input (float64), with the padding mask
+    too when the module takes one (where an all-masked row's -inf gives NaN)."""
+    m64 = m.copy()
+    t = min(16, m.settings.max_len)
+    runs = [{}]
+    if m.settings.padding:
+        real = torch.ones(2, t, dtype=torch.bool)
+        real[0, :4] = False
+        runs.append({m.settings.padding: real})
+    for kwargs in runs:
+        m64.module.zero_grad()
+        x = m64.inputs(gen, 2, t)
+        if not m.settings.vocab:
+            x.requires_grad_()
+        y = m64(x, grad=True, **kwargs)
+        (y * torch.randn(y.shape, generator=gen, dtype=y.dtype)).sum().backward()
+        grads = {n: p.grad for n, p in m64.module.named_parameters() if p.grad is not None}
+        if x.grad is not None:
+            grads["the input"] = x.grad
+        bad = [n for n, g in grads.items() if not torch.isfinite(g).all()]
+        if bad:
+            return Result("gradients", "fail", f"{len(bad)} of {len(grads)} gradients not finite",
+                          f"the backward pass{' with the padding mask' if kwargs else ''} gives non-finite gradients "
+                          f"for {', '.join(bad[:3])}.")
+    padded = ", with padding" if len(runs) > 1 else ""
+    return Result("gradients", "pass", f"{len(grads)} gradients finite (float64{padded})")
+
+
+class ScoreWatch(TorchFunctionMode):
+    """While a module runs, the largest |value| of every matrix product whose result ends in (T, T) (q k^T, as
+    computed: in 16 bits an overflow shows as inf) and the largest value given to a softmax over such scores (the
+    scores as scaled). A fused kernel's are not seen."""
+
+    PRODUCTS = {"matmul", "__matmul__", "bmm", "baddbmm", "einsum"}
+
+    def __init__(self, t: int):
+        super().__init__()
+        self.t, self.product, self.scores = t, None, None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = getattr(func, "__name__", "")
+        if name in self.PRODUCTS and self.square(out):
+            self.product = max(self.product or 0.0, float(out.detach().abs().float().max()))
+        elif name == "softmax" and args and self.square(args[0]):
+            self.scores = max(self.scores or 0.0, float(args[0].detach().float().max()))
+        return out
+
+    def square(self, x) -> bool:
+        return isinstance(x, Tensor) and x.dim() >= 2 and tuple(x.shape[-2:]) == (self.t, self.t)
+
+
+def check_16bit(m: Module, gen: torch.Generator) -> Result:
+    """float16 and bfloat16 copies against a float32 copy of the same rounded weights, on the same rounded inputs:
+    close at input scale 1; and float16 finite at the largest input scale where the scaled scores (the softmax's
+    input) stay under 90% of float16's largest value, 65504, found by watching the float32 copy. There q k^T,
+    computed before its scale, is sqrt(d_k) times larger and passes 65504 (for d_k >= 2): only a scale applied
+    after the product overflows. Where the scores are not visible (a fused kernel), finite at input scale 100."""
+    t = min(24 if m.width != 24 else 20, m.settings.max_len)  # a length unlike the width: (T, T) is the scores' shape
+    x = m.inputs(gen, 2, t, dtype=torch.float32)
+    close = {}
+    for dtype, tol in {torch.float16: 2e-2, torch.bfloat16: 1e-1}.items():
+        name = str(dtype).removeprefix("torch.")
+        low = m.copy(dtype)
+        ref = Module(copy.deepcopy(low.module).float(), m.width, m.settings)
+        x_low = x if m.settings.vocab else x.to(dtype)
+        close[name] = relative_change(low(x_low).float(), ref(x_low if m.settings.vocab else x_low.float()))
+        if close[name] > tol:
+            return Result("16-bit", verdict(m.settings), f"{name}: {close[name]:.2g} from float32",
+                          f"in {name} the output is {close[name]:.2g} from float32 at input scale 1 "
+                          f"(tolerance {tol:g}).")
+        if dtype == torch.float16 and not m.settings.vocab:
+            found = large_scores(low, ref, x, t)
+            if found.verdict != "pass":
+                return found
+            notes = found.measured
+    return Result("16-bit", "pass", ", ".join(f"{k} rel. error {v:.1e}" for k, v in close.items())
+                  + ("" if m.settings.vocab else f"; {notes}"))
+
+
+def large_scores(low: Module, ref: Module, x: Tensor, t: int) -> Result:
+    """The float16 copy at the largest input scale whose float32 scores stay under 0.9 * FP16_MAX (steps of 2^(1/4):
+    the scores grow by sqrt 2 each step), or at input scale 100 when the scores are not visible."""
+    scale, product, scores = None, None, None
+    s = 1.0
+    while s < 1e6:
+        watch = ScoreWatch(t)
+        with watch:
+            y = ref(x * s)
+        if watch.scores is None and watch.product is None or not torch.isfinite(y).all():
+            break
+        seen = watch.scores if watch.scores is not None else watch.product
+        if seen > 0.9 * FP16_MAX:
+            break
+        scale, product, scores = s, watch.product, seen
+        s *= 2 ** 0.25
+    if scale is None:  # no scores visible (a fused kernel): a plain large input
+        x16 = (x * 100).to(torch.float16)
+        if torch.isfinite(ref(x16.float())).all() and not torch.isfinite(low(x16)).all():
+            return Result("16-bit", verdict(low.settings), "float16: not finite at input scale 100",
+                          "in float16 the output is not finite at input scale 100, where float32 is finite.")
+        return Result("16-bit", "pass", "finite at input scale 100 (the scores are not visible: a fused kernel)")
+    x16 = (x * scale).to(torch.float16)
+    watch = ScoreWatch(t)
+    with watch:
+        out = low(x16)
+    if torch.isfinite(out).all():
+        inside = f" and q k^T {product:.3g}" if product and product != scores else ""
+        return Result("16-bit", "pass", f"float16 finite at input scale {scale:.3g}, where the scores reach "
+                                        f"{scores:.3g}{inside}")
+    if product is not None and product > FP16_MAX and watch.product == float("inf"):
+        why = (f"q k^T reaches {product:.3g} before its scale, past float16's largest 65504, while the scaled scores "
+               f"stay at {scores:.3g}; a scale applied after the product overflows: multiply q by the scale before "
+               "the product (or compute the scores in float32)")
+    else:
+        why = f"the scores reach {scores:.3g}, and a value inside passes float16's largest, 65504"
+    return Result("16-bit", verdict(low.settings), f"float16: not finite at input scale {scale:.3g}",
+                  f"in float16 the output is not finite at input scale {scale:.3g}, where float32 is finite: {why}.")
+
+
+def verdict(settings: Settings) -> str:
+    return "fail" if settings.strict_16bit else "warn"
+
+
+CHECKS = {
+    "causality": check_causality,
+    "sees-itself": check_sees_itself,
+    "batch": check_batch,
+    "padding": check_padding,
+    "kv-cache": check_kv_cache,
+    "gradients": check_gradients,
+    "16-bit": check_16bit,
+}
+
+
+def applicable(settings: Settings) -> list[str]:
+    """The module checks that apply: padding and the KV cache only where the module offers them."""
+    return [n for n in CHECKS if (n != "padding" or settings.padding) and (n != "kv-cache" or settings.kv_cache)]

@@ -1,0 +1,109 @@
+"""tinygpt-verify from the command line: a table or JSON, exit 0 / 1 / 2, every bad argument one line."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tinygpt.verify import cli
+
+USER_CODE = textwrap.dedent('''
+    import math
+    import torch
+    from torch import nn
+
+    def attention(q, k, v, mask):
+        s = (q * (1 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)
+        s = s.masked_fill(~mask, float("-inf")).masked_fill(~mask.any(-1, keepdim=True), 0.0)  # a row with no key: 0
+        return torch.softmax(s, dim=-1).masked_fill(~mask, 0.0) @ v
+
+    def not_attention(q, k):
+        return q
+
+    class MyAttention(nn.Module):
+        def __init__(self, n_embd, n_head, off_by_one=False):
+            super().__init__()
+            self.h, self.off = n_head, off_by_one
+            self.qkv, self.out = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = (t.view(B, T, self.h, -1).transpose(1, 2) for t in self.qkv(x).split(C, 2))
+            hidden = torch.ones(T, T, dtype=torch.bool).triu(2 if self.off else 1)
+            return self.out(attention(q, k, v, ~hidden).transpose(1, 2).reshape(B, T, C))
+
+    def make():
+        return MyAttention(32, 4)
+''')
+
+
+@pytest.fixture
+def user(tmp_path, monkeypatch):
+    (tmp_path / "user_attn.py").write_text(USER_CODE)
+    (tmp_path / "args.yaml").write_text("n_embd: 32\nn_head: 4\n")
+    (tmp_path / "raises.py").write_text("raise RuntimeError('no GPU here')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "user_attn", raising=False)
+    return tmp_path
+
+
+def test_a_correct_module_passes_with_a_table(user, capsys):
+    assert cli.main(["user_attn:MyAttention", "--arg", "n_embd=32", "--arg", "n_head=4"]) == 0
+    out = capsys.readouterr().out
+    assert "causality" in out and "5 of 5 checks passed" in out
+
+
+@pytest.mark.parametrize("target", ["user_attn:make", "user_attn.py:attention",
+                                    "user_attn:MyAttention --args args.yaml"])
+def test_a_factory_a_file_and_a_yaml_of_arguments(user, capsys, target):
+    assert cli.main(target.split()) == 0, capsys.readouterr()
+
+
+def test_a_failure_exits_1_and_json_says_where(user, capsys):
+    code = cli.main(["user_attn:MyAttention", "--arg", "n_embd=32", "--arg", "n_head=4", "--arg", "off_by_one=true",
+                     "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["passed"] is False
+    causality = next(r for r in report["results"] if r["check"] == "causality")
+    assert causality["verdict"] == "fail" and "position 0 sees position 1" in causality["why"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["user_attn"], "target 'user_attn' must be module:name, e.g. my_pkg.attn:MyAttention"),
+    (["no_such_pkg.attn:X"], "target 'no_such_pkg.attn:X': cannot import no_such_pkg.attn (No module named "
+                             "'no_such_pkg'); run from the folder that holds it, or install it."),
+    (["user_attn:MyAtention"], "target 'user_attn:MyAtention': user_attn has no MyAtention; did you mean MyAttention?"),
+    (["raises:X"], "target 'raises:X': importing raises raised RuntimeError: no GPU here"),
+    (["missing.py:X"], "target 'missing.py:X': there is no file missing.py."),
+    (["user_attn:MyAttention", "--arg", "n_embd=32"], "MyAttention(n_embd=32) raised TypeError: "),
+    (["user_attn:MyAttention", "--arg", "4=n"], "--arg '4=n' must be key=value with key a Python name"),
+    (["user_attn:MyAttention", "--args", "nope.yaml"], "--args nope.yaml: "),
+    (["user_attn:make", "--width", "7"], "MyAttention's forward with x of shape (2, 1, 7) raised RuntimeError: "),
+    (["user_attn:make", "--padding", "mask"], "MyAttention.forward has no keyword mask (it takes x)"),
+    (["user_attn:make", "--kv-cache", "step"], "MyAttention has no method step"),
+    (["user_attn:make", "--only", "formula"], "no check 'formula' at this level; the checks are: causality, "),
+    (["user_attn:not_attention"], "the function called as f(q, k, v, mask) with q, k, v (1, 1, 2, 4) and mask (2, 2) "
+                                  "raised TypeError: "),
+    (["user_attn:math"], "math is a Python module, not an attention"),
+    (["user_attn:make", "--max-len", "1"], "max_len=1 must be at least 2"),
+    (["user_attn:make", "--scale", "-1"], "scale=-1.0 must be a positive number"),
+    (["user_attn:make", "--level", "modul"], "argument --level: invalid choice: 'modul'"),
+])
+def test_a_bad_argument_is_one_line_and_exit_2(user, capsys, argv, message):
+    try:
+        code = cli.main(argv)
+    except SystemExit as done:  # argparse's own refusals (an unknown choice) exit from the parser
+        code = done.code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(lines) == 1 and message in lines[0], err
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_python_m_tinygpt_verify_runs_as_a_command(user):
+    out = subprocess.run([sys.executable, "-m", "tinygpt.verify", "user_attn.py:attention"], capture_output=True,
+                         text=True, cwd=user, timeout=300)
+    assert out.returncode == 0 and "6 of 6 checks passed" in out.stdout, out.stdout + out.stderr

@@ -1,0 +1,166 @@
+"""tinygpt.verify on attentions whose answer is known: correct ones pass (the project's, torch's, transformers'
+GPT-2), and each real or planted bug is caught by the check that should catch it, with the sentence naming where."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.verify.planted import HFGPT2Attention, Handmade, TorchMHA, attention
+from tinygpt import verify
+from tinygpt.experiments.partial_leaks.bugs import KINDS, AttentionBug, BuggyAttention
+from tinygpt.model.attention import CausalSelfAttention, masked_softmax
+from tinygpt.model.config import AttnConfig, GPTConfig
+from tinygpt.model.gpt import GPT
+from tinygpt.verify import module_checks
+
+HANDMADE = {"padding": "padding_mask", "kv_cache": "step"}
+
+
+def verdicts(factory, **settings) -> dict[str, str]:
+    return {r.check: r.verdict for r in verify.run(factory, **settings)}
+
+
+def failed(factory, **settings) -> dict[str, str]:
+    """check -> its sentence, for the checks that failed."""
+    return {r.check: r.why for r in verify.run(factory, **settings) if r.verdict == "fail"}
+
+
+def ours(backend):
+    return lambda: CausalSelfAttention(32, 4, AttnConfig(backend=backend))
+
+
+@pytest.mark.parametrize("factory, settings", [
+    (ours("sdpa"), {"padding": "padding_mask"}),
+    (ours("math"), {"padding": "padding_mask"}),
+    (lambda: GPT(GPTConfig(vocab_size=50, block_size=64, n_layer=2, n_head=4, n_embd=32)),
+     {"vocab": 50, "max_len": 64}),
+    (Handmade, HANDMADE),
+    (TorchMHA, {}),
+    (HFGPT2Attention, {}),
+    (lambda: attention, {}),  # the function level: against the formula itself
+    (lambda: lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), {}),
+    (lambda: lambda q, k, v, m: masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), m) @ v, {}),
+], ids=["ours-sdpa", "ours-math", "ours-gpt", "handmade", "torch-mha", "hf-gpt2", "formula-fn", "torch-sdpa-fn",
+        "ours-masked-softmax-fn"])
+def test_correct_attentions_fail_no_check(factory, settings):
+    results = verify.run(factory, **settings)
+    assert len(results) >= 5 and not [r for r in results if r.verdict == "fail"], results
+
+
+def test_every_applicable_check_runs_at_each_level():
+    assert verify.names(Handmade, **HANDMADE) == ["causality", "sees-itself", "batch", "padding", "kv-cache",
+                                                   "gradients", "16-bit"]
+    assert verify.names(Handmade) == ["causality", "sees-itself", "batch", "gradients", "16-bit"]
+    assert verify.names(lambda: attention) == ["formula", "causality", "padding", "batch", "gradients", "16-bit"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_experiment_3s_bugs_are_leaks_the_causality_check_finds(kind):
+    bad = failed(lambda: BuggyAttention(32, 4, AttnConfig(backend="math"), kind=kind, window=4), only=["causality"])
+    assert list(bad) == ["causality"] and "position 0 sees position 1" in bad["causality"]
+
+
+@pytest.mark.parametrize("kind", ["finite_fill", "replace_fill"])
+def test_a_finite_fill_is_caught_only_where_scores_outgrow_it(kind, monkeypatch):
+    """-1e4 added (BERT's extended mask) or substituted (GPT-2's masked_bias) hides the future at ordinary scores:
+    the check finds these two at input scale 1e4, and passes them when it only tries scale 1."""
+    make = lambda: BuggyAttention(32, 4, AttnConfig(backend="math"), kind=kind)  # noqa: E731
+    assert "(input scale 10000)" in failed(make, only=["causality"])["causality"]
+    monkeypatch.setattr(module_checks, "SCALES", (1.0,))
+    assert verdicts(make, only=["causality"]) == {"causality": "pass"}
+
+
+def test_a_stacked_model_names_the_layer_the_leak_arises_in():
+    def gpt():
+        model = GPT(GPTConfig(vocab_size=50, block_size=64, n_layer=3, n_head=4, n_embd=32))
+        return AttentionBug("off_by_one", [1])(model)
+    why = failed(gpt, vocab=50, max_len=64, only=["causality"])["causality"]
+    assert why.endswith("position 0 sees position 1; the leak arises in blocks.1.attn."), why
+
+
+def test_a_leak_past_position_32_is_found_only_at_lengths_past_it():
+    why = failed(lambda: Handmade(leak_after=32), **HANDMADE)
+    assert list(why) == ["causality"] and "at T=64" in why["causality"]
+    assert "position 32 sees position 33" in why["causality"]
+    assert verdicts(lambda: Handmade(leak_after=32), max_len=32, only=["causality"]) == {"causality": "pass"}
+
+
+@pytest.mark.parametrize("flags, check, words", [
+    ({"softmax_dim": -2}, "causality", "sees"),  # normalising over the queries lets later queries move earlier rows
+    ({"hide_diagonal": True}, "sees-itself", "the mask hides the diagonal"),  # off by one the other way
+    ({"pad_queries_only": True}, "padding", "padded keys are visible"),
+    ({"cache_top_left": True}, "kv-cache", "differs from the whole sequence from position 1 on"),
+])
+def test_each_planted_module_bug_fails_its_check(flags, check, words):
+    bad = failed(lambda: Handmade(**flags), **HANDMADE)
+    assert check in bad and words in bad[check], bad
+
+
+def test_rows_with_no_visible_key_are_caught_forward_and_backward():
+    bad = failed(lambda: Handmade(nan_rows=True), **HANDMADE)
+    assert set(bad) == {"padding", "gradients"} and "non-finite output" in bad["padding"]
+
+
+def test_torchs_multihead_attention_gives_nan_for_a_query_that_sees_only_padding():
+    """A finding, not a planted bug: nn.MultiheadAttention with key_padding_mask and a causal attn_mask gives NaN
+    where a left-padded query sees no real key (pytorch/pytorch#41508, open)."""
+    bad = failed(TorchMHA, padding="padding_mask")
+    assert list(bad) == ["padding"] and "non-finite output" in bad["padding"]
+
+
+@pytest.mark.parametrize("slip, words", [
+    ({"dim": -2}, "the softmax over the queries (dim -2) instead of the keys"),
+    ({"times": 2}, "the scale applied twice"),
+])
+def test_the_formula_check_names_the_slip(slip, words):
+    bad = failed(lambda: lambda q, k, v, m: attention(q, k, v, m, **slip))
+    assert "formula" in bad and bad["formula"].endswith(f"it equals the formula with {words}."), bad
+
+
+def test_the_mask_convention_is_the_users_to_state():
+    hiding = lambda: lambda q, k, v, m: attention(q, k, v, ~m)  # noqa: E731  True = hidden, as masked_fill(mask, -inf)
+    assert "formula" not in failed(hiding, mask="hide")
+    assert "the mask's meaning inverted" in failed(hiding)["formula"]
+
+
+def test_a_function_that_scales_after_the_product_is_named_in_float16():
+    late = lambda: lambda q, k, v, m: attention(q, k, v, m, prescale=False)  # noqa: E731
+    (r,) = verify.run(late, only=["16-bit"])
+    assert r.verdict == "warn" and "q k^T reaches" in r.why and "a scale applied after the product overflows" in r.why
+    assert verify.run(late, only=["16-bit"], strict_16bit=True)[0].verdict == "fail"
+    assert verify.run(lambda: attention, only=["16-bit"])[0].verdict == "pass"  # the same, scaled first
+
+
+def test_a_module_that_scales_after_the_product_is_named_in_float16():
+    """Watching the scores grow, the check tests float16 where q k^T passes 65504 while the scaled scores do not:
+    the same module scaling q first stays finite there. The project's math path is written as the formula reads,
+    (q k^T) * scale, and shows the finding; its default fused path does not."""
+    (late,) = verify.run(lambda: Handmade(late_scale=True), only=["16-bit"])
+    assert late.verdict == "warn" and "q k^T reaches" in late.why and "before its scale" in late.why, late
+    (early,) = verify.run(Handmade, only=["16-bit"])
+    assert early.verdict == "pass" and "float16 finite at input scale" in early.measured, early
+    assert verify.run(ours("math"), only=["16-bit"])[0].verdict == "warn"
+    assert verify.run(ours("sdpa"), only=["16-bit"])[0].verdict == "pass"
+
+
+def test_the_scale_is_invisible_from_outside_a_module():
+    """Scaling twice leaves a module causal, finite and batch-independent: only the function level sees it."""
+    assert not failed(lambda: Handmade(scale_twice=True), **HANDMADE)
+
+
+def test_check_in_a_users_test_raises_with_the_sentence():
+    verify.check(Handmade, "causality")
+    with pytest.raises(verify.CheckFailed, match=r"causality: at T=2, .* position 0 sees position 1"):
+        verify.check(lambda: BuggyAttention(32, 4, AttnConfig(backend="math"), kind="off_by_one"), "causality")
+
+
+def test_the_checks_are_seeded_and_leave_the_callers_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    first = verify.run(Handmade, seed=1, only=["sees-itself"])[0].measured
+    assert torch.equal(torch.rand(3), expected)  # the caller's generator is where it was
+    assert verify.run(Handmade, seed=1, only=["sees-itself"])[0].measured == first  # the same seed, the same number
+    assert verify.run(Handmade, seed=2, only=["sees-itself"])[0].measured != first
