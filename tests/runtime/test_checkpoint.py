@@ -5,7 +5,7 @@ import errno
 import pytest
 import torch
 
-from tinygpt.runtime import checkpoint
+from tinygpt.runtime import checkpoint, run_dirs
 from tinygpt.runtime.errors import ConfigError
 from tinygpt.model.gpt import GPT, GPTConfig
 
@@ -108,12 +108,12 @@ def test_ckpt_path_forms(tmp_path):
     (run / "checkpoints").mkdir(parents=True)
     last = run / "checkpoints" / "last.ckpt"
     last.write_bytes(b"x")
-    assert checkpoint.resolve_ckpt_path(None, run) is None
-    assert checkpoint.resolve_ckpt_path("last", run) == last
-    assert checkpoint.resolve_ckpt_path(str(run), tmp_path) == last
-    assert checkpoint.resolve_ckpt_path(str(last), tmp_path) == last
+    assert run_dirs.resolve_ckpt_path(None, run) is None
+    assert run_dirs.resolve_ckpt_path("last", run) == last
+    assert run_dirs.resolve_ckpt_path(str(run), tmp_path) == last
+    assert run_dirs.resolve_ckpt_path(str(last), tmp_path) == last
     with pytest.raises(ConfigError, match="ckpt_path=last but .* does not exist"):
-        checkpoint.resolve_ckpt_path("last", tmp_path / "other")
+        run_dirs.resolve_ckpt_path("last", tmp_path / "other")
 
 
 def test_a_resume_on_another_process_count_says_the_global_batch_changes(tmp_path):
@@ -132,12 +132,12 @@ def test_a_run_dir_names_one_checkpoint_for_ckpt_path_and_for_the_clis(tmp_path)
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "last.ckpt").write_bytes(b"x")
-    assert checkpoint.checkpoint_file(run) == checkpoint.resolve_ckpt_path(str(run), tmp_path) == run / "last.ckpt"
-    checkpoint.last_path_in(run).write_bytes(b"x")
-    assert checkpoint.checkpoint_file(run) == checkpoint.resolve_ckpt_path(str(run), tmp_path) == \
+    assert checkpoint.checkpoint_file(run) == run_dirs.resolve_ckpt_path(str(run), tmp_path) == run / "last.ckpt"
+    run_dirs.last_path_in(run).write_bytes(b"x")
+    assert checkpoint.checkpoint_file(run) == run_dirs.resolve_ckpt_path(str(run), tmp_path) == \
         run / "checkpoints" / "last.ckpt"
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="holds no checkpoint"):
         checkpoint.checkpoint_file(tmp_path / "empty")
     with pytest.raises(ConfigError, match="is not a checkpoint file or a run dir holding checkpoints/last.ckpt"):
-        checkpoint.resolve_ckpt_path(str(tmp_path / "empty"), tmp_path)
+        run_dirs.resolve_ckpt_path(str(tmp_path / "empty"), tmp_path)

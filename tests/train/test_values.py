@@ -35,7 +35,9 @@ def test_a_trainer_number_lightning_takes_is_accepted(key, value):
 
 
 @pytest.mark.parametrize("override", ["model.n_head=5", "trainer.val_check_interval=0", "optim.lr=-1",
-                                      "data.batch_size=0", "corpus=text_file"])
+                                      "data.batch_size=0", "corpus=text_file", "callbacks.leak_alarm.action=shout",
+                                      "callbacks.text_samples.temperature=0", "ckpt_path=/nonexistent",
+                                      "init_from=/nonexistent", "init_from=gpt3"])
 def test_train_py_refuses_a_bad_value_without_importing_torch_lightning_or_wandb(override, tmp_path):
     """The real command, watched by Python's import log: one line, exit 2, and none of the heavy modules loaded."""
     from helpers import ROOT
@@ -50,3 +52,61 @@ def test_train_py_refuses_a_bad_value_without_importing_torch_lightning_or_wandb
     assert not imported & {"torch", "lightning", "wandb", "transformers"}
     assert "hydra" in imported  # the log is real
     assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("callbacks.attention_maps.probe=''", "callbacks.attention_maps.probe is empty"),
+    ("callbacks.attention_maps.every_n_steps=-1", "callbacks.attention_maps.every_n_steps=-1 must be >= 0"),
+    ("callbacks.text_samples.top_k=0", "callbacks.text_samples.top_k=0 must be a positive integer"),
+    ("callbacks.text_samples.max_new_tokens=-1", "callbacks.text_samples.max_new_tokens=-1 must be >= 0"),
+    ("callbacks.honest_loss.positions=0", "callbacks.honest_loss.positions=0 must be a positive integer"),
+    ("callbacks.stability.spike_factor=1", "callbacks.stability.spike_factor=1 must be above 1."),
+    ("callbacks.stability.windows=0", "callbacks.stability.windows=0 must be a positive integer"),
+    ("callbacks.leak_alarm.z=0", "callbacks.leak_alarm.z=0 must be a positive number"),
+    ("callbacks.divergence_guard.factor=-3", "callbacks.divergence_guard.factor=-3 must be a positive number"),
+    ("callbacks.heap_trim.every_n_steps=0", "callbacks.heap_trim.every_n_steps=0 must be a positive integer"),
+    ("callbacks.progress_bar.refresh_rate=-1", "callbacks.progress_bar.refresh_rate=-1 must be >= 0 (0: no bar)."),
+    ("ckpt_path=last", "ckpt_path=last but "),
+])
+def test_each_callback_value_and_start_file_is_checked_before_torch(override, message, tmp_path):
+    """check_values on the composed config, in this process: the sentences the callbacks themselves raise."""
+    from helpers import compose_train
+    from tinygpt.train.values import check_values
+
+    cfg = compose_train([override], out_dir=tmp_path)
+    with pytest.raises(ConfigError) as err:
+        check_values(cfg, tmp_path)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_every_callback_of_ours_has_its_settings_and_the_yamls_defaults():
+    """Each tinygpt callback in configs/callbacks/default.yaml takes its settings from callback_settings (so they are
+    checked before torch), and the YAML's values are the settings' defaults (declared once, as the model's are)."""
+    from dataclasses import fields
+
+    from helpers import ROOT
+    from tinygpt.train.callback_settings import settings_of
+
+    nodes = OmegaConf.load(ROOT / "configs" / "callbacks" / "default.yaml")
+    ours = {name: node for name, node in nodes.items() if str(node["_target_"]).startswith("tinygpt.")}
+    assert len(ours) >= 8
+    for name, node in ours.items():
+        settings = settings_of(node["_target_"])
+        if node["_target_"].endswith("StepClock"):
+            assert settings is None  # no settings of its own
+            continue
+        assert settings is not None, name
+        defaults = {f.name: f.default for f in fields(settings)}
+        given = {k: v for k, v in node.items() if k != "_target_"}
+        assert {k: defaults[k] for k in given} == given or name == "progress_bar", (name, given, defaults)
+        if name == "progress_bar":
+            assert given == {"refresh_rate": 5} and defaults == {"refresh_rate": 1}  # Lightning's own default is 1
+
+
+def test_a_misspelled_callback_setting_is_named_with_the_settings_it_has():
+    from tinygpt.train.callback_settings import check_callbacks
+
+    cfg = OmegaConf.create({"alarm": {"_target_": "tinygpt.train.probes.leak_alarm.LeakAlarm", "tolerence": 1.0}})
+    with pytest.raises(ConfigError, match=r"^callbacks.alarm.tolerence is not a setting of LeakAlarm \(its settings: "
+                                          r"action, min_gap, tolerance, windows, z\).$"):
+        check_callbacks(cfg)

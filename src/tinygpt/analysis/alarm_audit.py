@@ -20,7 +20,7 @@ import torch
 from hydra.utils import instantiate
 from rich.progress import track
 
-from tinygpt.runtime import checkpoint
+from tinygpt.runtime import run_dirs
 from tinygpt.runtime.errors import ConfigError, print_error
 from tinygpt.train.probes import diagnostics
 from tinygpt.train.probes.leak_alarm import LeakAlarm, honest_gap
@@ -66,7 +66,7 @@ def causal_runs(sweeps: list[Path]) -> list[Path]:
             cfg = read_summary(path).get("config", {})
             model = cfg.get("model", {})
             if (model.get("attn", {}).get("causal") and not model.get("patch")
-                    and checkpoint.last_path_in(path.parent).exists()):
+                    and run_dirs.last_path_in(path.parent).exists()):
                 out.append(path.parent)
     return out
 
@@ -74,7 +74,7 @@ def causal_runs(sweeps: list[Path]) -> list[Path]:
 def check_run(run_dir: Path, alarm: LeakAlarm, data_cache: dict) -> dict:
     """The alarm's checks on a run's final model: {"run", "future_leak", "gap", "se", "signal"}."""
     cfg = read_summary(run_dir / "summary.json")["config"]
-    model, _, _ = load_trained(checkpoint.last_path_in(run_dir))
+    model, _, _ = load_trained(run_dirs.last_path_in(run_dir))
     key = json.dumps([cfg["data"], cfg["corpus"]], sort_keys=True)
     if key not in data_cache:  # runs of one sweep share their data: set it up once
         dm = instantiate(cfg["data"], instantiate(cfg["corpus"]))  # positional: Hydra would make a kwarg a config

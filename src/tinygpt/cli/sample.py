@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if problem := device_problem(args.device):
         ap.error(problem)
-    from tinygpt.sampling.generate import check_sampling
+    from tinygpt.sampling.checks import check_sampling
 
     try:
         check_sampling(args.temperature, args.top_k)

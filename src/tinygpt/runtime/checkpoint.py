@@ -15,8 +15,8 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from tinygpt.runtime.errors import CheckpointWriteError, ConfigError, first_line
 from tinygpt.runtime.old_runs import outdated, refusal
+from tinygpt.runtime.run_dirs import LAST, last_checkpoint_in, last_path_in
 
-LAST = "last.ckpt"
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -62,16 +62,6 @@ def last_path(trainer) -> Path:
     return Path(cb.dirpath) / LAST if cb is not None and cb.dirpath else last_path_in(trainer.default_root_dir)
 
 
-def last_path_in(run_dir: Path) -> Path:
-    """A run dir's last.ckpt, as ``ckpt_path=last`` finds it."""
-    return Path(run_dir) / "checkpoints" / LAST
-
-
-def last_checkpoint_in(d: Path) -> Path | None:
-    """A run dir's last checkpoint: its checkpoints/last.ckpt, else a last.ckpt beside its files; None without one."""
-    return next((p for p in (last_path_in(d), Path(d) / LAST) if p.is_file()), None)
-
-
 def checkpoint_in(d: Path) -> Path:
     """A run dir's last checkpoint (``last_checkpoint_in``); a sweep dir, or a run that wrote none, is named as what it
     is (FileNotFoundError)."""
@@ -99,27 +89,6 @@ def checkpoint_file(path: str | Path) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist.")
     return path
-
-
-def resolve_ckpt_path(value: str | None, run_dir: Path) -> Path | None:
-    """ckpt_path as given: null (no resume), ``last`` (this run dir's last checkpoint), a run dir, or a file."""
-    if value is None or value == "":
-        return None
-    if str(value) == "last":
-        path = last_path_in(run_dir)
-        if not path.is_file():
-            raise ConfigError(
-                f"ckpt_path=last but {path} does not exist; set hydra.run.dir to the run to resume "
-                "(the one that printed the resume command)."
-            )
-        return path
-    path = Path(value).expanduser()
-    found = last_checkpoint_in(path) if path.is_dir() else path
-    if found is None or not found.is_file():
-        raise ConfigError(
-            f"ckpt_path={str(value)!r} is not a checkpoint file or a run dir holding checkpoints/last.ckpt."
-        )
-    return found
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

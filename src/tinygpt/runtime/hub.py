@@ -46,9 +46,10 @@ def nearest_sibling(path: Path) -> Path | None:
     return parent / near[0] if near else None
 
 
-def model_dir(name: str, key: str = "init_from") -> Path:
-    """The local dir of ``name``: itself when it is a dir, else the Hub's snapshot of it (downloaded, or from the
-    local cache when the Hub cannot be used); one sentence naming ``key`` when neither is there."""
+def local_model_dir(name: str, key: str = "init_from") -> Path | None:
+    """``name`` as a local dir, or None when it is a Hub name to fetch; one sentence naming ``key`` when it is
+    neither (a file, a missing dir, a name GPT-2 does not have). Reads no network: train.py checks this before
+    anything heavy is imported."""
     local = Path(name).expanduser()
     if local.is_dir():
         return local
@@ -64,8 +65,17 @@ def model_dir(name: str, key: str = "init_from") -> Path:
         near = [ALIASES[name.lower()]] if name.lower() in ALIASES else difflib.get_close_matches(name, GPT2_NAMES, n=1,
                                                                                                  cutoff=0.8)
         raise ConfigError(f"{key}={name!r} is not one of GPT-2's Hub names ({', '.join(GPT2_NAMES)}); "
-                          + (f"did you mean {near[0]}? " if near else "") + "Another model is owner/name, or a local "
-                          "dir.")
+                          + (f"did you mean {near[0]}? Another" if near else "another") + " model is owner/name, or a "
+                          "local dir.")
+    return None
+
+
+def model_dir(name: str, key: str = "init_from") -> Path:
+    """The local dir of ``name``: itself when it is a dir, else the Hub's snapshot of it (downloaded, or from the
+    local cache when the Hub cannot be used); one sentence naming ``key`` when neither is there."""
+    local = local_model_dir(name, key)
+    if local is not None:
+        return local
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
     reason = "HF_HUB_OFFLINE is set" if offline else unreachable(endpoint, HUB_TIMEOUT_S)

@@ -17,8 +17,11 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from tinygpt.runtime.errors import config_composed, print_error, swept_mistake
+from tinygpt.runtime.errors import ConfigError, config_composed, print_error, swept_mistake
 from tinygpt.runtime.writable import cannot_write
+
+LAST = "last.ckpt"  # the checkpoint a run resumes from, in <run>/checkpoints/
+
 
 RUN_MARKERS = ("summary.json", "config.yaml", "checkpoints")  # what a run writes into its dir
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra writes into <run dir>/.hydra
@@ -390,3 +393,37 @@ def print_sweep_table(sweep_dir: Path, signum: int | None, workers: bool, exit: 
     if failed and exit:
         sys.exit(1)
     return rows
+
+
+# ----------------------------------------------------------------------------- checkpoints of a run dir
+
+
+def last_path_in(run_dir: Path) -> Path:
+    """A run dir's last.ckpt, as ``ckpt_path=last`` finds it."""
+    return Path(run_dir) / "checkpoints" / LAST
+
+
+def last_checkpoint_in(d: Path) -> Path | None:
+    """A run dir's last checkpoint: its checkpoints/last.ckpt, else a last.ckpt beside its files; None without one."""
+    return next((p for p in (last_path_in(d), Path(d) / LAST) if p.is_file()), None)
+
+
+def resolve_ckpt_path(value: str | None, run_dir: Path) -> Path | None:
+    """ckpt_path as given: null (no resume), ``last`` (this run dir's last checkpoint), a run dir, or a file."""
+    if value is None or value == "":
+        return None
+    if str(value) == "last":
+        path = last_path_in(run_dir)
+        if not path.is_file():
+            raise ConfigError(
+                f"ckpt_path=last but {path} does not exist; set hydra.run.dir to the run to resume "
+                "(the one that printed the resume command)."
+            )
+        return path
+    path = Path(value).expanduser()
+    found = last_checkpoint_in(path) if path.is_dir() else path
+    if found is None or not found.is_file():
+        raise ConfigError(
+            f"ckpt_path={str(value)!r} is not a checkpoint file or a run dir holding checkpoints/last.ckpt."
+        )
+    return found

@@ -27,17 +27,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.model.attention import check_padding_mask
-from tinygpt.runtime.checks import is_int, is_number
 from tinygpt.runtime.internals import any_global_hooks, has_hooks
-
-
-def check_sampling(temperature: float, top_k: int | None) -> None:
-    """One sentence for a bad temperature or top_k, before any work."""
-    if not is_number(temperature) or not 0 < temperature < math.inf:
-        raise ValueError(f"temperature={temperature!r} must be a finite number > 0 (use top_k=1 for greedy "
-                         "decoding; a very large one samples nearly uniformly).")
-    if top_k is not None and (not is_int(top_k) or top_k < 1):
-        raise ValueError(f"top_k={top_k!r} must be a positive integer or None (no cut).")
+from tinygpt.sampling.checks import check_sampling
 
 
 def next_token_probs(logits: Tensor, temperature: float = 1.0, top_k: int | None = None) -> Tensor:

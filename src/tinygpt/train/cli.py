@@ -58,7 +58,7 @@ def run_task(cfg: DictConfig) -> float:
         if done is not None:
             return done
     try:
-        check_values(cfg)  # a bad value is one line before torch, Lightning or W&B is imported
+        check_values(cfg, Path(hc.runtime.output_dir))  # a bad value: one line, before torch, Lightning or W&B
         from tinygpt.train.run import train
 
         return train(cfg)["val_loss"]
@@ -100,7 +100,7 @@ def continued_job(cfg: DictConfig, hc) -> float | None:
             print(f"{label}: already {s['status']}, skipped", file=sys.stderr, flush=True)
             return s.get("val_loss") if s.get("val_loss") is not None else math.nan
     (out / ERROR_FILE).unlink(missing_ok=True)  # a job that failed before runs again
-    from tinygpt.runtime.checkpoint import last_path_in
+    from tinygpt.runtime.run_dirs import last_path_in
 
     if not last_path_in(out).exists():
         with open_dict(cfg):

@@ -18,8 +18,8 @@ from functools import cache
 import lightning as L
 import torch
 
-from tinygpt.runtime.checks import positive_int, positive_number
 from tinygpt.runtime.console import say
+from tinygpt.train.callback_settings import DivergenceGuardSettings, HeapTrimSettings, take
 
 
 class Diverged(Exception):
@@ -31,10 +31,8 @@ class DivergenceGuard(L.Callback):
     then writes the summary with ``diverged: true`` and the reason, keeps the last good checkpoint and
     exits 0, so a sweep goes on."""
 
-    def __init__(self, factor: float = 3.0, every_n_steps: int = 1):
-        positive_number("callbacks.divergence_guard.factor", factor)
-        positive_int("callbacks.divergence_guard.every_n_steps", every_n_steps)
-        self.factor, self.every_n_steps = factor, every_n_steps
+    def __init__(self, **settings):
+        take(self, DivergenceGuardSettings(**settings))  # factor, every_n_steps
         self.diverged, self.reason = False, None
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
@@ -70,9 +68,8 @@ def release_free_heap() -> bool:
 class HeapTrim(L.Callback):
     """``release_free_heap`` every ``every_n_steps`` steps and after each validation (a few ms each)."""
 
-    def __init__(self, every_n_steps: int = 50):
-        positive_int("callbacks.heap_trim.every_n_steps", every_n_steps)
-        self.every_n_steps = every_n_steps
+    def __init__(self, **settings):
+        take(self, HeapTrimSettings(**settings))  # every_n_steps
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         if trainer.global_step % self.every_n_steps == 0:

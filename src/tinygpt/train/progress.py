@@ -8,7 +8,7 @@ import time
 
 from lightning.pytorch.callbacks import RichProgressBar, ThroughputMonitor
 
-from tinygpt.runtime.checks import non_negative_int
+from tinygpt.train.callback_settings import StepProgressBarSettings
 from tinygpt.runtime.internals import label_train_task
 
 
@@ -28,7 +28,7 @@ class StepProgressBar(RichProgressBar):
     <steps done>/<max_steps>, a resumed run's too. No logger version (`v_num`): the run dir says which run this is."""
 
     def __init__(self, refresh_rate: int = 1, **kwargs):
-        non_negative_int("callbacks.progress_bar.refresh_rate", refresh_rate, " (0: no bar)")
+        StepProgressBarSettings(refresh_rate)  # checked torch-free; Lightning's own options pass on
         super().__init__(refresh_rate=refresh_rate, **kwargs)
 
     def get_metrics(self, trainer, pl_module):

@@ -202,9 +202,9 @@ def resume_point(cfg: DictConfig, out_dir: Path) -> tuple[Path | None, dict | No
     """The checkpoint this run resumes from (ckpt_path, or last.ckpt for a requeued SLURM job), loaded and
     checked against trainer.max_steps; (None, None) for a fresh run."""
     ckpt_arg = cfg.get("ckpt_path")
-    if ckpt_arg is None and distributed.requeued() and checkpoint.last_path_in(out_dir).exists():
+    if ckpt_arg is None and distributed.requeued() and run_dirs.last_path_in(out_dir).exists():
         ckpt_arg = "last"  # a requeued SLURM job goes on from where its signal stopped it
-    ckpt_path = checkpoint.resolve_ckpt_path(ckpt_arg, out_dir)
+    ckpt_path = run_dirs.resolve_ckpt_path(ckpt_arg, out_dir)
     if ckpt_path is None:
         return None, None
     ckpt = checkpoint.load(ckpt_path)

@@ -10,6 +10,7 @@ imports no torch (a test checks it).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -18,6 +19,9 @@ from tinygpt.data.config import DataConfig
 from tinygpt.model.config import GPTConfig
 from tinygpt.runtime.checks import is_int, is_number, positive_int
 from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line
+from tinygpt.runtime.hub import local_model_dir
+from tinygpt.runtime.run_dirs import resolve_ckpt_path
+from tinygpt.train.callback_settings import check_callbacks
 
 LOGGERS = ("wandb", "csv")
 
@@ -94,12 +98,26 @@ def check_run_keys(cfg: DictConfig) -> None:
         raise ConfigError(f"seed={cfg.seed!r} must be an integer in [0, 2**32).")
 
 
-def check_values(cfg: DictConfig) -> None:
-    """Every value checked without torch: the run's own keys, then the objects that own the rest (the model's
-    settings, the optimizer recipe, the corpus and the data settings), built as the run will build them. A model
-    started from GPT-2 (init_from) takes its settings from the checkpoint, so they are checked at set-up."""
+def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
+    """The files a run starts from: ckpt_path names a checkpoint (or a run dir holding one; ``last``: in
+    ``run_dir``), init_from a local model dir or a Hub name GPT-2 has (the Hub itself is asked at set-up)."""
+    ckpt = cfg.get("ckpt_path")
+    if ckpt not in (None, "") and run_dir is not None:
+        resolve_ckpt_path(str(ckpt), run_dir)
+    source = cfg.get("init_from")
+    if source not in (None, "scratch") and str(source).strip():
+        local_model_dir(str(source))
+
+
+def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
+    """Every value checked without torch: the run's own keys, the files it starts from (``run_dir``: where
+    ``ckpt_path=last`` looks), the callbacks' settings, then the objects that own the rest (the model's settings,
+    the optimizer recipe, the corpus and the data settings), built as the run will build them. A model started
+    from GPT-2 (init_from) takes its settings from the checkpoint, so they are checked at set-up."""
     with as_config_errors(TypeError):
         check_run_keys(cfg)
+        check_paths(cfg, run_dir)
+        check_callbacks(cfg.get("callbacks"))
         if str(cfg.get("init_from") or "scratch") == "scratch":
             GPTConfig(vocab_size=1, **OmegaConf.to_container(cfg.model, resolve=True))  # the vocab comes with the data
         build("optim", cfg.optim)

@@ -19,15 +19,21 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import grad_norm
 from rich.panel import Panel
 
-from tinygpt.sampling.generate import check_sampling, generate
 from tinygpt.model.gpt import GPT
-from tinygpt.runtime import checkpoint
-from tinygpt.runtime.checks import non_negative_int, positive_int
-from tinygpt.runtime.console import out as console
 from tinygpt.pictures import explorer
+from tinygpt.pictures.plots import LayerPlotter, token_label
+from tinygpt.runtime import checkpoint
+from tinygpt.runtime.console import out as console
+from tinygpt.sampling.generate import generate
+from tinygpt.train.callback_settings import (
+    AttentionMapsSettings,
+    HonestLossSettings,
+    StabilityMonitorSettings,
+    TextSamplesSettings,
+    take,
+)
 from tinygpt.train.probes import diagnostics
 from tinygpt.train.probes.diagnostics import evaluating
-from tinygpt.pictures.plots import LayerPlotter, token_label
 
 
 def full_model(trainer: L.Trainer, module: L.LightningModule) -> GPT | None:
@@ -101,13 +107,8 @@ class AttentionMaps(ModelInspector):
     waited for; then every probe step becomes one interactive page, attention/explorer.html (tinygpt.pictures.explorer),
     also logged to W&B."""
 
-    def __init__(
-        self, every_n_steps: int = 500, probe: str = "ROMEO:\nBut soft, what light through yonder window breaks?"
-    ):
-        if not probe:
-            raise ValueError("callbacks.attention_maps.probe is empty; give a line of text to draw attention on.")
-        non_negative_int("callbacks.attention_maps.every_n_steps", every_n_steps, " (0: only at the end)")
-        self.every_n_steps, self.probe = every_n_steps, probe
+    def __init__(self, **settings):
+        take(self, AttentionMapsSettings(**settings))  # every_n_steps, probe: checked there, torch-free
         self._last_step = -1
         self._renderer: ThreadPoolExecutor | None = None
         self._plotter = LayerPlotter()  # used on the renderer's one thread only
@@ -174,23 +175,8 @@ class TextSamples(ModelInspector):
     """After every validation (``final_only``: only the one at max_steps), sample text from a prompt:
     printed, added to a W&B table, and appended to ``<run dir>/samples.jsonl`` as {"step", "text"}."""
 
-    def __init__(
-        self,
-        prompt: str = "\n",
-        max_new_tokens: int = 200,
-        temperature: float = 0.8,
-        top_k: int | None = 40,
-        seed: int = 0,
-        final_only: bool = False,
-    ):
-        try:
-            check_sampling(temperature, top_k)
-        except ValueError as err:
-            raise ValueError(f"callbacks.text_samples.{err}") from None
-        non_negative_int("callbacks.text_samples.max_new_tokens", max_new_tokens, " (0: no samples)")
-        self.prompt, self.max_new_tokens = prompt, max_new_tokens
-        self.temperature, self.top_k, self.seed = temperature, top_k, seed
-        self.final_only = final_only
+    def __init__(self, **settings):
+        take(self, TextSamplesSettings(**settings))  # prompt, max_new_tokens, temperature, top_k, seed, final_only
         self.rows: list[list] = []
 
     def on_validation_end(self, trainer, module):
@@ -232,10 +218,8 @@ class HonestLoss(ModelInspector):
     validation (docs/benchmarks.md).
     """
 
-    def __init__(self, windows: int = 16, positions: int = 8):
-        positive_int("callbacks.honest_loss.windows", windows)
-        positive_int("callbacks.honest_loss.positions", positions)
-        self.windows, self.positions = windows, positions
+    def __init__(self, **settings):
+        take(self, HonestLossSettings(**settings))  # windows, positions
         self.gaps: torch.Tensor | None = None  # (windows,) autoregressive - teacher-forced, the last validation
 
     def on_validation_epoch_end(self, trainer, module):
@@ -270,17 +254,11 @@ class StabilityMonitor(ModelInspector):
     Each value reaches the loggers once, at the batch it was measured on (``log_at``).
     """
 
-    def __init__(self, every_n_steps: int = 50, windows: int = 8, spike_factor: float = 1.5, spike_window: int = 50,
-                 future_leak: bool = False):
-        for key, value in (("every_n_steps", every_n_steps), ("windows", windows), ("spike_window", spike_window)):
-            positive_int(f"callbacks.stability.{key}", value)
-        if not spike_factor > 1:
-            raise ValueError(f"callbacks.stability.spike_factor={spike_factor!r} must be above 1.")
-        self.every_n_steps, self.windows = every_n_steps, windows
-        self.spike_factor, self.spike_window = spike_factor, spike_window
+    def __init__(self, **settings):
+        take(self, StabilityMonitorSettings(**settings))  # every_n_steps, windows, spike_factor, spike_window, ...
         self.spikes, self.max_grad_norm = 0, 0.0
-        self.future_leak, self.leak_seconds = bool(future_leak), 0.0
-        self._recent: deque[float] = deque(maxlen=spike_window)
+        self.future_leak, self.leak_seconds = bool(self.future_leak), 0.0
+        self._recent: deque[float] = deque(maxlen=self.spike_window)
 
     def _due(self, trainer) -> bool:
         return trainer.global_step % self.every_n_steps == 0

@@ -24,12 +24,10 @@ import lightning as L
 import torch
 
 from tinygpt.model.gpt import GPT
-from tinygpt.runtime.checks import one_of, positive_int, positive_number
 from tinygpt.runtime.console import say
+from tinygpt.train.callback_settings import LeakAlarmSettings, take
 from tinygpt.train.probes import diagnostics
 from tinygpt.train.probes.callbacks import HonestLoss, ModelInspector, _wandb_loggers, log_at, wandb_media
-
-ACTIONS = ("warn", "stop")
 
 
 def honest_gap(gaps: torch.Tensor) -> tuple[float, float]:
@@ -41,13 +39,8 @@ def honest_gap(gaps: torch.Tensor) -> tuple[float, float]:
 
 
 class LeakAlarm(ModelInspector):
-    def __init__(self, action: str = "warn", windows: int = 8, tolerance: float = 1.0e-4, min_gap: float = 0.05,
-                 z: float = 3.0):
-        one_of("callbacks.leak_alarm.action", action, ACTIONS)
-        positive_int("callbacks.leak_alarm.windows", windows)
-        for key, value in (("tolerance", tolerance), ("min_gap", min_gap), ("z", z)):
-            positive_number(f"callbacks.leak_alarm.{key}", value)
-        self.action, self.windows, self.tolerance, self.min_gap, self.z = action, windows, tolerance, min_gap, z
+    def __init__(self, **settings):
+        take(self, LeakAlarmSettings(**settings))  # action, windows, tolerance, min_gap, z
         self.detected_step: int | None = None
         self.signal: str | None = None
         self.value: float | None = None
