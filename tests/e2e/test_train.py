@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from helpers import ROOT, TINY, compose_train, no_false_alarm, run_train, train_in_process
 from tinygpt.experiments import report
 from tinygpt.bench import report as bench_report
+from tinygpt.bench.programs import REFUSALS
 
 SUMMARY_KEYS = {"train_loss", "val_loss", "val_loss_honest", "future_leak", "attn_entropy",
                 "attn_max_logit", "diverged", "steps", "tokens_per_sec", "config"}  # design.md
@@ -321,6 +322,10 @@ def test_benchmark_quick_writes_every_key(tmp_path, corpus_file, cache_dir):
     md = (tmp_path / "docs" / "benchmarks.md").read_text()
     assert f"{r['lightning_tokens_per_sec']:,.0f}" in md
     assert (tmp_path / "docs" / "records" / "benchmark" / "attention.png").exists()
+    assert set(r["refusals"]["train_py"]) == set(REFUSALS) and all(w > 0 for w in r["refusals"]["train_py"].values())
+    hydra = r["refusals"]["floors"]["python -c 'import hydra'"]
+    assert "## From a typo to its one-line error" in md and "| `python train.py model.n_head=5` | " in md
+    assert 0 < hydra < r["refusals"]["floors"]["python -c 'import torch'"]
 
 
 FAKE_NANOGPT = {  # what scripts/benchmark.py uses of a nanoGPT checkout, with tinygpt's GPT as the model

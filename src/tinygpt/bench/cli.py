@@ -51,6 +51,7 @@ from tinygpt.bench.programs import (
     levers,
     median_of,
     nanogpt_run,
+    refusal_times,
     side_by_side,
     sweep_comparison,
     tinygpt_run,
@@ -85,6 +86,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="also time a small sweep of experiment 1 one job after another and with its jobs at once")
     ap.add_argument("--sweep-only", action="store_true", help="only that sweep comparison")
     ap.add_argument("--sweep-steps", type=int, default=800, help="steps of each job of that sweep")
+    ap.add_argument("--refusals-only", action="store_true",
+                    help="only the time from a typo to its one-line error (train.py refusing bad values)")
     ap.add_argument("--levers", action="store_true", help="also one train.py run per lever (docs/benchmarks.md)")
     ap.add_argument("--rounds", type=int, default=2,
                     help="runs of each program, alternating (ABBA); the JSON's top-level figures are medians")
@@ -257,8 +260,10 @@ def sweep_small(args) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     steps = 10 if args.quick else args.steps
-    if args.sweep_only or args.hf_only:
+    if args.sweep_only or args.hf_only or args.refusals_only:
         result = {"sweep": sweep_small(args)} if args.sweep_only else {}
+        if args.refusals_only:
+            result["refusals"] = refusal_times()
         if args.hf_only:
             result["hf"] = transformers_side_by_side(args)
         result.update(machine=machine(), command="python scripts/benchmark.py " + " ".join(
@@ -278,6 +283,7 @@ def main(argv=None) -> int:
         per_step(args, steps, data_args, result)
         efficiency(args, result, ref, ours)
         levers_and_attention(args, data_args, result)
+        result["refusals"] = refusal_times(repeats=1 if args.quick else 3)
         if args.sweep:
             result["sweep"] = sweep_small(args)
     from tinygpt.sampling.fast_linear import FastDecodeLinear

@@ -195,6 +195,36 @@ def levers(data_args: list[str], steps: int, seed: int, cache_dir: str, quick: b
     return rows
 
 
+REFUSALS = ("model.n_head=5", "trainer.max_steps=-1", "data.batch_size=0", "callbacks.leak_alarm.action=shout",
+            "ckpt_path=/nonexistent", "init_from=/nonexistent")  # bad values, each refused in one line, exit 2
+FLOORS = {"python -c 'import hydra'": "import hydra", "python -c 'import torch'": "import torch",
+          "python -c 'import lightning'": "import lightning"}
+
+
+def refusal_times(repeats: int = 3) -> dict:
+    """The time from a typo to its one-line error: launch to exit of ``python train.py <bad value>`` (exit 2, in a
+    scratch dir), the median of ``repeats``, beside the imports that bound it (Hydra's: the floor for any check of
+    a composed config; torch's and Lightning's: what a refusal after them would cost)."""
+    def median_wall(cmd: list[str], cwd: str, code: int) -> float:
+        walls = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
+                                  env={**os.environ, "WANDB_MODE": "offline"})
+            walls.append(time.perf_counter() - t0)
+            if proc.returncode != code:
+                raise SystemExit(f"{' '.join(cmd[1:])} exited {proc.returncode}, expected {code}:\n"
+                                 f"{proc.stderr[-2000:]}")
+        return sorted(walls)[len(walls) // 2]
+
+    with tempfile.TemporaryDirectory() as scratch:
+        refusals = {o: median_wall([sys.executable, str(ROOT / "train.py"), o], scratch, 2) for o in REFUSALS}
+        floors = {name: median_wall([sys.executable, "-c", code], scratch, 0) for name, code in FLOORS.items()}
+    for name, wall in {**refusals, **floors}.items():
+        console.print(f"{name}: {wall:.2f} s")
+    return {"repeats": repeats, "train_py": refusals, "floors": floors}
+
+
 def debug_fast_wall(cache_dir: str) -> float:
     """`python train.py debug=fast` (10 steps, no logger) on the embedded corpus, cache warm, launch to exit."""
     with tempfile.TemporaryDirectory() as out:
