@@ -28,17 +28,21 @@ class Handmade(nn.Module):
     off by one the other way), ``leak_after=32`` (queries from that position on see the next token),
     ``pad_queries_only`` (the padding mask applied to the queries' rows, not the keys), ``cache_top_left`` (the
     cached queries' triangle aligned top-left), ``nan_rows`` (no guard for rows with no visible key),
-    ``late_scale`` (q k^T computed before its scale: in float16 it overflows first)."""
+    ``late_scale`` (q k^T computed before its scale: in float16 it overflows first), ``train_leak`` (no mask on the
+    training path), ``cache_window=N`` (the cache keeps only its last N keys), ``float32_fill`` (the mask added as a
+    float32 tensor: a float16 copy fails with a dtype error)."""
 
     def __init__(self, n_embd: int = 32, n_head: int = 4, *, softmax_dim: int = -1, scale_twice: bool = False,
                  hide_diagonal: bool = False, leak_after: int | None = None, pad_queries_only: bool = False,
-                 cache_top_left: bool = False, nan_rows: bool = False, late_scale: bool = False):
+                 cache_top_left: bool = False, nan_rows: bool = False, late_scale: bool = False,
+                 train_leak: bool = False, cache_window: int | None = None, float32_fill: bool = False):
         super().__init__()
         self.n_embd, self.n_head = n_embd, n_head
         self.qkv, self.proj = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd)
         self.softmax_dim, self.scale_twice, self.hide_diagonal = softmax_dim, scale_twice, hide_diagonal
         self.leak_after, self.pad_queries_only, self.cache_top_left = leak_after, pad_queries_only, cache_top_left
         self.nan_rows, self.late_scale = nan_rows, late_scale
+        self.train_leak, self.cache_window, self.float32_fill = train_leak, cache_window, float32_fill
 
     def mask(self, t_q: int, t_k: int, real: Tensor | None) -> Tensor:
         offset = 0 if self.cache_top_left else t_k - t_q
@@ -59,7 +63,13 @@ class Handmade(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None) -> Tensor:
         keep = self.mask(q.shape[-2], k.shape[-2], real)
-        if self.nan_rows:
+        if self.train_leak and self.training:
+            keep = torch.ones_like(keep)
+        if self.float32_fill:
+            s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+            s = s + torch.zeros(keep.shape).masked_fill(~keep, -1e4)  # float32 whatever the model's dtype
+            y = torch.softmax(s, dim=-1) @ v
+        elif self.nan_rows:
             s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
             y = torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1) @ v
         else:
@@ -76,7 +86,10 @@ class Handmade(nn.Module):
         q, k, v = self.heads(x)
         if cache is not None:
             k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)  # (B, H, T_k, D)
-        return self.attend(q, k, v, None), (k, v)
+        y = self.attend(q, k, v, None)
+        if self.cache_window:
+            k, v = k[:, :, -self.cache_window :], v[:, :, -self.cache_window :]
+        return y, (k, v)
 
 
 class TorchMHA(nn.Module):

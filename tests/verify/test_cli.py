@@ -25,6 +25,7 @@ USER_CODE = textwrap.dedent('''
     class MyAttention(nn.Module):
         def __init__(self, n_embd, n_head, off_by_one=False):
             super().__init__()
+            assert n_embd % n_head == 0
             self.h, self.off = n_head, off_by_one
             self.qkv, self.out = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd)
 
@@ -44,6 +45,7 @@ def user(tmp_path, monkeypatch):
     (tmp_path / "user_attn.py").write_text(USER_CODE)
     (tmp_path / "args.yaml").write_text("n_embd: 32\nn_head: 4\n")
     (tmp_path / "raises.py").write_text("raise RuntimeError('no GPU here')\n")
+    (tmp_path / "needs_dep.py").write_text("import not_installed_anywhere\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, "user_attn", raising=False)
     return tmp_path
@@ -80,16 +82,25 @@ def test_a_failure_exits_1_and_json_says_where(user, capsys):
     (["user_attn:MyAttention", "--arg", "n_embd=32"], "MyAttention(n_embd=32) raised TypeError: "),
     (["user_attn:MyAttention", "--arg", "4=n"], "--arg '4=n' must be key=value with key a Python name"),
     (["user_attn:MyAttention", "--args", "nope.yaml"], "--args nope.yaml: "),
-    (["user_attn:make", "--width", "7"], "MyAttention's forward with x of shape (2, 1, 7) raised RuntimeError: "),
+    (["user_attn:make", "--width", "7"],
+     "MyAttention's forward with x of shape (2, 1, 7) in float64 raised RuntimeError: mat1 and mat2 shapes cannot be "
+     "multiplied (2x7 and 32x96) (is its input width 7? give --width)."),
     (["user_attn:make", "--padding", "mask"], "MyAttention.forward has no keyword mask (it takes x)"),
     (["user_attn:make", "--kv-cache", "step"], "MyAttention has no method step"),
-    (["user_attn:make", "--only", "formula"], "no check 'formula' at this level; the checks are: causality, "),
+    (["user_attn:make", "--only", "formula"], "no check 'formula' at the module level; its checks are: causality, "),
     (["user_attn:not_attention"], "the function called as f(q, k, v, mask) with q, k, v (1, 1, 2, 4) and mask (2, 2) "
                                   "raised TypeError: "),
     (["user_attn:math"], "math is a Python module, not an attention"),
     (["user_attn:make", "--max-len", "1"], "max_len=1 must be at least 2"),
     (["user_attn:make", "--scale", "-1"], "scale=-1.0 must be a positive number"),
     (["user_attn:make", "--level", "modul"], "argument --level: invalid choice: 'modul'"),
+    (["user_attn::make"], "target 'user_attn::make' must be module:name"),
+    (["needs_dep.py:X"], "target 'needs_dep.py:X': importing needs_dep.py raised ModuleNotFoundError: No module named "
+                         "'not_installed_anywhere' (a module it imports is not installed)."),
+    (["user_attn:attention", "--padding", "mask"], "padding names a module's interface; a function's padding is in "
+                                                   "the mask it is given"),
+    (["user_attn:MyAttention", "--arg", "n_embd=32", "--arg", "n_head=5"],
+     "MyAttention(n_embd=32, n_head=5) raised AssertionError."),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2(user, capsys, argv, message):
     try:
@@ -107,3 +118,8 @@ def test_python_m_tinygpt_verify_runs_as_a_command(user):
     out = subprocess.run([sys.executable, "-m", "tinygpt.verify", "user_attn.py:attention"], capture_output=True,
                          text=True, cwd=user, timeout=300)
     assert out.returncode == 0 and "6 of 6 checks passed" in out.stdout, out.stdout + out.stderr
+
+
+def test_an_argument_yaml_reads_as_text_is_read_as_a_number():
+    assert cli.constructor_args(["fill=-1e4", "low=-inf", "n=4", "name=x", "flag=false"], None) == {
+        "fill": -1e4, "low": float("-inf"), "n": 4, "name": "x", "flag": False}

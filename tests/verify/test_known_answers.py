@@ -67,7 +67,7 @@ def test_a_finite_fill_is_caught_only_where_scores_outgrow_it(kind, monkeypatch)
     """-1e4 added (BERT's extended mask) or substituted (GPT-2's masked_bias) hides the future at ordinary scores:
     the check finds these two at input scale 1e4, and passes them when it only tries scale 1."""
     make = lambda: BuggyAttention(32, 4, AttnConfig(backend="math"), kind=kind)  # noqa: E731
-    assert "(input scale 10000)" in failed(make, only=["causality"])["causality"]
+    assert "(input scale 10000, eval mode)" in failed(make, only=["causality"])["causality"]
     monkeypatch.setattr(module_checks, "SCALES", (1.0,))
     assert verdicts(make, only=["causality"]) == {"causality": "pass"}
 
@@ -81,8 +81,8 @@ def test_a_stacked_model_names_the_layer_the_leak_arises_in():
 
 
 def test_a_leak_past_position_32_is_found_only_at_lengths_past_it():
-    why = failed(lambda: Handmade(leak_after=32), **HANDMADE)
-    assert list(why) == ["causality"] and "at T=64" in why["causality"]
+    why = failed(lambda: Handmade(leak_after=32), **HANDMADE)  # decoding with the cache, causal, differs too
+    assert list(why) == ["causality", "kv-cache"] and "at T=64" in why["causality"]
     assert "position 32 sees position 33" in why["causality"]
     assert verdicts(lambda: Handmade(leak_after=32), max_len=32, only=["causality"]) == {"causality": "pass"}
 
@@ -90,8 +90,10 @@ def test_a_leak_past_position_32_is_found_only_at_lengths_past_it():
 @pytest.mark.parametrize("flags, check, words", [
     ({"softmax_dim": -2}, "causality", "sees"),  # normalising over the queries lets later queries move earlier rows
     ({"hide_diagonal": True}, "sees-itself", "the mask hides the diagonal"),  # off by one the other way
-    ({"pad_queries_only": True}, "padding", "padded keys are visible"),
+    ({"pad_queries_only": True}, "padding", "a real query sees padded keys"),
     ({"cache_top_left": True}, "kv-cache", "differs from the whole sequence from position 1 on"),
+    ({"train_leak": True}, "causality", "(input scale 1, train mode): position 0 sees position 1"),
+    ({"cache_window": 16}, "kv-cache", "differs from the whole sequence from position 17 on"),  # 12 tokens missed it
 ])
 def test_each_planted_module_bug_fails_its_check(flags, check, words):
     bad = failed(lambda: Handmade(**flags), **HANDMADE)
@@ -164,3 +166,20 @@ def test_the_checks_are_seeded_and_leave_the_callers_random_state_alone():
     assert torch.equal(torch.rand(3), expected)  # the caller's generator is where it was
     assert verify.run(Handmade, seed=1, only=["sees-itself"])[0].measured == first  # the same seed, the same number
     assert verify.run(Handmade, seed=2, only=["sees-itself"])[0].measured != first
+
+
+def test_an_exception_inside_a_check_is_that_checks_verdict_and_the_others_run():
+    """A float16 copy that raises (a float32 mask added to float16 scores) warns in the 16-bit check, naming the
+    error; every other check still reports (the first version stopped the whole battery with exit 2)."""
+    results = {r.check: r for r in verify.run(lambda: Handmade(float32_fill=True))}
+    assert list(results) == ["causality", "sees-itself", "batch", "gradients", "16-bit"]
+    r = results["16-bit"]
+    assert r.verdict == "warn" and r.measured == "raised" and "in float16 raised RuntimeError" in r.why, r
+    assert verify.run(lambda: Handmade(float32_fill=True), only=["16-bit"], strict_16bit=True)[0].verdict == "fail"
+
+    class OneAtATime(Handmade):
+        def step(self, x, cache):
+            assert x.shape[1] == 1, "step decodes one token at a time"
+            return super().step(x, cache)
+    (r,) = verify.run(OneAtATime, kv_cache="step", only=["kv-cache"])
+    assert r.verdict == "fail" and "raised AssertionError: step decodes one token at a time" in r.why, r

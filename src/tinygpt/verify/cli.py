@@ -27,7 +27,8 @@ def parser() -> OneLineParser:
     p = OneLineParser("python -m tinygpt.verify", description=__doc__.split("\n\n")[0], epilog=EPILOG)
     p.add_argument("target", help="module:name or file.py:name (a class, a factory, a module or a function)")
     p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="a constructor argument, its value read as YAML (--arg n_head=4 --arg bias=false)")
+                   help="a constructor argument, its value read as YAML, then as a Python float (--arg n_head=4 "
+                        "--arg bias=false --arg fill=-1e4)")
     p.add_argument("--args", type=Path, metavar="FILE", help="constructor arguments from a YAML mapping")
     p.add_argument("--level", choices=LEVELS, default="auto", help="what to check it as (default: detected)")
     p.add_argument("--width", type=int, help="the module's input width C (default: read from the module)")
@@ -37,7 +38,9 @@ def parser() -> OneLineParser:
     p.add_argument("--mask", choices=MASKS, default="keep",
                    help="the function's mask: keep = True where a query may attend (default), hide = True where not")
     p.add_argument("--padding", metavar="KEYWORD", help="the module's keyword for a (B, T) bool mask, True = real")
-    p.add_argument("--kv-cache", metavar="METHOD", help="the module's method step(x_new, cache) -> (y_new, cache)")
+    p.add_argument("--kv-cache", metavar="METHOD",
+                   help="the module's method step(x_new, cache) -> (y_new, cache): cache None at first, x_new one or "
+                        "more new tokens (the check prefills 5, then adds one at a time)")
     p.add_argument("--only", action="append", metavar="CHECK", help="run only this check (repeatable)")
     p.add_argument("--strict-16bit", action="store_true", help="a 16-bit finding fails instead of warning")
     p.add_argument("--seed", type=int, default=0)
@@ -67,6 +70,11 @@ def constructor_args(given: list[str], path: Path | None) -> dict:
             args[key] = yaml.safe_load(value)
         except yaml.YAMLError:
             args[key] = value
+        if isinstance(args[key], str):  # YAML reads -1e4 and -inf as text; Python reads them as numbers
+            try:
+                args[key] = float(value)
+            except ValueError:
+                pass
     return args
 
 
@@ -86,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    console = Console(stderr=opts.json)
+    console = Console(stderr=opts.json, width=None if sys.stdout.isatty() else 160)  # piped: not squeezed to 80
     try:
         factory = factory_of(load(opts.target), args)
         with console.status(f"checking {opts.target}") as status:

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import Tensor
 
-from tinygpt.verify.result import TOL64, Result, VerifyError, first_line_of, relative_change
+from tinygpt.verify.result import TOL64, Result, VerifyError, described, first_line_of, relative_change
 from tinygpt.verify.settings import Settings
 
 B, H, D = 2, 2, 16
@@ -31,7 +31,7 @@ class Function:
             out = self.fn(q, k, v, mask)
         except Exception as err:
             raise VerifyError(f"the function called as f(q, k, v, mask) with q, k, v {tuple(q.shape)} and mask "
-                              f"{tuple(mask.shape)} raised {type(err).__name__}: {first_line_of(err)}") from None
+                              f"{tuple(mask.shape)} raised {described(err)}") from None
         out = out[0] if isinstance(out, (tuple, list)) else out
         if not isinstance(out, Tensor) or out.shape != v.shape:
             got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
@@ -117,10 +117,12 @@ def check_causality(f: Function, gen: torch.Generator) -> Result:
                 cuts += 1
                 if not torch.isfinite(moved).all() or moved.max() > TOL64 * base.abs().max():
                     i = int(torch.nonzero(~(moved <= TOL64 * base.abs().max()))[0])
+                    fill = "" if std == 1.0 else ("; at ordinary scores it does: a finite fill (such as -1e4) that "
+                                                  "large scores outgrow, where -inf never is")
                     return Result("causality", "fail", f"position {i} moved by {float(moved[i]):.2g}",
                                   f"at T={t}, changing the keys and values from position {cut} on moved the output "
                                   f"at position {i} (q, k, v of std {std:g}): the causal mask does not hide "
-                                  "later keys.")
+                                  f"later keys{fill}.")
     return Result("causality", "pass", f"no past output moved over {cuts} cuts (T up to {max(lengths(f.settings))})")
 
 
@@ -135,8 +137,8 @@ def check_padding(f: Function, gen: torch.Generator) -> Result:
     out = f(q, k, v, keep)
     if not torch.isfinite(out).all():
         return Result("padding", "fail", f"{int((~torch.isfinite(out)).sum())} non-finite outputs",
-                      "a query whose every key is masked (left padding) gives a non-finite output; give such a row "
-                      "zeros (fill the scores with -inf, then zero the rows that have no visible key).")
+                      "a query whose every key is masked (left padding) gives a non-finite output (the usual guard: "
+                      "fill the scores with -inf, then give the rows that have no visible key zeros).")
     padded = (~real)[:, None, :, None].expand_as(k)  # (B, H, T, D): the padded positions' keys and values
     k2 = torch.where(padded, torch.randn(k.shape, generator=gen, dtype=k.dtype), k)
     v2 = torch.where(padded, torch.randn(v.shape, generator=gen, dtype=v.dtype), v)

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from tinygpt.verify.result import TOL64, Result, VerifyError, first_line_of, relative_change
+from tinygpt.verify.result import TOL64, Result, VerifyError, described, relative_change
 from tinygpt.verify.settings import Settings
 
 FP16_MAX = 65504.0  # float16's largest finite value
@@ -42,15 +42,18 @@ class Module:
         return torch.randn(x.shape, generator=gen, dtype=x.dtype) * scale
 
     def __call__(self, x: Tensor, grad: bool = False, **kwargs) -> Tensor:
+        if self.module.training:
+            torch.manual_seed(self.settings.seed)  # dropout draws the same masks for inputs of the same shape
         try:
             with torch.set_grad_enabled(grad):
                 y = self.module(x, **kwargs)
         except Exception as err:
             what = "token ids" if self.settings.vocab else "x"
-            hint = "" if self.settings.vocab else f" (is its input width {self.width}? give --width)"
-            raise VerifyError(f"{self.name}'s forward with {what} of shape {tuple(x.shape)}"
-                              f"{' and ' + ', '.join(kwargs) if kwargs else ''} raised {type(err).__name__}: "
-                              f"{first_line_of(err).rstrip('.')}{hint if x.shape[1] == 1 else ''}.") from None
+            shapes = any(w in str(err) for w in ("mat1 and mat2", "normalized_shape", "size of tensor a"))
+            hint = f" (is its input width {self.width}? give --width)" if shapes and not self.settings.vocab else ""
+            raise VerifyError(f"{self.name}'s forward with {what} of shape {tuple(x.shape)} in {dtype_of(x)}"
+                              f"{' and ' + ', '.join(kwargs) if kwargs else ''} raised "
+                              f"{described(err).rstrip('.')}{hint if x.shape[1] == 1 else ''}.") from None
         y = first_of(y)
         if not isinstance(y, Tensor) or y.shape[:2] != x.shape[:2]:
             got = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
@@ -90,6 +93,10 @@ def check_interfaces(module: nn.Module, settings: Settings) -> None:
                           "(y_new, cache), cache None at first.")
 
 
+def dtype_of(x: Tensor) -> str:
+    return "token ids" if not x.is_floating_point() else str(x.dtype).removeprefix("torch.")
+
+
 def first_of(y):
     """A module's output: the tensor itself, a tuple's first element, or a ModelOutput's or dict's first field
     (transformers' last_hidden_state, logits)."""
@@ -106,30 +113,34 @@ def lengths(longest: int) -> list[int]:
 
 def check_causality(m: Module, gen: torch.Generator) -> Result:
     """Changing every token after a cut leaves every output before it unchanged, for every cut, at each length
-    tried up to the longest the module takes, at an ordinary and a large input scale (float64). On a leak, the
-    first submodule whose past output moved is named: where the leak enters a stacked model."""
+    tried up to the longest the module takes, at an ordinary and a large input scale (float64), in eval mode and
+    in train mode (a training path of its own, with dropout drawing the same masks for the compared inputs). On a
+    leak, the submodule whose past output first moved is named: where the leak enters a stacked model."""
     m64 = m.copy()
     longest, stopped = m64.longest(gen)
     cuts = 0
-    for t in lengths(longest):
-        for scale in SCALES if not m.settings.vocab else (1.0,):
-            x = m64.inputs(gen, 2, t, scale)
-            base = m64(x)
-            limit = TOL64 * finite_max(base)
-            for cut in range(1, t):
-                x2 = x.clone()
-                x2[:, cut:] = m64.fresh(x2[:, cut:], gen, scale)
-                moved = change(m64(x2)[:, :cut], base[:, :cut]).flatten(2).amax(dim=(0, 2))  # (cut,)
-                cuts += 1
-                if not (moved <= limit).all():
-                    i = int(torch.nonzero(~(moved <= limit))[0])
-                    later = spans(seen_later(m64, x, i, gen, scale))
-                    return Result("causality", "fail", f"position {i} moved by {float(moved[i]):.2g}",
-                                  f"at T={t}, changing the tokens from position {cut} on moved the output at position "
-                                  f"{i} (input scale {scale:g}): position {i} sees {later or 'a later one'}"
-                                  + entry(m64, x, x2, cut) + ".")
+    for mode in ("eval", "train"):
+        m64.module.train(mode == "train")
+        for t in lengths(longest):
+            for scale in SCALES if not m.settings.vocab else (1.0,):
+                x = m64.inputs(gen, 2, t, scale)
+                base = m64(x)
+                limit = TOL64 * finite_max(base)
+                for cut in range(1, t):
+                    x2 = x.clone()
+                    x2[:, cut:] = m64.fresh(x2[:, cut:], gen, scale)
+                    moved = change(m64(x2)[:, :cut], base[:, :cut]).flatten(2).amax(dim=(0, 2))  # (cut,)
+                    cuts += 1
+                    if not (moved <= limit).all():
+                        i = int(torch.nonzero(~(moved <= limit))[0])
+                        later = spans(seen_later(m64, x, i, gen, scale))
+                        return Result("causality", "fail", f"position {i} moved by {float(moved[i]):.2g}",
+                                      f"at T={t}, changing the tokens from position {cut} on moved the output at "
+                                      f"position {i} (input scale {scale:g}, {mode} mode): position {i} sees "
+                                      f"{later or 'a later one'}" + entry(m64, x, x2, cut) + ".")
     scales = "" if m.settings.vocab else f", input scales {', '.join(f'{s:g}' for s in SCALES)}"
-    return Result("causality", "pass", f"no past output moved over {cuts} cuts (T up to {longest}{scales}){stopped}")
+    return Result("causality", "pass", f"no past output moved over {cuts} cuts (T up to {longest}{scales}; eval "
+                                       f"and train mode){stopped}")
 
 
 def finite_max(y: Tensor) -> Tensor:
@@ -252,8 +263,7 @@ def check_padding(m: Module, gen: torch.Generator) -> Result:
     moved = relative_change(m64(x2, **{key: real})[real], y[real])
     if moved > TOL64:
         return Result("padding", "fail", f"real outputs moved by {moved:.2g}",
-                      "changing the padded tokens moved the real tokens' outputs: padded keys are visible (a mask "
-                      "applied to the queries only leaves them visible).")
+                      "changing the padded tokens moved the real tokens' outputs: a real query sees padded keys.")
     plain = relative_change(y[1], m64(x[1:2])[0])
     if plain > TOL64:
         return Result("padding", "fail", f"unpadded sequence moved by {plain:.2g}",
@@ -263,13 +273,13 @@ def check_padding(m: Module, gen: torch.Generator) -> Result:
 
 def check_kv_cache(m: Module, gen: torch.Generator) -> Result:
     """Decoding with the module's cache, one token at a time and after a prefill of 5, equals the whole sequence at
-    once (float64)."""
+    once (float64), over every position up to the longest the module takes (max_len at most)."""
     m64, method = m.copy(), m.settings.kv_cache
     step = getattr(m64.module, method, None)
     if not callable(step):
         raise VerifyError(f"{m.name} has no method {method}: kv_cache names a method step(x_new, cache) -> "
                           "(y_new, cache).")
-    t = min(12, m.settings.max_len)
+    t, _ = m64.longest(gen)  # every position the module takes, up to max_len
     x = m64.inputs(gen, 2, t)
     full = m64(x)
     worst = 0.0
@@ -281,8 +291,7 @@ def check_kv_cache(m: Module, gen: torch.Generator) -> Result:
                     y, cache = step(x[:, a:b], cache)
                     parts.append(first_of(y))
         except Exception as err:
-            raise VerifyError(f"{m.name}.{method}(x_new, cache) raised {type(err).__name__}: "
-                              f"{first_line_of(err)}") from None
+            raise VerifyError(f"{m.name}.{method}(x_new, cache) raised {described(err)}") from None
         decoded = torch.cat(parts, dim=1)
         worst = max(worst, relative_change(decoded, full))
         if worst > TOL64:
@@ -290,7 +299,8 @@ def check_kv_cache(m: Module, gen: torch.Generator) -> Result:
             return Result("kv-cache", "fail", f"relative error {worst:.2g}",
                           f"decoding with the cache (a prefill of {first}, then one token at a time) differs from the "
                           f"whole sequence from position {pos} on.")
-    return Result("kv-cache", "pass", f"cached decoding = the whole sequence (relative error {worst:.1e})")
+    return Result("kv-cache", "pass", f"cached decoding of {t} tokens = the whole sequence (relative error "
+                                      f"{worst:.1e})")
 
 
 def check_gradients(m: Module, gen: torch.Generator) -> Result:
@@ -317,7 +327,7 @@ def check_gradients(m: Module, gen: torch.Generator) -> Result:
         if bad:
             return Result("gradients", "fail", f"{len(bad)} of {len(grads)} gradients not finite",
                           f"the backward pass{' with the padding mask' if kwargs else ''} gives non-finite gradients "
-                          f"for {', '.join(bad[:3])}.")
+                          f"for {', '.join(bad[:3])}{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}.")
     padded = ", with padding" if len(runs) > 1 else ""
     return Result("gradients", "pass", f"{len(grads)} gradients finite (float64{padded})")
 

@@ -42,6 +42,12 @@ def first_line_of(err: BaseException) -> str:
     return text.splitlines()[0]
 
 
+def described(err: BaseException) -> str:
+    """'TypeError: <its message's first line>', or the type alone when it has no message (a bare assert)."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
+
+
 def relative_change(new: Tensor, old: Tensor) -> float:
     """max |new - old| / max(|old|, tiny), inf when ``new`` is not finite where ``old`` is: how far an output moved,
     relative to its size."""

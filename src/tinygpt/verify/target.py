@@ -18,8 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tinygpt.verify.result import VerifyError
-from tinygpt.verify.result import first_line_of as first_line
+from tinygpt.verify.result import VerifyError, described
 from tinygpt.verify.settings import Settings
 
 WIDTH_NAMES = ("n_embd", "embed_dim", "d_model", "hidden_size", "width", "dim")  # where a module keeps its width
@@ -29,7 +28,7 @@ def load(spec: str) -> object:
     """``pkg.mod:name`` or ``file.py:name`` -> the object named (the current directory is importable, as with
     ``python -m``)."""
     where, sep, name = spec.rpartition(":")
-    if not sep or not where or not name:
+    if not sep or not where or not name or where.endswith(":"):
         raise VerifyError(f"target {spec!r} must be module:name, e.g. my_pkg.attn:MyAttention or "
                           "attn.py:make_attention.")
     if where.endswith(".py"):
@@ -48,11 +47,13 @@ def load(spec: str) -> object:
     try:
         module = run() or module
     except ModuleNotFoundError as err:
-        raise VerifyError(f"target {spec!r}: cannot import {where} ({err}); run from the folder that holds it, or "
-                          "install it.") from None
+        if err.name and not where.endswith(".py") and (where == err.name or where.startswith(err.name + ".")):
+            raise VerifyError(f"target {spec!r}: cannot import {where} ({err}); run from the folder that holds it, "
+                              "or install it.") from None
+        raise VerifyError(f"target {spec!r}: importing {where} raised {described(err)} (a module it imports is "
+                          "not installed).") from None
     except Exception as err:  # the user's module raised while importing: its error, in one line
-        raise VerifyError(f"target {spec!r}: importing {where} raised {type(err).__name__}: "
-                          f"{first_line(err)}") from None
+        raise VerifyError(f"target {spec!r}: importing {where} raised {described(err)}") from None
     obj = getattr(module, name, None)
     if obj is None:
         public = [n for n in vars(module) if not n.startswith("_")]
@@ -79,8 +80,9 @@ def factory_of(obj: object, args: dict | None = None) -> Callable[[], object]:
                 return obj(**args)
             except Exception as err:
                 given = ", ".join(f"{k}={v!r}" for k, v in args.items())
-                raise VerifyError(f"{label}({given}) raised {type(err).__name__}: {first_line(err)} (give constructor "
-                                  "arguments with --arg key=value).") from None
+                hint = (" (give constructor arguments with --arg key=value)"
+                        if isinstance(err, TypeError) and "argument" in str(err) else "")
+                raise VerifyError(f"{label}({given}) raised {described(err).rstrip('.')}{hint}.") from None
         return make
     if callable(obj):  # the attention function itself, (q, k, v, mask) -> out
         if args:
