@@ -354,3 +354,13 @@ def test_random_tokens_have_no_tokenizer_to_encode_with(tmp_path):
     with pytest.raises(ValueError, match="no tokenizer"):
         dm.encode("abc")
     assert dm.decode([3, 4]) == "3 4"
+
+
+def test_a_dataset_dir_with_no_data_files_is_one_sentence_naming_corpus_name(tmp_path):
+    """datasets' EmptyDatasetError had left train.py with a 41-line traceback and exit 1."""
+    from tinygpt.data.corpus import read_hf_dataset
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"^corpus.name='.*empty' cannot be read by datasets \(EmptyDatasetError: "):
+        read_hf_dataset(str(tmp_path / "empty"), config=None, split="train", text_column="text",
+                        cache_dir=tmp_path / "cache")

@@ -16,6 +16,7 @@ from helpers import ROOT, TINY, compose_train, no_false_alarm, run_train, train_
 from tinygpt.experiments import report
 from tinygpt.bench import report as bench_report
 from tinygpt.bench.programs import REFUSALS
+from tinygpt.train.callback_settings import MONITORABLE
 
 SUMMARY_KEYS = {"train_loss", "val_loss", "val_loss_honest", "future_leak", "attn_entropy",
                 "attn_max_logit", "diverged", "steps", "tokens_per_sec", "config"}  # design.md
@@ -105,6 +106,7 @@ def test_the_history_logs_each_metric_at_its_steps(offline_run):
     for key in ("train/loss", "val/loss", "val/loss_honest", "val/loss_probe", "train/grad_norm",
                 "train/loss_spikes", "stab/max_logit", "stab/entropy_min", "stab/q_rms/1", "stab/k_rms/0"):
         assert key in rows[0], key
+    assert set(MONITORABLE) <= set(rows[0])  # what a checkpoint may monitor (refused otherwise) is logged
     at = lambda key: [int(r["step"]) for r in rows if r.get(key)]  # noqa: E731
     assert at("train/loss") == [9, 19]  # the steps Lightning logs at (every log_every_n_steps = 10)
     assert at("train/grad_norm") == [0, 5, 10, 15]  # each probe once, at the batch it measured (every 5)

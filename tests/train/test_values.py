@@ -67,6 +67,11 @@ def test_train_py_refuses_a_bad_value_without_importing_torch_lightning_or_wandb
     ("callbacks.heap_trim.every_n_steps=0", "callbacks.heap_trim.every_n_steps=0 must be a positive integer"),
     ("callbacks.progress_bar.refresh_rate=-1", "callbacks.progress_bar.refresh_rate=-1 must be >= 0 (0: no bar)."),
     ("ckpt_path=last", "ckpt_path=last but "),
+    ("callbacks.text_samples.final_only=maybe", "callbacks.text_samples.final_only='maybe' must be true or false."),
+    ("callbacks.stability.future_leak=1", "callbacks.stability.future_leak=1 must be true or false."),
+    ("callbacks.model_checkpoint.monitor=val/los", "callbacks.model_checkpoint.monitor='val/los' is not a metric a "
+                                                   "run logs (one of val/loss, val/loss_honest, val/loss_probe, "
+                                                   "train/loss, or null for the last checkpoint only)."),
 ])
 def test_each_callback_value_and_start_file_is_checked_before_torch(override, message, tmp_path):
     """check_values on the composed config, in this process: the sentences the callbacks themselves raise."""
@@ -110,3 +115,15 @@ def test_a_misspelled_callback_setting_is_named_with_the_settings_it_has():
     with pytest.raises(ConfigError, match=r"^callbacks.alarm.tolerence is not a setting of LeakAlarm \(its settings: "
                                           r"action, min_gap, tolerance, windows, z\).$"):
         check_callbacks(cfg)
+
+
+def test_a_sweep_refuses_a_value_its_jobs_share_before_any_job_or_dir(tmp_path):
+    """`-m seed=1,2 optim.lr=-1`: one line and exit 2 from the sweep itself, no multirun dir (every job had failed
+    in turn, leaving a sweep dir with an error.txt per job)."""
+    from helpers import ROOT
+
+    out = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "seed=1,2", "optim.lr=-1"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "WANDB_MODE": "offline"})
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "error: optim.lr=-1.0 must be > 0 and optim.min_lr=0.0001 in [0, lr]."), out.stderr
+    assert not (tmp_path / "multirun").exists()

@@ -175,6 +175,10 @@ def read_hf_dataset(
         except ConnectionError as err:
             raise ValueError(f"corpus.name={name!r}: {err}; connect to the network, or give a local copy "
                              "(a dir of data files or one written by save_to_disk).") from None
+        except Exception as err:  # datasets' own refusals: no data files, no such dataset, config or split
+            message = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise ValueError(f"corpus.name={name!r} cannot be read by datasets ({type(err).__name__}: {message}); "
+                             "give a hub id, a dir of data files or one written by save_to_disk.") from None
     assert isinstance(ds, Dataset)
     if text_column not in ds.column_names:
         raise ValueError(

@@ -17,6 +17,9 @@ from tinygpt.runtime.errors import ConfigError
 from tinygpt.sampling.checks import check_sampling
 
 LEAK_ACTIONS = ("warn", "stop")
+# what a run logs that a checkpoint may monitor: train/loss and val/loss by the LightningModule, val/loss_honest and
+# val/loss_probe by HonestLoss (a real run's history holds each: tests/e2e/test_train.py)
+MONITORABLE = ("val/loss", "val/loss_honest", "val/loss_probe", "train/loss")
 
 
 def take(callback, settings) -> None:
@@ -52,6 +55,7 @@ class TextSamplesSettings:
         except ValueError as err:
             raise ValueError(f"callbacks.text_samples.{err}") from None
         non_negative_int("callbacks.text_samples.max_new_tokens", self.max_new_tokens, " (0: no samples)")
+        true_or_false("callbacks.text_samples.final_only", self.final_only)
 
 
 @dataclass
@@ -78,6 +82,7 @@ class StabilityMonitorSettings:
         positive_number("callbacks.stability.spike_factor", self.spike_factor)
         if not self.spike_factor > 1:
             raise ValueError(f"callbacks.stability.spike_factor={self.spike_factor!r} must be above 1.")
+        true_or_false("callbacks.stability.future_leak", self.future_leak)
 
 
 @dataclass
@@ -121,6 +126,12 @@ class StepProgressBarSettings:
         non_negative_int("callbacks.progress_bar.refresh_rate", self.refresh_rate, " (0: no bar)")
 
 
+def true_or_false(key: str, value) -> None:
+    """A switch is a bool: 1, 'yes' or 'maybe' is refused (a string would read as true)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}={value!r} must be true or false.")
+
+
 def settings_of(target: str) -> type | None:
     """The settings class of a callback ``_target_`` (``tinygpt.train.guards.HeapTrim`` -> HeapTrimSettings), None
     for one that is not ours or has no settings."""
@@ -134,7 +145,11 @@ def check_callbacks(callbacks: DictConfig | None) -> None:
     for name, node in (callbacks or {}).items():
         if node is None:
             continue
-        settings = settings_of(str(node.get("_target_", "")))
+        target = str(node.get("_target_", ""))
+        if target.endswith("ModelCheckpoint") and node.get("monitor") not in (None, *MONITORABLE):
+            raise ConfigError(f"callbacks.{name}.monitor={node.get('monitor')!r} is not a metric a run logs (one of "
+                              f"{', '.join(MONITORABLE)}, or null for the last checkpoint only).")
+        settings = settings_of(target)
         if settings is None:
             continue
         given = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if not k.startswith("_")}

@@ -10,15 +10,17 @@ imports no torch (a test checks it).
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
+from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.data.config import DataConfig
 from tinygpt.model.config import GPTConfig
 from tinygpt.runtime.checks import is_int, is_number, positive_int
-from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line
+from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line, print_error
 from tinygpt.runtime.hub import local_model_dir
 from tinygpt.runtime.run_dirs import resolve_ckpt_path
 from tinygpt.train.callback_settings import check_callbacks
@@ -125,3 +127,20 @@ def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
         data = OmegaConf.to_container(cfg.data, resolve=True)
         data.pop("_target_", None)
         DataConfig(**data)
+
+
+class SweepValues(Callback):
+    """A sweep's values that every job shares (the overrides it does not sweep, and the defaults) checked once,
+    before the launcher starts a job or makes a dir: a bad one is one line and exit 2, not a failure of every job.
+    (Each job checks its own swept values when it starts.)"""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from hydra.core.hydra_config import HydraConfig
+
+        HydraConfig.instance().set_config(config)  # ${hydra:...} resolves as in a job (each job sets its own after)
+        shared = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
+        try:
+            check_values(shared)
+        except ConfigError as err:
+            print_error(str(err))
+            sys.exit(2)
