@@ -120,7 +120,9 @@ def test_boundary_values_are_accepted():
     TextDataModule(tokenizer="bpe", bpe_vocab_size=257)
     TextDataModule(corpus.RandomTokens(vocab_size=2))
     TextDataModule(corpus.RandomTokens(vocab_size=2**31))
-    TextDataModule(corpus.RandomTokens(), tokenizer="word")  # random tokens have no tokenizer to check
+    TextDataModule(corpus.RandomTokens(), tokenizer="bpe")  # random tokens use none: any of the three is accepted
+    with pytest.raises(ValueError, match=r"^data.tokenizer='word' is not one of char, bpe, pretrained.$"):
+        TextDataModule(corpus.RandomTokens(), tokenizer="word")  # a misspelling is refused, whatever the corpus
     TextDataModule(batch_size=1, block_size=1, val_windows=1, val_batch_size=1, train_fraction=0.5)
     assert TextDataModule().tokenizer is None
 

@@ -67,6 +67,9 @@ def test_train_py_refuses_a_bad_value_without_importing_torch_lightning_or_wandb
     ("callbacks.heap_trim.every_n_steps=0", "callbacks.heap_trim.every_n_steps=0 must be a positive integer"),
     ("callbacks.progress_bar.refresh_rate=-1", "callbacks.progress_bar.refresh_rate=-1 must be >= 0 (0: no bar)."),
     ("ckpt_path=last", "ckpt_path=last but "),
+    ("trainer.precision=fp16", "trainer.precision='fp16' is not one of 32-true, bf16-mixed, 16-mixed"),
+    ("data.tokenizer=word", "data.tokenizer='word' is not one of char, bpe, pretrained."),
+    ("data.bpe_vocab_size=-5", "data.bpe_vocab_size=-5 must be a positive integer."),
     ("callbacks.text_samples.final_only=maybe", "callbacks.text_samples.final_only='maybe' must be true or false."),
     ("callbacks.stability.future_leak=1", "callbacks.stability.future_leak=1 must be true or false."),
     ("callbacks.model_checkpoint.monitor=val/los", "callbacks.model_checkpoint.monitor='val/los' is not a metric a "

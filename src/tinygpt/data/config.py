@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tinygpt.runtime.checks import positive_int
+from tinygpt.runtime.checks import one_of, positive_int
+
+TOKENIZERS = ("char", "bpe")  # trained on the corpus
+PRETRAINED = "pretrained"  # read from data.tokenizer_dir
 
 
 @dataclass
@@ -29,5 +32,6 @@ class DataConfig:
     def __post_init__(self):
         if not isinstance(self.train_fraction, (int, float)) or not 0.0 < self.train_fraction < 1.0:
             raise ValueError(f"data.train_fraction={self.train_fraction!r} must be between 0 and 1.")
-        for key in ("batch_size", "block_size", "val_windows", "val_batch_size"):
+        for key in ("batch_size", "block_size", "val_windows", "val_batch_size", "bpe_vocab_size"):
             positive_int(f"data.{key}", getattr(self, key))
+        one_of("data.tokenizer", self.tokenizer, (*TOKENIZERS, PRETRAINED))

@@ -18,10 +18,9 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from tinygpt.data.config import PRETRAINED, TOKENIZERS  # declared with the data settings
 from tinygpt.runtime.checks import one_of, positive_int
 
-TOKENIZERS = ("char", "bpe")  # trained on the corpus
-PRETRAINED = "pretrained"  # read from data.tokenizer_dir
 UNK = "<unk>"
 EOT = "<|endoftext|>"
 

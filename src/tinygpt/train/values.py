@@ -46,6 +46,12 @@ TRAINER_NUMBERS = {
 }
 
 
+# what Lightning's Trainer takes as precision (its own list), named without importing it; the config's comment names
+# the three a run uses: 32-true, bf16-mixed, 16-mixed
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "transformer-engine",
+              "transformer-engine-float16", "64", "32", "16", "bf16", 64, 32, 16)
+
+
 def build(key: str, node: DictConfig, *args, **kwargs):
     """instantiate(node, *args, **kwargs); an error names the group it came from (its own sentence names the value).
     ``args`` reach the object as they are (Hydra merges ``kwargs`` into the node)."""
@@ -74,6 +80,10 @@ def check_trainer(trainer: DictConfig) -> None:
         value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
         if isinstance(value, bool) or not ok(value):
             raise ConfigError(f"trainer.{key}={value!r} must be {what}.")
+    precision = trainer.get("precision")
+    if precision is not None and (isinstance(precision, bool) or precision not in PRECISIONS):
+        raise ConfigError(f"trainer.precision={precision!r} is not one of 32-true, bf16-mixed, 16-mixed (or the "
+                          "other values Lightning takes: bf16-true, 16-true, 64-true).")
 
 
 def check_run_keys(cfg: DictConfig) -> None:
