@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from tinygpt.model.config import AttnConfig, GPTConfig
 from tinygpt.runtime.errors import ConfigError, first_line
+from tinygpt.runtime.hub import no_config_json
 
 # GPT-2's model.attn.*: every option's default, less those that change how the attention is computed or started,
 # not what it computes; so a new option is refused on export wherever it is not at its default (GPT-2's behaviour)
@@ -56,8 +57,7 @@ def read_config(model_dir: Path) -> dict:
     """config.json of a Hugging Face model dir, or one sentence."""
     path = Path(model_dir) / "config.json"
     if not path.is_file():
-        raise ConfigError(f"{model_dir} has no config.json; a Hugging Face GPT-2 dir holds config.json, "
-                          "model.safetensors or pytorch_model.bin, and its tokenizer files.")
+        raise ConfigError(no_config_json(model_dir))
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as err:

@@ -46,13 +46,23 @@ def nearest_sibling(path: Path) -> Path | None:
     return parent / near[0] if near else None
 
 
+def no_config_json(model_dir: Path) -> str:
+    """The sentence for a model dir without config.json (here, before torch, and where the dir is read)."""
+    return (f"{model_dir} has no config.json; a Hugging Face GPT-2 dir holds config.json, model.safetensors or "
+            "pytorch_model.bin, and its tokenizer files.")
+
+
 def local_model_dir(name: str, key: str = "init_from") -> Path | None:
     """``name`` as a local dir, or None when it is a Hub name to fetch; one sentence naming ``key`` when it is
     neither (a file, a missing dir, a name GPT-2 does not have). Reads no network: train.py checks this before
     anything heavy is imported."""
     local = Path(name).expanduser()
     if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise ConfigError(f"{key}={name!r}: {no_config_json(local)}")
         return local
+    if name.lower() == "scratch":
+        raise ConfigError(f"{key}={name!r}: did you mean {key}=scratch (random weights)?")
     if local.exists():
         raise ConfigError(f"{key}={name!r} is a file; pass a Hugging Face model dir ({WHAT_A_DIR_HOLDS}) or a Hub "
                           "name such as gpt2.")
@@ -63,7 +73,7 @@ def local_model_dir(name: str, key: str = "init_from") -> Path | None:
                           f"({WHAT_A_DIR_HOLDS}) or a Hub name ({', '.join(GPT2_NAMES)} or owner/name).")
     if "/" not in name and name not in GPT2_NAMES:
         near = [ALIASES[name.lower()]] if name.lower() in ALIASES else difflib.get_close_matches(name, GPT2_NAMES, n=1,
-                                                                                                 cutoff=0.8)
+                                                                                                 cutoff=0.7)
         raise ConfigError(f"{key}={name!r} is not one of GPT-2's Hub names ({', '.join(GPT2_NAMES)}); "
                           + (f"did you mean {near[0]}? Another" if near else "another") + " model is owner/name, or a "
                           "local dir.")

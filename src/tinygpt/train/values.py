@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 import sys
+import zipfile
+from dataclasses import fields
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -115,7 +117,10 @@ def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
     ``run_dir``), init_from a local model dir or a Hub name GPT-2 has (the Hub itself is asked at set-up)."""
     ckpt = cfg.get("ckpt_path")
     if ckpt not in (None, "") and run_dir is not None:
-        resolve_ckpt_path(str(ckpt), run_dir)
+        path = resolve_ckpt_path(str(ckpt), run_dir)
+        if not zipfile.is_zipfile(path):  # what torch.save writes; anything else fails to load after the imports
+            raise ConfigError(f"ckpt_path={str(ckpt)!r}: {path} is not a checkpoint (not a torch archive: truncated, "
+                              "or another kind of file).")
     source = cfg.get("init_from")
     if source not in (None, "scratch") and str(source).strip():
         local_model_dir(str(source))
@@ -131,7 +136,12 @@ def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
         check_paths(cfg, run_dir)
         check_callbacks(cfg.get("callbacks"))
         if str(cfg.get("init_from") or "scratch") == "scratch":
-            GPTConfig(vocab_size=1, **OmegaConf.to_container(cfg.model, resolve=True))  # the vocab comes with the data
+            model = OmegaConf.to_container(cfg.model, resolve=True)
+            unknown = sorted(set(model) - {f.name for f in fields(GPTConfig)})
+            if unknown:  # added with +model.<key>: the schema took it, the model has no such setting
+                raise ConfigError(f"model.{unknown[0]} is not a setting of the model; python train.py --cfg job "
+                                  "shows model's keys.")
+            GPTConfig(vocab_size=1, **model)  # the vocab comes with the data
         build("optim", cfg.optim)
         build("corpus", cfg.corpus)
         data = OmegaConf.to_container(cfg.data, resolve=True)
