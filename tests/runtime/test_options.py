@@ -75,3 +75,19 @@ def test_a_sweep_without_multirun_is_one_line_saying_to_add_m(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "error: seed=1,2 gives several values, which makes a sweep: add -m to run one job per value (or, for one "
         "value that is this string, quote it for Hydra: \"seed='1,2'\")."]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["model.n_layer"], "model.n_layer has no value: give one, model.n_layer=<value> (or ~model.n_layer to leave the "
+                        "key out)."),
+    (["seed=1", "+extra"], "+extra has no value: give one, +extra=<value> (or ~extra to leave the key out)."),
+])
+def test_a_key_without_a_value_is_one_sentence(argv, message):
+    """Hydra's own answer had been 5 lines and exit 1 (`missing EQUAL at '<EOF>'`)."""
+    assert mistyped_option(argv, CONFIGS) == message
+
+
+@pytest.mark.parametrize("argv", [["--cfg", "job"], ["-c", "job", "seed=1"], ["--info", "defaults"],
+                                  ["~callbacks.leak_alarm"], ["-m", "seed=1,2"], ["--config-name", "train"]])
+def test_flags_their_values_and_deletions_are_not_bare_keys(argv):
+    assert mistyped_option(argv, CONFIGS) is None

@@ -35,6 +35,21 @@ def quoted(text: str) -> str:
     return f"\"{key}='{value}'\""
 
 
+FLAGS_WITH_A_VALUE = {"--cfg", "-c", "--package", "-p", "--info", "-i", "--config-path", "-cp", "--config-name",
+                      "-cn", "--config-dir", "-cd", "--experimental-rerun"}  # Hydra's: the next word is theirs
+
+
+def bare_key(argv: list[str]) -> str | None:
+    """The one sentence for a key given without a value (``model.n_layer``: Hydra's 5 lines and exit 1), None when
+    every word is an override, a deletion (~key) or a flag and its value."""
+    for before, word in zip([None, *argv], argv, strict=False):
+        if "=" in word or word.startswith(("-", "~")) or before in FLAGS_WITH_A_VALUE:
+            continue
+        key = word.lstrip("+")
+        return f"{word} has no value: give one, {word}=<value> (or ~{key} to leave the key out)."
+    return None
+
+
 def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
     """The one sentence for the first ``group=option`` in ``argv`` whose group is a folder of ``config_dir`` and has
     no such option file (with the nearest option and the list); None when every one exists. Hydra's own groups
@@ -42,6 +57,9 @@ def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    bare = bare_key(argv)
+    if bare:
+        return bare
     texts = [a for a in argv if "=" in a and not a.startswith("-")]  # overrides; Hydra's flags start with -
     try:
         overrides = OverridesParser.create().parse_overrides(texts)
