@@ -9,7 +9,7 @@ import torch
 
 from helpers import write_checkpoint
 from tinygpt.cli.sample import main, prompt_ids
-from tinygpt.runtime.checkpoint import checkpoint_in
+from tinygpt.runtime.run_dirs import checkpoint_in
 
 
 @pytest.fixture(scope="module")

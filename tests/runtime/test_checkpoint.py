@@ -131,13 +131,13 @@ def test_a_run_dir_names_one_checkpoint_for_ckpt_path_and_for_the_clis(tmp_path)
     --ckpt <run dir> (the CLIs) take the same file, and refuse a dir without one, each in its own sentence."""
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    (run / "last.ckpt").write_bytes(b"x")
-    assert checkpoint.checkpoint_file(run) == run_dirs.resolve_ckpt_path(str(run), tmp_path) == run / "last.ckpt"
-    run_dirs.last_path_in(run).write_bytes(b"x")
-    assert checkpoint.checkpoint_file(run) == run_dirs.resolve_ckpt_path(str(run), tmp_path) == \
+    torch.save({}, run / "last.ckpt")  # a torch archive (the CLIs check that much before importing torch)
+    assert run_dirs.checkpoint_file(run) == run_dirs.resolve_ckpt_path(str(run), tmp_path) == run / "last.ckpt"
+    torch.save({}, run_dirs.last_path_in(run))
+    assert run_dirs.checkpoint_file(run) == run_dirs.resolve_ckpt_path(str(run), tmp_path) == \
         run / "checkpoints" / "last.ckpt"
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="holds no checkpoint"):
-        checkpoint.checkpoint_file(tmp_path / "empty")
+        run_dirs.checkpoint_file(tmp_path / "empty")
     with pytest.raises(ConfigError, match="is not a checkpoint file or a run dir holding checkpoints/last.ckpt"):
         run_dirs.resolve_ckpt_path(str(tmp_path / "empty"), tmp_path)

@@ -72,6 +72,9 @@ def test_train_py_refuses_a_bad_value_without_importing_torch_lightning_or_wandb
     ("init_from=Scratch", "init_from='Scratch': did you mean init_from=scratch (random weights)?"),
     ("init_from=gtp2", "init_from='gtp2' is not one of GPT-2's Hub names (gpt2, gpt2-medium, gpt2-large, gpt2-xl, "
                        "distilgpt2); did you mean gpt2?"),
+    ("callbacks.model_checkpoint.mode=minimum", "callbacks.model_checkpoint.mode='minimum' is not one of min, max."),
+    ("callbacks.model_checkpoint.save_top_k=-2", "callbacks.model_checkpoint.save_top_k=-2 must be a whole number"),
+    ("callbacks.lr_monitor.logging_interval=hour", "callbacks.lr_monitor.logging_interval='hour' is not one of step"),
     ("trainer.precision=fp16", "trainer.precision='fp16' is not one of 32-true, bf16-mixed, 16-mixed"),
     ("data.tokenizer=word", "data.tokenizer='word' is not one of char, bpe, pretrained."),
     ("data.bpe_vocab_size=-5", "data.bpe_vocab_size=-5 must be a positive integer."),

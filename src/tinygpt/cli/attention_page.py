@@ -126,11 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         print_error("attention: no --ckpt given and none found under outputs/ or multirun/; run `python train.py` "
                     "first.")
         return 2
-    from tinygpt.experiments.partial_leaks.bugs import BuggyAttention
-    from tinygpt.runtime.checkpoint import checkpoint_file
-    from tinygpt.train.module import load_trained
+    from tinygpt.runtime.run_dirs import checkpoint_file
 
-    try:
+    try:  # every path checked before torch is imported
         if args.out is not None:
             check_writable(args.out, f"--out={args.out}")
         if args.png is not None:
@@ -139,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ConfigError) as err:
         print_error(f"attention: {err}")
         return 2
+    from tinygpt.experiments.partial_leaks.bugs import BuggyAttention
+    from tinygpt.train.module import load_trained
+
     try:
         model, tok, step = load_trained(path)
         ids, labels, notes = tokens(tok, args.text, model.config.block_size, model.config.vocab_size)

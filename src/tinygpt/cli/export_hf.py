@@ -24,6 +24,7 @@ from pathlib import Path
 from tinygpt.data import hf_tokenizer
 from tinygpt.data.tokenizer import UNK
 from tinygpt.model.config import patch_names
+from tinygpt.runtime import run_dirs
 from tinygpt.runtime.errors import ConfigError, OneLineParser, first_line, print_error
 from tinygpt.runtime.writable import cannot_write_into
 
@@ -131,11 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="write into a directory that already holds files (the model "
                     "files transformers reads there are replaced, other files stay)")
     args = ap.parse_args(argv)
-    from tinygpt.runtime import checkpoint
-
     try:
-        path = checkpoint.checkpoint_file(args.ckpt)
+        path = run_dirs.checkpoint_file(args.ckpt)  # a wrong path or file refused before torch is imported
         check_out(args.out, args.force)
+        from tinygpt.runtime import checkpoint
+
         ckpt = checkpoint.load(path)
         files = gpt2_files(ckpt, f"checkpoint {str(path)!r}")
     except (FileNotFoundError, ConfigError) as err:

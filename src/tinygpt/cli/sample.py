@@ -153,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--max-new-tokens={args.max_new_tokens} must be >= 1.")
     if args.num_samples < 1:
         ap.error(f"--num-samples={args.num_samples} must be >= 1.")
+    if not args.init_from:
+        from tinygpt.runtime.run_dirs import checkpoint_file
+
+        try:
+            ckpt = checkpoint_file(ckpt)  # a wrong path or file refused before torch is imported
+        except (FileNotFoundError, ConfigError) as e:
+            ap.error(str(e))
     if args.device == "auto":
         import torch
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from tinygpt.runtime.errors import CheckpointWriteError, ConfigError, first_line
 from tinygpt.runtime.old_runs import outdated, refusal
-from tinygpt.runtime.run_dirs import LAST, last_checkpoint_in, last_path_in
+from tinygpt.runtime.run_dirs import LAST, check_archive, last_path_in
 
 
 
@@ -62,41 +61,10 @@ def last_path(trainer) -> Path:
     return Path(cb.dirpath) / LAST if cb is not None and cb.dirpath else last_path_in(trainer.default_root_dir)
 
 
-def checkpoint_in(d: Path) -> Path:
-    """A run dir's last checkpoint (``last_checkpoint_in``); a sweep dir, or a run that wrote none, is named as what it
-    is (FileNotFoundError)."""
-    found = last_checkpoint_in(d)
-    if found is not None:
-        return found
-    summary = d / "summary.json"
-    if summary.is_file():
-        s = json.loads(summary.read_text())
-        raise FileNotFoundError(f"{d} is a run dir without a checkpoint (status {s.get('status')!r} at step "
-                                f"{s.get('steps')}: it stopped before its first checkpoint); pass another run.")
-    jobs = sorted(p.parent.parent.name for p in d.glob(f"*/checkpoints/{LAST}"))
-    if (d / "multirun.yaml").exists() or jobs:
-        example = f" e.g. --ckpt {d / jobs[0]}" if jobs else ""
-        raise FileNotFoundError(f"{d} is a sweep dir ({len(jobs)} jobs with a checkpoint); pass one job's dir,"
-                                f"{example}.")
-    raise FileNotFoundError(f"{d} holds no checkpoint (no checkpoints/last.ckpt); pass a run dir or a .ckpt file.")
-
-
-def checkpoint_file(path: str | Path) -> Path:
-    """The .ckpt file a --ckpt names: the file itself, or a run dir's last checkpoint (``checkpoint_in``)."""
-    path = Path(path)
-    if path.is_dir():  # a run dir: use its last checkpoint
-        path = checkpoint_in(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist.")
-    return path
-
-
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """A checkpoint written by train.py, loaded with ``weights_only=True`` (an untrusted file cannot run
     code); a file that is not one gives one sentence."""
-    if not zipfile.is_zipfile(path):
-        raise ConfigError(f"checkpoint {str(path)!r} is not a readable checkpoint (not a torch archive: truncated, "
-                          "or another kind of file).")
+    check_archive(path)
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError:

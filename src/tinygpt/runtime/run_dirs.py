@@ -12,6 +12,7 @@ import socket
 import re
 import secrets
 import sys
+import zipfile
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -427,3 +428,41 @@ def resolve_ckpt_path(value: str | None, run_dir: Path) -> Path | None:
             f"ckpt_path={str(value)!r} is not a checkpoint file or a run dir holding checkpoints/last.ckpt."
         )
     return found
+
+
+def checkpoint_in(d: Path) -> Path:
+    """A run dir's last checkpoint (``last_checkpoint_in``); a sweep dir, or a run that wrote none, is named as what it
+    is (FileNotFoundError)."""
+    found = last_checkpoint_in(d)
+    if found is not None:
+        return found
+    summary = d / "summary.json"
+    if summary.is_file():
+        s = json.loads(summary.read_text())
+        raise FileNotFoundError(f"{d} is a run dir without a checkpoint (status {s.get('status')!r} at step "
+                                f"{s.get('steps')}: it stopped before its first checkpoint); pass another run.")
+    jobs = sorted(p.parent.parent.name for p in d.glob(f"*/checkpoints/{LAST}"))
+    if (d / "multirun.yaml").exists() or jobs:
+        example = f" e.g. --ckpt {d / jobs[0]}" if jobs else ""
+        raise FileNotFoundError(f"{d} is a sweep dir ({len(jobs)} jobs with a checkpoint); pass one job's dir,"
+                                f"{example}.")
+    raise FileNotFoundError(f"{d} holds no checkpoint (no checkpoints/last.ckpt); pass a run dir or a .ckpt file.")
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """The .ckpt file a --ckpt names: the file itself, or a run dir's last checkpoint (``checkpoint_in``), when it is
+    a torch archive (checked without torch: the CLIs refuse a wrong path before importing it)."""
+    path = Path(path)
+    if path.is_dir():  # a run dir: use its last checkpoint
+        path = checkpoint_in(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist.")
+    check_archive(path)
+    return path
+
+
+def check_archive(path: str | Path) -> None:
+    """Nothing when ``path`` is a zip archive, what torch.save writes; else one sentence (ConfigError)."""
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(f"checkpoint {str(path)!r} is not a readable checkpoint (not a torch archive: truncated, "
+                          "or another kind of file).")

@@ -140,15 +140,31 @@ def settings_of(target: str) -> type | None:
     return globals().get(target.rsplit(".", 1)[-1] + "Settings")
 
 
+def check_lightning_callback(name: str, target: str, node: DictConfig) -> None:
+    """The values of Lightning's own callbacks in the config that Lightning would refuse only once built (after
+    torch): a checkpoint's monitored metric, mode and count, the learning-rate monitor's interval."""
+    key = f"callbacks.{name}"
+    if target.endswith("ModelCheckpoint"):
+        if node.get("monitor") not in (None, *MONITORABLE):
+            raise ConfigError(f"{key}.monitor={node.get('monitor')!r} is not a metric a run logs (one of "
+                              f"{', '.join(MONITORABLE)}, or null for the last checkpoint only).")
+        if node.get("mode", "min") not in ("min", "max"):
+            raise ConfigError(f"{key}.mode={node.get('mode')!r} is not one of min, max.")
+        top_k = node.get("save_top_k", 1)
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < -1:
+            raise ConfigError(f"{key}.save_top_k={top_k!r} must be a whole number >= -1 (-1: keep all, 0: none).")
+    if target.endswith("LearningRateMonitor") and node.get("logging_interval") not in (None, "step", "epoch"):
+        raise ConfigError(f"{key}.logging_interval={node.get('logging_interval')!r} is not one of step, epoch "
+                          "(or null).")
+
+
 def check_callbacks(callbacks: DictConfig | None) -> None:
     """Each of our callbacks' settings, as the callback will take them (callbacks.<name>=null leaves one out)."""
     for name, node in (callbacks or {}).items():
         if node is None:
             continue
         target = str(node.get("_target_", ""))
-        if target.endswith("ModelCheckpoint") and node.get("monitor") not in (None, *MONITORABLE):
-            raise ConfigError(f"callbacks.{name}.monitor={node.get('monitor')!r} is not a metric a run logs (one of "
-                              f"{', '.join(MONITORABLE)}, or null for the last checkpoint only).")
+        check_lightning_callback(name, target, node)
         settings = settings_of(target)
         if settings is None:
             continue

@@ -12,7 +12,7 @@ from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from tokenizers import Tokenizer
 
 from tinygpt.model.gpt import GPT, GPTConfig
-from tinygpt.runtime import checkpoint
+from tinygpt.runtime import checkpoint, run_dirs
 from tinygpt.runtime.errors import ConfigError
 from tinygpt.runtime.old_runs import outdated, refusal
 from tinygpt.train.optim import AdamWCosine, clip_grad_norm_cpu_
@@ -159,7 +159,7 @@ def load_trained(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer 
     """The GPT a train.py checkpoint holds (a .ckpt file, or a run dir: its last checkpoint), as it was trained
     (its model.patch applied), in eval mode on ``device``; its tokenizer (None for token-id data);
     and the global step it was saved at. Loaded with ``weights_only=True`` (an untrusted file cannot run code)."""
-    file = checkpoint.checkpoint_file(path)
+    file = run_dirs.checkpoint_file(path)
     ckpt = checkpoint.load(file, map_location=device)
     model = build_model(model_settings(ckpt["hyper_parameters"], str(file)))
     model.load_state_dict(checkpoint.model_weights(ckpt["state_dict"]))
