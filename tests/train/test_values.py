@@ -148,7 +148,7 @@ def test_a_start_file_of_the_wrong_kind_is_refused_before_torch(tmp_path):
 
     (tmp_path / "notes.txt").write_text("not a checkpoint")
     (tmp_path / "empty").mkdir()
-    for override, message in ((f"ckpt_path={tmp_path / 'notes.txt'}", "is not a checkpoint (not a torch archive"),
+    for override, message in ((f"ckpt_path={tmp_path / 'notes.txt'}", "notes.txt' is not a readable checkpoint"),
                               (f"init_from={tmp_path / 'empty'}", "empty has no config.json; a Hugging Face GPT-2")):
         with pytest.raises(ConfigError, match=re.escape(message)):
             check_values(compose_train([override], out_dir=tmp_path / "run"), tmp_path / "run")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import sys
-import zipfile
 from dataclasses import fields
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from tinygpt.model.config import GPTConfig
 from tinygpt.runtime.checks import is_int, is_number, positive_int
 from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line, print_error
 from tinygpt.runtime.hub import local_model_dir
-from tinygpt.runtime.run_dirs import resolve_ckpt_path
+from tinygpt.runtime.run_dirs import check_archive, resolve_ckpt_path
 from tinygpt.train.callback_settings import check_callbacks
 
 LOGGERS = ("wandb", "csv")
@@ -117,10 +116,11 @@ def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
     ``run_dir``), init_from a local model dir or a Hub name GPT-2 has (the Hub itself is asked at set-up)."""
     ckpt = cfg.get("ckpt_path")
     if ckpt not in (None, "") and run_dir is not None:
-        path = resolve_ckpt_path(str(ckpt), run_dir)
-        if not zipfile.is_zipfile(path):  # what torch.save writes; anything else fails to load after the imports
-            raise ConfigError(f"ckpt_path={str(ckpt)!r}: {path} is not a checkpoint (not a torch archive: truncated, "
-                              "or another kind of file).")
+        try:
+            check_archive(resolve_ckpt_path(str(ckpt), run_dir))  # what torch.save writes, checked without torch
+        except ConfigError as err:  # resolve_ckpt_path's sentences name ckpt_path; check_archive's the file
+            named = str(err) if str(err).startswith("ckpt_path") else f"ckpt_path={str(ckpt)!r}: {err}"
+            raise ConfigError(named) from None
     source = cfg.get("init_from")
     if source not in (None, "scratch") and str(source).strip():
         local_model_dir(str(source))
