@@ -38,7 +38,7 @@ def ours(backend):
      {"vocab": 50, "max_len": 64}),
     (Handmade, HANDMADE),
     (TorchMHA, {"max_len": 64}),
-    (HFGPT2Attention, {"max_len": 64}),
+    pytest.param(HFGPT2Attention, {"max_len": 64}, marks=pytest.mark.slow),  # eager float64: the slowest here
     (lambda: attention, {"max_len": 64}),  # the function level: against the formula itself
     (lambda: lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), {"max_len": 64}),
     (lambda: lambda q, k, v, m: masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), m) @ v,
@@ -106,6 +106,7 @@ def test_rows_with_no_visible_key_are_caught_forward_and_backward():
     assert set(bad) == {"padding", "gradients"} and "non-finite output" in bad["padding"]
 
 
+@pytest.mark.slow  # a whole battery
 def test_torchs_multihead_attention_gives_nan_for_a_query_that_sees_only_padding():
     """A finding, not a planted bug: nn.MultiheadAttention with key_padding_mask and a causal attn_mask gives NaN
     where a left-padded query sees no real key (pytorch/pytorch#41508, open)."""
@@ -148,6 +149,7 @@ def test_a_module_that_scales_after_the_product_is_named_in_float16():
     assert verify.run(ours("sdpa"), only=["16-bit"])[0].verdict == "pass"
 
 
+@pytest.mark.slow  # a whole battery with padding and a cache
 def test_the_scale_is_invisible_from_outside_a_module():
     """Scaling twice leaves a module causal, finite and batch-independent: only the function level sees it."""
     assert not failed(lambda: Handmade(scale_twice=True), **HANDMADE)
