@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from tinygpt.runtime.checks import positive_int
+from tinygpt.runtime.errors import first_line
 
 if TYPE_CHECKING:
     import numpy as np
@@ -176,8 +177,8 @@ def read_hf_dataset(
             raise ValueError(f"corpus.name={name!r}: {err}; connect to the network, or give a local copy "
                              "(a dir of data files or one written by save_to_disk).") from None
         except Exception as err:  # datasets' own refusals: no data files, no such dataset, config or split
-            message = (str(err).strip().splitlines() or [type(err).__name__])[0]
-            raise ValueError(f"corpus.name={name!r} cannot be read by datasets ({type(err).__name__}: {message}); "
+            raise ValueError(f"corpus.name={name!r} cannot be read by datasets ({type(err).__name__}: "
+                             f"{first_line(err)}); "
                              "give a hub id, a dir of data files or one written by save_to_disk.") from None
     assert isinstance(ds, Dataset)
     if text_column not in ds.column_names:

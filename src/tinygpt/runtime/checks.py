@@ -46,6 +46,13 @@ def number(key: str, value) -> float:
     return value
 
 
+def true_or_false(key: str, value) -> None:
+    """Nothing when ``value`` is a bool; else ``<key>=<value> must be true or false.`` (1, 'yes' or 'maybe' is not a
+    switch: a string would read as true)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}={value!r} must be true or false.")
+
+
 def one_of(key: str, value, options: Iterable) -> None:
     """Nothing when ``value`` is one of ``options``; else ``<key>=<value> is not one of a, b.``"""
     options = tuple(options)

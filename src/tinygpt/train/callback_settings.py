@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 
 from omegaconf import DictConfig, OmegaConf
 
-from tinygpt.runtime.checks import non_negative_int, one_of, positive_int, positive_number
+from tinygpt.runtime.checks import non_negative_int, one_of, positive_int, positive_number, true_or_false
 from tinygpt.runtime.errors import ConfigError
 from tinygpt.sampling.checks import check_sampling
 
@@ -124,12 +124,6 @@ class StepProgressBarSettings:
 
     def __post_init__(self):
         non_negative_int("callbacks.progress_bar.refresh_rate", self.refresh_rate, " (0: no bar)")
-
-
-def true_or_false(key: str, value) -> None:
-    """A switch is a bool: 1, 'yes' or 'maybe' is refused (a string would read as true)."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{key}={value!r} must be true or false.")
 
 
 def settings_of(target: str) -> type | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tinygpt.runtime.checks import is_int, is_number
+from tinygpt.runtime.checks import is_int, is_number, true_or_false
 
 if TYPE_CHECKING:
     from torch import nn
@@ -73,8 +73,7 @@ class AdamWCosine:
             raise ValueError(f"optim.weight_decay={weight_decay} must be >= 0.")
         if not (len(betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in betas)):
             raise ValueError(f"optim.betas={list(betas)!r} must be two numbers in [0, 1).")
-        if not isinstance(fused_adam, bool):
-            raise ValueError(f"optim.fused_adam={fused_adam!r} must be true or false.")
+        true_or_false("optim.fused_adam", fused_adam)
         self.lr, self.min_lr, self.warmup_steps, self.decay_steps = lr, min_lr, warmup_steps, decay_steps
         self.betas, self.weight_decay, self.fused_adam = tuple(betas), weight_decay, fused_adam
 

@@ -12,7 +12,8 @@ import math
 import torch
 from torch import Tensor
 
-from tinygpt.verify.result import TOL64, Result, VerifyError, described, first_line_of, relative_change
+from tinygpt.runtime.errors import first_line
+from tinygpt.verify.result import TOL64, Result, VerifyError, described, relative_change
 from tinygpt.verify.settings import Settings
 
 B, H, D = 2, 2, 16
@@ -177,7 +178,7 @@ def check_gradients(f: Function, gen: torch.Generator) -> Result:
     try:
         torch.autograd.gradcheck(lambda a, b, c: f(a, b, c, causal(4)), (q, k, v), eps=1e-6, atol=1e-5)
     except Exception as err:  # gradcheck's GradcheckError, or a backward that raises
-        return Result("gradients", "fail", "gradcheck failed", f"float64 gradcheck: {first_line_of(err)}")
+        return Result("gradients", "fail", "gradcheck failed", f"float64 gradcheck: {first_line(err)}")
     q, k, v = (x.clone().requires_grad_() for x in qkv(gen, 6))
     keep = causal(6) & torch.tensor([False, True, True, True, True, True])[None, None, None, :]  # row 0 sees nothing
     (f(q, k, v, keep) * torch.randn(B, H, 6, D, generator=gen, dtype=torch.float64)).sum().backward()

@@ -36,12 +36,6 @@ class CheckFailed(AssertionError):
     """``tinygpt.verify.check`` in a user's test: the failed checks' sentences."""
 
 
-def first_line_of(err: BaseException) -> str:
-    """An exception's message as one line."""
-    text = str(err).strip() or type(err).__name__
-    return text.splitlines()[0]
-
-
 def described(err: BaseException) -> str:
     """'TypeError: <its message's first line>', or the type alone when it has no message (a bare assert)."""
     text = str(err).strip()
