@@ -223,7 +223,7 @@ def test_default_corpus_csv_logger_and_no_logger(tmp_path, cache_dir):
         ("corpus.path=/no/such/file.txt", "corpus.path='/no/such/file.txt' is not a file"),
         ("trainer.max_steps=0", "trainer.max_steps=0 must be a positive integer"),
         ("seed=-1", "seed=-1 must be an integer in [0, 2**32)"),
-        pytest.param("trainer=gpu", "trainer.accelerator='gpu' but no CUDA GPU is visible",
+        pytest.param("trainer=gpu", "trainer.accelerator='gpu' but this machine has no CUDA GPU",
                      marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")),
         ("optim.warmup_steps=-5", "optim.warmup_steps=-5 must be >= 0"),
         ("diagnostics.windows=0", "diagnostics.windows=0 must be a positive integer"),

@@ -75,7 +75,7 @@ BAD = [  # (overrides, the exact sentence)
     (["trainer.gradient_clip_val=true"], "trainer.gradient_clip_val=True must be a number >= 0"),
     (["ckpt_path=/no/such.ckpt"], "ckpt_path='/no/such.ckpt' is not a checkpoint file or a run dir"),
     (["ckpt_path=last"], "ckpt_path=last but"),
-    pytest.param(["trainer=gpu"], "trainer.accelerator='gpu' but no CUDA GPU is visible; use trainer=cpu",
+    pytest.param(["trainer=gpu"], "trainer.accelerator='gpu' but ",  # no driver, or torch sees no GPU
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")),
 ]
 

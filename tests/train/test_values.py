@@ -76,6 +76,7 @@ def test_train_py_refuses_a_bad_value_without_importing_torch_lightning_or_wandb
     ("callbacks.model_checkpoint.save_top_k=-2", "callbacks.model_checkpoint.save_top_k=-2 must be a whole number"),
     ("callbacks.lr_monitor.logging_interval=hour", "callbacks.lr_monitor.logging_interval='hour' is not one of step"),
     ("trainer.precision=fp16", "trainer.precision='fp16' is not one of 32-true, bf16-mixed, 16-mixed"),
+    ("logger.wandb.mode=onlin", "logger.wandb.mode='onlin' is not one of online, offline, disabled, dryrun, shared."),
     ("data.tokenizer=word", "data.tokenizer='word' is not one of char, bpe, pretrained."),
     ("data.bpe_vocab_size=-5", "data.bpe_vocab_size=-5 must be a positive integer."),
     ("callbacks.text_samples.final_only=maybe", "callbacks.text_samples.final_only='maybe' must be true or false."),
@@ -148,7 +149,33 @@ def test_a_start_file_of_the_wrong_kind_is_refused_before_torch(tmp_path):
 
     (tmp_path / "notes.txt").write_text("not a checkpoint")
     (tmp_path / "empty").mkdir()
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')
     for override, message in ((f"ckpt_path={tmp_path / 'notes.txt'}", "notes.txt' is not a readable checkpoint"),
-                              (f"init_from={tmp_path / 'empty'}", "empty has no config.json; a Hugging Face GPT-2")):
+                              (f"init_from={tmp_path / 'empty'}", "empty has no config.json; a Hugging Face GPT-2"),
+                              (f"init_from={tmp_path / 'bert'}", "bert': config.json: model_type='bert', not gpt2; "
+                                                                 "init_from loads GPT-2 models only.")):
         with pytest.raises(ConfigError, match=re.escape(message)):
             check_values(compose_train([override], out_dir=tmp_path / "run"), tmp_path / "run")
+
+
+def test_wandb_mode_from_the_environment_is_checked_with_the_config(tmp_path, monkeypatch):
+    from helpers import compose_train
+    from tinygpt.train.values import check_values
+
+    monkeypatch.setenv("WANDB_MODE", "ofline")
+    with pytest.raises(ConfigError, match=r"^WANDB_MODE='ofline' is not one of online, offline, disabled"):
+        check_values(compose_train([], out_dir=tmp_path), tmp_path)
+
+
+def test_a_gpu_asked_for_on_a_linux_machine_without_a_gpu_driver_is_refused_before_torch(monkeypatch):
+    """No NVIDIA or ROCm device file: torch could not see a GPU either (the retry measured 7-9 s to say so)."""
+    from tinygpt.train import values
+
+    monkeypatch.setattr(values.sys, "platform", "linux")
+    monkeypatch.setattr(values, "GPU_DRIVER_FILES", ("/nonexistent/nvidia",))
+    with pytest.raises(ConfigError, match=r"^trainer.accelerator='gpu' but this machine has no CUDA GPU; use "):
+        values.check_gpu_visible(OmegaConf.create({"accelerator": "gpu"}))
+    values.check_gpu_visible(OmegaConf.create({"accelerator": "auto"}))  # auto falls back to the CPU
+    monkeypatch.setattr(values, "GPU_DRIVER_FILES", ("/",))  # a driver: torch decides at set-up
+    values.check_gpu_visible(OmegaConf.create({"accelerator": "gpu"}))

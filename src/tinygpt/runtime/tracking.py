@@ -13,6 +13,7 @@ from tinygpt.runtime.console import is_quiet
 from tinygpt.runtime.errors import ConfigError
 from tinygpt.runtime.internals import drop_wandb_anonymous, wandb_stored_credentials
 from tinygpt.runtime.network import REACH_TIMEOUT_S, unreachable  # noqa: F401 (re-exported)
+from tinygpt.runtime.wandb_mode import MODES, requested_mode  # noqa: F401 (MODES re-exported)
 
 console = Console(stderr=True)
 
@@ -35,18 +36,12 @@ def has_credentials() -> bool:
         return False
 
 
-MODES = ("online", "offline", "disabled", "dryrun", "shared")
-
-
 def choose_mode(requested: str | None) -> str:
     """The logger's mode: as asked (config, then WANDB_MODE); else online when wandb has credentials and
     its server answers within seconds; else offline, saying why when credentials exist. A mode forced online
     gets the same checks, and a ConfigError (one line) when either fails: no waiting for wandb's retries."""
-    where = "logger.wandb.mode" if requested else "WANDB_MODE"
-    forced = requested or os.environ.get("WANDB_MODE")
+    forced, where = requested_mode(requested)
     if forced:
-        if forced not in MODES:
-            raise ConfigError(f"{where}={forced!r} is not one of {', '.join(MODES)}.")
         if forced == "online":
             if not has_credentials():
                 raise ConfigError(f"{where}=online but wandb has no credentials; run `wandb login` (or set "

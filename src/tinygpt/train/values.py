@@ -20,10 +20,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.data.config import DataConfig
 from tinygpt.model.config import GPTConfig
+from tinygpt.model.hf_config import model_settings, read_config
 from tinygpt.runtime.checks import is_int, is_number, positive_int
 from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line, print_error
 from tinygpt.runtime.hub import local_model_dir
 from tinygpt.runtime.run_dirs import check_archive, resolve_ckpt_path
+from tinygpt.runtime.wandb_mode import requested_mode
 from tinygpt.train.callback_settings import check_callbacks
 
 LOGGERS = ("wandb", "csv")
@@ -87,6 +89,21 @@ def check_trainer(trainer: DictConfig) -> None:
                           "other values Lightning takes: bf16-true, 16-true, 64-true).")
 
 
+# what a CUDA (or ROCm) driver puts on a Linux machine: without any of them torch sees no GPU either
+GPU_DRIVER_FILES = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")
+
+
+def check_gpu_visible(trainer: DictConfig) -> None:
+    """A GPU asked for on a machine with no GPU driver at all (macOS, or Linux without NVIDIA's or ROCm's device
+    files), refused before torch; where a driver exists, set-up asks torch whether it sees a GPU."""
+    if trainer.get("accelerator") not in ("gpu", "cuda"):
+        return
+    if sys.platform == "darwin" or (sys.platform.startswith("linux")
+                                    and not any(Path(f).exists() for f in GPU_DRIVER_FILES)):
+        raise ConfigError(f"trainer.accelerator={trainer.accelerator!r} but this machine has no CUDA GPU; use "
+                          "trainer=cpu or trainer.accelerator=auto.")
+
+
 def check_run_keys(cfg: DictConfig) -> None:
     """What spans groups or belongs to no object: required keys, the trainer, block sizes, loggers, diagnostics,
     the seed."""
@@ -96,6 +113,7 @@ def check_run_keys(cfg: DictConfig) -> None:
         hint = " (one or more UTF-8 text files)" if key == "corpus.path" else ""
         raise ConfigError(f"{key} is required but not set; pass {key}=<value>{hint}.")
     check_trainer(cfg.trainer)
+    check_gpu_visible(cfg.trainer)
     if cfg.data.block_size != cfg.model.block_size:
         raise ConfigError(
             f"data.block_size={cfg.data.block_size} must equal model.block_size={cfg.model.block_size}."
@@ -103,6 +121,8 @@ def check_run_keys(cfg: DictConfig) -> None:
     for name in (cfg.get("logger") or {}):
         if name not in LOGGERS:
             raise ConfigError(f"logger {name!r} is not one of {', '.join(LOGGERS)} (or logger=none).")
+    if (cfg.get("logger") or {}).get("wandb") is not None:
+        requested_mode(cfg.logger.wandb.get("mode"))  # the mode's name (whether online is reachable: at set-up)
     positive_int("diagnostics.windows", cfg.diagnostics.windows, " (validation windows to probe)")
     if cfg.diagnostics.max_val_tokens is not None:
         positive_int("diagnostics.max_val_tokens", cfg.diagnostics.max_val_tokens,
@@ -123,7 +143,14 @@ def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
             raise ConfigError(named) from None
     source = cfg.get("init_from")
     if source not in (None, "scratch") and str(source).strip():
-        local_model_dir(str(source))
+        local = local_model_dir(str(source))
+        if local is not None:  # its config.json must be GPT-2's (the weights' headers are read at set-up)
+            where = f"init_from={str(source)!r}"
+            try:
+                config = read_config(local)
+            except ConfigError as err:
+                raise ConfigError(f"{where}: {err}") from None
+            model_settings(config, where=f"{where}: config.json")
 
 
 def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
