@@ -179,3 +179,21 @@ def test_a_gpu_asked_for_on_a_linux_machine_without_a_gpu_driver_is_refused_befo
     values.check_gpu_visible(OmegaConf.create({"accelerator": "auto"}))  # auto falls back to the CPU
     monkeypatch.setattr(values, "GPU_DRIVER_FILES", ("/",))  # a driver: torch decides at set-up
     values.check_gpu_visible(OmegaConf.create({"accelerator": "gpu"}))
+
+
+def test_a_corpus_file_of_another_encoding_is_refused_before_torch(tmp_path):
+    """Its first MiB is decoded when the config is checked (the retry measured 10 s and Lightning's INFO lines
+    before the sentence); a bad byte further in is found as the file is read, with the same sentence."""
+    from helpers import compose_train
+    from tinygpt.data.corpus import HEAD_CHECKED, check_utf8
+    from tinygpt.train.values import check_values
+
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("café\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"^corpus.path='.*latin1.txt' is not UTF-8 text \(byte 0xe9 at offset 3\)"):
+        check_values(compose_train(["corpus=text_file", f"corpus.path={latin}"], out_dir=tmp_path / "r"), tmp_path)
+    late = tmp_path / "late.txt"
+    late.write_bytes(b"a" * (HEAD_CHECKED - 1) + "é".encode() + b"\xff")  # a character cut by the head, then a bad byte
+    check_utf8(late, head=HEAD_CHECKED)  # the head is clean (the cut character is not an error)
+    with pytest.raises(ValueError, match=rf"byte 0xff at offset {HEAD_CHECKED + 1}\)"):
+        check_utf8(late)

@@ -92,23 +92,30 @@ def shakespeare_text_file(cache_dir: Path) -> Path:
     return path
 
 
-def check_utf8(path: str | Path, key: str = "corpus.path") -> None:
-    """Raise one sentence naming the file and the first byte that is not UTF-8 (read in 1 MiB pieces)."""
+HEAD_CHECKED = 1 << 20  # bytes of each corpus file the config check decodes
+
+
+def check_utf8(path: str | Path, key: str = "corpus.path", head: int | None = None) -> None:
+    """Raise one sentence naming the file and the first byte that is not UTF-8 (read in 1 MiB pieces); ``head``:
+    look at that many bytes only (the config check, before torch: the whole file is checked as it is read)."""
     decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     with open(path, "rb") as f:
-        while True:
-            chunk = f.read(1 << 20)
+        while head is None or offset < head:
+            chunk = f.read(1 << 20 if head is None else min(1 << 20, head - offset))
+            pending = decoder.getstate()[0]  # the bytes of a character the last piece cut (err.start counts them)
             try:
                 decoder.decode(chunk, final=not chunk)
             except UnicodeDecodeError as err:
-                bad = chunk[err.start] if chunk else 0
+                bad = (pending + chunk)[err.start] if pending + chunk else 0
+                at = offset - len(pending) + err.start
                 raise ValueError(
-                    f"{key}={str(path)!r} is not UTF-8 text (byte 0x{bad:02x} at offset {offset + err.start}); "
+                    f"{key}={str(path)!r} is not UTF-8 text (byte 0x{bad:02x} at offset {at}); "
                     "convert it first, e.g. `iconv -f latin1 -t utf-8 in.txt > out.txt`."
                 ) from None
             if not chunk:
                 return
             offset += len(chunk)
+    # ``head`` bytes read: a character cut at the end is not an error (it is whole in the file)
 
 
 def read_text_files(paths: list[str | Path]) -> str:
@@ -253,6 +260,8 @@ class TextFile(TextCorpus):
         missing = [p for p in paths if not Path(p).expanduser().is_file()]
         if missing:
             raise ValueError(f"corpus.path={missing[0]!r} is not a file.")
+        for p in paths:  # a file of another encoding, said before torch (its first MiB; the rest as it is read)
+            check_utf8(Path(p).expanduser(), head=HEAD_CHECKED)
         self.path = paths
 
     def text(self, cache_root: Path, scratch: Path) -> str:
