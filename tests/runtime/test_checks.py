@@ -22,7 +22,7 @@ def test_positive_int_names_the_key_and_the_value(value):
 def test_non_negative_int_takes_zero_and_refuses_negatives_and_bools():
     assert non_negative_int("every_n_steps", 0) == 0
     for bad in (-1, False, 0.5):
-        with pytest.raises(ValueError, match=rf"^every_n_steps={bad!r} must be >= 0.$"):
+        with pytest.raises(ValueError, match=rf"^every_n_steps={bad!r} must be a whole number >= 0.$"):
             non_negative_int("every_n_steps", bad)
 
 

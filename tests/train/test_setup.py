@@ -65,8 +65,8 @@ BAD = [  # (overrides, the exact sentence)
     (["callbacks.text_samples.temperature=true"],
      "callbacks.text_samples.temperature=True must be a finite number > 0"),
     (["callbacks.text_samples.top_k=true"], "callbacks.text_samples.top_k=True must be a positive integer"),
-    (["callbacks.text_samples.max_new_tokens=true"], "callbacks.text_samples.max_new_tokens=True must be >= 0"),
-    (["callbacks.progress_bar.refresh_rate=true"], "callbacks.progress_bar.refresh_rate=True must be >= 0"),
+    (["callbacks.text_samples.max_new_tokens=true"], "callbacks.text_samples.max_new_tokens=True must be a whole number >= 0"),
+    (["callbacks.progress_bar.refresh_rate=true"], "callbacks.progress_bar.refresh_rate=True must be a whole number >= 0"),
     (["model.activation=relu"], "model.activation='relu' is not one of gelu, gelu_tanh."),
     (["model.ln_eps=0"], "model.ln_eps=0.0 must be a positive number (the LayerNorms' eps, e.g. 1e-5)."),
     (["init_from=/no/such/dir"], "init_from='/no/such/dir': no such directory. Pass a local Hugging Face model dir"),
@@ -140,10 +140,13 @@ def test_a_run_stopped_at_its_last_step_is_resumed_to_finish_it(tmp_path, corpus
 
 
 def test_input_mistakes_found_while_preparing_data_are_config_errors(tmp_path, corpus_file, cache_dir):
-    latin1 = tmp_path / "latin1.txt"
-    latin1.write_bytes("caf\u00e9 au lait\n".encode("latin-1") * 200)
+    from tinygpt.data.corpus import HEAD_CHECKED
+
+    latin1 = tmp_path / "latin1.txt"  # clean where the config check looks (its first MiB), latin-1 after it
+    latin1.write_bytes(b"a" * HEAD_CHECKED + "caf\u00e9 au lait\n".encode("latin-1") * 200)
     run = setup_with(tmp_path, corpus_file, cache_dir, f"corpus.path={latin1}")
-    with pytest.raises(ConfigError, match=r"corpus.path='.*latin1.txt' is not UTF-8 text \(byte 0xe9 at offset 3\)"):
+    with pytest.raises(ConfigError, match=rf"corpus.path='.*latin1.txt' is not UTF-8 text \(byte 0xe9 at offset "
+                                          rf"{HEAD_CHECKED + 3}\)"):
         run_phases.prepare_data(run)
     a_file = tmp_path / "a_file"
     a_file.write_text("x")

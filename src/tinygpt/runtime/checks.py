@@ -25,9 +25,9 @@ def positive_int(key: str, value, why: str = "") -> int:
 
 
 def non_negative_int(key: str, value, why: str = "") -> int:
-    """``value`` when it is an integer >= 0; else ``<key>=<value> must be >= 0<why>.``"""
+    """``value`` when it is an integer >= 0; else ``<key>=<value> must be a whole number >= 0<why>.``"""
     if not is_int(value) or value < 0:
-        raise ValueError(f"{key}={value!r} must be >= 0{why}.")
+        raise ValueError(f"{key}={value!r} must be a whole number >= 0{why}.")
     return value
 
 

@@ -50,6 +50,9 @@ class TextSamplesSettings:
     final_only: bool = False
 
     def __post_init__(self):
+        if not isinstance(self.prompt, str) or not self.prompt:
+            raise ValueError(f"callbacks.text_samples.prompt={self.prompt!r} must be a non-empty text each sample "
+                             "continues (the default is a newline).")
         try:
             check_sampling(self.temperature, self.top_k)
         except ValueError as err:

@@ -55,7 +55,7 @@ def test_stability_monitor_rejects_bad_settings():
     (lambda: TextSamples(temperature=0), "callbacks.text_samples.temperature=0 must be a finite number > 0"),
     (lambda: TextSamples(top_k=0), "callbacks.text_samples.top_k=0 must be a positive integer"),
     (lambda: AttentionMaps(probe=""), "callbacks.attention_maps.probe is empty"),
-    (lambda: AttentionMaps(every_n_steps=-1), "every_n_steps=-1 must be >= 0"),
+    (lambda: AttentionMaps(every_n_steps=-1), "every_n_steps=-1 must be a whole number >= 0"),
 ])
 def test_callback_settings_fail_when_built_not_after_training(make, message):
     with pytest.raises(ValueError, match=message):
