@@ -184,6 +184,9 @@ def test_16_mixed_on_the_cpu_is_float16_not_lightnings_silent_bfloat16():
         assert torch.get_autocast_dtype("cpu") == torch.float16
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float16
     assert trainer.precision_plugin.scaler is not None  # gradients scaled, as on a GPU
+    for old_name in (16, "16"):  # Lightning's old name for 16-mixed (OmegaConf reads precision=16 as an int)
+        assert len(cpu_float16(OmegaConf.create({"accelerator": "cpu", "precision": old_name}))) == 1
+    assert L.Trainer(accelerator="cpu", precision=16, logger=False).precision == "bf16-mixed"  # what it did before
     for other in ({"accelerator": "cpu", "precision": "bf16-mixed"}, {"accelerator": "cpu", "precision": "32-true"}):
         assert cpu_float16(OmegaConf.create(other)) == []
     assert L.Trainer(accelerator="cpu", precision="16-mixed", logger=False).precision == "bf16-mixed"  # why

@@ -177,13 +177,13 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
 
 
 def cpu_float16(trainer_cfg: DictConfig) -> list:
-    """trainer.precision=16-mixed on the CPU: Lightning would train in bfloat16 instead, with a warning (its AMP
+    """trainer.precision=16-mixed (or its old name 16) on the CPU: Lightning would train in bfloat16 instead, with a warning (its AMP
     on the CPU is bfloat16 only); torch's CPU autocast does float16, so the run gets it as asked, with a gradient
     scaler (MixedPrecision with device "cpu"). Returns the precision plugin to pass, or [] for any other case."""
     accelerator = str(trainer_cfg.get("accelerator", "auto"))
     on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available()
                                       and not torch.backends.mps.is_available())
-    if str(trainer_cfg.get("precision")) != "16-mixed" or not on_cpu:
+    if str(trainer_cfg.get("precision")) not in ("16-mixed", "16") or not on_cpu:  # 16: Lightning's old name
         return []
     from lightning.pytorch.plugins import MixedPrecision
 
