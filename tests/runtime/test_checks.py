@@ -38,3 +38,10 @@ def test_one_of_lists_the_choices():
     with pytest.raises(ValueError) as err:
         one_of("model.attn.backend", "flash", ("sdpa", "math"))
     assert str(err.value) == "model.attn.backend='flash' is not one of sdpa, math."
+
+
+def test_a_parameter_count_keeps_its_digits_below_a_million():
+    from tinygpt.runtime.console import count
+
+    assert [count(n) for n in (0, 85_632, 999_999, 1_000_000, 10_745_088, 124_439_808, 1_557_611_200)] == [
+        "0", "85,632", "999,999", "1.0M", "10.7M", "124M", "1,558M"]

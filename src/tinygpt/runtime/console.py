@@ -39,3 +39,11 @@ def fmt(value: float | None, spec: str, missing: str = "-", finite_only: bool = 
     if value is None or (finite_only and not math.isfinite(value)):
         return missing
     return format(value, spec)
+
+
+def count(n: int) -> str:
+    """A parameter count as a person reads it: every digit below a million (``85,632``: a tiny model is not "0M"),
+    millions with one decimal up to 100M (``10.7M``), whole millions above (``124M``, ``1,558M``)."""
+    if n < 1_000_000:
+        return f"{n:,}"
+    return f"{n / 1e6:,.1f}M" if n < 100_000_000 else f"{n / 1e6:,.0f}M"

@@ -15,6 +15,7 @@ from dataclasses import replace
 import torch
 
 from tinygpt.model.gpt import GPT, GPTConfig
+from tinygpt.runtime.console import count
 from tinygpt.runtime.errors import ConfigError
 
 
@@ -57,7 +58,7 @@ def check(model: dict, vocab_size: int, batch_size: int, accelerator: str | None
     have = available_bytes(accelerator)
     if have is not None and need > have[0]:
         raise ConfigError(
-            f"the model has {p / 1e6:,.0f}M parameters and training it at batch {batch_size} needs about "
+            f"the model has {count(p)} parameters and training it at batch {batch_size} needs about "
             f"{need / 2**30:,.1f} GiB (weights, gradients, AdamW state, activations), more than the "
             f"{have[0] / 2**30:,.1f} GiB of {have[1]}; use a smaller model or batch, or check_memory=false to try "
             "anyway.")

@@ -23,7 +23,7 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
-from tinygpt.runtime.console import out as console
+from tinygpt.runtime.console import count, out as console
 from tinygpt.runtime.errors import ConfigError, as_config_errors
 from tinygpt.runtime.interrupts import RunInterrupted
 from tinygpt.train import memory
@@ -132,7 +132,7 @@ def build_module(run: TrainingRun) -> GPTModule:
     module.flops_per_batch = module.model.flops_per_token() * cfg.data.batch_size * cfg.model.block_size
     if cfg.compile:
         module.compile_model()
-    console.print(f"model: {module.model.num_params() / 1e6:.2f}M parameters, attention {module.config.attn}")
+    console.print(f"model: {count(module.model.num_params())} parameters, attention {module.config.attn}")
     return module
 
 
