@@ -98,6 +98,19 @@ def test_a_mistyped_key_is_one_line_naming_it_with_exit_status_2(tmp_path):
     assert not sweep.exists()
 
 
+@pytest.mark.parametrize("args", [["corpus.path=/tmp/my.txt"], ["-m", "corpus.path=/tmp/a.txt,/tmp/b.txt"]],
+                         ids=["single", "swept"])
+def test_a_key_of_an_option_the_run_did_not_choose_names_that_option(tmp_path, args):
+    """corpus.path without corpus=text_file: the key is not misspelled, the option is missing (the retry had "check
+    the spelling")."""
+    out = tmp_path / "out"
+    proc = run_train([*args, f"hydra.run.dir={out}", f"hydra.sweep.dir={out}"], check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: corpus.path is a setting of corpus=text_file, which this run did not choose; add corpus=text_file "
+        "before it."], proc.stderr
+    assert not out.exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("args, line", [
     (["experiment=causal_msk"], "error: experiment=causal_msk is not an option of experiment; did you mean "

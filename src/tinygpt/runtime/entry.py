@@ -25,7 +25,7 @@ def run(main: Callable[[], object], config_dir: Path) -> None:
         print_error(typo)
         sys.exit(2)
     try:
-        with unknown_keys_as_config_errors():
+        with unknown_keys_as_config_errors(config_dir):
             main()  # an error leaves through Hydra's sys.exit, with the interpreter's full teardown
     except KeyboardInterrupt:  # Ctrl-C while starting (importing, setting up), before the run's own handlers
         discard_unstarted_run()

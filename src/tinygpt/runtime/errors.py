@@ -75,7 +75,7 @@ _HYDRA_RAISES = False  # HYDRA_FULL_ERROR=1 set by unknown_keys_as_config_errors
 
 
 @contextmanager
-def unknown_keys_as_config_errors():
+def unknown_keys_as_config_errors(config_dir: Path | None = None):
     """train.py's entry: an override of a key the config does not have (``callbacks.leak_alarm.tolerence=1``) is
     one line naming it (and the nearest key, when one is close) and exit status 2, as every config mistake is,
     instead of Hydra's six lines, exit 1 and a hint to add the key with +. Hydra prints a composition error itself
@@ -94,7 +94,7 @@ def unknown_keys_as_config_errors():
     except CompactHydraException as err:
         if not _HYDRA_RAISES:  # after composition Hydra reports its errors itself
             raise
-        message = composition_mistake(err)
+        message = composition_mistake(err, config_dir)
         if message:
             print_error(message)
             sys.exit(2)
@@ -112,10 +112,10 @@ def config_composed() -> None:
         _HYDRA_RAISES = False
 
 
-def composition_mistake(err: BaseException) -> str | None:
+def composition_mistake(err: BaseException, config_dir: Path | None = None) -> str | None:
     """The one sentence for a mistake Hydra found while composing the config: a group option it does not have
     (``model=smal``), a value of the wrong type (``model.n_layer=abc``), overriding or deleting a key it does not
-    have; None for any other error."""
+    have (``config_dir``: where a key another option of its group has is looked up); None for any other error."""
     import re
 
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
@@ -136,7 +136,7 @@ def composition_mistake(err: BaseException) -> str | None:
     if not found:
         return None
     key = found.group(1)
-    return key_message(key, nearest_key(key, err.__cause__))
+    return key_message(key, nearest_key(key, err.__cause__), options_with_key(key, config_dir))
 
 
 EXPECTED = (  # what OmegaConf's message says (lower case) -> what the key takes
@@ -167,12 +167,45 @@ LAUNCHER_KEYS = {"n_jobs": "hydra/launcher=parallel", "backend": "hydra/launcher
                  "gpus_per_node": "hydra/launcher=slurm", "tasks_per_node": "hydra/launcher=slurm"}
 
 
-def key_message(key: str, near: str | None) -> str:
-    """The one sentence for a key the config does not have, with the nearest one when there is one."""
+def options_with_key(key: str, config_dir: Path | None) -> list[str]:
+    """The options (``corpus=text_file``) of the group ``key`` starts with whose own file sets ``key``: a key of an
+    option the run did not choose (``corpus.path`` with the default corpus). [] when there is none."""
+    from omegaconf import OmegaConf
+
+    group, _, rest = key.lstrip("+").partition(".")
+    folder = config_dir / group if config_dir is not None and rest else None
+    if folder is None or not folder.is_dir():
+        return []
+    owners = []
+    for path in sorted(folder.glob("*.yaml")):
+        try:
+            node = OmegaConf.load(path)
+        except Exception:  # a file OmegaConf cannot read is Hydra's to report
+            continue
+        if _holds(node, rest):  # set there, to a value, to null or to ??? (required)
+            owners.append(f"{group}={path.stem}")
+    return owners
+
+
+def _holds(node, rest: str) -> bool:
+    """Whether ``node`` has the dotted key ``rest`` (its parent node exists and holds the last part)."""
+    from omegaconf import OmegaConf
+
+    parent, _, last = rest.rpartition(".")
+    holder = OmegaConf.select(node, parent, default=None) if parent else node
+    return holder is not None and hasattr(holder, "keys") and last in holder.keys()  # `in` misses a ??? value
+
+
+def key_message(key: str, near: str | None, owners: list[str] | None = None) -> str:
+    """The one sentence for a key the config does not have, with the option that has it (``owners``) or the
+    nearest key when there is one."""
     launcher_key = key.removeprefix("hydra.launcher.")
     if key.startswith("hydra.launcher.") and launcher_key in LAUNCHER_KEYS:
         return (f"{key} is a setting of {LAUNCHER_KEYS[launcher_key]}, not of the launcher this run uses (jobs one by "
                 f"one, in this process); add {LAUNCHER_KEYS[launcher_key]} before it.")
+    if owners:
+        return (f"{key} is a setting of {' and '.join(owners)}, which this run did not choose; add "
+                f"{owners[0]} before it.")
     if near:
         return f"{key} is not a key of the config; did you mean {near}?"
     return f"{key} is not a key of the config; check the spelling (python train.py --cfg job shows every key)."
@@ -241,6 +274,15 @@ def unknown_option(group: str, override) -> str | None:
     return None
 
 
+def main_config_dir(config) -> Path | None:
+    """The folder of the run's own configs (Hydra's primary config source, as the composed config records it), or
+    None when it is not a plain folder (a package's configs)."""
+    for source in (config.hydra.runtime.get("config_sources") or []):
+        if source.get("provider") == "main" and source.get("schema") == "file":
+            return Path(str(source.path))
+    return None
+
+
 def swept_mistake(config, overrides: list[str], groups) -> str | None:
     """The one sentence for a swept key the config does not have (``callbacks.leak_alarm.tolerence=1,2``), a swept
     option a group does not have, or a swept value of the wrong type (``model.n_layer=2,abc``): Hydra composes a
@@ -264,7 +306,8 @@ def swept_mistake(config, overrides: list[str], groups) -> str | None:
             if not isinstance(node, DictConfig):
                 break
             if part not in node:
-                return key_message(key, closest_key(parts, i, node.keys()))
+                return key_message(key, closest_key(parts, i, node.keys()),
+                                   options_with_key(key, main_config_dir(config)))
             if i == len(parts) - 1:
                 bad = wrong_swept_type(node, part, override)
                 if bad:
