@@ -200,3 +200,33 @@ def test_a_corpus_file_of_another_encoding_is_refused_before_torch(tmp_path):
     check_utf8(late, head=HEAD_CHECKED)  # the head is clean (the cut character is not an error)
     with pytest.raises(ValueError, match=rf"byte 0xff at offset {HEAD_CHECKED + 1}\)"):
         check_utf8(late)
+
+
+@pytest.mark.parametrize("args, line", [
+    (["model.n_head=2,5"], "error: model.n_embd=128 must be divisible by model.n_head=5."),
+    (["model.n_head=2,4", "model.n_embd=64,30"], "error: model.n_embd=30 must be divisible by model.n_head=4."),
+    (["seed=1,2", "optim.lr=1e-3,-1"], "error: optim.lr=-1.0 must be > 0 and optim.min_lr=0.0001 in [0, lr]."),
+])
+def test_a_swept_value_out_of_range_stops_the_sweep_before_any_job(tmp_path, args, line):
+    """Each job's swept values are checked with the shared ones (the retry saw job 0 train while job 1 failed on its
+    value): one line, exit 2, no sweep dir."""
+    from helpers import ROOT
+
+    out = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", *args, f"hydra.sweep.dir={tmp_path / 's'}"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "WANDB_MODE": "offline"})
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [line], out.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_sweep_over_group_options_leaves_each_job_its_own_check():
+    """model=tiny,small composes a different config per job: the shared composition cannot stand in for them."""
+    from tinygpt.train.values import swept_values
+
+    def config(task, params=None):
+        return OmegaConf.create({"hydra": {"overrides": {"task": task}, "sweeper": {"params": params or {}},
+                                           "runtime": {"choices": {"model": "small", "corpus": "shakespeare"}}}})
+
+    assert swept_values(config(["model=tiny,small", "model.n_head=2,4"])) is None
+    assert swept_values(config(["seed=1", "model.n_head=2,4"], {"seed": "1,2,3"})) == {"model.n_head": [2, 4]}
+    assert swept_values(config(["model.n_head=2,4"], {"seed": "1,2,3"})) == {"seed": [1, 2, 3], "model.n_head": [2, 4]}

@@ -9,6 +9,8 @@ imports no torch (a test checks it).
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 import sys
 from dataclasses import fields
@@ -176,10 +178,53 @@ def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
         DataConfig(**data)
 
 
+MAX_JOBS_CHECKED = 1000  # a sweep with more jobs than this checks each swept value alone, not every combination
+
+
+def swept_values(config: DictConfig) -> dict[str, list] | None:
+    """Each swept key of the sweep (its sweeper params, then the command line's, which win) with its values, as
+    Hydra will give them to the jobs; None when the sweep also sweeps a group option (``model=tiny,small``: its jobs
+    compose different configs, each checks its own values when it starts) or a value Hydra cannot list."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    texts = {str(k): f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()}
+    texts.update({str(t).split("=", 1)[0]: str(t) for t in config.hydra.overrides.task if "=" in str(t)})
+    groups = set(config.hydra.runtime.choices)
+    swept = {}
+    try:
+        for override in OverridesParser.create().parse_overrides(list(texts.values())):
+            if not override.is_sweep_override():
+                continue
+            key = override.key_or_group
+            if key in groups or "/" in key:
+                return None
+            if not key.startswith("hydra") and key != "ckpt_path":
+                swept[key] = list(override.sweep_iterator())
+    except HydraException:
+        return None
+    return swept
+
+
+def check_each_job(shared: DictConfig, swept: dict[str, list]) -> None:
+    """check_values on every job's config (the shared config with that job's swept values), or on each swept value
+    alone when there are more than MAX_JOBS_CHECKED jobs."""
+    if math.prod(len(v) for v in swept.values()) > MAX_JOBS_CHECKED:
+        jobs = [{key: value} for key, values in swept.items() for value in values]
+    else:
+        jobs = [dict(zip(swept, combo, strict=True)) for combo in itertools.product(*swept.values())]
+    for job in jobs:
+        cfg = shared.copy()
+        for key, value in job.items():
+            OmegaConf.update(cfg, key, value, merge=True)
+        check_values(cfg)
+
+
 class SweepValues(Callback):
-    """A sweep's values that every job shares (the overrides it does not sweep, and the defaults) checked once,
-    before the launcher starts a job or makes a dir: a bad one is one line and exit 2, not a failure of every job.
-    (Each job checks its own swept values when it starts.)"""
+    """A sweep's values checked before the launcher starts a job or makes a dir: those every job shares (the
+    overrides it does not sweep, and the defaults), then each job's swept values; a bad one is one line and exit 2,
+    not a failure of some jobs while the others run. (A sweep over group options leaves each job to check its own
+    values when it starts.)"""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         from hydra.core.hydra_config import HydraConfig
@@ -188,6 +233,10 @@ class SweepValues(Callback):
         shared = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
         try:
             check_values(shared)
+            swept = swept_values(config)
+            if swept:
+                with as_config_errors(TypeError):
+                    check_each_job(shared, swept)
         except ConfigError as err:
             print_error(str(err))
             sys.exit(2)
