@@ -225,8 +225,10 @@ def test_a_sweep_over_group_options_leaves_each_job_its_own_check():
 
     def config(task, params=None):
         return OmegaConf.create({"hydra": {"overrides": {"task": task}, "sweeper": {"params": params or {}},
-                                           "runtime": {"choices": {"model": "small", "corpus": "shakespeare"}}}})
+                                           "runtime": {"choices": {"model": "small", "corpus": "shakespeare"}}},
+                                 "seed": 0, "model": {"n_head": 4}})
 
     assert swept_values(config(["model=tiny,small", "model.n_head=2,4"])) is None
     assert swept_values(config(["seed=1", "model.n_head=2,4"], {"seed": "1,2,3"})) == {"model.n_head": [2, 4]}
     assert swept_values(config(["model.n_head=2,4"], {"seed": "1,2,3"})) == {"seed": [1, 2, 3], "model.n_head": [2, 4]}
+    assert swept_values(config(["model.n_haed=2,4"])) == {}  # a typo: RunDirGuard's swept_mistake names it

@@ -199,7 +199,10 @@ def swept_values(config: DictConfig) -> dict[str, list] | None:
             key = override.key_or_group
             if key in groups or "/" in key:
                 return None
-            if not key.startswith("hydra") and key != "ckpt_path":
+            parent, _, last = key.rpartition(".")
+            holder = OmegaConf.select(config, parent, default=None) if parent else config
+            known = isinstance(holder, DictConfig) and last in holder.keys()  # a typo: RunDirGuard names it
+            if known and not key.startswith("hydra") and key != "ckpt_path":
                 swept[key] = list(override.sweep_iterator())
     except HydraException:
         return None
