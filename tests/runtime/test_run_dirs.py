@@ -268,3 +268,19 @@ def test_ctrl_c_while_starting_is_one_line_exit_130_and_leaves_no_run_dir(tmp_pa
     assert stopped.value.code == 130
     assert capsys.readouterr().err == "interrupted by SIGINT while starting: nothing was trained or saved.\n"
     assert not (tmp_path / "runs").exists()
+
+
+def test_continuing_a_sweep_in_a_dir_that_holds_none_says_every_job_starts_afresh(tmp_path, capsys):
+    """-m ... ckpt_path=last without the old sweep's hydra.sweep.dir (the default is a new dir) had started a new
+    sweep without a word."""
+    from tinygpt.runtime.run_dirs import RunDirGuard
+
+    sweep = tmp_path / "new"
+    config = OmegaConf.create({"ckpt_path": "last", "seed": 1, "hydra": {
+        "overrides": {"task": ["seed=1,2", "ckpt_path=last"]}, "runtime": {"choices": {}},
+        "launcher": {"_target_": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"},
+        "sweep": {"dir": str(sweep)}, "sweeper": {"params": None}}})
+    RunDirGuard().on_multirun_start(config)
+    assert capsys.readouterr().err.strip() == (
+        f"note: ckpt_path=last continues a sweep in place, but hydra.sweep.dir='{sweep}' holds no job of one: every "
+        "job starts afresh (to continue a sweep, give its hydra.sweep.dir).")

@@ -252,6 +252,10 @@ class RunDirGuard(Callback):
                 return
             _fail(f"hydra.sweep.dir={str(sweep_dir)!r} already holds a sweep's runs; choose another dir (the "
                   "default is unique), or continue that sweep: the same command with ckpt_path=last.")
+        if str(config.get("ckpt_path")) == "last":  # nothing to continue: said, so a forgotten sweep dir shows
+            print(f"note: ckpt_path=last continues a sweep in place, but hydra.sweep.dir={str(sweep_dir)!r} holds no "
+                  "job of one: every job starts afresh (to continue a sweep, give its hydra.sweep.dir).",
+                  file=sys.stderr, flush=True)
         claim("hydra.sweep.dir", sweep_dir)
 
 
