@@ -9,6 +9,7 @@ import pytest
 from helpers import write_job as write_run
 from tests.experiments.causal_mask.test_causal_mask_report import cm_config
 from tests.experiments.sqrt_dk.test_sqrt_dk_report import sq_config
+from tinygpt.analysis.sweep import load_runs
 from tinygpt.experiments import report
 
 
@@ -110,7 +111,7 @@ def test_the_committed_report_is_left_alone_by_a_partial_sweep(tmp_path, capsys,
 
 def test_the_full_sweep_check_counts_the_configs_grid(tmp_path):
     sweep = causal_sweep(tmp_path / "sweep")
-    runs = report.load_runs([sweep])
+    runs = load_runs([sweep])
     gap = report.full_sweep_gap(runs, [], "causal_mask")
     assert gap == "it has 6 runs of experiment=causal_mask, the full sweep 40"
     assert report.full_sweep_gap(runs, [(runs[0], "interrupted")], "causal_mask") == "1 of its runs did not complete"
@@ -250,7 +251,7 @@ def test_a_failed_report_leaves_no_out_dir_and_one_written_elsewhere_links_the_g
     writes; a report written outside docs/experiments links to the real glossary, and one seed is '1 seed'."""
     import os
 
-    from tinygpt.analysis.figures import DOCS
+    from tinygpt.analysis.templates import DOCS
 
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -307,3 +308,19 @@ def test_away_from_a_clone_the_grid_is_what_the_runs_recorded(tmp_path, capsys, 
     assert capsys.readouterr().err.strip().endswith(
         "the runs differ in trainer.max_steps (600), which experiment=causal_mask's sweeps do not vary (they vary "
         "model.attn.causal, seed); a report pools runs of its grid only: give the runs of one setting.")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["nosuch", "/tmp"]])
+def test_the_report_commands_help_and_refusals_import_no_torch_or_scipy(argv):
+    """--help and a refused argument answer at once (the retry measured 2.6-3.6 s: the analysis imported scipy and
+    torch first)."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    out = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "scripts" / "report.py"), *argv],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == (0 if argv == ["--help"] else 2)
+    imported = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "tinygpt.experiments.report" in imported and not imported & {"torch", "scipy", "matplotlib", "lightning"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from tinygpt.analysis.templates import DOCS
 from tinygpt.pictures import explorer
 
 
@@ -42,7 +43,6 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-DOCS = Path(__file__).resolve().parents[3] / "docs" / "experiments"  # the committed reports, in a source checkout
 
 
 def plotly_copy(out: Path) -> Path:

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "experiments"  # the committed reports (and the GLOSSARY.md
+# their prose links to), in a source checkout
+
 EXPERIMENT_DIRS = Path(__file__).resolve().parents[1] / "experiments"  # experiments/<name>/report.md
 BLOCK = re.compile(r"^<!-- block: (\w+) -->\n", re.M)
 

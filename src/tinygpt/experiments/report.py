@@ -24,13 +24,16 @@ import shutil
 import sys
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from omegaconf import OmegaConf
 
-from tinygpt.analysis.figures import DOCS  # the committed reports
-from tinygpt.analysis.sweep import ReportError, Run, jobs_without_runs, load_runs
-from tinygpt.analysis.templates import plural
+from tinygpt.analysis.templates import DOCS, plural
 from tinygpt.experiments.registry import experiments
 from tinygpt.runtime.errors import OneLineParser, print_error
+
+if TYPE_CHECKING:  # the analysis imports scipy and torch: --help and a refused argument stay fast without them
+    from tinygpt.analysis.sweep import Run
 
 ROOT = DOCS.parents[1]  # a source checkout
 CONFIGS = ROOT / "configs" / "experiment"
@@ -38,6 +41,8 @@ CONFIGS = ROOT / "configs" / "experiment"
 
 def refuse_foreign(runs: list[Run], experiment: str) -> None:
     """Runs made with another experiment= are not this report's (a plain sweep, with none, is accepted)."""
+    from tinygpt.analysis.sweep import ReportError
+
     mine = experiments()[experiment].configs
     for r in runs:
         if r.experiment and r.experiment not in mine:
@@ -50,6 +55,8 @@ def refuse_mixed(runs: list[Run], experiment: str) -> None:
     or seeds of its grid: a report would pool them as seeds of one setting. Refused in one sentence naming it. The
     grid's keys are what the runs' own records say their sweep config varied, and, in a checkout, what the
     experiment's configs vary (an installed tinygpt has no configs/)."""
+    from tinygpt.analysis.sweep import ReportError
+
     grid = {"seed"}.union(*(r.swept_keys for r in runs))
     for part in experiments()[experiment].configs:  # its full sweep's configs and its variants (the quick ones)
         path = CONFIGS / f"{part}.yaml"
@@ -71,6 +78,8 @@ def refuse_mixed(runs: list[Run], experiment: str) -> None:
 
 def results(runs: list[Run]) -> tuple[list[Run], list[tuple[Run, str]]]:
     """The runs that are results (completed or diverged), and the others with why they are not."""
+    from tinygpt.analysis.sweep import ReportError
+
     excluded = [(r, why) for r in runs if (why := r.not_a_result())]
     kept = [r for r in runs if not r.not_a_result()]
     if not kept:
@@ -138,6 +147,8 @@ def full_sweep_gap(runs: list[Run], excluded: list, experiment: str) -> str | No
 
 def check_out(out: Path | None) -> None:
     """--out must be a directory (existing or to be made): refused before any work otherwise."""
+    from tinygpt.analysis.sweep import ReportError
+
     if out is None:
         return
     if out.exists() and not out.is_dir():
@@ -166,6 +177,8 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
     """Write ``experiment``'s report from the runs under ``sweeps`` into ``out`` (default: its committed place,
     docs/experiments/<experiment>/, for the full sweep; else <first sweep>/report/). Returns (the report's path,
     how many runs it read, how many jobs the sweeps hold)."""
+    from tinygpt.analysis.sweep import ReportError, jobs_without_runs, load_runs
+
     if experiment not in experiments():
         raise ReportError(f"experiment {experiment!r} is not one of {', '.join(experiments())}.")
     check_out(out)
@@ -211,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sweeps", nargs="+", type=Path, help="sweep dirs (each job dir holds summary.json)")
     parser.add_argument("--out", type=Path, default=None, help="default: docs/experiments/<experiment>/")
     args = parser.parse_args(argv)
+    from tinygpt.analysis.sweep import ReportError
+
     try:
         path, n, jobs = write(args.experiment, args.sweeps, args.out)
     except ReportError as err:
