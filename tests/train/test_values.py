@@ -232,3 +232,18 @@ def test_a_sweep_over_group_options_leaves_each_job_its_own_check():
     assert swept_values(config(["seed=1", "model.n_head=2,4"], {"seed": "1,2,3"})) == {"model.n_head": [2, 4]}
     assert swept_values(config(["model.n_head=2,4"], {"seed": "1,2,3"})) == {"seed": [1, 2, 3], "model.n_head": [2, 4]}
     assert swept_values(config(["model.n_haed=2,4"])) == {}  # a typo: RunDirGuard's swept_mistake names it
+
+
+def test_a_hub_name_the_offline_cache_lacks_is_refused_before_torch(tmp_path):
+    """HF_HUB_OFFLINE and an empty cache: the sentence set-up gives, from the config check (the retry measured 9 s)."""
+    from helpers import ROOT
+
+    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hf")}
+    out = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "train.py"), "init_from=gpt2"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, env=env)
+    lines = out.stderr.splitlines()
+    assert out.returncode == 2 and [x for x in lines if not x.startswith("import time:")] == [
+        "error: init_from='gpt2' is not a local directory, the Hugging Face Hub cannot be used (https://huggingface.co: "
+        "HF_HUB_OFFLINE is set) and its cache has no copy; pass a local model dir (config.json, model.safetensors or "
+        "pytorch_model.bin, and tokenizer.json or vocab.json + merges.txt)."]
+    assert not {x.rsplit("|", 1)[1].strip() for x in lines if x.startswith("import time:")} & {"torch", "lightning"}

@@ -10,6 +10,7 @@ saying to pass a local dir (``huggingface_hub`` itself would retry for half a mi
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 from pathlib import Path
@@ -86,20 +87,40 @@ def model_dir(name: str, key: str = "init_from") -> Path:
     local = local_model_dir(name, key)
     if local is not None:
         return local
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
-    reason = "HF_HUB_OFFLINE is set" if offline else unreachable(endpoint, HUB_TIMEOUT_S)
-    if reason:
-        cached = _snapshot(name, local_files_only=True)
-        if cached is not None:
-            return cached
-        raise ConfigError(f"{key}={name!r} is not a local directory, the Hugging Face Hub cannot be used ({endpoint}: "
-                          f"{reason}) and its cache has no copy; pass a local model dir ({WHAT_A_DIR_HOLDS}).")
+    cached = cached_when_hub_unusable(name, key)
+    if cached is not None:
+        return cached
     try:
         return _snapshot(name, local_files_only=False)
     except Exception as err:  # huggingface_hub's errors: no such repo, gated, a dropped connection
         raise ConfigError(f"{key}={name!r}: the Hugging Face Hub did not give it ({first_line(err)[:200]}); pass a "
                           f"local model dir ({WHAT_A_DIR_HOLDS}) or another name.") from None
+
+
+def hub_unusable() -> tuple[str, str | None]:
+    """(the Hub's address, why it cannot be used now: HF_HUB_OFFLINE, or no answer within HUB_TIMEOUT_S; None when it
+    answers). The address is asked once per process (train.py asks before torch is imported, set-up again)."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+    return endpoint, "HF_HUB_OFFLINE is set" if offline else _unreachable_once(endpoint, HUB_TIMEOUT_S)
+
+
+@functools.cache
+def _unreachable_once(endpoint: str, timeout_s: float) -> str | None:
+    return unreachable(endpoint, timeout_s)
+
+
+def cached_when_hub_unusable(name: str, key: str = "init_from") -> Path | None:
+    """Where the Hub cannot be used: the cache's copy of the Hub name ``name``, or one sentence naming ``key`` when
+    it has none. None when the Hub answers (the name is then fetched, or found there)."""
+    endpoint, reason = hub_unusable()
+    if not reason:
+        return None
+    cached = _snapshot(name, local_files_only=True)
+    if cached is None:
+        raise ConfigError(f"{key}={name!r} is not a local directory, the Hugging Face Hub cannot be used ({endpoint}: "
+                          f"{reason}) and its cache has no copy; pass a local model dir ({WHAT_A_DIR_HOLDS}).")
+    return cached
 
 
 def _snapshot(name: str, local_files_only: bool) -> Path | None:

@@ -25,7 +25,7 @@ from tinygpt.model.config import GPTConfig
 from tinygpt.model.hf_config import model_settings, read_config
 from tinygpt.runtime.checks import is_int, is_number, positive_int
 from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line, print_error
-from tinygpt.runtime.hub import local_model_dir
+from tinygpt.runtime.hub import cached_when_hub_unusable, local_model_dir
 from tinygpt.runtime.run_dirs import check_archive, resolve_ckpt_path
 from tinygpt.runtime.wandb_mode import requested_mode
 from tinygpt.train.callback_settings import check_callbacks
@@ -146,7 +146,9 @@ def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
     source = cfg.get("init_from")
     if source not in (None, "scratch") and str(source).strip():
         local = local_model_dir(str(source))
-        if local is not None:  # its config.json must be GPT-2's (the weights' headers are read at set-up)
+        if local is None:  # a Hub name: where the Hub cannot be used now, the cache must have it
+            cached_when_hub_unusable(str(source))
+        else:  # its config.json must be GPT-2's (the weights' headers are read at set-up)
             where = f"init_from={str(source)!r}"
             try:
                 config = read_config(local)
