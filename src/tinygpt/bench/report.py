@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import statistics
 from pathlib import Path
 
 from tinygpt.runtime.console import fmt
@@ -221,7 +223,8 @@ def report(r: dict, json_path: Path, out: Path, earlier: list[tuple[Path, dict]]
     """docs/benchmarks.md (and its attention plot) from the run ``r`` read from ``json_path``; ``earlier`` full
     runs fill the table of runs and stand in for sections this run lacks, and ``others`` (any earlier JSON, a
     ``--sweep-only`` one included) for the sweep section."""
-    lines = [*training_lines(r, json_path, earlier), *refusal_lines(r, others), *sweep_lines(r, others),
+    lines = [*training_lines(r, json_path, earlier), *machine_rows([*others, (json_path, r)]),
+             *refusal_lines(r, others), *sweep_lines(r, others),
              *generation_lines(r, earlier, others),
              *decode_lines(r, others), *hf_lines(r, others), *attention_lines(r), *lever_lines(r, earlier),
              *gpu_lines()]
@@ -356,6 +359,66 @@ def sweep_lines(r: dict, earlier) -> list[str]:
         f"by at most {sweep['max_loss_difference']:.2g} (one thread sums in another order than two).",
         "",
     ]
+
+
+def machine_type(run: dict) -> str:
+    """The CPU model and its widest vector extension, from a JSON's machine line ("2 cores (AMD EPYC, AVX-512),
+    ...": "AMD EPYC, AVX-512"); the machine types the project lands on differ here, not in cores or memory."""
+    found = re.search(r"\(([^()]*(?:\([^()]*\)[^()]*)*)\)", run.get("machine") or "")
+    return found.group(1) if found else "unknown machine"
+
+
+def machine_rows(runs: list[tuple[Path | None, dict]]) -> list[str]:
+    """One row per machine type: the decided targets from its newest JSON that measured them (side by side, start-up,
+    decoding), so that a regression on either type shows."""
+    rows = []
+    for kind in dict.fromkeys(machine_type(run) for _, run in runs):
+        mine = [(path, run) for path, run in runs if machine_type(run) == kind]
+        sbs = [(path, run) for path, run in mine if run.get("side_by_side")]
+        dec = [(path, run) for path, run in mine if run.get("decode")]
+        if not sbs and not dec:
+            continue
+        cells = [kind]
+        if sbs:
+            path, run = sbs[-1]
+            pairs = run["side_by_side"]
+            walls = [p["tinygpt"]["wall_s"] / p["reference"]["wall_s"] for p in pairs]
+            toks = [p["tinygpt"]["tokens_per_sec"] / p["reference"]["tokens_per_sec"] for p in pairs]
+            mems = [p["tinygpt"]["peak_rss_mib"] / p["reference"]["peak_rss_mib"] for p in pairs
+                    if p["reference"].get("peak_rss_mib")]
+            floor = ((run.get("refusals") or {}).get("floors") or {}).get("python -c 'import lightning'")
+            start = run.get("startup_s")
+            cells += [f"`{(path or Path('this run')).name}`",
+                      f"{statistics.median(toks):.3f} ({', '.join(f'{t:.3f}' for t in toks)}): "
+                      f"{mark(min(toks) >= 1.0)}",
+                      f"{statistics.median(walls):.3f} ({', '.join(f'{w:.3f}' for w in walls)}): "
+                      f"{mark(max(walls) <= 1.10)}",
+                      f"{statistics.median(mems):.2f}: {mark(max(mems) <= 2.0)}" if mems else "-",
+                      "-" if start is None else f"{start:.1f} s" + (
+                          "" if floor is None else f" ({start - floor:+.1f} s over `import lightning`: "
+                                                   f"{mark(start - floor <= 1.5)})")]
+        else:
+            cells += ["-"] * 5
+        if dec:
+            path, run = dec[-1]
+            small = next((d for name, by in run["decode"].items() if name.startswith("small")
+                          for n, d in by.items() if n == "2"), None)
+            where = (path or Path("this run")).name
+            cells.append("-" if small is None else
+                         f"{small['fraction_of_bound']:.0%} (`{where}`): {mark(small['fraction_of_bound'] >= 0.6)}")
+        else:
+            cells.append("-")
+        rows.append("| " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["## The decided targets on each machine type", "",
+            "The CPU model is not ours to choose: each row is the newest JSON in `docs/records/benchmark/` measured on "
+            "that type (side by side: both programs at once, one core and one thread each, the cores swapped; the "
+            "wall ratio's target holds per pair, so the worst pair is marked).", "",
+            "| machine type | side-by-side JSON | tokens/s vs nanoGPT, median (pairs) | wall vs nanoGPT, median "
+            "(pairs) | peak memory vs nanoGPT | start to first step | cached decoding of `small`, 2 threads, of the "
+            "weight-read bound |",
+            "|---|---|---|---|---|---|---|", *rows, ""]
 
 
 def latest_with(key: str, r: dict, others) -> tuple[Path | None, dict] | None:
