@@ -243,7 +243,7 @@ def test_a_hub_name_the_offline_cache_lacks_is_refused_before_torch(tmp_path):
                          capture_output=True, text=True, timeout=120, env=env)
     lines = out.stderr.splitlines()
     assert out.returncode == 2 and [x for x in lines if not x.startswith("import time:")] == [
-        "error: init_from='gpt2' is not a local directory, the Hugging Face Hub cannot be used (https://huggingface.co: "
-        "HF_HUB_OFFLINE is set) and its cache has no copy; pass a local model dir (config.json, model.safetensors or "
-        "pytorch_model.bin, and tokenizer.json or vocab.json + merges.txt)."]
+        "error: init_from='gpt2' is not a local directory, the Hugging Face Hub cannot be used "
+        "(https://huggingface.co: HF_HUB_OFFLINE is set) and its cache has no copy; pass a local model dir "
+        "(config.json, model.safetensors or pytorch_model.bin, and tokenizer.json or vocab.json + merges.txt)."]
     assert not {x.rsplit("|", 1)[1].strip() for x in lines if x.startswith("import time:")} & {"torch", "lightning"}
