@@ -11,7 +11,8 @@ from helpers import ROOT, compose_train
 from tinygpt.bench import gpu_check as gc
 
 BABY = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout": 0.0, "bias": False,
-        "attn": {"causal": True, "scale": "sqrt_dk", "backend": "sdpa", "qk_norm": False, "qk_init": "gpt2"}}
+        "attn": {"causal": True, "scale": "sqrt_dk", "backend": "sdpa", "qk_norm": False, "qk_init": "gpt2",
+                 "scale_at": "scores"}}
 
 
 def fake_summary(run_dir, **values):

@@ -149,19 +149,19 @@ def test_the_script_refuses_in_one_line_with_exit_status_2(tmp_path, capsys, mon
 
 def test_every_attention_option_that_changes_the_function_is_refused_on_export():
     """GPT-2's attention settings are AttnConfig's defaults less the options that change how the attention is
-    computed (backend) or initialised (qk_init): every other option, away from its default, is refused; those two
-    are not."""
+    computed (backend, where the scale is applied) or initialised (qk_init): every other option, away from its
+    default, is refused; those three are not."""
     from dataclasses import fields, replace
 
     from tinygpt.model.config import AttnConfig, GPTConfig
     from tinygpt.model.hf_gpt2 import hf_config
     from tinygpt.runtime.errors import ConfigError
 
-    away = {"causal": False, "scale": "none", "qk_norm": True, "backend": "math", "qk_init": "unit"}
+    away = {"causal": False, "scale": "none", "qk_norm": True, "backend": "math", "qk_init": "unit", "scale_at": "qk"}
     assert set(away) == {f.name for f in fields(AttnConfig)}  # a new option needs its line here
     for key, value in away.items():
-        cfg = GPTConfig(vocab_size=10, attn=replace(AttnConfig(), **{key: value}))
-        if key in ("backend", "qk_init"):
+        cfg = GPTConfig(vocab_size=10, attn=replace(AttnConfig(backend="math"), **{key: value}))
+        if key in ("backend", "qk_init", "scale_at"):
             assert hf_config(cfg)["n_layer"] == 4
         else:
             with pytest.raises(ConfigError, match=f"^model.attn.{key}="):

@@ -565,3 +565,50 @@ def test_scores_without_a_batch_dim_take_no_padding_mask():
     with pytest.raises(ValueError) as err:
         attention_from_scores(torch.zeros(2, 2), torch.zeros(2, 1), padding_mask=torch.ones(2, 2, dtype=torch.bool))
     assert str(err.value) == "padding_mask needs scores with a batch dim (B, ..., T_q, T_k), got scores (2, 2)."
+
+
+# ----------------------------------------------------------------------------- where the scale sits
+
+
+def test_the_scale_on_q_and_k_before_the_product_is_the_same_function_in_float32_and_float64():
+    """scale_at="qk" multiplies q and k by sqrt(scale) each (torch's math attention), "scores" multiplies q k^T by
+    it: the same function, to float64's precision and within float32's rounding."""
+    g = torch.Generator().manual_seed(0)
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 2e-6)):
+        q, k, v = (torch.randn(2, 3, 9, 16, generator=g, dtype=dtype) for _ in range(3))
+        for scale in (0.25, 1.0, 1 / 256):
+            after, w_after = scaled_dot_product_attention(q, k, v, scale=scale, scale_at="scores")
+            before, w_before = scaled_dot_product_attention(q, k, v, scale=scale, scale_at="qk")
+            assert torch.allclose(after, before, atol=tol, rtol=tol) and torch.allclose(w_after, w_before, atol=tol)
+    with pytest.raises(ValueError, match="scale_at='q' is not one of 'scores', 'qk'"):
+        scaled_dot_product_attention(q, k, v, scale_at="q")
+
+
+def test_in_float16_only_the_scale_after_the_product_overflows():
+    """q.k = 16 * 64 * 64 = 65536 > 65504, float16's largest value, while the scaled score is 4096: the product
+    computed before the scale is inf (and the weights NaN), the scale on q and k first keeps it finite."""
+    q = torch.full((1, 1, 2, 16), 64.0, dtype=torch.float16)
+    k = torch.full((1, 1, 2, 16), 64.0, dtype=torch.float16)
+    v = torch.ones(1, 1, 2, 16, dtype=torch.float16)
+    _, after = scaled_dot_product_attention(q, k, v, scale=1 / 16, scale_at="scores")
+    out, before = scaled_dot_product_attention(q, k, v, scale=1 / 16, scale_at="qk")
+    assert not torch.isfinite(after).all()
+    assert torch.isfinite(before).all() and torch.equal(before[0, 0, 1], torch.tensor([0.5, 0.5], dtype=torch.float16))
+    assert torch.equal(out, v)
+
+
+def test_scale_at_belongs_to_the_math_backend_and_reaches_the_module():
+    with pytest.raises(ValueError, match=r"^model.attn.scale_at='qk' places the scale in the explicit formula, "
+                                         r"backend=math; the fused kernel \(backend=sdpa\) places it itself.$"):
+        AttnConfig(scale_at="qk")
+    with pytest.raises(ValueError, match=r"^model.attn.scale_at='q_and_k' is not one of scores, qk.$"):
+        AttnConfig(backend="math", scale_at="q_and_k")
+    torch.manual_seed(0)
+    a = CausalSelfAttention(32, 2, AttnConfig(backend="math", scale="none"))
+    b = CausalSelfAttention(32, 2, AttnConfig(backend="math", scale="none", scale_at="qk"))
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(2, 7, 32, dtype=torch.float64)
+    a, b = a.double(), b.double()
+    assert torch.allclose(a(x), b(x), atol=1e-12)
+    assert torch.allclose(a.dissect(x)["logits"], b.dissect(x)["logits"], atol=1e-12)
+    assert "scale_at='qk'" in repr(b) and "scale_at" not in repr(a)

@@ -54,6 +54,7 @@ VARIANTS = [
     dict(attn={"backend": "math"}),
     dict(attn={"qk_norm": True}),
     dict(bias=True, activation="gelu_tanh", ln_eps=1e-3),
+    dict(attn={"backend": "math", "scale_at": "qk", "scale": "none"}),
 ]
 
 
@@ -63,7 +64,7 @@ def split_always(monkeypatch):
     monkeypatch.setattr(FastDecodeLinear, "split_margin", 0.0)
 
 
-@pytest.mark.parametrize("kw", VARIANTS, ids=["default", "math", "qk_norm", "gpt2-like"])
+@pytest.mark.parametrize("kw", VARIANTS, ids=["default", "math", "qk_norm", "gpt2-like", "scale_at_qk"])
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("fast", [False, True], ids=["linear", "split"])
 def test_the_cached_step_gives_the_models_logits_bit_for_bit(kw, batch, fast, split_always):

@@ -162,6 +162,17 @@ def normalised_entropy(w: Tensor | np.ndarray, causal: bool = True) -> Tensor | 
     h = -(w * np.log(np.clip(w, 1e-30, None))).sum(-1)  # (..., T)
     return h[..., seen > 1] / np.log(seen[seen > 1])
 
+def scaled_scores(q: Tensor, k: Tensor, scale: float, scale_at: str = "scores") -> Tensor:
+    """q k^T * scale, the scale applied where ``scale_at`` says (scaled_dot_product_attention).
+    q (..., T_q, D), k (..., T_k, D) -> (..., T_q, T_k)."""
+    if scale_at == "qk":
+        root = math.sqrt(scale)
+        return (q * root) @ (k * root).transpose(-2, -1)  # (..., T_q, D) @ (..., D, T_k)
+    if scale_at != "scores":
+        raise ValueError(f"scale_at={scale_at!r} is not one of 'scores', 'qk'.")
+    return (q @ k.transpose(-2, -1)) * scale  # (..., T_q, D) @ (..., D, T_k) -> (..., T_q, T_k)
+
+
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -170,11 +181,15 @@ def scaled_dot_product_attention(
     causal: bool = True,
     padding_mask: Tensor | None = None,
     scale: float | None = None,
+    scale_at: str = "scores",
 ) -> tuple[Tensor, Tensor]:
     """softmax(q k^T * scale + mask) v, exactly as written. Returns (out, weights).
 
     q: (..., T_q, D), k: (..., T_k, D), v: (..., T_k, D_v).
     scale: None means 1/sqrt(D); any number is used as given (1.0 = unscaled).
+    scale_at: where the scale is applied: "scores" multiplies q k^T by it (the formula as written), "qk" multiplies
+    q and k each by sqrt(scale) before the product (torch's own math attention does so "for stability": in float16
+    the raw q k^T can pass 65504 where the scaled scores do not). The same function in exact arithmetic.
     causal: query i sees key j only if j <= i + (T_k - T_q).
     padding_mask: bool (B, T_k), True = real token; padded keys get weight 0, padded queries
     get weights 0 and output 0.
@@ -194,7 +209,7 @@ def scaled_dot_product_attention(
         )
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T_q, D) @ (..., D, T_k) -> (..., T_q, T_k)
+    scores = scaled_scores(q, k, scale, scale_at)  # (..., T_q, T_k)
     t_q, t_k = scores.shape[-2:]
     check_padding_mask(padding_mask, scores.shape[0], t_k, scores=scores)
     queries = None if padding_mask is None else padding_mask[:, t_k - t_q :]  # one sequence: the last T_q keys
@@ -271,7 +286,8 @@ class CausalSelfAttention(nn.Module):
 
         if self.config.backend == "math":
             y, weights = scaled_dot_product_attention(
-                q, k, v, causal=self.config.causal, padding_mask=padding_mask, scale=self.scale_factor
+                q, k, v, causal=self.config.causal, padding_mask=padding_mask, scale=self.scale_factor,
+                scale_at=self.config.scale_at,
             )  # y (B, H, T, D), weights (B, H, T, T)
             if self.training and self.dropout > 0:
                 y = self.attn_dropout(weights) @ v  # (B, H, T, D)
@@ -287,9 +303,11 @@ class CausalSelfAttention(nn.Module):
         ``q``, ``k`` (B, H, T, D) as the scores see them (after qk_norm)."""
         q, k, v = self._heads(x)  # 3 x (B, H, T, D)
         _, weights = scaled_dot_product_attention(
-            q, k, v, causal=self.config.causal, padding_mask=padding_mask, scale=self.scale_factor
+            q, k, v, causal=self.config.causal, padding_mask=padding_mask, scale=self.scale_factor,
+            scale_at=self.config.scale_at,
         )  # (B, H, T, T)
-        return {"weights": weights, "logits": (q @ k.transpose(-2, -1)) * self.scale_factor, "q": q, "k": k}
+        logits = scaled_scores(q, k, self.scale_factor, self.config.scale_at)  # (B, H, T, T)
+        return {"weights": weights, "logits": logits, "q": q, "k": k}
 
     def _heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, T, C) -> q, k, v, each split into heads (B, H, T, D), from one fused projection
@@ -329,4 +347,5 @@ class CausalSelfAttention(nn.Module):
     def extra_repr(self) -> str:
         c = self.config
         return (f"n_head={self.n_head}, head_dim={self.head_dim}, causal={c.causal}, "
-                f"scale={c.scale!r} ({self.scale_factor:.4g}), backend={c.backend!r}, qk_norm={c.qk_norm}")
+                f"scale={c.scale!r} ({self.scale_factor:.4g}), backend={c.backend!r}, qk_norm={c.qk_norm}"
+                + (f", scale_at={c.scale_at!r}" if c.scale_at != "scores" else ""))

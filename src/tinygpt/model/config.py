@@ -17,6 +17,7 @@ from tinygpt.runtime.checks import is_number, one_of, positive_int, positive_num
 SCALES = ("sqrt_dk", "none", "inv_dk")
 BACKENDS = ("sdpa", "math")
 QK_INITS = ("gpt2", "unit")
+SCALE_AT = ("scores", "qk")
 ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}  # model.activation -> nn.GELU's ``approximate``
 
 
@@ -60,10 +61,15 @@ class AttnConfig:
     backend: str = "sdpa"  # sdpa (fused) | math (the explicit formula)
     qk_norm: bool = False  # LayerNorm on queries and keys per head, before the scale
     qk_init: str = "gpt2"  # gpt2 (W_Q, W_K ~ N(0, 0.02^2)) | unit (q, k components of variance 1 at init)
+    scale_at: str = "scores"  # scores (q k^T, then times the scale) | qk (q and k each times sqrt(scale), then q k^T)
 
     def __post_init__(self):
         one_of("model.attn.backend", self.backend, BACKENDS)
         one_of("model.attn.qk_init", self.qk_init, QK_INITS)
+        one_of("model.attn.scale_at", self.scale_at, SCALE_AT)
+        if self.scale_at != "scores" and self.backend != "math":
+            raise ValueError(f"model.attn.scale_at={self.scale_at!r} places the scale in the explicit formula, "
+                             "backend=math; the fused kernel (backend=sdpa) places it itself.")
         scale_factor(self.scale, 1)  # a scale by name or a number; its value needs the head size
 
 

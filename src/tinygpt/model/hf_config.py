@@ -13,7 +13,7 @@ from tinygpt.runtime.hub import no_config_json
 
 # GPT-2's model.attn.*: every option's default, less those that change how the attention is computed or started,
 # not what it computes; so a new option is refused on export wherever it is not at its default (GPT-2's behaviour)
-HOW_NOT_WHAT = ("backend", "qk_init")
+HOW_NOT_WHAT = ("backend", "qk_init", "scale_at")
 GPT2_ATTENTION = {f.name: f.default for f in fields(AttnConfig) if f.name not in HOW_NOT_WHAT}
 ARCHITECTURE = ("n_layer", "n_head", "n_embd", "block_size", "bias", "activation", "ln_eps")  # what config.json sets
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}  # theirs -> ours

@@ -191,7 +191,7 @@ class CachedStep:
         for i, block in enumerate(model.blocks):
             a = block.attn
             layers.append((cache.kv[i], norm(block.ln_1), linear(a.c_attn), linear(a.c_proj), a.n_head, a.head_dim,
-                           a.scale_factor, a.config.backend, a.q_norm, a.k_norm, norm(block.ln_2),
+                           a.scale_factor, (a.config.backend, a.config.scale_at), a.q_norm, a.k_norm, norm(block.ln_2),
                            linear(block.mlp.c_fc), block.mlp.gelu.approximate, linear(block.mlp.c_proj)))
         return cls(model, cache, layers)
 
@@ -208,7 +208,7 @@ class CachedStep:
         # (B, C) rows throughout: the products, LayerNorms and GELU see the same rows as on (B, 1, C)
         x = F.embedding(idx[:, 0], model.wte.weight) + model.wpe.weight[pos]  # (B, C): GPT._embed's sum
         C = x.shape[-1]
-        for (kv, ln_1, (f_qkv, w_qkv, b_qkv), (f_o, w_o, b_o), H, D, scale, backend, q_norm, k_norm, ln_2,
+        for (kv, ln_1, (f_qkv, w_qkv, b_qkv), (f_o, w_o, b_o), H, D, scale, (backend, scale_at), q_norm, k_norm, ln_2,
              (f_fc, w_fc, b_fc), approximate, (f_p, w_p, b_p)) in self.layers:  # kv: (2, B, H, max_len, D)
             qkv = f_qkv(F.layer_norm(x, *ln_1), w_qkv, b_qkv).view(B, 3, H, 1, D).transpose(0, 1)  # (3, B, H, 1, D)
             q = qkv[0]  # (B, H, 1, D), strided as CausalSelfAttention._heads makes it
@@ -219,7 +219,7 @@ class CachedStep:
                 kv.narrow(3, pos, 1).copy_(qkv[1:])  # this token's key and value at once
             keys, values = kv.narrow(3, 0, end).unbind(0)  # (B, H, pos + 1, D) each
             if backend == "math":
-                y, _ = scaled_dot_product_attention(q, keys, values, causal=True, scale=scale)
+                y, _ = scaled_dot_product_attention(q, keys, values, causal=True, scale=scale, scale_at=scale_at)
             else:
                 y = F.scaled_dot_product_attention(q, keys, values, is_causal=end == 1, scale=scale)
             x = x + f_o(y.reshape(B, C), w_o, b_o)  # (B, H, 1, D) -> (B, C): the heads side by side
