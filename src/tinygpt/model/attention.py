@@ -182,6 +182,7 @@ def scaled_dot_product_attention(
     padding_mask: Tensor | None = None,
     scale: float | None = None,
     scale_at: str = "scores",
+    keep: list | None = None,
 ) -> tuple[Tensor, Tensor]:
     """softmax(q k^T * scale + mask) v, exactly as written. Returns (out, weights).
 
@@ -193,6 +194,7 @@ def scaled_dot_product_attention(
     causal: query i sees key j only if j <= i + (T_k - T_q).
     padding_mask: bool (B, T_k), True = real token; padded keys get weight 0, padded queries
     get weights 0 and output 0.
+    keep: a list the scores (..., T_q, T_k), before the mask, are appended to (a probe's gradient reaches them).
     """
     if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
         raise ValueError(
@@ -210,6 +212,8 @@ def scaled_dot_product_attention(
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     scores = scaled_scores(q, k, scale, scale_at)  # (..., T_q, T_k)
+    if keep is not None:
+        keep.append(scores)
     t_q, t_k = scores.shape[-2:]
     check_padding_mask(padding_mask, scores.shape[0], t_k, scores=scores)
     queries = None if padding_mask is None else padding_mask[:, t_k - t_q :]  # one sequence: the last T_q keys
@@ -248,7 +252,9 @@ class CausalSelfAttention(nn.Module):
     mask) v with the functions above; backend="sdpa" calls torch's fused F.scaled_dot_product_attention with the
     same scale and mask. ``scale_factor`` is the number ``attn.scale`` names for this head size.
     ``dissect(x)`` is the opt-in way to see inside: the math path's weights (B, H, T, T), the logits and the
-    queries and keys, for attention maps and diagnostics; ``forward`` always returns the output alone.
+    queries and keys, for attention maps and diagnostics; ``forward`` always returns the output alone. A probe that
+    needs the gradient reaching the scores sets ``keep`` to a list: each forward then runs the formula (the same
+    function as sdpa) and appends its q, k, scores and weights, in the autograd graph.
     ``qk_norm=True`` applies a LayerNorm (over the head dim D, shared by heads) to the queries and to the
     keys before the scale (Dehghani et al. 2023): the logits stay bounded, |q.k| * scale <= D * scale for unit
     gains.
@@ -269,6 +275,7 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(dropout)
         self.q_norm = nn.LayerNorm(self.head_dim, bias=bias) if self.config.qk_norm else None
         self.k_norm = nn.LayerNorm(self.head_dim, bias=bias) if self.config.qk_norm else None
+        self.keep: list | None = None  # a probe's list: each forward appends q, k, scores, weights (the math path)
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None, kv_cache=None) -> Tensor:
         """x (B, T, C) -> (B, T, C). With ``kv_cache`` (one layer's view of a kv_cache.KVCache) the T
@@ -284,11 +291,14 @@ class CausalSelfAttention(nn.Module):
         if kv_cache is not None:
             k, v = kv_cache.extend(k, v)  # (B, H, T_cached + T, D)
 
-        if self.config.backend == "math":
+        if self.config.backend == "math" or self.keep is not None:  # a probe keeping the tensors: the formula
+            scores = [] if self.keep is not None else None
             y, weights = scaled_dot_product_attention(
                 q, k, v, causal=self.config.causal, padding_mask=padding_mask, scale=self.scale_factor,
-                scale_at=self.config.scale_at,
+                scale_at=self.config.scale_at, keep=scores,
             )  # y (B, H, T, D), weights (B, H, T, T)
+            if self.keep is not None:
+                self.keep.append({"q": q, "k": k, "scores": scores[0], "weights": weights})
             if self.training and self.dropout > 0:
                 y = self.attn_dropout(weights) @ v  # (B, H, T, D)
         else:

@@ -78,6 +78,7 @@ class StabilityMonitorSettings:
     spike_factor: float = 1.5
     spike_window: int = 50
     future_leak: bool = False
+    softmax_gradients: bool = True
 
     def __post_init__(self):
         for key in ("every_n_steps", "windows", "spike_window"):
@@ -86,6 +87,7 @@ class StabilityMonitorSettings:
         if not self.spike_factor > 1:
             raise ValueError(f"callbacks.stability.spike_factor={self.spike_factor!r} must be above 1.")
         true_or_false("callbacks.stability.future_leak", self.future_leak)
+        true_or_false("callbacks.stability.softmax_gradients", self.softmax_gradients)
 
 
 @dataclass

@@ -247,6 +247,10 @@ class StabilityMonitor(ModelInspector):
       (the attention weight on keys after the query, per layer and averaged) and, with ``future_leak=True``,
       ``stab/future_leak`` (the perturbation probe, a few percent of a default run at every 50 steps: off by
       default);
+    - with ``softmax_gradients=True`` (the default), per layer, what the argument for 1/sqrt(d_k) is about
+      (diagnostics.softmax_gradients): ``stab/jacobian_trace/L`` (1 uniform, 0 one-hot), ``stab/softmax_gain/L``,
+      ``stab/grad_wq/L``, ``stab/grad_wk/L``, ``stab/raw_qk/L``, ``stab/scaled_qk/L``, ``stab/scores_inf/L``, in
+      the precision training uses; ``stab/jacobian_trace`` and ``stab/softmax_gain`` averaged over layers;
     - ``train/grad_norm``: the global L2 norm of the gradients before clipping;
     - ``train/loss_spikes``: how many steps so far had a training loss above ``spike_factor`` x the mean of
       the previous ``spike_window`` steps (counted every step).
@@ -294,7 +298,7 @@ class StabilityMonitor(ModelInspector):
             self.inspect(trainer, module)
 
     def look(self, trainer: L.Trainer, module: L.LightningModule, model: GPT) -> None:
-        x, _ = trainer.datamodule.spread_windows(self.windows)
+        x, y = trainer.datamodule.spread_windows(self.windows)
         stats = diagnostics.attention_stats(model, x.to(module.device))
         metrics = {"train/loss_spikes": float(self.spikes), "stab/max_logit": stats["attn_max_logit"],
                    "stab/entropy": stats["attn_entropy"], "stab/entropy_min": stats["attn_entropy_min"],
@@ -308,6 +312,15 @@ class StabilityMonitor(ModelInspector):
                      "k_rms"):
             for layer, v in enumerate(stats[f"attn_{name}_per_layer"]):
                 metrics[f"stab/{name}/{layer}"] = v
+        if self.softmax_gradients:  # the mechanism 1/sqrt(d_k) is argued from, in the precision training uses
+            mech = diagnostics.softmax_gradients(model, x.to(module.device), y.to(module.device),
+                                                 autocast=trainer.precision_plugin.forward_context)
+            for name, values in mech.items():
+                for layer, v in enumerate(values):
+                    metrics[f"stab/{name}/{layer}"] = v
+            for name in ("softmax_gain", "jacobian_trace"):
+                if mech[name]:
+                    metrics[f"stab/{name}"] = sum(mech[name]) / len(mech[name])
         log_at(trainer, metrics, trainer.global_step - 1)  # this batch's index: its step is taken
 
 

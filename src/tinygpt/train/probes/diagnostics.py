@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import torch
@@ -197,6 +197,83 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
         "attn_visible_floor": min(layers["visible_floor"]),
     }
     out.update({f"attn_{k}_per_layer": v for k, v in layers.items()})
+    return out
+
+
+@contextmanager
+def keeping_attention(model: GPT):
+    """Each layer's attention keeps its q, k, scores and weights (in the autograd graph) while inside: the list of
+    every layer's list, [] for a layer whose attention does not keep them (a replaced one)."""
+    layers = [block.attn for block in model.blocks]
+    kept = [[] for _ in layers]
+    for attn, mine in zip(layers, kept, strict=True):
+        if hasattr(attn, "keep"):
+            attn.keep = mine
+    try:
+        yield kept
+    finally:
+        for attn in layers:
+            if hasattr(attn, "keep"):
+                attn.keep = None
+
+
+MECHANISM = ("softmax_gain", "jacobian_trace", "grad_wq", "grad_wk", "raw_qk", "scaled_qk", "scores_inf")
+
+
+def softmax_gradients(model: GPT, x: Tensor, y: Tensor, autocast=nullcontext) -> dict[str, list[float]]:
+    """What Vaswani et al.'s argument for 1/sqrt(d_k) is about, per layer, on windows x, y (N, T), in eval mode and
+    in the precision training uses (``autocast``: the trainer's forward context):
+
+    - ``softmax_gain``: ||dL/dS|| / ||dL/dP|| over the visible scores S and weights P: how much of the gradient that
+      reaches the attention weights passes through the softmax to the scores (0 for a saturated, one-hot softmax);
+    - ``jacobian_trace``: the mean over query rows of the softmax Jacobian's trace, sum_j p_j (1 - p_j) = 1 - sum_j
+      p_j^2, over its value for uniform weights, 1 - 1/n (n visible keys): 1 uniform, 0 one-hot; label-free;
+    - ``grad_wq``, ``grad_wk``: the norms of dL/dW_Q and dL/dW_K (the query and key rows of c_attn's weight);
+    - ``raw_qk``, ``scaled_qk``: the largest |q.k| over visible pairs before the scale (computed in the forward's
+      dtype: inf where float16 overflows) and the largest |score| as the forward computed it (inf likewise);
+      ``scores_inf``: 1.0 when a visible score is not finite, else 0.0.
+
+    Nothing is changed: no parameter's .grad is touched (torch.autograd.grad), the mode is restored."""
+    N, T = x.shape
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.enable_grad(), keeping_attention(model) as kept, autocast():
+            _, loss = model(x, y)
+    finally:
+        model.train(was_training)
+    layers = [k[0] for k in kept if k]  # the first forward of each layer that kept its tensors
+    visible = causal_mask(T, T, x.device) if model.config.attn.causal else torch.ones(T, T, dtype=torch.bool,
+                                                                                           device=x.device)
+    out: dict[str, list[float]] = {name: [] for name in MECHANISM}
+    if not layers:
+        return out
+    weights = [block.attn.c_attn.weight for block, k in zip(model.blocks, kept, strict=True) if k]
+    grads = torch.autograd.grad(loss, [*(k["scores"] for k in layers), *(k["weights"] for k in layers), *weights],
+                                allow_unused=True)
+    n = len(layers)
+    C = model.config.n_embd
+    seen = visible.sum(-1)  # (T,): keys each query row sees
+    choice = seen > 1
+    for i, k in enumerate(layers):
+        d_s, d_p, d_w = grads[i], grads[n + i], grads[2 * n + i]
+        d_s = torch.zeros_like(k["scores"]) if d_s is None else d_s
+        d_p = torch.zeros_like(k["weights"]) if d_p is None else d_p
+        gain_num = d_s.double().masked_fill(~visible, 0.0).norm()  # float64: a float16 gradient's norm can overflow
+        gain_den = d_p.double().masked_fill(~visible, 0.0).norm()
+        out["softmax_gain"].append((gain_num / gain_den).item() if gain_den > 0 else float("nan"))
+        p = k["weights"].detach().float()  # (N, H, T, T)
+        trace = (1 - p.pow(2).sum(-1))[..., choice] / (1 - 1 / seen[choice].float())  # (N, H, rows with a choice)
+        out["jacobian_trace"].append(trace.mean().item())
+        d_w = torch.zeros_like(weights[i]) if d_w is None else d_w.double()
+        out["grad_wq"].append(d_w[:C].norm().item())
+        out["grad_wk"].append(d_w[C:2 * C].norm().item())
+        q, kk = k["q"].detach(), k["k"].detach()
+        raw = (q @ kk.transpose(-2, -1)).abs().masked_fill(~visible, 0.0)  # (N, H, T, T), the forward's dtype
+        scores = k["scores"].detach()
+        out["raw_qk"].append(raw.max().float().item())
+        out["scaled_qk"].append(scores.abs().masked_fill(~visible, 0.0).max().float().item())
+        out["scores_inf"].append(float(not torch.isfinite(scores.masked_fill(~visible, 0.0)).all()))
     return out
 
 

@@ -1,0 +1,92 @@
+"""diagnostics.softmax_gradients: the quantities Vaswani et al.'s argument for 1/sqrt(d_k) is about, checked against
+the softmax's Jacobian written out, on constructions whose answer is known, and against the premise's own slope."""
+
+import math
+
+import pytest
+import torch
+
+from tinygpt.model.gpt import GPT, GPTConfig
+from tinygpt.train.probes.diagnostics import softmax_gradients
+
+
+def model(d, scale="sqrt_dk", init="unit", heads=1, layers=2, **attn):
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=17, block_size=16, n_layer=layers, n_head=heads, n_embd=d,
+                         attn={"scale": scale, "qk_init": init, **attn}))
+
+
+def windows(n=6, t=16, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 17, (n, t), generator=g), torch.randint(0, 17, (n, t), generator=g)
+
+
+def test_the_gain_is_the_softmax_jacobian_applied_to_the_gradient_of_the_weights():
+    """||dL/dS|| / ||dL/dP|| with dL/dS = J^T dL/dP row by row, J = diag(p) - p p^T: computed here by hand from the
+    weights and dL/dP (float64)."""
+    m = model(8, layers=1).double()
+    x, y = windows()
+    m.blocks[0].attn.keep = kept = []
+    _, loss = m(x, y)
+    m.blocks[0].attn.keep = None
+    (k,) = kept
+    d_p, d_s = torch.autograd.grad(loss, [k["weights"], k["scores"]])
+    p = k["weights"]
+    by_hand = p * (d_p - (d_p * p).sum(-1, keepdim=True))  # (N, H, T, T): J^T g, J symmetric
+    visible = torch.ones(16, 16, dtype=torch.bool).tril()
+    assert torch.allclose(d_s.masked_fill(~visible, 0), by_hand.masked_fill(~visible, 0), atol=1e-15)
+    expected = by_hand.masked_fill(~visible, 0).norm() / d_p.masked_fill(~visible, 0).norm()
+    assert softmax_gradients(m, x, y)["softmax_gain"][0] == pytest.approx(expected.item(), rel=1e-9)
+
+
+def test_uniform_weights_give_a_trace_of_one_and_a_saturated_softmax_gives_zero():
+    uniform = model(16, init="gpt2")
+    for block in uniform.blocks:  # W_Q = W_K = 0: every score 0, every row uniform over its keys
+        torch.nn.init.zeros_(block.attn.c_attn.weight[:32])
+    x, y = windows()
+    r = softmax_gradients(uniform, x, y)
+    assert r["jacobian_trace"] == pytest.approx([1.0, 1.0], abs=1e-6) and r["raw_qk"] == [0.0, 0.0]
+    assert r["grad_wq"] == pytest.approx([0.0, 0.0], abs=1e-12)  # dL/dW_Q = 0 when k = 0
+    saturated = model(16, scale="none")
+    with torch.no_grad():
+        for block in saturated.blocks:
+            block.attn.c_attn.weight[:32] *= 30  # q.k ~ 900 x its unit-init spread: one-hot rows
+    r = softmax_gradients(saturated, x, y)
+    assert max(r["jacobian_trace"]) < 0.02 and max(r["softmax_gain"]) < 0.005  # ~0.04 at unit init
+
+
+def test_at_unit_init_the_unscaled_trace_falls_with_d_k_and_the_scaled_one_does_not():
+    """The premise by construction: q, k with unit-variance components make q.k's variance d_k, so without the
+    factor the rows saturate more as d_k grows; with it the scores keep unit variance at every d_k."""
+    x, y = windows(16)
+    unscaled = [sum(softmax_gradients(model(d, scale="none"), x, y)["jacobian_trace"]) / 2 for d in (16, 64, 256)]
+    scaled = [sum(softmax_gradients(model(d), x, y)["jacobian_trace"]) / 2 for d in (16, 64, 256)]
+    assert unscaled[0] > unscaled[1] > unscaled[2] and unscaled[2] < 0.3
+    assert min(scaled) > 0.85 and max(scaled) - min(scaled) < 0.05
+
+
+def test_nothing_of_the_model_changes_and_every_layer_reports():
+    m = model(32, heads=2, layers=3, backend="sdpa")  # sdpa: the probe runs the formula, the same function
+    m.train()
+    x, y = windows()
+    before = {n: p.detach().clone() for n, p in m.named_parameters()}
+    r = softmax_gradients(m, x, y)
+    assert m.training and all(p.grad is None for p in m.parameters())
+    assert all(torch.equal(p, before[n]) for n, p in m.named_parameters())
+    assert all(len(v) == 3 and all(math.isfinite(u) for u in v) for v in r.values())
+    assert all(block.attn.keep is None for block in m.blocks)
+
+
+def test_in_float16_the_raw_product_overflows_only_with_the_scale_after_it():
+    """d_k = 256, W_Q and W_K large enough that q.k passes 65504 while the scaled score (/16) does not: in float16
+    autocast the scores are inf with the scale after the product and finite with it on q and k first."""
+    x, y = windows(2)
+    out = {}
+    for scale_at in ("scores", "qk"):
+        m = model(256, layers=1, backend="math", scale_at=scale_at)
+        with torch.no_grad():
+            m.blocks[0].attn.c_attn.weight[:512] *= 48  # q, k components of std 48: q.k of std 48^2 * 16 = 36,864
+        out[scale_at] = softmax_gradients(m, x, y, autocast=lambda: torch.autocast("cpu", dtype=torch.float16))
+    assert out["scores"]["raw_qk"] == [math.inf] and out["scores"]["scores_inf"] == [1.0]
+    assert out["qk"]["raw_qk"] == [math.inf]  # the same q and k: their raw product overflows either way
+    assert out["qk"]["scores_inf"] == [0.0] and 4096 < out["qk"]["scaled_qk"][0] < 65504
