@@ -34,6 +34,16 @@ def read_config(model_dir: Path) -> dict:
     return config
 
 
+def read_settings(model_dir: Path, where: str) -> tuple[dict, int]:
+    """model_dir's config.json read and turned into (our model.* settings, the vocabulary size); each mistake one
+    sentence prefixed with ``where`` (``init_from='<dir>'``)."""
+    try:
+        config = read_config(model_dir)
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    return model_settings(config, where=f"{where}: config.json")
+
+
 def model_settings(config: dict, where: str = "config.json") -> tuple[dict, int]:
     """GPT-2's config.json fields -> (our model.* architecture settings, the vocabulary size); one sentence naming
     the first field that our GPT cannot be."""

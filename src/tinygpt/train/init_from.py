@@ -29,6 +29,7 @@ from tokenizers import Tokenizer
 
 from tinygpt.data.tokenizer import PRETRAINED, load_pretrained_tokenizer
 from tinygpt.model import hf_gpt2
+from tinygpt.model.hf_config import read_settings
 from tinygpt.model.config import patch_names
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime.errors import ConfigError
@@ -66,11 +67,7 @@ def locate(source: str) -> Pretrained:
     tokenizer read; each mistake is one sentence."""
     path = model_dir(source)
     where = f"init_from={source!r}"
-    try:
-        config = hf_gpt2.read_config(path)
-    except ConfigError as err:
-        raise ConfigError(f"{where}: {err}") from None
-    model, vocab_size = hf_gpt2.model_settings(config, where=f"{where}: config.json")
+    model, vocab_size = read_settings(path, where)
     try:
         shapes = hf_gpt2.read_shapes(path)
     except ConfigError as err:

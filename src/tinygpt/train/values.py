@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.data.config import DataConfig
 from tinygpt.model.config import GPTConfig
-from tinygpt.model.hf_config import model_settings, read_config
+from tinygpt.model.hf_config import read_settings
 from tinygpt.runtime.checks import is_int, is_number, positive_int
 from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line, print_error
 from tinygpt.runtime.hub import cached_when_hub_unusable, local_model_dir
@@ -149,12 +149,7 @@ def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
         if local is None:  # a Hub name: where the Hub cannot be used now, the cache must have it
             cached_when_hub_unusable(str(source))
         else:  # its config.json must be GPT-2's (the weights' headers are read at set-up)
-            where = f"init_from={str(source)!r}"
-            try:
-                config = read_config(local)
-            except ConfigError as err:
-                raise ConfigError(f"{where}: {err}") from None
-            model_settings(config, where=f"{where}: config.json")
+            read_settings(local, where=f"init_from={str(source)!r}")
 
 
 def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
