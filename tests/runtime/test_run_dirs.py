@@ -55,15 +55,20 @@ def test_a_failing_sweep_job_is_reported_at_once_and_in_the_table_and_the_sweep_
                                                                                         cache_dir):
     sweep = tmp_path / "sweep"
     argv = [a for a in tiny(tmp_path / "unused", corpus_file, cache_dir) if not a.startswith("hydra.run.dir")]
-    proc = run_train(["-m", *argv, f"hydra.sweep.dir={sweep}", "data.val_batch_size=0,8"], check=False)
+    # A bad swept value is refused before any job starts (values.check_each_job); what only the job can find,
+    # here a validation split shorter than the block, fails that job alone.
+    proc = run_train(["-m", *argv, f"hydra.sweep.dir={sweep}", "model.block_size=1024,16"], check=False)
     assert proc.returncode == 1
-    first = proc.stderr.splitlines()[0]  # printed when the job failed, before job 1 ran
-    assert first.startswith("error: job 0 (") and "data.val_batch_size=0," in first
-    assert first.endswith("): data.val_batch_size=0 must be a positive integer.")
+    lines = proc.stderr.splitlines()
+    first = next(line for line in lines if line.startswith("error:"))
+    job_1_starts = max(i for i, line in enumerate(lines) if line.startswith("INFO: GPU available"))
+    assert lines.index(first) < job_1_starts  # printed when the job failed, before job 1 ran
+    assert first.startswith("error: job 0 (") and "model.block_size=1024" in first
+    assert first.endswith("fewer than data.block_size + 2 = 1026; use a larger corpus or a smaller block_size.")
     assert "Traceback" not in proc.stderr
     assert "1 of 2 jobs failed" in proc.stderr and "completed" in proc.stderr  # the table
     failed, ok = job_row(sweep / "0"), job_row(sweep / "1")
-    assert failed["status"] == "failed" and "val_batch_size=0" in failed["error"]
+    assert failed["status"] == "failed" and "fewer than data.block_size + 2" in failed["error"]
     assert ok["status"] == "completed" and ok["val_loss"] > 0
     HydraConfig.instance().cfg = None
 
