@@ -44,6 +44,16 @@ def test_torchs_cxx_stream_error_on_a_full_disk_is_named_as_a_full_disk(tmp_path
     assert ": 3 MiB free); no earlier checkpoint exists, unchanged." in str(err.value)
 
 
+def test_a_checkpoint_dir_that_cannot_be_made_is_a_failed_write_not_a_traceback(tmp_path):
+    """The dir is made inside the write's own error handling (it was made before it: a PermissionError or
+    NotADirectoryError escaped as a traceback at the first save)."""
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(checkpoint.CheckpointWriteError) as err:
+        checkpoint.AtomicCheckpointIO().save_checkpoint({"w": 1}, tmp_path / "afile" / "ckpts" / "last.ckpt")
+    assert str(err.value) == (f"could not write checkpoint {tmp_path / 'afile' / 'ckpts' / 'last.ckpt'} (Not a "
+                              "directory); no earlier checkpoint exists, unchanged.")
+
+
 def test_a_failed_run_marks_its_summary_failed(tmp_path):
     """After an in-place resume that fails, summary.json must not keep the earlier run's 'completed'."""
     import json

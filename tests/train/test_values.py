@@ -79,7 +79,14 @@ def test_train_py_refuses_a_bad_value_without_importing_torch_lightning_or_wandb
     ("callbacks.model_checkpoint.save_top_k=-2", "callbacks.model_checkpoint.save_top_k=-2 must be a whole number"),
     ("callbacks.lr_monitor.logging_interval=hour", "callbacks.lr_monitor.logging_interval='hour' is not one of step"),
     ("trainer.precision=fp16", "trainer.precision='fp16' is not one of 32-true, bf16-mixed, 16-mixed"),
-    ("logger.wandb.mode=onlin", "logger.wandb.mode='onlin' is not one of online, offline, disabled, dryrun, shared."),
+    ("logger.wandb.mode=onlin", "logger.wandb.mode='onlin' is not one of online, offline, disabled, dryrun, shared "
+                                "(or null to go by WANDB_MODE and the server)."),
+    ("logger.wandb.mode=''", "logger.wandb.mode='' is not one of online, offline, disabled, dryrun, shared "),
+    ("callbacks.model_checkpoint.dirpath=/proc/tinygpt-ckpt", "callbacks.model_checkpoint.dirpath="
+                                                            "'/proc/tinygpt-ckpt' cannot be written: no file can be "
+                                                            "created in /proc ("),
+    ("callbacks.model_checkpoint.dirpath=''", "callbacks.model_checkpoint.dirpath='' must be a directory path (or "
+                                             "null for Lightning's default)."),
     ("data.tokenizer=word", "data.tokenizer='word' is not one of char, bpe, pretrained."),
     ("data.bpe_vocab_size=-5", "data.bpe_vocab_size=-5 must be a positive integer."),
     ("callbacks.text_samples.final_only=maybe", "callbacks.text_samples.final_only='maybe' must be true or false."),
@@ -169,6 +176,24 @@ def test_wandb_mode_from_the_environment_is_checked_with_the_config(tmp_path, mo
     monkeypatch.setenv("WANDB_MODE", "ofline")
     with pytest.raises(ConfigError, match=r"^WANDB_MODE='ofline' is not one of online, offline, disabled"):
         check_values(compose_train([], out_dir=tmp_path), tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "")  # set but empty: wandb itself fails on it with a pydantic traceback
+    with pytest.raises(ConfigError, match=r"^WANDB_MODE='' is not one of online, .*, shared \(or unset it\)\.$"):
+        check_values(compose_train([], out_dir=tmp_path), tmp_path)
+
+
+def test_a_checkpoint_dir_under_a_file_is_refused_before_anything_is_made(tmp_path):
+    from helpers import compose_train
+    from tinygpt.train.values import check_values
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'afile'} is a file, not a directory; give a "
+                                                    "writable directory.")):
+        check_values(compose_train([f"callbacks.model_checkpoint.dirpath={tmp_path / 'afile' / 'ckpts'}"],
+                                   out_dir=tmp_path / "run"), tmp_path / "run")
+    writable = tmp_path / "new" / "ckpts"
+    check_values(compose_train([f"callbacks.model_checkpoint.dirpath={writable}"], out_dir=tmp_path / "run"),
+                 tmp_path / "run")
+    assert not (tmp_path / "new").exists()  # found out without creating anything
 
 
 def test_a_gpu_asked_for_on_a_linux_machine_without_a_gpu_driver_is_refused_before_torch(monkeypatch):

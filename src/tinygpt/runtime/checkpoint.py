@@ -3,6 +3,7 @@ any work starts (readable, not past max_steps, same model shape, same tokenizer)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -24,16 +25,22 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # a dir that cannot be made is a failed write too
             torch.save(checkpoint, tmp)
             os.replace(tmp, path)
         except (OSError, RuntimeError) as err:  # torch's C++ writer reports a full disk as a RuntimeError
-            tmp.unlink(missing_ok=True)
+            _remove(tmp)
             raise CheckpointWriteError(write_failure(path, err)) from err
         finally:
-            tmp.unlink(missing_ok=True)
+            _remove(tmp)
+
+
+def _remove(tmp: Path) -> None:
+    """The temporary file gone, if there was one (under a dir that could not be made, there is nothing to remove)."""
+    with contextlib.suppress(OSError):
+        tmp.unlink(missing_ok=True)
 
 
 def write_failure(path: Path, err: BaseException) -> str:

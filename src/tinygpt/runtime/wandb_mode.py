@@ -12,9 +12,13 @@ MODES = ("online", "offline", "disabled", "dryrun", "shared")  # what wandb.init
 
 def requested_mode(configured: str | None) -> tuple[str | None, str]:
     """The mode asked for (the config's, else WANDB_MODE's, else None) and where it was asked; a mode that is none
-    of MODES is one ConfigError naming the key or the variable."""
-    where = "logger.wandb.mode" if configured else "WANDB_MODE"
-    forced = configured or os.environ.get("WANDB_MODE") or None
+    of MODES, an empty one included (wandb would fail on it with a traceback), is one ConfigError naming the key or
+    the variable."""
+    if configured is not None:
+        where, forced = "logger.wandb.mode", configured
+    else:
+        where, forced = "WANDB_MODE", os.environ.get("WANDB_MODE")
     if forced is not None and forced not in MODES:
-        raise ConfigError(f"{where}={forced!r} is not one of {', '.join(MODES)}.")
+        unset = " (or unset it)" if where == "WANDB_MODE" else " (or null to go by WANDB_MODE and the server)"
+        raise ConfigError(f"{where}={forced!r} is not one of {', '.join(MODES)}{unset}.")
     return forced, where

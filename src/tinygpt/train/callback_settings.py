@@ -9,11 +9,14 @@ configs/callbacks/default.yaml's.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 from tinygpt.runtime.checks import non_negative_int, one_of, positive_int, positive_number, true_or_false
 from tinygpt.runtime.errors import ConfigError
+from tinygpt.runtime.writable import cannot_write_into
 from tinygpt.sampling.checks import check_sampling
 
 LEAK_ACTIONS = ("warn", "stop")
@@ -152,9 +155,27 @@ def check_lightning_callback(name: str, target: str, node: DictConfig) -> None:
         top_k = node.get("save_top_k", 1)
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < -1:
             raise ConfigError(f"{key}.save_top_k={top_k!r} must be a whole number >= -1 (-1: keep all, 0: none).")
+        check_dirpath(key, node)
     if target.endswith("LearningRateMonitor") and node.get("logging_interval") not in (None, "step", "epoch"):
         raise ConfigError(f"{key}.logging_interval={node.get('logging_interval')!r} is not one of step, epoch "
                           "(or null).")
+
+
+def check_dirpath(key: str, node: DictConfig) -> None:
+    """A checkpoint dir the run could not write is refused now, not at the first save: found out without creating
+    anything (``cannot_write_into``). A dirpath that resolves only inside a job (``${hydra:...}`` in a sweep's
+    shared config) is left to that job's own check."""
+    try:
+        dirpath = node.get("dirpath")
+    except InterpolationResolutionError:
+        return
+    if dirpath is None:
+        return
+    if not isinstance(dirpath, str) or not dirpath.strip():
+        raise ConfigError(f"{key}.dirpath={dirpath!r} must be a directory path (or null for Lightning's default).")
+    reason = cannot_write_into(Path(dirpath).expanduser())
+    if reason:
+        raise ConfigError(f"{key}.dirpath={dirpath!r} cannot be written: {reason}; give a writable directory.")
 
 
 def check_callbacks(callbacks: DictConfig | None) -> None:
