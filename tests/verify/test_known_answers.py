@@ -51,9 +51,9 @@ def test_correct_attentions_fail_no_check(factory, settings):
 
 
 def test_every_applicable_check_runs_at_each_level():
-    assert verify.names(Handmade, **HANDMADE) == ["causality", "sees-itself", "batch", "padding", "kv-cache",
-                                                   "gradients", "16-bit"]
-    assert verify.names(Handmade) == ["causality", "sees-itself", "batch", "gradients", "16-bit"]
+    assert verify.names(Handmade, **HANDMADE) == ["causality", "sees-itself", "sees-past", "batch", "padding",
+                                                   "kv-cache", "gradients", "16-bit"]
+    assert verify.names(Handmade) == ["causality", "sees-itself", "sees-past", "batch", "gradients", "16-bit"]
     assert verify.names(lambda: attention) == ["formula", "causality", "padding", "batch", "gradients", "16-bit"]
 
 
@@ -99,6 +99,24 @@ def test_a_leak_past_position_32_is_found_only_at_lengths_past_it():
 def test_each_planted_module_bug_fails_its_check(flags, check, words):
     bad = failed(lambda: Handmade(**flags), **HANDMADE)
     assert check in bad and words in bad[check], bad
+
+
+def test_a_module_that_maps_each_position_alone_is_not_attention():
+    """A Linear or an MLP passes causality, sees-itself, batch and gradients (it is trivially causal); sees-past is
+    the check it fails. A window that sees only the previous token passes, and the number says how far it sees."""
+    from torch import nn
+
+    bad = failed(lambda: nn.Linear(8, 8), width=8)
+    assert list(bad) == ["sees-past"], bad
+    assert "Linear does not mix positions" in bad["sees-past"]
+
+    class PreviousToken(nn.Module):  # y_t = x_t + x_{t-1}: causal, mixes exactly one earlier position
+        def forward(self, x):
+            return x + torch.nn.functional.pad(x, (0, 0, 1, 0))[:, :-1]  # (B, T, C), shifted one step down
+
+    result = verify.run(lambda: PreviousToken(), width=8, only=["sees-past"])[0]
+    assert result.verdict == "pass" and result.measured == "position 7 follows position 6 of 0-6", result
+    assert verify.run(Handmade, only=["sees-past"])[0].measured == "position 7 follows positions 0-6 of 0-6"
 
 
 def test_rows_with_no_visible_key_are_caught_forward_and_backward():
@@ -175,7 +193,7 @@ def test_an_exception_inside_a_check_is_that_checks_verdict_and_the_others_run()
     """A float16 copy that raises (a float32 mask added to float16 scores) warns in the 16-bit check, naming the
     error; every other check still reports (the first version stopped the whole battery with exit 2)."""
     results = {r.check: r for r in verify.run(lambda: Handmade(float32_fill=True))}
-    assert list(results) == ["causality", "sees-itself", "batch", "gradients", "16-bit"]
+    assert list(results) == ["causality", "sees-itself", "sees-past", "batch", "gradients", "16-bit"]
     r = results["16-bit"]
     assert r.verdict == "warn" and r.measured == "raised" and "in float16 raised RuntimeError" in r.why, r
     assert verify.run(lambda: Handmade(float32_fill=True), only=["16-bit"], strict_16bit=True)[0].verdict == "fail"

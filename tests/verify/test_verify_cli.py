@@ -54,7 +54,7 @@ def user(tmp_path, monkeypatch):
 def test_a_correct_module_passes_with_a_table(user, capsys):
     assert cli.main(["user_attn:MyAttention", "--arg", "n_embd=32", "--arg", "n_head=4"]) == 0
     out = capsys.readouterr().out
-    assert "causality" in out and "5 of 5 checks passed" in out
+    assert "causality" in out and "6 of 6 checks passed" in out
 
 
 @pytest.mark.parametrize("target", ["user_attn:make", "user_attn.py:attention",

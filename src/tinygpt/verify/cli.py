@@ -10,6 +10,7 @@ a bad argument (a target that does not import, a call that does not fit), in one
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -94,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    console = Console(stderr=opts.json, width=None if sys.stdout.isatty() else 160)  # piped: not squeezed to 80
+    piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")  # piped: not squeezed to 80, unless asked
+    console = Console(stderr=opts.json, width=160 if piped else None)  # None: the terminal's, or COLUMNS
     try:
         factory = factory_of(load(opts.target), args)
         with console.status(f"checking {opts.target}") as status:

@@ -1,7 +1,7 @@
 """The checks of an attention *module* ``x -> y``: x (B, T, C) (or token ids (B, T) with ``vocab``), y (B, T, ...).
 Its math is not visible from outside, so these check its behaviour: the future never moves the past, each position
-sees itself, sequences do not mix, padding (where the module takes a mask), the KV cache (where it has one),
-gradients and 16-bit. Everything but the 16-bit check runs in float64 on a copy, in eval mode (dropout off).
+sees itself and its past, sequences do not mix, padding (where the module takes a mask), the KV cache (where it
+has one), gradients and 16-bit. Everything but the 16-bit check runs in float64 on a copy, in eval mode (dropout off).
 """
 
 from __future__ import annotations
@@ -231,6 +231,29 @@ def check_sees_itself(m: Module, gen: torch.Generator) -> Result:
     return Result("sees-itself", "pass", f"position 0 follows its own token (relative change {change:.2g})")
 
 
+def check_sees_past(m: Module, gen: torch.Generator) -> Result:
+    """Attention mixes positions: the last position's output depends on earlier tokens. A module that maps each
+    position on its own (a Linear, an MLP) passes causality, sees-itself and batch, and is no attention; this is
+    the check it fails. Which earlier positions the last one sees is measured, one token changed at a time (a
+    window that sees only the nearest few passes, and the number says how far it sees)."""
+    m64 = m.copy()
+    t = min(8, m.settings.max_len)
+    x = m64.inputs(gen, 2, t)
+    seen = []
+    base = m64(x)[:, -1]
+    for j in range(t - 1):
+        x2 = x.clone()
+        x2[:, j : j + 1] = m64.fresh(x[:, j : j + 1], gen)
+        if relative_change(m64(x2)[:, -1], base) > 1e-8:
+            seen.append(j)
+    if not seen:
+        return Result("sees-past", "fail", f"position {t - 1} moved by none of positions 0-{t - 2}",
+                      f"at T={t}, changing any one earlier token left the last position's output unchanged: "
+                      f"{m.name} does not mix positions (each output is a function of its own token alone), so "
+                      "it is not attention.")
+    return Result("sees-past", "pass", f"position {t - 1} follows {spans(seen)} of 0-{t - 2}")
+
+
 def check_batch(m: Module, gen: torch.Generator) -> Result:
     """Changing one sequence of a batch leaves the others' outputs unchanged."""
     m64 = m.copy()
@@ -431,6 +454,7 @@ def verdict(settings: Settings) -> str:
 CHECKS = {
     "causality": check_causality,
     "sees-itself": check_sees_itself,
+    "sees-past": check_sees_past,
     "batch": check_batch,
     "padding": check_padding,
     "kv-cache": check_kv_cache,
