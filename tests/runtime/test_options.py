@@ -41,6 +41,17 @@ def test_a_missing_option_is_one_sentence_with_the_nearest(argv, message):
     assert mistyped_option(argv, CONFIGS).startswith(message)
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["~model"], "~model leaves out model, which every run needs; choose another with model=<option> (the options: "
+                 "baby, gpt2, gpt2_large, gpt2_medium, gpt2_xl, small, tiny)."),
+    (["seed=1", "~logger"], "~logger leaves out logger, which every run needs; choose another with logger=<option> "
+                            "(the options: csv, none, wandb)."),
+])
+def test_deleting_a_group_every_run_needs_is_one_sentence(argv, message):
+    """Hydra composes without it, and the run stopped later on "Missing mandatory value: model"."""
+    assert mistyped_option(argv, CONFIGS) == message
+
+
 def test_a_group_is_a_folder_of_the_config_dir(tmp_path):
     (tmp_path / "flavour").mkdir()
     (tmp_path / "flavour" / "sweet.yaml").write_text("x: 1\n")

@@ -146,6 +146,28 @@ def test_a_value_of_the_wrong_type_is_one_sentence(override, message):
     assert composition_mistake(err.value) == message
 
 
+@pytest.mark.parametrize("override, message", [
+    ("arm/partial_leaks=off_by_one", "arm/partial_leaks=off_by_one sets a group this run does not use; add it with "
+                                     "+arm/partial_leaks=off_by_one, or run the experiment that uses it: "
+                                     "experiment=partial_leaks."),
+    ("+model=small", "+model=small adds a second model, which already has one; choose it with model=small (no +)."),
+])
+def test_a_group_override_hydra_cannot_place_is_one_sentence_with_the_form_that_works(override, message):
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_train([override])
+    assert composition_mistake(err.value, ROOT / "configs") == message
+
+
+def test_a_root_key_added_with_a_plus_is_refused_with_the_nearest_key():
+    """Hydra adds +foo=bar to the root without a word; nothing would read it."""
+    from tinygpt.runtime.errors import ConfigError
+    from tinygpt.train.values import check_run_keys
+
+    with pytest.raises(ConfigError, match=r"^sed is not a key of the config \(nothing would read it\); did you mean "
+                                          r"seed\?$"):
+        check_run_keys(compose_train(["+sed=3"]))
+
+
 def test_a_prediction_of_the_wrong_type_is_one_sentence():
     with pytest.raises(ConfigCompositionException) as err:
         compose_train(["experiment=causal_mask", "prediction.slope=3"])

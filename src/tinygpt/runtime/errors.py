@@ -129,6 +129,17 @@ def composition_mistake(err: BaseException, config_dir: Path | None = None) -> s
     wrong = re.match(r"Error merging override (.+)", text.splitlines()[0] if text else "")
     if wrong and isinstance(err.__cause__, ValidationError):  # a value of the wrong type (tinygpt/train/schema.py)
         return wrong_type_message(wrong.group(1), err.__cause__)
+    unused = re.match(r"Could not override '([^']+)'\. No match in the defaults list\.\n.*use \+(\S+)", text)
+    if unused:  # arm/partial_leaks=off_by_one: a group the run's defaults do not list
+        group, override = unused.group(1), unused.group(2)
+        experiment = group.split("/")[1] if group.startswith("arm/") and group.count("/") == 1 else None
+        uses = (f", or run the experiment that uses it: experiment={experiment}" if experiment and config_dir
+                and (config_dir / "experiment" / f"{experiment}.yaml").is_file() else "")
+        return f"{override} sets a group this run does not use; add it with +{override}{uses}."
+    twice = re.match(r"Multiple values for (\S+)\. To override a value use 'override \1: (.+)'", text)
+    if twice:  # +model=small: the group already has its default
+        group, value = twice.group(1), twice.group(2)
+        return f"+{group}={value} adds a second {group}, which already has one; choose it with {group}={value} (no +)."
     found = re.match(r"Could not override '([^']+)'\.", text)
     if found and not isinstance(err.__cause__, (ConfigAttributeError, ConfigKeyError)):
         return None  # e.g. a value of the wrong type for one of Hydra's own typed settings

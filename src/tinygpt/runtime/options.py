@@ -60,7 +60,8 @@ def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
     bare = bare_key(argv)
     if bare:
         return bare
-    texts = [a for a in argv if "=" in a and not a.startswith("-")]  # overrides; Hydra's flags start with -
+    texts = [a for a in argv if ("=" in a or a.startswith("~")) and not a.startswith("-")]  # overrides (~key
+    # deletes); Hydra's flags start with -
     try:
         overrides = OverridesParser.create().parse_overrides(texts)
     except HydraException:
@@ -71,9 +72,14 @@ def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
                 return (f"{override.input_line} gives several values, which makes a sweep: add -m to run one job per "
                         f"value (or, for one value that is this string, quote it for Hydra: "
                         f"{quoted(override.input_line)}).")
+    required = required_groups(config_dir)
     for override in overrides:
         group = override.key_or_group
         folder = config_dir / group
+        if override.is_delete() and group in required:  # ~model: composed without one, then a cryptic error
+            options = sorted(p.stem for p in folder.glob("*.yaml"))
+            return (f"{override.input_line} leaves out {group}, which every run needs; choose another with "
+                    f"{group}=<option> (the options: {', '.join(options)}).")
         if override.is_delete() or group.split("/")[0] == "hydra" or not folder.is_dir():
             continue
         options = sorted(p.stem for p in folder.glob("*.yaml"))
@@ -94,3 +100,15 @@ def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
                 return option_message(group, name, options)
     return None
 
+
+
+def required_groups(config_dir: Path) -> set[str]:
+    """The groups train.yaml's defaults list chooses for every run (not ``optional``, not Hydra's own)."""
+    from omegaconf import OmegaConf
+
+    try:
+        defaults = OmegaConf.to_container(OmegaConf.load(config_dir / "train.yaml")).get("defaults") or []
+    except Exception:  # a train.yaml OmegaConf cannot read is Hydra's to report
+        return set()
+    return {key for entry in defaults if isinstance(entry, dict) for key in entry
+            if not key.startswith(("optional ", "override ", "hydra"))}
