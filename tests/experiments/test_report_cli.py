@@ -82,6 +82,24 @@ def test_every_job_of_a_half_finished_sweep_is_named(tmp_path, capsys):
         assert f"- `{where}`: {why}" in (tmp_path / "out" / "README.md").read_text()
 
 
+def test_a_sweep_with_no_result_counts_its_jobs_not_its_runs(tmp_path, capsys):
+    """3 jobs, one interrupted and two never started: "none of the 3 jobs", not "none of the 1 runs"."""
+    import shutil
+
+    sweep = causal_sweep(tmp_path / "sweep", status="interrupted")
+    for d in sweep.iterdir():
+        if d.is_dir() and d.name != "0":
+            shutil.rmtree(d)
+    (sweep / "multirun.yaml").write_text(
+        "hydra:\n  sweeper:\n    params:\n      model.attn.causal: true\n      seed: 1,2,3\n"
+        "  overrides:\n    task:\n    - experiment=causal_mask\n")
+    assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: report: none of the 3 jobs completed (interrupted by SIGTERM at step 36 of 800, ...); "
+                   "nothing to report.")
+    assert not (tmp_path / "out").exists()
+
+
 def test_runs_of_another_experiment_are_refused_in_one_line(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     sweep.mkdir()

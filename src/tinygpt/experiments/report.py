@@ -76,14 +76,18 @@ def refuse_mixed(runs: list[Run], experiment: str) -> None:
                           "report pools runs of its grid only: give the runs of one setting.")
 
 
-def results(runs: list[Run]) -> tuple[list[Run], list[tuple[Run, str]]]:
-    """The runs that are results (completed or diverged), and the others with why they are not."""
+def results(runs: list[Run], unstarted: list[tuple[str, str]] = ()) -> tuple[list[Run], list[tuple[Run, str]]]:
+    """The runs that are results (completed or diverged), and the others with why they are not; ``unstarted``:
+    the sweeps' jobs that left no run (counted when none is a result)."""
     from tinygpt.analysis.sweep import ReportError
 
     excluded = [(r, why) for r in runs if (why := r.not_a_result())]
     kept = [r for r in runs if not r.not_a_result()]
     if not kept:
-        raise ReportError(f"none of the {len(runs)} runs completed ({excluded[0][1]}, ...); nothing to report.")
+        whys = [why for _, why in excluded] + [why for _, why in unstarted]
+        jobs = len(runs) + len(unstarted)
+        raise ReportError(f"none of the {plural(jobs, 'job')} completed ({whys[0]}{', ...' if len(whys) > 1 else ''}); "
+                          "nothing to report.")
     return kept, excluded
 
 
@@ -185,8 +189,9 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
     runs = load_runs(sweeps)
     refuse_foreign(runs, experiment)
     refuse_mixed(runs, experiment)
-    runs, excluded = results(runs)
-    excluded = [(str(r.dir), why) for r, why in excluded] + jobs_without_runs(sweeps)
+    unstarted = jobs_without_runs(sweeps)
+    runs, excluded = results(runs, unstarted)
+    excluded = [(str(r.dir), why) for r, why in excluded] + unstarted
     for where, why in excluded:
         print(f"warning: report: {where} excluded: {why}", file=sys.stderr)
     gap = full_sweep_gap(runs, excluded, experiment)
@@ -222,7 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=list(experiments()))
     parser.add_argument("sweeps", nargs="+", type=Path, help="sweep dirs (each job dir holds summary.json)")
-    parser.add_argument("--out", type=Path, default=None, help="default: docs/experiments/<experiment>/")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: docs/experiments/<experiment>/ for the experiment's full sweep, else "
+                             "<first sweep dir>/report/")
     args = parser.parse_args(argv)
     from tinygpt.analysis.sweep import ReportError
 
