@@ -123,3 +123,18 @@ def test_help_and_a_refused_argument_answer_without_torch_named_as_run(script, a
     code = f"import sys; sys.argv[0] = {installed!r}; from tinygpt.cli.{module} import main; main(['--help'])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert out.stdout.startswith(f"usage: {installed} ")
+
+
+def test_a_negative_seed_is_refused_and_a_long_output_is_announced(token_id_ckpt, capsys, monkeypatch):
+    code, _, err = sample(capsys, "--ckpt", token_id_ckpt, "--seed", -1)
+    assert code == 2 and error_line(err) == ("error: scripts/sample.py: --seed=-1 must be a whole number from 0 to "
+                                             "18446744073709551614 (torch's seeds are unsigned 64-bit; sample i uses "
+                                             "--seed + i).")
+    monkeypatch.setattr("tinygpt.cli.sample.LONG_OUTPUT", 20)  # 20,000 tokens in all, made small
+    code, out, err = sample(capsys, "--ckpt", token_id_ckpt, "--prompt", "3", "--max-new-tokens", 10,
+                            "--num-samples", 2, "--top-k", 1)
+    assert code == 0 and len(out.split()) == 2 * 11 + 1  # each sample's ids, and the separator line
+    assert ("# generating 20 tokens (10 per sample, 2 sample(s) of 1 prompt(s)); the text is printed at the end, "
+            "Ctrl-C stops") in err
+    code, _, err = sample(capsys, "--ckpt", token_id_ckpt, "--prompt", "3", "--max-new-tokens", 9, "--num-samples", 2)
+    assert code == 0 and "# generating" not in err and "last.ckpt" in err  # below the threshold: as before

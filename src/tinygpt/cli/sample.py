@@ -127,6 +127,10 @@ def add_model_source(ap: argparse.ArgumentParser) -> None:
                         "gpt2-medium, gpt2-large, gpt2-xl, owner/name)")
 
 
+MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed takes an unsigned 64-bit seed
+LONG_OUTPUT = 20_000  # tokens in all from which the command says what it is doing before it starts
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser("scripts/sample.py", description=__doc__)
     add_model_source(ap)
@@ -153,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--max-new-tokens={args.max_new_tokens} must be >= 1.")
     if args.num_samples < 1:
         ap.error(f"--num-samples={args.num_samples} must be >= 1.")
+    if not 0 <= args.seed <= MAX_SEED - args.num_samples:
+        ap.error(f"--seed={args.seed} must be a whole number from 0 to {MAX_SEED - args.num_samples} (torch's seeds "
+                 "are unsigned 64-bit; sample i uses --seed + i).")
     if not args.init_from:
         from tinygpt.runtime.run_dirs import checkpoint_file
 
@@ -188,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     print(f"# {ckpt}", file=sys.stderr)
+    total = args.max_new_tokens * args.num_samples * len(prompts)
+    if total >= LONG_OUTPUT:  # nothing is printed until every sample is done: say what is coming
+        print(f"# generating {total:,} tokens ({args.max_new_tokens:,} per sample, {args.num_samples} sample(s) of "
+              f"{len(prompts)} prompt(s)); the text is printed at the end, Ctrl-C stops", file=sys.stderr)
     for note in sorted(n for n in notes if n):
         print(f"# {note}", file=sys.stderr)
     if tok is not None and tok.token_to_id("<unk>") is not None:
