@@ -217,7 +217,12 @@ def test_a_builder_that_loses_the_race_keeps_the_winners_cache(corpus_file, tmp_
 
 
 def test_empty_corpus_and_too_small_splits_are_named(tmp_path):
-    empty = tmp_path / "empty.txt"
+    nothing = tmp_path / "nothing.txt"
+    nothing.write_text("")
+    with pytest.raises(ValueError) as err:  # a file of 0 bytes: said by the corpus's settings, before torch
+        corpus.TextFile(path=str(nothing))
+    assert str(err.value) == f"corpus.path={str(nothing)!r} is empty; give a text file to train on."
+    empty = tmp_path / "empty.txt"  # blank lines only: found when the text is read
     empty.write_text("\n\n")
     with pytest.raises(ValueError) as err:
         TextDataModule(corpus.TextFile(path=str(empty)), cache_dir=str(tmp_path / "c")).setup()

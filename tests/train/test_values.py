@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tinygpt.runtime.errors import ConfigError
-from tinygpt.train.values import TRAINER_NUMBERS, check_trainer
+from tinygpt.train.values import TRAINER_KEYS, TRAINER_NUMBERS, check_trainer
 
 BAD_TRAINER = [  # each key Lightning takes as a number, with values it accepts and then fails on (or misreads)
     ("val_check_interval", 0), ("val_check_interval", -5), ("val_check_interval", 1.5), ("val_check_interval", True),
@@ -17,22 +17,39 @@ BAD_TRAINER = [  # each key Lightning takes as a number, with values it accepts 
     ("num_nodes", 0), ("devices", 0), ("devices", -2), ("devices", "0"), ("devices", []), ("devices", True),
     ("check_val_every_n_epoch", 0), ("num_sanity_val_steps", -2), ("accumulate_grad_batches", 0),
 ]
-GOOD_TRAINER = [("val_check_interval", 1), ("val_check_interval", 0.25), ("log_every_n_steps", 1),
+GOOD_TRAINER = [("val_check_interval", 1), ("log_every_n_steps", 1),
                 ("gradient_clip_val", None), ("gradient_clip_val", 0), ("devices", -1), ("devices", "auto"),
                 ("devices", [0, 1]), ("devices", "0,1"), ("check_val_every_n_epoch", None),
                 ("num_sanity_val_steps", -1), ("accumulate_grad_batches", 4)]
+GPU = {"max_steps": 10, "accelerator": "gpu"}  # -1 and device lists are GPUs' (the CPU takes a count only)
 
 
 @pytest.mark.parametrize("key, value", BAD_TRAINER)
 def test_a_trainer_number_out_of_range_is_one_sentence_naming_it(key, value):
     with pytest.raises(ConfigError) as err:
-        check_trainer(OmegaConf.create({"max_steps": 10, key: value}))
+        check_trainer(OmegaConf.create({**GPU, key: value}))
     assert str(err.value) == f"trainer.{key}={value!r} must be {TRAINER_NUMBERS[key][0]}."
 
 
 @pytest.mark.parametrize("key, value", GOOD_TRAINER)
 def test_a_trainer_number_lightning_takes_is_accepted(key, value):
-    check_trainer(OmegaConf.create({"max_steps": 10, key: value}))
+    check_trainer(OmegaConf.create({**GPU, key: value}))
+
+
+@pytest.mark.parametrize("devices", [-1, [0, 1], "0,1"])
+def test_gpu_only_device_counts_are_refused_on_the_cpu(devices):
+    """Lightning's CPUAccelerator refuses these after torch ("should be an int > 0"); said here, naming the CPU."""
+    with pytest.raises(ConfigError) as err:
+        check_trainer(OmegaConf.create({"max_steps": 10, "accelerator": "cpu", "devices": devices}))
+    assert str(err.value) == (f"trainer.devices={devices!r} must be a whole number of processes >= 1 or 'auto' on "
+                              "the CPU (-1 and device lists name GPUs).")
+    check_trainer(OmegaConf.create({"max_steps": 10, "accelerator": "cpu", "devices": 2}))
+
+
+def test_a_fraction_of_an_epoch_is_refused_as_lightning_would_after_torch():
+    """Validation is by steps (check_val_every_n_epoch=null), where Lightning takes only a whole number."""
+    with pytest.raises(ConfigError, match=r"^trainer.val_check_interval=0.25 must be a whole number of steps >= 1 "):
+        check_trainer(OmegaConf.create({"max_steps": 10, "val_check_interval": 0.25}))
 
 
 @pytest.mark.parametrize("override", ["model.n_head=5", "trainer.val_check_interval=0", "optim.lr=-1",
@@ -272,3 +289,50 @@ def test_a_hub_name_the_offline_cache_lacks_is_refused_before_torch(tmp_path):
         "(https://huggingface.co: HF_HUB_OFFLINE is set) and its cache has no copy; pass a local model dir "
         "(config.json, model.safetensors or pytorch_model.bin, and tokenizer.json or vocab.json + merges.txt)."]
     assert not {x.rsplit("|", 1)[1].strip() for x in lines if x.startswith("import time:")} & {"torch", "lightning"}
+
+
+def test_the_trainer_keys_named_without_lightning_are_its_trainers_arguments():
+    """TRAINER_KEYS stands in for Lightning's signature before torch; a Lightning that adds or drops one fails here."""
+    import inspect
+
+    from lightning.pytorch import Trainer
+
+    assert set(TRAINER_KEYS) == set(inspect.signature(Trainer.__init__).parameters) - {"self"}
+
+
+@pytest.mark.parametrize("trainer, message", [
+    ({"max_step": 5}, "trainer.max_step is not an argument of Lightning's Trainer; did you mean trainer.max_steps?"),
+    ({"accelerator": "tpu"}, "trainer.accelerator='tpu' needs torch_xla, which is not installed; use cpu, gpu or "
+                             "auto."),
+    ({"accelerator": "npu"}, "trainer.accelerator='npu' is not one of auto, cpu, gpu, cuda, mps, tpu."),
+])
+def test_a_trainer_key_or_accelerator_lightning_would_refuse_after_torch_is_refused_before(trainer, message):
+    with pytest.raises(ConfigError) as err:
+        check_trainer(OmegaConf.create({"max_steps": 10, **trainer}))
+    assert str(err.value) == message
+
+
+def test_a_resume_that_changes_the_learning_rate_is_refused_from_the_runs_record_before_torch(tmp_path):
+    """The run's config.yaml says what trained: a changed optim.lr (or seed) on ckpt_path=last is refused by the
+    checks before torch (it took 7.7 s, at set-up), in the sentence set-up gives."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from helpers import compose_train
+    from tinygpt.train.values import check_values
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    torch.save({"global_step": 4}, run / "checkpoints" / "last.ckpt")
+    recorded = compose_train([], out_dir=run)
+    OmegaConf.save(OmegaConf.to_container(recorded, resolve=True), run / "config.yaml")
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    with pytest.raises(ConfigError) as err:
+        check_values(compose_train(["ckpt_path=last", "optim.lr=0.005"], out_dir=run), run)
+    assert str(err.value) == (
+        f"ckpt_path={ckpt!r} was trained with optim.lr={recorded.optim.lr!r}, but this run sets 0.005: a resume "
+        f"restores the optimizer and its schedule, so the new value would not train; resume with "
+        f"optim.lr={recorded.optim.lr!r}, or start a new run.")
+    with pytest.raises(ConfigError, match=r"belongs to a run with seed=1337, but this run sets 7: a resume continues"):
+        check_values(compose_train(["ckpt_path=last", "seed=7"], out_dir=run), run)
+    check_values(compose_train(["ckpt_path=last", "trainer.max_steps=4000"], out_dir=run), run)  # what resuming is for

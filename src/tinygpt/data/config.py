@@ -35,3 +35,18 @@ class DataConfig:
         for key in ("batch_size", "block_size", "val_windows", "val_batch_size", "bpe_vocab_size"):
             positive_int(f"data.{key}", getattr(self, key))
         one_of("data.tokenizer", self.tokenizer, (*TOKENIZERS, PRETRAINED))
+        check_tokenizer_choice(self.tokenizer, self.tokenizer_dir)
+        if not isinstance(self.cache_dir, str) or not self.cache_dir.strip():
+            raise ValueError(f"data.cache_dir={self.cache_dir!r} must name a directory for the token caches (the "
+                             "default is data/cache).")
+
+
+def check_tokenizer_choice(kind: str, tokenizer_dir: str | None) -> None:
+    """data.tokenizer_dir goes with data.tokenizer=pretrained, and only with it; its files are read at set-up."""
+    if kind != PRETRAINED and tokenizer_dir is not None:
+        raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r} is used only with data.tokenizer=pretrained (this "
+                         f"run has data.tokenizer={kind!r}); add data.tokenizer=pretrained to tokenize with it, or "
+                         f"init_from={tokenizer_dir} to start from its weights too.")
+    if kind == PRETRAINED and not tokenizer_dir:
+        raise ValueError("data.tokenizer=pretrained needs data.tokenizer_dir=<a Hugging Face model dir with "
+                         "tokenizer.json or vocab.json + merges.txt> (init_from sets it).")

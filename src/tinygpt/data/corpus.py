@@ -260,6 +260,9 @@ class TextFile(TextCorpus):
         missing = [p for p in paths if not Path(p).expanduser().is_file()]
         if missing:
             raise ValueError(f"corpus.path={missing[0]!r} is not a file.")
+        if all(Path(p).expanduser().stat().st_size == 0 for p in paths):
+            named = repr(paths[0]) if len(paths) == 1 else f"{len(paths)} files"
+            raise ValueError(f"corpus.path={named} is empty; give a text file to train on.")
         for p in paths:  # a file of another encoding, said before torch (its first MiB; the rest as it is read)
             check_utf8(Path(p).expanduser(), head=HEAD_CHECKED)
         self.path = paths

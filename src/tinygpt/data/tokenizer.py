@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from tinygpt.data.config import PRETRAINED, TOKENIZERS  # declared with the data settings
+from tinygpt.data.config import PRETRAINED, TOKENIZERS, check_tokenizer_choice  # declared with the data settings
 from tinygpt.runtime.checks import one_of, positive_int
 
 UNK = "<unk>"
@@ -115,15 +115,9 @@ class TokenizerSpec:
 def read_pretrained(kind: str, tokenizer_dir: str | None) -> Tokenizer | None:
     """data.tokenizer=pretrained's tokenizer, read from data.tokenizer_dir; None for a tokenizer trained on the
     corpus (which takes no data.tokenizer_dir)."""
+    check_tokenizer_choice(kind, tokenizer_dir)
     if kind != PRETRAINED:
-        if tokenizer_dir is not None:
-            raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r} is used only with data.tokenizer=pretrained "
-                             f"(this run has data.tokenizer={kind!r}); add data.tokenizer=pretrained to "
-                             f"tokenize with it, or init_from={tokenizer_dir} to start from its weights too.")
         return None
-    if not tokenizer_dir:
-        raise ValueError("data.tokenizer=pretrained needs data.tokenizer_dir=<a Hugging Face model dir with "
-                         "tokenizer.json or vocab.json + merges.txt> (init_from sets it).")
     if not Path(tokenizer_dir).expanduser().is_dir():
         raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r} is not a directory.")
     try:

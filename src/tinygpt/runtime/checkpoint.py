@@ -15,6 +15,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from tinygpt.runtime.errors import CheckpointWriteError, ConfigError, first_line
 from tinygpt.runtime.old_runs import outdated, refusal
+from tinygpt.runtime.resume_record import FIXED_ON_RESUME, differences, run_dir_of
 from tinygpt.runtime.run_dirs import LAST, check_archive, last_path_in
 
 
@@ -106,12 +107,6 @@ def check_resume_steps(ckpt: dict, path: Path, max_steps: int) -> None:
         )
 
 
-# the optimizer's settings a resume cannot change: the optimizer's state and its schedule's base rate come back from
-# the checkpoint, so a new value would be recorded but never trained with (decay_steps follows trainer.max_steps,
-# which a resume may raise: the schedule is code, and takes the new value)
-FIXED_ON_RESUME = ("lr", "min_lr", "warmup_steps", "betas", "weight_decay")
-
-
 def check_resume_optim(ckpt: dict, path: Path, optim: dict) -> None:
     """Refuse to resume with an optimizer setting other than the checkpoint's (FIXED_ON_RESUME), in one line
     naming the key and both values."""
@@ -124,43 +119,6 @@ def check_resume_optim(ckpt: dict, path: Path, optim: dict) -> None:
                 f"resume with optim.{key}={theirs[key]!r}, or start a new run.")
 
 
-# what defines a run besides its optimizer: a resume that changes one would train another run than the one its
-# record describes (the seed drives the batches after the checkpoint; a model option may leave every weight's shape
-# as it was). Compared with the run's own config.yaml.
-FIXED_RUN_KEYS = ("seed", "model", "corpus", "data.tokenizer", "data.bpe_vocab_size", "data.train_fraction",
-                  "data.block_size", "data.batch_size", "data.overfit")
-
-
-def check_resume_config(path: Path, resolved: dict) -> None:
-    """Refuse to resume with a setting of FIXED_RUN_KEYS other than the run's recorded one (its config.yaml; a run
-    without one is not checked), in one line naming the key and both values."""
-    from omegaconf import OmegaConf
-
-    recorded = run_dir_of(path) / "config.yaml"
-    if not recorded.is_file():
-        return
-    theirs = OmegaConf.to_container(OmegaConf.load(recorded))
-    for dotted in FIXED_RUN_KEYS:
-        a, b = theirs, resolved
-        for part in dotted.split("."):
-            a = a.get(part) if isinstance(a, dict) else None
-            b = b.get(part) if isinstance(b, dict) else None
-        for key, old, new in differences(dotted, a, b):
-            raise ConfigError(
-                f"ckpt_path={str(path)!r} belongs to a run with {key}={old!r}, but this run sets {new!r}: a resume "
-                f"continues that run; resume with {key}={old!r}, or start a new run.")
-
-
-def differences(key: str, old: Any, new: Any) -> list[tuple[str, Any, Any]]:
-    """The leaves where two config values differ, as (dotted key, old, new); a key missing on one side counts only
-    when the other side sets it to something else than null."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        return [d for k in sorted(set(old) | set(new)) for d in differences(f"{key}.{k}", old.get(k), new.get(k))]
-    if isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)):
-        old, new = list(old), list(new)
-    return [] if old == new else [(key, old, new)]
-
-
 def check_resume_names(ckpt: dict, path: Path) -> None:
     """Refuse to resume a run written by an earlier version under names it has since changed (its checkpoint's
     settings, or the columns of the history it would carry on): one line naming the migration script."""
@@ -170,11 +128,6 @@ def check_resume_names(ckpt: dict, path: Path) -> None:
     old = outdated(columns, ckpt.get("hyper_parameters") or {})
     if old:
         raise ConfigError(refusal(f"ckpt_path={str(path)!r}", old, run))
-
-
-def run_dir_of(ckpt: Path) -> Path:
-    """The run dir a checkpoint file belongs to (<run>/checkpoints/x.ckpt -> <run>; else the file's folder)."""
-    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
 
 
 def run_ended(path: Path) -> bool:

@@ -32,6 +32,21 @@ ALIASES = {"gpt2-small": "gpt2 (GPT-2 small)", "gpt2-base": "gpt2 (GPT-2 small)"
            "gpt2small": "gpt2 (GPT-2 small)", "gpt2-124m": "gpt2 (GPT-2 small)"}
 
 
+SCRATCH = "scratch"  # init_from's default: random weights, a tokenizer trained on the corpus
+
+
+def requested(cfg) -> str | None:
+    """init_from's value, or None for ``scratch``; one sentence when it is empty (checked before torch, and again
+    at set-up)."""
+    value = cfg.get("init_from", SCRATCH)
+    if value is None or value == SCRATCH:
+        return None
+    if not str(value).strip():
+        raise ConfigError(f"init_from={value!r} must be scratch, a local Hugging Face GPT-2 model dir or a Hub name "
+                          "such as gpt2.")
+    return value
+
+
 def looks_like_path(name: str) -> bool:
     """'/x', './x', '~/x', 'x/y/z' (deeper than a Hub owner/name), or a name with os.sep that is no Hub id."""
     return name.startswith(("/", ".", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)

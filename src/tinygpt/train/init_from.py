@@ -33,9 +33,7 @@ from tinygpt.model.hf_config import read_settings
 from tinygpt.model.config import patch_names
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime.errors import ConfigError
-from tinygpt.runtime.hub import model_dir
-
-SCRATCH = "scratch"
+from tinygpt.runtime.hub import model_dir, requested
 
 
 @dataclass
@@ -48,17 +46,6 @@ class Pretrained:
     model: dict
     vocab_size: int
     tokenizer: Tokenizer
-
-
-def requested(cfg: DictConfig) -> str | None:
-    """init_from's value, or None for ``scratch``; one sentence when it is not a string."""
-    value = cfg.get("init_from", SCRATCH)
-    if value is None or value == SCRATCH:
-        return None
-    if not str(value).strip():
-        raise ConfigError(f"init_from={value!r} must be scratch, a local Hugging Face GPT-2 model dir or a Hub name "
-                          "such as gpt2.")
-    return value
 
 
 def locate(source: str) -> Pretrained:

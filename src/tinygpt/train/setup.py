@@ -24,6 +24,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from tinygpt.model.gpt import Block, GPTConfig
+from tinygpt.runtime.resume_record import check_resume_config
 from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
 from tinygpt.runtime.console import out as console
 from tinygpt.runtime.console import set_quiet
@@ -154,7 +155,7 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         ckpt_path, ckpt = resume_point(cfg, out_dir)
         if ckpt is not None:
             checkpoint.check_resume_optim(ckpt, ckpt_path, optim.settings())
-            checkpoint.check_resume_config(ckpt_path, resolved)
+            check_resume_config(ckpt_path, resolved)  # before torch too (train.values); here for a sweep's jobs
         if ckpt_path is not None:
             quiet_resume(out_dir)
         callbacks = [build(f"callbacks.{k}", c) for k, c in (cfg.get("callbacks") or {}).items()

@@ -9,6 +9,8 @@ imports no torch (a test checks it).
 
 from __future__ import annotations
 
+import difflib
+import importlib.util
 import itertools
 import math
 import re
@@ -20,23 +22,25 @@ from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from tinygpt.data.config import DataConfig
+from tinygpt.data.config import PRETRAINED, DataConfig
 from tinygpt.model.config import GPTConfig
 from tinygpt.model.hf_config import read_settings
 from tinygpt.runtime.checks import is_int, is_number, positive_int
 from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line, print_error
-from tinygpt.runtime.hub import cached_when_hub_unusable, local_model_dir
+from tinygpt.runtime.hub import cached_when_hub_unusable, local_model_dir, requested
+from tinygpt.runtime.resume_record import check_resume_config
 from tinygpt.runtime.run_dirs import check_archive, resolve_ckpt_path
 from tinygpt.runtime.wandb_mode import requested_mode
 from tinygpt.train.callback_settings import check_callbacks
+from tinygpt.train.schema import TrainSchema
 
 LOGGERS = ("wandb", "csv")
 
 # trainer keys Lightning takes as numbers: (what they must be, the test). Lightning takes True for 1 and accepts
 # values that fail later (val_check_interval=0 divides by zero): each is refused here in one line instead.
 TRAINER_NUMBERS = {
-    "val_check_interval": ("a whole number of steps >= 1 (or a fraction of an epoch in (0, 1])",
-                           lambda v: (is_int(v) and v >= 1) or (isinstance(v, float) and 0 < v <= 1)),
+    "val_check_interval": ("a whole number of steps >= 1 (validation is by steps: check_val_every_n_epoch=null)",
+                           lambda v: is_int(v) and v >= 1),
     "log_every_n_steps": ("a whole number of steps >= 1", lambda v: is_int(v) and v >= 1),
     "gradient_clip_val": ("a number >= 0, or null for no clipping", lambda v: v is None or (is_number(v) and v >= 0)),
     "num_nodes": ("a whole number >= 1", lambda v: is_int(v) and v >= 1),
@@ -49,6 +53,23 @@ TRAINER_NUMBERS = {
     "num_sanity_val_steps": ("a whole number of batches >= 0, or -1 for all", lambda v: is_int(v) and v >= -1),
     "accumulate_grad_batches": ("a whole number >= 1", lambda v: is_int(v) and v >= 1),
 }
+
+
+ROOT_KEYS = tuple(f.name for f in fields(TrainSchema)) + ("hydra",)  # what the config's root may hold
+
+# Lightning's Trainer arguments (2.6), named without importing it, so a misspelt +trainer.<key> is refused before torch
+# (tests/train/test_values.py compares them with the installed Trainer's signature)
+TRAINER_KEYS = (
+    "accelerator", "strategy", "devices", "num_nodes", "precision", "logger", "callbacks", "fast_dev_run",
+    "max_epochs", "min_epochs", "max_steps", "min_steps", "max_time", "limit_train_batches", "limit_val_batches",
+    "limit_test_batches", "limit_predict_batches", "overfit_batches", "val_check_interval", "check_val_every_n_epoch",
+    "num_sanity_val_steps", "log_every_n_steps", "enable_checkpointing", "enable_progress_bar", "enable_model_summary",
+    "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm", "deterministic", "benchmark",
+    "inference_mode", "use_distributed_sampler", "profiler", "detect_anomaly", "barebones", "plugins",
+    "sync_batchnorm", "reload_dataloaders_every_n_epochs", "default_root_dir", "enable_autolog_hparams",
+    "model_registry")
+# the accelerators Lightning names, and the package each needs beyond torch
+ACCELERATORS = {"auto": None, "cpu": None, "gpu": None, "cuda": None, "mps": None, "tpu": "torch_xla"}
 
 
 # what Lightning's Trainer takes as precision (its own list), named without importing it; the config's comment names
@@ -76,7 +97,13 @@ def build(key: str, node: DictConfig, *args, **kwargs):
 
 
 def check_trainer(trainer: DictConfig) -> None:
-    """trainer.max_steps and each of TRAINER_NUMBERS that is set, in one sentence each."""
+    """Its keys, its accelerator, trainer.max_steps and each of TRAINER_NUMBERS that is set, in one sentence each."""
+    for key in trainer:
+        if not str(key).startswith("_") and key not in TRAINER_KEYS:
+            near = difflib.get_close_matches(str(key), TRAINER_KEYS, n=1)
+            hint = f"did you mean trainer.{near[0]}?" if near else "python train.py --cfg job shows the trainer's keys."
+            raise ConfigError(f"trainer.{key} is not an argument of Lightning's Trainer; {hint}")
+    check_accelerator(trainer.get("accelerator"))
     positive_int("trainer.max_steps", trainer.get("max_steps"), " (training is step-based)")
     for key, (what, ok) in TRAINER_NUMBERS.items():
         if key not in trainer:
@@ -85,14 +112,46 @@ def check_trainer(trainer: DictConfig) -> None:
         value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
         if isinstance(value, bool) or not ok(value):
             raise ConfigError(f"trainer.{key}={value!r} must be {what}.")
+    devices = trainer.get("devices")
+    if on_the_cpu(trainer) and devices not in (None, "auto") and not (is_int(devices) and devices >= 1):
+        devices = OmegaConf.to_container(devices) if OmegaConf.is_config(devices) else devices
+        raise ConfigError(f"trainer.devices={devices!r} must be a whole number of processes >= 1 or 'auto' on the "
+                          "CPU (-1 and device lists name GPUs).")
     precision = trainer.get("precision")
     if precision is not None and (isinstance(precision, bool) or precision not in PRECISIONS):
         raise ConfigError(f"trainer.precision={precision!r} is not one of 32-true, bf16-mixed, 16-mixed (or the "
                           "other values Lightning takes: bf16-true, 16-true, 64-true).")
 
 
+def check_accelerator(accelerator) -> None:
+    """One of Lightning's accelerator names, with the package it needs installed (find_spec: nothing imported)."""
+    if accelerator is None or not isinstance(accelerator, str):
+        return  # an Accelerator object from Python, or Lightning's default
+    if accelerator not in ACCELERATORS:
+        raise ConfigError(f"trainer.accelerator={accelerator!r} is not one of {', '.join(ACCELERATORS)}.")
+    package = ACCELERATORS[accelerator]
+    if package and importlib.util.find_spec(package) is None:
+        raise ConfigError(f"trainer.accelerator={accelerator!r} needs {package}, which is not installed; use cpu, gpu "
+                          "or auto.")
+    if accelerator == "mps" and sys.platform != "darwin":
+        raise ConfigError(f"trainer.accelerator='mps' is Apple silicon's GPU and this machine is {sys.platform}; use "
+                          "cpu, gpu or auto.")
+
+
 # what a CUDA (or ROCm) driver puts on a Linux machine: without any of them torch sees no GPU either
 GPU_DRIVER_FILES = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")
+
+
+def no_gpu_driver() -> bool:
+    """No GPU driver at all: macOS, or Linux without NVIDIA's or ROCm's device files (torch would see no GPU)."""
+    return sys.platform == "darwin" or (sys.platform.startswith("linux")
+                                        and not any(Path(f).exists() for f in GPU_DRIVER_FILES))
+
+
+def on_the_cpu(trainer: DictConfig) -> bool:
+    """The run will be on the CPU: asked for, or auto on a machine with no GPU driver."""
+    accelerator = trainer.get("accelerator")
+    return accelerator == "cpu" or (accelerator in (None, "auto") and no_gpu_driver())
 
 
 def check_gpu_visible(trainer: DictConfig) -> None:
@@ -100,8 +159,7 @@ def check_gpu_visible(trainer: DictConfig) -> None:
     files), refused before torch; where a driver exists, set-up asks torch whether it sees a GPU."""
     if trainer.get("accelerator") not in ("gpu", "cuda"):
         return
-    if sys.platform == "darwin" or (sys.platform.startswith("linux")
-                                    and not any(Path(f).exists() for f in GPU_DRIVER_FILES)):
+    if no_gpu_driver():
         raise ConfigError(f"trainer.accelerator={trainer.accelerator!r} but this machine has no CUDA GPU; use "
                           "trainer=cpu or trainer.accelerator=auto.")
 
@@ -109,6 +167,11 @@ def check_gpu_visible(trainer: DictConfig) -> None:
 def check_run_keys(cfg: DictConfig) -> None:
     """What spans groups or belongs to no object: required keys, the trainer, block sizes, loggers, diagnostics,
     the seed."""
+    extra = sorted(str(k) for k in cfg if k not in ROOT_KEYS)
+    if extra:  # +foo=bar: Hydra adds a root key nothing reads, without a word
+        near = difflib.get_close_matches(extra[0], ROOT_KEYS, n=1)
+        hint = f"did you mean {near[0]}?" if near else "python train.py --cfg job shows the config's keys."
+        raise ConfigError(f"{extra[0]} is not a key of the config (nothing would read it); {hint}")
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         key = missing[0]
@@ -139,12 +202,14 @@ def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
     ckpt = cfg.get("ckpt_path")
     if ckpt not in (None, "") and run_dir is not None:
         try:
-            check_archive(resolve_ckpt_path(str(ckpt), run_dir))  # what torch.save writes, checked without torch
+            path = resolve_ckpt_path(str(ckpt), run_dir)
+            check_archive(path)  # what torch.save writes, checked without torch
         except ConfigError as err:  # resolve_ckpt_path's sentences name ckpt_path; check_archive's the file
             named = str(err) if str(err).startswith("ckpt_path") else f"ckpt_path={str(ckpt)!r}: {err}"
             raise ConfigError(named) from None
-    source = cfg.get("init_from")
-    if source not in (None, "scratch") and str(source).strip():
+        check_resume_config(path, cfg)  # what the resume may not change, against the run's own config.yaml
+    source = requested(cfg)  # None for scratch; an empty one refused
+    if source is not None:
         local = local_model_dir(str(source))
         if local is None:  # a Hub name: where the Hub cannot be used now, the cache must have it
             cached_when_hub_unusable(str(source))
@@ -172,6 +237,8 @@ def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
         build("corpus", cfg.corpus)
         data = OmegaConf.to_container(cfg.data, resolve=True)
         data.pop("_target_", None)
+        if str(cfg.get("init_from") or "scratch") != "scratch":  # it sets both (its own check names a conflict)
+            data.update(tokenizer=PRETRAINED, tokenizer_dir=str(cfg.init_from))
         DataConfig(**data)
 
 

@@ -1,0 +1,73 @@
+"""What a resume may not change, compared with the run's own record (its config.yaml) without torch: a resume with
+another seed, model, data setting or optimizer setting is refused in one line before anything heavy is imported.
+(A checkpoint outside a run dir has no record: set-up compares its optimizer settings with the checkpoint's.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tinygpt.runtime.errors import ConfigError
+
+# the optimizer's settings a resume cannot change: the optimizer's state and its schedule's base rate come back from
+# the checkpoint, so a new value would be recorded but never trained with (decay_steps follows trainer.max_steps,
+# which a resume may raise: the schedule is code, and takes the new value)
+FIXED_ON_RESUME = ("lr", "min_lr", "warmup_steps", "betas", "weight_decay")
+
+# what defines a run besides its optimizer: a resume that changes one would train another run than the one its
+# record describes (the seed drives the batches after the checkpoint; a model option may leave every weight's shape
+# as it was)
+FIXED_RUN_KEYS = ("seed", "model", "corpus", "data.tokenizer", "data.bpe_vocab_size", "data.train_fraction",
+                  "data.block_size", "data.batch_size", "data.overfit")
+
+
+def run_dir_of(ckpt: Path) -> Path:
+    """The run dir a checkpoint file belongs to (<run>/checkpoints/x.ckpt -> <run>; else the file's folder)."""
+    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+
+
+def differences(key: str, old: Any, new: Any) -> list[tuple[str, Any, Any]]:
+    """The leaves where two config values differ, as (dotted key, old, new); a key missing on one side counts only
+    when the other side sets it to something else than null."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new)) for d in differences(f"{key}.{k}", old.get(k), new.get(k))]
+    if isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)):
+        old, new = list(old), list(new)
+    return [] if old == new else [(key, old, new)]
+
+
+def _at(tree: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    return tree
+
+
+def check_resume_config(path: Path, cfg) -> None:
+    """Refuse to resume with a setting of FIXED_RUN_KEYS or optim.FIXED_ON_RESUME other than the run's recorded one
+    (its config.yaml; a run without one is not checked here), in one line naming the key and both values. ``cfg``:
+    this run's config (a DictConfig, resolved here key by key, or a resolved dict)."""
+    from omegaconf import OmegaConf
+
+    recorded = run_dir_of(path) / "config.yaml"
+    if not recorded.is_file():
+        return
+    theirs = OmegaConf.to_container(OmegaConf.load(recorded))
+    ours = cfg if isinstance(cfg, dict) else None
+    for dotted in (*FIXED_RUN_KEYS, *(f"optim.{k}" for k in FIXED_ON_RESUME)):
+        if ours is None:
+            node = OmegaConf.select(cfg, dotted)
+            new = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+        else:
+            new = _at(ours, dotted)
+        old = _at(theirs, dotted)
+        if dotted.startswith("optim.") and (old is None or new is None):
+            continue  # an optimizer without this setting
+        for key, was, now in differences(dotted, old, new):
+            if dotted.startswith("optim."):
+                raise ConfigError(
+                    f"ckpt_path={str(path)!r} was trained with {key}={was!r}, but this run sets {now!r}: a resume "
+                    f"restores the optimizer and its schedule, so the new value would not train; resume with "
+                    f"{key}={was!r}, or start a new run.")
+            raise ConfigError(
+                f"ckpt_path={str(path)!r} belongs to a run with {key}={was!r}, but this run sets {now!r}: a resume "
+                f"continues that run; resume with {key}={was!r}, or start a new run.")
