@@ -82,6 +82,7 @@ class StabilityMonitorSettings:
     spike_window: int = 50
     future_leak: bool = False
     softmax_gradients: bool = True
+    at_start: bool = True
 
     def __post_init__(self):
         for key in ("every_n_steps", "windows", "spike_window"):
@@ -91,6 +92,7 @@ class StabilityMonitorSettings:
             raise ValueError(f"callbacks.stability.spike_factor={self.spike_factor!r} must be above 1.")
         true_or_false("callbacks.stability.future_leak", self.future_leak)
         true_or_false("callbacks.stability.softmax_gradients", self.softmax_gradients)
+        true_or_false("callbacks.stability.at_start", self.at_start)
 
 
 @dataclass

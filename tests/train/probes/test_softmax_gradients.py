@@ -90,3 +90,44 @@ def test_in_float16_the_raw_product_overflows_only_with_the_scale_after_it():
     assert out["scores"]["raw_qk"] == [math.inf] and out["scores"]["scores_inf"] == [1.0]
     assert out["qk"]["raw_qk"] == [math.inf]  # the same q and k: their raw product overflows either way
     assert out["qk"]["scores_inf"] == [0.0] and 4096 < out["qk"]["scaled_qk"][0] < 65504
+
+
+@pytest.mark.slow  # two in-process runs
+def test_the_stability_probe_looks_at_the_initial_model_at_step_0_and_not_again_on_a_resume(
+        tmp_path, corpus_file, cache_dir):
+    """callbacks.stability.at_start: the probe before the first update, logged at step 0 (the argument for
+    1/sqrt(d_k) is about the model at init); a resumed run does not probe its start again."""
+    import csv
+
+    from helpers import TINY, compose_train
+    from tinygpt.train import run as run_phases
+
+    def cfg(*extra):
+        return compose_train([*TINY, "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}",
+                              "logger=csv", "trainer.max_steps=3", "trainer.val_check_interval=3",
+                              "callbacks.stability.every_n_steps=2", "callbacks.attention_maps.every_n_steps=0",
+                              *extra], out_dir=tmp_path)
+
+    def probes():
+        with open(tmp_path / "history" / "metrics.csv", newline="") as f:
+            return {int(r["step"]): float(r["stab/jacobian_trace"]) for r in csv.DictReader(f)
+                    if r.get("stab/jacobian_trace")}
+
+    run_phases.train(cfg())
+    assert sorted(probes()) == [0, 1]  # at init, then after 2 updates (at batch index 1)
+    assert probes()[0] != probes()[1]  # two models
+    run_phases.train(cfg("trainer.max_steps=5", "ckpt_path=last"))
+    assert sorted(probes()) == [0, 1, 3]
+
+
+def test_the_probe_at_start_is_a_setting_and_only_for_a_fresh_run(monkeypatch):
+    from types import SimpleNamespace
+
+    from tinygpt.train.probes.callbacks import StabilityMonitor
+
+    for at_start, step, expected in ((True, 0, [0]), (True, 7, []), (False, 0, [])):
+        mon = StabilityMonitor(at_start=at_start)
+        seen = []
+        monkeypatch.setattr(mon, "inspect", lambda trainer, module, mon=mon, seen=seen: seen.append(mon._at))
+        mon.on_train_start(SimpleNamespace(global_step=step), None)
+        assert seen == expected and mon._at is None

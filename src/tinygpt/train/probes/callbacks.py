@@ -263,6 +263,7 @@ class StabilityMonitor(ModelInspector):
         self.spikes, self.max_grad_norm = 0, 0.0
         self.future_leak, self.leak_seconds = bool(self.future_leak), 0.0
         self._recent: deque[float] = deque(maxlen=self.spike_window)
+        self._at: int | None = None  # the step the probe logs at, when not the batch just taken (at_start: 0)
 
     def _due(self, trainer) -> bool:
         return trainer.global_step % self.every_n_steps == 0
@@ -286,6 +287,16 @@ class StabilityMonitor(ModelInspector):
             norm = float(total)
             self.max_grad_norm = max(self.max_grad_norm, norm) if math.isfinite(norm) else float("inf")
             log_at(trainer, {"train/grad_norm": norm}, trainer.global_step)  # this batch: no step taken yet
+
+    def on_train_start(self, trainer, module):
+        """The probe at init (``at_start``), before the first update: the model the argument for 1/sqrt(d_k)
+        describes. Logged at step 0, beside the first batch's loss, which is also the initial model's."""
+        if self.at_start and trainer.global_step == 0:
+            self._at = 0
+            try:
+                self.inspect(trainer, module)
+            finally:
+                self._at = None
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         loss = outputs["loss"].detach().item()
@@ -321,6 +332,6 @@ class StabilityMonitor(ModelInspector):
             for name in ("softmax_gain", "jacobian_trace"):
                 if mech[name]:
                     metrics[f"stab/{name}"] = sum(mech[name]) / len(mech[name])
-        log_at(trainer, metrics, trainer.global_step - 1)  # this batch's index: its step is taken
+        log_at(trainer, metrics, trainer.global_step - 1 if self._at is None else self._at)  # the batch's index
 
 
