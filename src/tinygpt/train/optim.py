@@ -96,4 +96,8 @@ class AdamWCosine:
         groups = param_groups(model, self.weight_decay)
         opt = torch.optim.AdamW(groups, lr=self.lr, betas=self.betas, fused=(self.fused_adam and fused) or None)
         schedule = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
+        for part in model.modules():  # a model patch may step its own parameters its own way (hooks on the step)
+            attach = getattr(part, "attach_to_optimizer", None)
+            if callable(attach):
+                attach(opt)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
