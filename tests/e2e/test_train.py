@@ -110,7 +110,7 @@ def test_the_history_logs_each_metric_at_its_steps(offline_run):
     at = lambda key: [int(r["step"]) for r in rows if r.get(key)]  # noqa: E731
     assert at("train/loss") == [9, 19]  # the steps Lightning logs at (every log_every_n_steps = 10)
     assert at("train/grad_norm") == [0, 5, 10, 15]  # each probe once, at the batch it measured (every 5)
-    assert at("stab/max_logit") == at("train/loss_spikes") == [4, 9, 14, 19]  # after steps 5, 10, 15, 20
+    assert at("stab/max_logit") == at("train/loss_spikes") == [0, 4, 9, 14, 19]  # at init, after steps 5 ... 20
     assert at("diag/future_leak") == [20]  # the end-of-run diagnostics, after fit
     summary = json.loads((out / "summary.json").read_text())
     assert float(next(r for r in rows if r.get("diag/future_leak"))["diag/future_leak"]) == summary["future_leak"]
