@@ -138,3 +138,15 @@ def test_a_negative_seed_is_refused_and_a_long_output_is_announced(token_id_ckpt
             "Ctrl-C stops") in err
     code, _, err = sample(capsys, "--ckpt", token_id_ckpt, "--prompt", "3", "--max-new-tokens", 9, "--num-samples", 2)
     assert code == 0 and "# generating" not in err and "last.ckpt" in err  # below the threshold: as before
+
+
+def test_ctrl_c_while_generating_is_one_line_and_exit_130(token_id_ckpt, capsys, monkeypatch):
+    """It had been a 55-line KeyboardInterrupt traceback and exit 1 (the text is printed only at the end)."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("tinygpt.cli.sample.generate_texts", interrupted)
+    code, out, err = sample(capsys, "--ckpt", token_id_ckpt, "--prompt", "3")
+    assert code == 130 and out == "" and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("interrupted by SIGINT: no text printed (sample.py prints it when every "
+                                            "sample is done; a smaller --max-new-tokens is quicker).")

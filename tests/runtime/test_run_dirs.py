@@ -289,3 +289,36 @@ def test_continuing_a_sweep_in_a_dir_that_holds_none_says_every_job_starts_afres
     assert capsys.readouterr().err.strip() == (
         f"note: ckpt_path=last continues a sweep in place, but hydra.sweep.dir='{sweep}' holds no job of one: every "
         "job starts afresh (to continue a sweep, give its hydra.sweep.dir).")
+
+
+def test_sigterm_while_starting_is_one_line_exit_143_and_leaves_no_run_dir(tmp_path, capsys, monkeypatch):
+    """SIGTERM before the run's own handlers had ended the process without a word, leaving a dir (Hydra's files, and
+    after 6 s config.yaml and wandb/) that the next run there was refused on; now as Ctrl-C: one line, 143, gone."""
+    import os
+    import signal
+
+    from tinygpt.runtime import entry, run_dirs
+
+    run = tmp_path / "runs" / "run"
+    run_dirs.note_new_run_dir(run)
+    (run / ".hydra").mkdir(parents=True)
+    (run / "wandb" / "offline-run-x").mkdir(parents=True)
+    (run / "config.yaml").write_text("{}")  # set-up had written its config: still nothing trained
+
+    def main():
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def exit_(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(entry, "exit_without_teardown", exit_)
+    monkeypatch.setattr("sys.argv", ["train.py"])
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            entry.run(main, Path(__file__).resolve().parents[2] / "configs")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert stopped.value.code == 143
+    assert capsys.readouterr().err == "interrupted by SIGTERM while starting: nothing was trained or saved.\n"
+    assert not (tmp_path / "runs").exists()

@@ -227,3 +227,16 @@ def test_a_run_shorter_than_its_logging_interval_logs_at_its_last_step_and_recor
     cfg = compose_train([*TINY, "trainer.max_steps=50", "trainer.log_every_n_steps=10"], out_dir=tmp_path)
     log_every_run(cfg)
     assert cfg.trainer.log_every_n_steps == 10
+
+
+def test_a_resume_that_stretches_the_schedule_says_how_the_rate_changes():
+    """optim.decay_steps follows trainer.max_steps: raising it on a resume lifts the rate back from min_lr; said."""
+    from tinygpt.train.optim import AdamWCosine
+    from tinygpt.train.setup import schedule_note
+
+    ckpt = {"global_step": 20, "hyper_parameters": {"optim": {"decay_steps": 20}}}
+    optim = AdamWCosine(lr=1e-3, min_lr=1e-4, warmup_steps=2, decay_steps=40)
+    assert schedule_note(ckpt, optim) == (  # 1e-4 + 9e-4 (1 + cos(pi 18 / 38)) / 2 = 0.000587 at step 20
+        "note: optim.decay_steps follows trainer.max_steps, 20 -> 40: the cosine decay is stretched, so the rate at "
+        "step 20 goes from 0.0001 to 0.000587 (summary.json records the new schedule).")
+    assert schedule_note(ckpt, AdamWCosine(lr=1e-3, min_lr=1e-4, warmup_steps=2, decay_steps=20)) is None

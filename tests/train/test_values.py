@@ -98,6 +98,14 @@ def test_train_py_refuses_a_bad_value_without_importing_torch_lightning_or_wandb
     ("trainer.precision=fp16", "trainer.precision='fp16' is not one of 32-true, bf16-mixed, 16-mixed"),
     ("logger.wandb.mode=onlin", "logger.wandb.mode='onlin' is not one of online, offline, disabled, dryrun, shared "
                                 "(or null to go by WANDB_MODE and the server)."),
+    ("corpus=random_tokens data.tokenizer=bpe", "data.tokenizer='bpe' tokenizes a text corpus, and "
+                                                "corpus=random_tokens is token ids already; leave data.tokenizer out."),
+    ("data.tokenizer=pretrained data.tokenizer_dir=/nonexistent", "data.tokenizer_dir='/nonexistent' is not a "
+                                                                  "directory."),
+    ("data.cache_dir=/proc/tinygpt-cache", "data.cache_dir='/proc/tinygpt-cache' cannot be written: no file can be "
+                                           "created in /proc ("),
+    ("+callbacks.foo._target_=nope.Nope", "callbacks.foo._target_='nope.Nope' cannot be imported (no package "
+                                          "'nope'); give a callback class as package.module.Class."),
     ("logger.wandb.mode=''", "logger.wandb.mode='' is not one of online, offline, disabled, dryrun, shared "),
     ("callbacks.model_checkpoint.dirpath=/proc/tinygpt-ckpt", "callbacks.model_checkpoint.dirpath="
                                                             "'/proc/tinygpt-ckpt' cannot be written: no file can be "
@@ -117,7 +125,7 @@ def test_each_callback_value_and_start_file_is_checked_before_torch(override, me
     from helpers import compose_train
     from tinygpt.train.values import check_values
 
-    cfg = compose_train([override], out_dir=tmp_path)
+    cfg = compose_train(override.split(" "), out_dir=tmp_path)
     with pytest.raises(ConfigError) as err:
         check_values(cfg, tmp_path)
     assert str(err.value).startswith(message), str(err.value)
@@ -336,3 +344,19 @@ def test_a_resume_that_changes_the_learning_rate_is_refused_from_the_runs_record
     with pytest.raises(ConfigError, match=r"belongs to a run with seed=1337, but this run sets 7: a resume continues"):
         check_values(compose_train(["ckpt_path=last", "seed=7"], out_dir=run), run)
     check_values(compose_train(["ckpt_path=last", "trainer.max_steps=4000"], out_dir=run), run)  # what resuming is for
+    (run / "summary.json").write_text('{"status": "completed", "steps": 2000}')  # a run that ended at max_steps
+    with pytest.raises(ConfigError, match=r"is already at step 2000, not before trainer.max_steps=2000; raise"):
+        check_values(compose_train(["ckpt_path=last"], out_dir=run), run)
+    (run / "summary.json").write_text('{"status": "interrupted", "steps": 2000}')  # stopped in its end phase
+    check_values(compose_train(["ckpt_path=last"], out_dir=run), run)
+
+
+def test_an_error_whose_first_line_ends_at_a_colon_keeps_its_reason():
+    """Hydra's "Error loading 'x.Y':" puts the reason on the next line; the one line had ended at the colon."""
+    from tinygpt.runtime.errors import first_line
+
+    err = ValueError("Error loading 'lightning.pytorch.callbacks.Nope':\nModuleNotFoundError('No module named x')\n"
+                     "Are you sure that 'Nope' is importable?")
+    assert first_line(err) == ("Error loading 'lightning.pytorch.callbacks.Nope': ModuleNotFoundError('No module "
+                               "named x')")
+    assert first_line(ValueError("one line\nmore context")) == "one line"

@@ -212,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
             use_cache=not args.no_cache)]
     except ValueError as e:
         ap.error(str(e))
+    except KeyboardInterrupt:  # the text is printed when every sample is done: there is none to show yet
+        print("interrupted by SIGINT: no text printed (sample.py prints it when every sample is done; a smaller "
+              "--max-new-tokens is quicker).", file=sys.stderr, flush=True)
+        return 130
     print(("\n" + "-" * 40 + "\n").join(texts))
     return 0
 

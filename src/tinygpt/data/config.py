@@ -8,6 +8,7 @@ Torch-free, so that the config is checked before anything heavy is imported.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from tinygpt.runtime.checks import one_of, positive_int
 
@@ -50,3 +51,5 @@ def check_tokenizer_choice(kind: str, tokenizer_dir: str | None) -> None:
     if kind == PRETRAINED and not tokenizer_dir:
         raise ValueError("data.tokenizer=pretrained needs data.tokenizer_dir=<a Hugging Face model dir with "
                          "tokenizer.json or vocab.json + merges.txt> (init_from sets it).")
+    if kind == PRETRAINED and not Path(tokenizer_dir).expanduser().is_dir():
+        raise ValueError(f"data.tokenizer_dir={tokenizer_dir!r} is not a directory.")

@@ -7,6 +7,7 @@ process); a finished run skips the interpreter's teardown of every module (tinyg
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,15 @@ from tinygpt.runtime.options import mistyped_option
 from tinygpt.runtime.run_dirs import discard_unstarted_run
 
 
+class TerminatedWhileStarting(KeyboardInterrupt):
+    """SIGTERM before the run's own handlers: stops start-up as Ctrl-C does (Python's default for SIGTERM ends the
+    process without a word, leaving a half-made run dir that blocks the next run there)."""
+
+
+def _terminated_while_starting(signum, frame) -> None:
+    raise TerminatedWhileStarting
+
+
 def run(main: Callable[[], object], config_dir: Path) -> None:
     """Call Hydra's decorated ``main`` (which reads sys.argv) with ``config_dir``'s group options checked first, and
     end the process as described above."""
@@ -24,15 +34,19 @@ def run(main: Callable[[], object], config_dir: Path) -> None:
     if typo:
         print_error(typo)
         sys.exit(2)
+    previous = signal.signal(signal.SIGTERM, _terminated_while_starting)  # until the run installs its own
     try:
         with unknown_keys_as_config_errors(config_dir):
             main()  # an error leaves through Hydra's sys.exit, with the interpreter's full teardown
-    except KeyboardInterrupt:  # Ctrl-C while starting (importing, setting up), before the run's own handlers
+    except KeyboardInterrupt as stopped:  # a signal while starting (importing, setting up), before the run's handlers
+        name = "SIGTERM" if isinstance(stopped, TerminatedWhileStarting) else "SIGINT"
         discard_unstarted_run()
-        print("interrupted by SIGINT while starting: nothing was trained or saved.", file=sys.stderr, flush=True)
-        exit_without_teardown(130)
+        print(f"interrupted by {name} while starting: nothing was trained or saved.", file=sys.stderr, flush=True)
+        exit_without_teardown(143 if name == "SIGTERM" else 130)
     except SystemExit as stopped:
         if isinstance(stopped.code, int) and stopped.code >= 128:  # stopped by a signal, all saved: end at once
             exit_without_teardown(stopped.code)
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     exit_without_teardown(0)

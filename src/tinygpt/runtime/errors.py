@@ -23,7 +23,10 @@ class ConfigError(ValueError):
 def first_line(err: BaseException) -> str:
     """An exception's message as one line (Hydra and OmegaConf add context lines below the first)."""
     text = str(err).strip() or type(err).__name__
-    return text.splitlines()[0].strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines[0].endswith(":") and len(lines) > 1:  # "Error loading 'x.Y':" with the reason on the next line
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
 
 
 def cause_of(err: BaseException) -> BaseException:
@@ -316,7 +319,7 @@ def swept_mistake(config, overrides: list[str], groups) -> str | None:
         for i, part in enumerate(parts):
             if not isinstance(node, DictConfig):
                 break
-            if part not in node:
+            if part not in node.keys():  # `in` misses a required (???) value: a sweep may be what sets it
                 return key_message(key, closest_key(parts, i, node.keys()),
                                    options_with_key(key, main_config_dir(config)))
             if i == len(parts) - 1:

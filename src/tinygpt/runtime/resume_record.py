@@ -4,6 +4,7 @@ another seed, model, data setting or optimizer setting is refused in one line be
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +72,22 @@ def check_resume_config(path: Path, cfg) -> None:
             raise ConfigError(
                 f"ckpt_path={str(path)!r} belongs to a run with {key}={was!r}, but this run sets {now!r}: a resume "
                 f"continues that run; resume with {key}={was!r}, or start a new run.")
+
+
+ENDED = ("completed", "diverged", "leaky")  # a run that ran its course (an interrupted or failed one may resume)
+
+
+def check_resume_steps(path: Path, max_steps) -> None:
+    """A run that ended at trainer.max_steps or later, resumed from its last.ckpt without raising it, refused from
+    its summary.json before torch (set-up checks the checkpoint's own step too, for any checkpoint)."""
+    summary = run_dir_of(path) / "summary.json"
+    if path.name != "last.ckpt" or not summary.is_file() or not isinstance(max_steps, int):
+        return
+    try:
+        record = json.loads(summary.read_text())
+    except (OSError, ValueError):
+        return
+    steps = record.get("steps") if isinstance(record, dict) else None
+    if record.get("status") in ENDED and isinstance(steps, int) and steps >= max_steps:
+        raise ConfigError(f"ckpt_path={str(path)!r} is already at step {steps}, not before trainer.max_steps="
+                          f"{max_steps}; raise trainer.max_steps to train further.")

@@ -155,12 +155,17 @@ def note_new_run_dir(run_dir: Path) -> None:
     _NEW_RUN_DIR = (run_dir.absolute(), top) if top is not None else None
 
 
-def discard_refused_run(run_dir: Path, log_name: str) -> bool:
+SET_UP_FILES = ("config.yaml", "wandb", "history")  # what set-up writes before the first step: no training in them
+
+
+def discard_refused_run(run_dir: Path, log_name: str, set_up: bool = False) -> bool:
     """Remove the run dir of a run refused before any work, with the parents made for it that are left empty; only
     when this process created it and it holds nothing but Hydra's own files (.hydra/ and the log of the set-up that
     refused it: the memory check, the last, follows Lightning's first lines). Anything a run writes besides (config.yaml
     before fit, checkpoints, a summary, a rank's log) keeps the dir. True when removed."""
-    if _NEW_RUN_DIR is None or _NEW_RUN_DIR[0] != run_dir.absolute() or not only_hydra_files(run_dir, log_name):
+    if _NEW_RUN_DIR is None or _NEW_RUN_DIR[0] != run_dir.absolute():
+        return False
+    if not only_hydra_files(run_dir, log_name, SET_UP_FILES if set_up else ()):
         return False
     shutil.rmtree(run_dir)
     top = _NEW_RUN_DIR[1]
@@ -172,14 +177,15 @@ def discard_refused_run(run_dir: Path, log_name: str) -> bool:
 
 
 def discard_unstarted_run(log_name: str = "train.log") -> bool:
-    """The run dir this process made, removed when a signal stopped it before it wrote anything of its own (only
-    Hydra's files there: discard_refused_run)."""
-    return _NEW_RUN_DIR is not None and discard_refused_run(_NEW_RUN_DIR[0], log_name)
+    """The run dir this process made, removed when a signal stopped it while starting: before its first step, so
+    nothing there but Hydra's files and what set-up writes (SET_UP_FILES: the config, an empty W&B run, the
+    history's header); a checkpoint or a summary keeps it."""
+    return _NEW_RUN_DIR is not None and discard_refused_run(_NEW_RUN_DIR[0], log_name, set_up=True)
 
 
-def only_hydra_files(run_dir: Path, log_name: str) -> bool:
-    """Whether ``run_dir`` holds nothing but .hydra/ (Hydra's files only) and the log file."""
-    if not run_dir.is_dir() or not {p.name for p in run_dir.iterdir()} <= {".hydra", LOCK_FILE, log_name}:
+def only_hydra_files(run_dir: Path, log_name: str, also: tuple[str, ...] = ()) -> bool:
+    """Whether ``run_dir`` holds nothing but .hydra/ (Hydra's files only) and the log file (and ``also``)."""
+    if not run_dir.is_dir() or not {p.name for p in run_dir.iterdir()} <= {".hydra", LOCK_FILE, log_name, *also}:
         return False
     hydra_dir, log = run_dir / ".hydra", run_dir / log_name
     if hydra_dir.exists() and (not hydra_dir.is_dir() or not {p.name for p in hydra_dir.iterdir()} <= set(HYDRA_FILES)):
@@ -224,7 +230,13 @@ class RunDirGuard(Callback):
         run_dir = Path(str(config.hydra.run.dir))
         note_new_run_dir(run_dir)
         writable_dir("hydra.run.dir", run_dir)
-        if holds_run(run_dir) and not resumes_into(run_dir, config.get("ckpt_path")):
+        ckpt = config.get("ckpt_path")
+        if holds_run(run_dir) and not resumes_into(run_dir, ckpt):
+            if ckpt not in (None, ""):  # a mistyped ckpt_path (lst): named before the dir's own refusal
+                try:
+                    resolve_ckpt_path(str(ckpt), run_dir)
+                except (ConfigError, FileNotFoundError) as err:
+                    _fail(str(err))
             _fail(
                 f"hydra.run.dir={str(run_dir)!r} already holds a run; choose another dir (the default is unique) "
                 "or resume that run with ckpt_path=last."

@@ -8,6 +8,7 @@ configs/callbacks/default.yaml's.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -186,6 +187,10 @@ def check_callbacks(callbacks: DictConfig | None) -> None:
         if node is None:
             continue
         target = str(node.get("_target_", ""))
+        package = target.split(".")[0]
+        if not target or importlib.util.find_spec(package) is None:  # the top package only: finding a submodule
+            raise ConfigError(f"callbacks.{name}._target_={target!r} cannot be imported (no package {package!r}); "
+                              "give a callback class as package.module.Class.")  # would import its parents
         check_lightning_callback(name, target, node)
         settings = settings_of(target)
         if settings is None:

@@ -156,6 +156,9 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         if ckpt is not None:
             checkpoint.check_resume_optim(ckpt, ckpt_path, optim.settings())
             check_resume_config(ckpt_path, resolved)  # before torch too (train.values); here for a sweep's jobs
+            note = schedule_note(ckpt, optim)
+            if note:
+                console.print(note, soft_wrap=True)
         if ckpt_path is not None:
             quiet_resume(out_dir)
         callbacks = [build(f"callbacks.{k}", c) for k, c in (cfg.get("callbacks") or {}).items()
@@ -261,3 +264,21 @@ def fsdp_strategy(**kwargs):
 
     kwargs = OmegaConf.to_container(kwargs, resolve=True) if isinstance(kwargs, DictConfig) else kwargs
     return FSDPStrategy(auto_wrap_policy={Block}, **kwargs)
+
+
+def schedule_note(ckpt: dict, optim: AdamWCosine) -> str | None:
+    """What a resume with a new trainer.max_steps does to the schedule: optim.decay_steps follows it, so the cosine
+    is stretched and the rate at the checkpoint's step changes (it may rise again from min_lr). None when the
+    decay is unchanged."""
+    from tinygpt.train.optim import lr_at
+
+    theirs = ((ckpt.get("hyper_parameters") or {}).get("optim") or {}).get("decay_steps")
+    ours = optim.decay_steps
+    if not isinstance(theirs, int) or theirs == ours:
+        return None
+    step = int(ckpt.get("global_step") or 0)
+    rates = [lr_at(step, lr=optim.lr, min_lr=optim.min_lr, warmup_steps=optim.warmup_steps, decay_steps=d)
+             for d in (theirs, ours)]
+    return (f"note: optim.decay_steps follows trainer.max_steps, {theirs} -> {ours}: the cosine decay is stretched, "
+            f"so the rate at step {step} goes from {rates[0]:.3g} to {rates[1]:.3g} (summary.json records the new "
+            "schedule).")

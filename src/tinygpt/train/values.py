@@ -22,15 +22,18 @@ from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from tinygpt.data.config import PRETRAINED, DataConfig
+from tinygpt.data.config import TOKENIZERS, DataConfig
+from tinygpt.data.corpus import TextCorpus
 from tinygpt.model.config import GPTConfig
 from tinygpt.model.hf_config import read_settings
 from tinygpt.runtime.checks import is_int, is_number, positive_int
-from tinygpt.runtime.errors import ConfigError, as_config_errors, cause_of, first_line, print_error
+from tinygpt.runtime.errors import (ConfigError, as_config_errors, cause_of, first_line, print_error,
+                                   swept_mistake)
 from tinygpt.runtime.hub import cached_when_hub_unusable, local_model_dir, requested
-from tinygpt.runtime.resume_record import check_resume_config
+from tinygpt.runtime.resume_record import check_resume_config, check_resume_steps
 from tinygpt.runtime.run_dirs import check_archive, resolve_ckpt_path
 from tinygpt.runtime.wandb_mode import requested_mode
+from tinygpt.runtime.writable import cannot_write_into
 from tinygpt.train.callback_settings import check_callbacks
 from tinygpt.train.schema import TrainSchema
 
@@ -208,6 +211,7 @@ def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
             named = str(err) if str(err).startswith("ckpt_path") else f"ckpt_path={str(ckpt)!r}: {err}"
             raise ConfigError(named) from None
         check_resume_config(path, cfg)  # what the resume may not change, against the run's own config.yaml
+        check_resume_steps(path, cfg.trainer.get("max_steps"))
     source = requested(cfg)  # None for scratch; an empty one refused
     if source is not None:
         local = local_model_dir(str(source))
@@ -234,12 +238,19 @@ def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
                                   "shows model's keys.")
             GPTConfig(vocab_size=1, **model)  # the vocab comes with the data
         build("optim", cfg.optim)
-        build("corpus", cfg.corpus)
+        corpus = build("corpus", cfg.corpus)
         data = OmegaConf.to_container(cfg.data, resolve=True)
+        if not isinstance(corpus, TextCorpus) and data.get("tokenizer", "char") != "char":  # it would be ignored
+            raise ConfigError(f"data.tokenizer={data['tokenizer']!r} tokenizes a text corpus, and "
+                              f"corpus={corpus.source} is token ids already; leave data.tokenizer out.")
         data.pop("_target_", None)
-        if str(cfg.get("init_from") or "scratch") != "scratch":  # it sets both (its own check names a conflict)
-            data.update(tokenizer=PRETRAINED, tokenizer_dir=str(cfg.init_from))
+        if str(cfg.get("init_from") or "scratch") != "scratch":  # init_from sets both (its set-up names a conflict)
+            data.update(tokenizer=TOKENIZERS[0], tokenizer_dir=None)
         DataConfig(**data)
+        reason = cannot_write_into(Path(str(data.get("cache_dir", "data/cache"))).expanduser())
+        if reason:  # the token cache is written before the first step
+            raise ConfigError(f"data.cache_dir={data.get('cache_dir')!r} cannot be written: {reason}; give a "
+                              "writable directory.")
 
 
 MAX_JOBS_CHECKED = 1000  # a sweep with more jobs than this checks each swept value alone, not every combination
@@ -266,11 +277,36 @@ def swept_values(config: DictConfig) -> dict[str, list] | None:
             parent, _, last = key.rpartition(".")
             holder = OmegaConf.select(config, parent, default=None) if parent else config
             known = isinstance(holder, DictConfig) and last in holder.keys()  # a typo: RunDirGuard names it
+            known = known or override.is_add()  # +trainer.foo=1,2: added to every job, checked with it
             if known and not key.startswith("hydra") and key != "ckpt_path":
                 swept[key] = list(override.sweep_iterator())
     except HydraException:
         return None
     return swept
+
+
+def sweep_keys(config: DictConfig) -> set[str]:
+    """Every key (or group) the sweep gives several values, from its sweeper params and the command line."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    texts = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    texts += [str(t) for t in config.hydra.overrides.task if "=" in str(t)]
+    try:
+        return {o.key_or_group for o in OverridesParser.create().parse_overrides(texts) if o.is_sweep_override()}
+    except HydraException:
+        return set()
+
+
+def check_shared(shared: DictConfig, swept: set[str]) -> None:
+    """check_values on what a sweep over group options shares; a required key it leaves unset is no mistake when
+    the sweep gives it (each job checks its own values when it starts)."""
+    try:
+        check_values(shared)
+    except ConfigError as err:
+        unset = re.match(r"(\S+) is required but not set", str(err))
+        if not (unset and unset.group(1) in swept):
+            raise
 
 
 def check_each_job(shared: DictConfig, swept: dict[str, list]) -> None:
@@ -298,12 +334,17 @@ class SweepValues(Callback):
 
         HydraConfig.instance().set_config(config)  # ${hydra:...} resolves as in a job (each job sets its own after)
         shared = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
+        typo = swept_mistake(config, list(config.hydra.overrides.task), set(config.hydra.runtime.choices))
+        if typo:  # a swept key the config lacks or a swept value of the wrong type, named as a single run names it
+            print_error(typo)
+            sys.exit(2)
         try:
-            check_values(shared)
             swept = swept_values(config)
-            if swept:
+            if swept:  # every job's config: the shared values with its own (a required key may be the swept one)
                 with as_config_errors(TypeError):
                     check_each_job(shared, swept)
+            else:
+                check_shared(shared, sweep_keys(config))
         except ConfigError as err:
             print_error(str(err))
             sys.exit(2)
