@@ -176,6 +176,22 @@ def test_a_sweep_refuses_a_value_its_jobs_share_before_any_job_or_dir(tmp_path):
     assert not (tmp_path / "multirun").exists()
 
 
+@pytest.mark.parametrize("swept, message", [
+    # a required key the sweep itself sets had been "corpus.path is required but not set"; now each job's own value
+    (["corpus=text_file", "corpus.path=/nowhere/a.txt,/nowhere/b.txt"], "corpus.path='/nowhere/a.txt' is not a file."),
+    (["model.n_layer=2,four"], "model.n_layer=four has the wrong type: model.n_layer takes an integer."),
+    (["+trainer.foo=1,2"], "trainer.foo is not an argument of Lightning's Trainer; python train.py --cfg job shows "
+                           "the trainer's keys."),
+])
+def test_a_sweeps_own_values_are_checked_as_a_single_runs_are(swept, message, tmp_path):
+    from helpers import ROOT
+
+    out = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", *swept], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "WANDB_MODE": "offline"})
+    assert out.returncode == 2 and out.stderr.strip() == f"error: {message}", out.stderr
+    assert not (tmp_path / "multirun").exists()
+
+
 def test_a_start_file_of_the_wrong_kind_is_refused_before_torch(tmp_path):
     """A ckpt_path that is no torch archive, an init_from dir without config.json: the retry had measured 9-10 s for
     each, after torch, Lightning and the checkpoint reader."""

@@ -326,6 +326,7 @@ def swept_mistake(config, overrides: list[str], groups) -> str | None:
                 bad = wrong_swept_type(node, part, override)
                 if bad:
                     return bad
+                break  # the value itself is not read: a required one (???) is what the sweep sets
             node = node[part]
     return None
 
