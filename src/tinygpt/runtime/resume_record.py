@@ -43,10 +43,11 @@ def _at(tree: Any, dotted: str) -> Any:
     return tree
 
 
-def check_resume_config(path: Path, cfg) -> None:
+def check_resume_config(path: Path, cfg, skip: tuple[str, ...] = ()) -> None:
     """Refuse to resume with a setting of FIXED_RUN_KEYS or optim.FIXED_ON_RESUME other than the run's recorded one
     (its config.yaml; a run without one is not checked here), in one line naming the key and both values. ``cfg``:
-    this run's config (a DictConfig, resolved here key by key, or a resolved dict)."""
+    this run's config (a DictConfig, resolved here key by key, or a resolved dict); ``skip``: keys (and the keys
+    under them) not compared, because set-up has yet to set them (init_from's architecture and tokenizer)."""
     from omegaconf import OmegaConf
 
     recorded = run_dir_of(path) / "config.yaml"
@@ -55,6 +56,8 @@ def check_resume_config(path: Path, cfg) -> None:
     theirs = OmegaConf.to_container(OmegaConf.load(recorded))
     ours = cfg if isinstance(cfg, dict) else None
     for dotted in (*FIXED_RUN_KEYS, *(f"optim.{k}" for k in FIXED_ON_RESUME)):
+        if any(dotted == s or dotted.startswith(f"{s}.") for s in skip):
+            continue
         if ours is None:
             node = OmegaConf.select(cfg, dotted)
             new = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node

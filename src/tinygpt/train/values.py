@@ -210,7 +210,9 @@ def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
         except ConfigError as err:  # resolve_ckpt_path's sentences name ckpt_path; check_archive's the file
             named = str(err) if str(err).startswith("ckpt_path") else f"ckpt_path={str(ckpt)!r}: {err}"
             raise ConfigError(named) from None
-        check_resume_config(path, cfg)  # what the resume may not change, against the run's own config.yaml
+        from_pretrained = requested(cfg) is not None  # init_from sets the model and the tokenizer at set-up
+        skip = ("model", "data.tokenizer", "data.bpe_vocab_size", "data.block_size") if from_pretrained else ()
+        check_resume_config(path, cfg, skip)  # what the resume may not change, against the run's own config.yaml
         check_resume_steps(path, cfg.trainer.get("max_steps"))
     source = requested(cfg)  # None for scratch; an empty one refused
     if source is not None:
