@@ -262,15 +262,12 @@ def swept_values(config: DictConfig) -> dict[str, list] | None:
     """Each swept key of the sweep (its sweeper params, then the command line's, which win) with its values, as
     Hydra will give them to the jobs; None when the sweep also sweeps a group option (``model=tiny,small``: its jobs
     compose different configs, each checks its own values when it starts) or a value Hydra cannot list."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
-    texts = {str(k): f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()}
-    texts.update({str(t).split("=", 1)[0]: str(t) for t in config.hydra.overrides.task if "=" in str(t)})
     groups = set(config.hydra.runtime.choices)
     swept = {}
     try:
-        for override in OverridesParser.create().parse_overrides(list(texts.values())):
+        for override in sweep_overrides(config):
             if not override.is_sweep_override():
                 continue
             key = override.key_or_group
@@ -287,15 +284,22 @@ def swept_values(config: DictConfig) -> dict[str, list] | None:
     return swept
 
 
-def sweep_keys(config: DictConfig) -> set[str]:
-    """Every key (or group) the sweep gives several values, from its sweeper params and the command line."""
+def sweep_overrides(config: DictConfig) -> list:
+    """The sweep's overrides as Hydra parses them: its sweeper params, then the command line's (which win for the
+    same key). Raises Hydra's own error for one it cannot read."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    texts = {str(k): f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()}
+    texts.update({str(t).split("=", 1)[0]: str(t) for t in config.hydra.overrides.task if "=" in str(t)})
+    return OverridesParser.create().parse_overrides(list(texts.values()))
+
+
+def sweep_keys(config: DictConfig) -> set[str]:
+    """Every key (or group) the sweep gives several values."""
     from hydra.errors import HydraException
 
-    texts = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
-    texts += [str(t) for t in config.hydra.overrides.task if "=" in str(t)]
     try:
-        return {o.key_or_group for o in OverridesParser.create().parse_overrides(texts) if o.is_sweep_override()}
+        return {o.key_or_group for o in sweep_overrides(config) if o.is_sweep_override()}
     except HydraException:
         return set()
 
