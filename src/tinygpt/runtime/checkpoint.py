@@ -15,7 +15,8 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from tinygpt.runtime.errors import CheckpointWriteError, ConfigError, first_line
 from tinygpt.runtime.old_runs import outdated, refusal
-from tinygpt.runtime.resume_record import FIXED_ON_RESUME, differences, run_dir_of
+from tinygpt.runtime.resume_record import (ENDED, FIXED_ON_RESUME, already_at, differences, optimizer_changed,
+                                          run_dir_of)
 from tinygpt.runtime.run_dirs import LAST, check_archive, last_path_in
 
 
@@ -101,10 +102,7 @@ def check_resume_steps(ckpt: dict, path: Path, max_steps: int) -> None:
     in its end-of-run phase (or killed before its summary) is taken: the resume runs that phase only."""
     step = int(ckpt.get("global_step", 0))
     if step > max_steps or (step == max_steps and run_ended(path)):
-        raise ConfigError(
-            f"ckpt_path={str(path)!r} is already at step {step}, not before trainer.max_steps={max_steps}; "
-            "raise trainer.max_steps to train further."
-        )
+        raise ConfigError(already_at(path, step, max_steps))
 
 
 def check_resume_optim(ckpt: dict, path: Path, optim: dict) -> None:
@@ -113,10 +111,7 @@ def check_resume_optim(ckpt: dict, path: Path, optim: dict) -> None:
     theirs = (ckpt.get("hyper_parameters") or {}).get("optim") or {}
     for key in FIXED_ON_RESUME:
         if key in theirs and key in optim and differences(key, theirs[key], optim[key]):
-            raise ConfigError(
-                f"ckpt_path={str(path)!r} was trained with optim.{key}={theirs[key]!r}, but this run sets "
-                f"{optim[key]!r}: a resume restores the optimizer and its schedule, so the new value would not train; "
-                f"resume with optim.{key}={theirs[key]!r}, or start a new run.")
+            raise ConfigError(optimizer_changed(path, f"optim.{key}", theirs[key], optim[key]))
 
 
 def check_resume_names(ckpt: dict, path: Path) -> None:
@@ -137,7 +132,7 @@ def run_ended(path: Path) -> bool:
         status = json.loads((run_dir_of(path) / "summary.json").read_text()).get("status")
     except (OSError, ValueError, AttributeError):
         return False
-    return status in ("completed", "diverged", "leaky")
+    return status in ENDED
 
 
 def check_resume_model(ckpt: dict, path: Path, state_dict: dict[str, torch.Tensor], model: dict,

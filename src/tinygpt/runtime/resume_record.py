@@ -68,10 +68,7 @@ def check_resume_config(path: Path, cfg, skip: tuple[str, ...] = ()) -> None:
             continue  # an optimizer without this setting
         for key, was, now in differences(dotted, old, new):
             if dotted.startswith("optim."):
-                raise ConfigError(
-                    f"ckpt_path={str(path)!r} was trained with {key}={was!r}, but this run sets {now!r}: a resume "
-                    f"restores the optimizer and its schedule, so the new value would not train; resume with "
-                    f"{key}={was!r}, or start a new run.")
+                raise ConfigError(optimizer_changed(path, key, was, now))
             raise ConfigError(
                 f"ckpt_path={str(path)!r} belongs to a run with {key}={was!r}, but this run sets {now!r}: a resume "
                 f"continues that run; resume with {key}={was!r}, or start a new run.")
@@ -92,5 +89,17 @@ def check_resume_steps(path: Path, max_steps) -> None:
         return
     steps = record.get("steps") if isinstance(record, dict) else None
     if record.get("status") in ENDED and isinstance(steps, int) and steps >= max_steps:
-        raise ConfigError(f"ckpt_path={str(path)!r} is already at step {steps}, not before trainer.max_steps="
-                          f"{max_steps}; raise trainer.max_steps to train further.")
+        raise ConfigError(already_at(path, steps, max_steps))
+
+
+def optimizer_changed(path: Path, key: str, was, now) -> str:
+    """The sentence for a resume that sets an optimizer setting other than the one the run trained with."""
+    return (f"ckpt_path={str(path)!r} was trained with {key}={was!r}, but this run sets {now!r}: a resume restores "
+            f"the optimizer and its schedule, so the new value would not train; resume with {key}={was!r}, or start "
+            "a new run.")
+
+
+def already_at(path: Path, step: int, max_steps: int) -> str:
+    """The sentence for a resume from a checkpoint that is not before trainer.max_steps."""
+    return (f"ckpt_path={str(path)!r} is already at step {step}, not before trainer.max_steps={max_steps}; raise "
+            "trainer.max_steps to train further.")

@@ -232,7 +232,7 @@ def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
         check_run_keys(cfg)
         check_paths(cfg, run_dir)
         check_callbacks(cfg.get("callbacks"))
-        if str(cfg.get("init_from") or "scratch") == "scratch":
+        if requested(cfg) is None:  # scratch (init_from's own model is checked at set-up)
             model = OmegaConf.to_container(cfg.model, resolve=True)
             unknown = sorted(set(model) - {f.name for f in fields(GPTConfig)})
             if unknown:  # added with +model.<key>: the schema took it, the model has no such setting
@@ -246,7 +246,7 @@ def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
             raise ConfigError(f"data.tokenizer={data['tokenizer']!r} tokenizes a text corpus, and "
                               f"corpus={corpus.source} is token ids already; leave data.tokenizer out.")
         data.pop("_target_", None)
-        if str(cfg.get("init_from") or "scratch") != "scratch":  # init_from sets both (its set-up names a conflict)
+        if requested(cfg) is not None:  # init_from sets both (its set-up names a conflict)
             data.update(tokenizer=TOKENIZERS[0], tokenizer_dir=None)
         DataConfig(**data)
         reason = cannot_write_into(Path(str(data.get("cache_dir", "data/cache"))).expanduser())
