@@ -141,41 +141,50 @@ def test_the_report_script_is_a_thin_cli_over_the_package(tmp_path):
 
 
 def test_sqrt_dk_sweep_arms_and_grid():
-    """The design (docs/experiments/sqrt_dk/DESIGN.md): 8 arms, a ladder of three rates a decade, 5 seeds."""
+    """Design 2 (docs/experiments/sqrt_dk/DESIGN.md): init x d_k x scale at one head, the two reparametrisation
+    controls, three rates a decade from 1e-4 to 1e-2, seeds 11-13; float16 at five placements."""
     cfg = compose_hydra(["experiment=sqrt_dk"])
     params = cfg.hydra.sweeper.params
     lrs = [float(x) for x in params["optim.lr"].split(",")]
     assert lrs == sorted(lrs) and lrs[0] == 1e-4 and lrs[-1] == 1e-2 and len(lrs) == 7
     assert all(abs(b / a - 10 ** (1 / 3)) < 1e-3 for a, b in zip(lrs, lrs[1:], strict=False))  # three rates a decade
-    assert params["seed"].split(",") == ["1", "2", "3", "4", "5"]  # the issue: at least 5 seeds
-    assert cfg.prediction.basin_delta == 0.1 and list(cfg.prediction.sensitivity_range) == [1e-4, 1e-2]
-    assert cfg.prediction.failed_to_train == 0.5
+    assert params["seed"].split(",") == ["11", "12", "13"]  # seeds no earlier run of this experiment used
+    assert cfg.prediction.basin_delta == 0.1 and cfg.prediction.mechanism_lr == 1e-3
     assert cfg.hydra.sweep.dir.startswith("multirun/sqrt_dk/")
+    assert cfg.trainer.log_every_n_steps == 1 and cfg.callbacks.stability.every_n_steps == 20
     seen = set()
     for arm in params["arm/sqrt_dk"].split(","):
         c = compose_hydra(["experiment=sqrt_dk", f"arm/sqrt_dk={arm}"])
         a = c.model.attn
-        assert a.qk_init == "gpt2" and c.trainer.precision == "32-true"
-        seen.add((c.model.n_embd // c.model.n_head, c.model.n_head, c.model.n_embd, a.scale, a.qk_norm))
-    assert seen == {(256, 1, 256, "sqrt_dk", False), (256, 1, 256, "none", False),
-                    (64, 4, 256, "sqrt_dk", False), (64, 4, 256, "none", False),  # d_k apart at a fixed width
-                    (64, 1, 64, "sqrt_dk", False), (64, 1, 64, "none", False),  # ... and at a fixed head count
-                    (256, 1, 256, "sqrt_dk", True), (256, 1, 256, "none", True)}  # qk-layernorm with and without
+        assert c.model.n_head == 1 and c.trainer.precision == "32-true" and a.backend == "math"
+        patch = [(p.init, p.step) for p in c.model.get("patch") or [] if p._target_.endswith("QKReparam")]
+        seen.add((a.qk_init, c.model.n_embd, a.scale, tuple(patch)))
+    assert seen == {(init, dk, scale, ()) for init in ("unit", "gpt2") for dk in (16, 64, 256)
+                    for scale in ("sqrt_dk", "none")} | {("unit", 256, "none", ((True, False),)),
+                                                         ("unit", 256, "none", ((True, True),))}
     fp16 = compose_hydra(["experiment=sqrt_dk_fp16"])
-    assert fp16.trainer.precision == "16-mixed" and fp16.model.attn.backend == "math"
-    assert fp16.hydra.sweeper.params["arm/sqrt_dk"] == "dk256_sqrt,dk256_none"
-    assert [float(x) for x in fp16.hydra.sweeper.params["optim.lr"].split(",")] == [4.642e-3, 1e-2, 2.154e-2]
+    assert fp16.trainer.precision == "16-mixed"
+    placements = set()
+    for arm in fp16.hydra.sweeper.params["arm/sqrt_dk"].split(","):
+        c = compose_hydra(["experiment=sqrt_dk_fp16", f"arm/sqrt_dk={arm}"])
+        placements.add((c.model.attn.scale, c.model.attn.scale_at, c.model.attn.backend))
+        assert c.trainer.precision == "16-mixed" and c.model.attn.qk_init == "unit" and c.model.n_embd == 256
+    assert placements == {("sqrt_dk", "scores", "math"), ("sqrt_dk", "qk", "math"), ("sqrt_dk", "scores", "sdpa"),
+                          ("none", "scores", "math"), ("none", "scores", "sdpa")}
+    assert [float(x) for x in fp16.hydra.sweeper.params["optim.lr"].split(",")] == [1e-2, 2.154e-2]
+    fp32 = compose_hydra(["experiment=sqrt_dk_fp32", "arm/sqrt_dk=fp16_sqrt_scores"])
+    assert fp32.trainer.precision == "32-true" and fp32.model.attn.scale_at == "scores"
 
 
 @pytest.mark.slow
-def test_sqrt_dk_sweep_and_report(tmp_path, cache_dir, corpus_file):
-    """experiment=sqrt_dk_quick on a tiny model: scaled vs unscaled at a sane and an absurd learning rate. The
-    absurd one diverges, ends cleanly, and the report still draws everything."""
+def test_sqrt_dk_quick_sweep_and_report(tmp_path, cache_dir, corpus_file):
+    """experiment=sqrt_dk_quick shrunk: scaled and unscaled at unit init at a sane and an absurd learning rate. The
+    absurd one diverges, ends cleanly, and the report still reads every probe and draws its figures."""
     sweep = tmp_path / "sweep"
-    run_train(["-m", "experiment=sqrt_dk_quick", *TINY, "model.n_embd=32", "model.n_layer=1",
-               "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}", "logger=csv",
-               "trainer.max_steps=20", "trainer.val_check_interval=10", "optim.lr=1e-2,1e8",
-               f"hydra.sweep.dir={sweep}"])
+    run_train(["-m", "experiment=sqrt_dk_quick", *TINY, "model.n_layer=1", "corpus=text_file",
+               f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}", "logger=csv", "trainer.max_steps=40",
+               "trainer.val_check_interval=20", "optim.warmup_steps=4", "callbacks.stability.every_n_steps=10",
+               "optim.lr=1e-2,1e8", f"hydra.sweep.dir={sweep}"])
     summaries = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/summary.json"))]
     assert len(summaries) == 4
     diverged = {(s["config"]["model"]["attn"]["scale"], s["config"]["optim"]["lr"]): s["diverged"] for s in summaries}
@@ -183,13 +192,12 @@ def test_sqrt_dk_sweep_and_report(tmp_path, cache_dir, corpus_file):
     out = tmp_path / "report"
     assert report.main(["sqrt_dk", str(sweep), "--out", str(out)]) == 0  # in-process
     text = (out / "README.md").read_text()
-    for png in ("init_slopes.png", "loss_vs_lr.png", "measures.png", "sensitivity_vs_width.png", "stability.png"):
+    for png in ("trace_vs_dk.png", "loss_vs_lr.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
         assert f"({png})" in text
-    assert "## Finding" in text and "2 of 4 float32 runs diverged" in text and "[" in text  # intervals
-    assert "The predictions are about the arms at the design" in text and "No float16 runs were given" in text
-    # a quick sweep's report says it is partial, without the committed report's changes
-    assert "A partial report (" in text and "## Changes since the last version" not in text
+    assert "| M3 |" in text and "| C1 |" in text  # the d_k = 256 predictions were read from the runs
+    rows = [line for line in text.splitlines() if line.startswith("| unit init, d_k = 256")]
+    assert len(rows) >= 4 and all("nan" not in row for row in rows[:2])  # the mechanism at init, read from the probe
 
 
 def test_a_sweep_experiment_without_m_says_it_runs_one_job():

@@ -8,7 +8,7 @@ import pytest
 
 from helpers import write_job as write_run
 from tests.experiments.causal_mask.test_causal_mask_report import cm_config
-from tests.experiments.sqrt_dk.test_sqrt_dk_report import sq_config
+from tests.experiments.sqrt_dk.design2_synthetic_sweep import config as sq_config
 from tinygpt.analysis.sweep import load_runs
 from tinygpt.experiments import report
 
@@ -104,7 +104,7 @@ def test_runs_of_another_experiment_are_refused_in_one_line(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     d = sweep / "0"
-    write_run(d, config=sq_config(256, 1, 256, "none", 1e-3, 1), windows=np.full((32, 4), 2.0), summary={})
+    write_run(d, config=sq_config("unit", 256, "none", "", 1e-3, 11), windows=np.full((32, 4), 2.0), summary={})
     hydra_files(d, "sqrt_dk", ["experiment=sqrt_dk"])
     assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
@@ -146,22 +146,22 @@ def grid_jobs(experiment, extra=()):
                 + list(extra)) for c in cells]  # written as Hydra records them: 0.0001, not 1e-4
 
 
-def test_experiment_2s_full_sweep_is_its_two_grids_and_may_add_stage_two_runs():
+def test_experiment_2s_full_sweep_is_its_two_grids_and_may_add_float32_reruns():
     main, fp16 = grid_jobs("sqrt_dk"), grid_jobs("sqrt_dk_fp16")
-    assert (len(main), len(fp16)) == (280, 30)
+    assert (len(main), len(fp16)) == (294, 30)
     assert report.full_sweep_gap(main + fp16, [], "sqrt_dk") is None
     assert report.full_sweep_gap(main, [], "sqrt_dk") == "it lacks the runs of experiment=sqrt_dk_fp16"
-    stage2 = [Job("sqrt_dk", ["arm/sqrt_dk=dk256_sqrt_qknorm", f"optim.lr={x}", f"seed={s}"])
-              for x in ("2.154e-2", "4.642e-2") for s in range(1, 6)]
-    assert report.full_sweep_gap(main + fp16 + stage2, [], "sqrt_dk") is None  # the design's stage 2
+    reruns = [Job("sqrt_dk_fp32", ["arm/sqrt_dk=fp16_sqrt_scores", "optim.lr=0.02154", f"seed={s}"])
+              for s in (11, 12, 13)]
+    assert report.full_sweep_gap(main + fp16 + reruns, [], "sqrt_dk") is None  # the design's float32 reruns
     gap = report.full_sweep_gap(main[1:] + fp16, [], "sqrt_dk")
-    assert gap == "it has 279 runs of experiment=sqrt_dk, the full sweep 280"
-    moved = [Job("sqrt_dk", ["arm/sqrt_dk=dk256_sqrt", "optim.lr=5e-3", "seed=1"])]
+    assert gap == "it has 293 runs of experiment=sqrt_dk, the full sweep 294"
+    moved = [Job("sqrt_dk", ["arm/sqrt_dk=unit_dk256_sqrt", "optim.lr=5e-3", "seed=11"])]
     gap = report.full_sweep_gap(main[1:] + moved + fp16, [], "sqrt_dk")
     assert gap == "it lacks 1 job of experiment=sqrt_dk's grid"
-    other = [Job("sqrt_dk", ["arm/sqrt_dk=dk256_sqrt", "optim.lr=1e-3", "seed=1", "trainer.max_steps=10"])]
+    other = [Job("sqrt_dk", ["arm/sqrt_dk=unit_dk256_sqrt", "optim.lr=1e-3", "seed=11", "trainer.max_steps=10"])]
     assert report.full_sweep_gap(main + fp16 + other, [], "sqrt_dk") == "it overrides trainer.max_steps"
-    extra_fp16 = [Job("sqrt_dk_fp16", [f"{k}={v}" for k, v in sorted(c, key=str)])  # only float32 is staged
+    extra_fp16 = [Job("sqrt_dk_fp16", [f"{k}={v}" for k, v in sorted(c, key=str)])  # float16 is not staged
                   for c in [next(iter(report.grid_cells(report.CONFIGS / "sqrt_dk_fp16.yaml")[1]))]]
     gap = report.full_sweep_gap(main + fp16 + extra_fp16, [], "sqrt_dk")
     assert gap == "it has 31 runs of experiment=sqrt_dk_fp16, the full sweep 30"

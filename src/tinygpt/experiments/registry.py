@@ -16,8 +16,9 @@ class Experiment:
     """One experiment: ``name`` (its folder, its report's name: scripts/report.py <name>), ``prediction`` (the
     dataclass of its predictions, the schema of ``prediction:`` in its configs), ``sweeps`` (the configs under
     configs/experiment/ whose sweeps together make its full sweep; default: its name), ``variants`` (its other configs,
-    e.g. a quick version: their runs belong to its report too) and ``staged`` (those of its sweeps whose design may
-    add runs beyond the grid, overriding only the grid's keys)."""
+    e.g. a quick version: their runs belong to its report too) and ``staged`` (those of its configs whose design may
+    add runs: a sweep's beyond its grid, overriding only the grid's keys; a variant's, the reruns its report asks
+    for)."""
 
     name: str
     prediction: type

@@ -1,6 +1,6 @@
-"""Experiment 2's predictions and their criteria (configs/experiment/sqrt_dk.yaml holds their values). Types only: each
-value, with its comment, lives in the config; this class is the schema that refuses a mistyped key or a wrong type
-there (tinygpt.experiments.registry registers it)."""
+"""Experiment 2's predictions' criteria (configs/experiment/sqrt_dk.yaml holds their values; DESIGN.md states the
+predictions). Types only: each value, with its comment, lives in the config; this class is the schema that refuses a
+mistyped key or a wrong type there (tinygpt.experiments.registry registers it)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,9 @@ from dataclasses import dataclass
 @dataclass
 class Prediction:
     basin_delta: float
-    sensitivity_range: list[float]
-    optimum_shift: str
-    best_loss_gap: str
-    basin_gap: str
-    basin_growth: str
-    sensitivity_gap: str
-    qknorm_effect: str
-    fp16_min_unscaled: int
-    fp16_max_scaled: int
+    spike_nats: float
+    saturation_band: float
+    mechanism_lr: float
+    match_loss_band: float
+    match_optimum_band: float
     failed_to_train: float

@@ -1,0 +1,156 @@
+"""A synthetic design-2 sweep whose answers are known by construction (World: what is true in it).
+
+Every float32 arm of docs/experiments/sqrt_dk/DESIGN.md at 7 rates and 3 seeds (294 runs), written as train.py
+writes a run (summary.json, diagnostics.npz, history/metrics.csv, .hydra/), and optionally the float16 sweep and
+its float32 reruns. The final loss of an arm at log10 rate x is ``best + 0.4 (x + 2.7)^2`` plus seed and window
+noise, so every basin has the same shape (C4 undecided); the training loss only falls (C5 undecided).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+N, T = 64, 8  # validation windows, positions per window
+LRS = [10 ** (k / 3) for k in range(-12, -5)]
+SEEDS = (11, 12, 13)
+PREDICTION = {"basin_delta": 0.1, "spike_nats": 0.5, "saturation_band": 0.05, "mechanism_lr": 1e-3,
+              "match_loss_band": 0.05, "match_optimum_band": 0.1667, "failed_to_train": 0.5}
+
+
+@dataclass(frozen=True)
+class World:
+    """unit_gap, gpt2_gap: the unscaled arm's best-loss cost at d_k = 256 (sqrt(d_k / 256) of it at smaller d_k);
+    trace_slope: the unscaled unit-init Jacobian trace at init goes as d_k^trace_slope (below 0: it saturates as d_k
+    grows, the premise; the other arms stay at 0.95); optimum: log10 of every arm's best rate; fp16_overflow: the
+    float16 runs with the scale after the product overflow and diverge at the higher rate, their float32 reruns
+    train."""
+
+    unit_gap: float = 0.3
+    gpt2_gap: float = 0.05
+    trace_slope: float = -0.5
+    optimum: float = -2.7  # log10 of every arm's best rate
+    fp16_overflow: bool = True
+
+
+def config(init, dk, scale, control, lr, seed, precision="32-true", backend="math", at="scores"):
+    patch = [] if not control else [{"_target_": "tinygpt.experiments.sqrt_dk.reparam.QKReparam", "init": True,
+                                     "step": control == "full"}]
+    return {"seed": seed,
+            "model": {"n_layer": 2, "n_head": 1, "n_embd": dk, "block_size": 64, "patch": patch,
+                      "attn": {"scale": scale, "qk_init": init, "backend": backend, "scale_at": at}},
+            "data": {"batch_size": 12, "val_windows": N}, "diagnostics": {"windows": 16},
+            "trainer": {"max_steps": 300, "gradient_clip_val": 1.0, "precision": precision,
+                        "val_check_interval": 150},
+            "optim": {"lr": lr, "warmup_steps": 30, "min_lr": 1e-5},
+            "callbacks": {"stability": {"windows": 8, "every_n_steps": 20}},
+            "prediction": dict(PREDICTION)}
+
+
+def arm_name(init, dk, scale, control):
+    return f"unit_dk256_reparam_{control}" if control else f"{init}_dk{dk}_{'sqrt' if scale == 'sqrt_dk' else 'none'}"
+
+
+def write_metrics(path: Path, rows: list[dict]) -> None:
+    keys = sorted({k for r in rows for k in r if k != "step"})
+    lines = [",".join(["step", *keys])]
+    lines += [",".join([str(r["step"])] + [repr(r[k]) if k in r else "" for k in keys]) for r in rows]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_run(d: Path, cfg: dict, experiment: str, arm: str, windows: np.ndarray, half: float, train_loss,
+              probe: dict, diverged: str | None = None) -> None:
+    """One run's files: ``probe`` maps a stability probe's name to its value at init and after; ``diverged`` is the
+    divergence guard's reason (None: completed)."""
+    (d / "history").mkdir(parents=True)
+    (d / ".hydra").mkdir()
+    np.savez(d / "diagnostics.npz", val_window_position=np.repeat(windows[:, None], T, 1).astype(np.float32))
+    rows = [{"step": s, "train/loss": float(v)} for s, v in enumerate(train_loss)]
+    for s in [0, *range(19, 300, 20)]:
+        rows.append({"step": s, **{f"stab/{name}/{layer}": float(v[0] if s == 0 else v[1])
+                                   for name, v in probe.items() for layer in range(2)}})
+    rows += [{"step": 149, "val/loss": half}, {"step": 299, "val/loss": float(windows.mean())}]
+    write_metrics(d / "history" / "metrics.csv", rows)
+    (d / "summary.json").write_text(json.dumps({
+        "status": "completed", "config": cfg, "val_loss": None if diverged else float(windows.mean()),
+        "vocab_size": 65, "wall_seconds": 20.0, "steps": 300, "diverged": diverged is not None,
+        "divergence": diverged, "diagnostics": {"unigram_loss": 3.3, "bigram_loss": 2.5}}))
+    (d / ".hydra" / "hydra.yaml").write_text(
+        f"hydra:\n  runtime:\n    choices:\n      experiment: {experiment}\n      arm/sqrt_dk: {arm}\n")
+    overrides = [f"arm/sqrt_dk={arm}", f"optim.lr={cfg['optim']['lr']}", f"seed={cfg['seed']}",
+                 f"experiment={experiment}"]
+    (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+
+
+def float32_run(d, rng, world, window_effect, init, dk, scale, control, lr, seed):
+    unscaled = scale == "none" and control != "full"
+    gap = (world.unit_gap if init == "unit" else world.gpt2_gap) * (dk / 256) ** 0.5 if unscaled else 0.0
+    loss = 2.0 + gap + 0.4 * (math.log10(lr) - world.optimum) ** 2 + rng.normal(0, 0.01)
+    windows = loss + window_effect + rng.normal(0, 0.02, N)
+    premise = init == "unit" and scale == "none" and not control
+    trace0 = (0.56 * (dk / 16) ** world.trace_slope if premise else 0.95) + rng.normal(0, 0.01)
+    grad0 = (3.0 * (dk / 16) ** 0.7 if scale == "none" and not control else 1.0) * (1 + rng.normal(0, 0.02))
+    train = [4.0 - 1.5 * min(s, 150) / 150 + rng.normal(0, 0.05) for s in range(300)]
+    probe = {"jacobian_trace": (trace0, trace0 * 0.9), "grad_wq": (grad0 / 2,) * 2, "grad_wk": (grad0 / 2,) * 2}
+    write_run(d, config(init, dk, scale, control, lr, seed), "sqrt_dk", arm_name(init, dk, scale, control), windows,
+              loss + 0.3 + gap, train, probe)
+
+
+FP16_ARMS = {  # arm -> (scale, where it sits, backend)
+    "fp16_sqrt_scores": ("sqrt_dk", "scores", "math"), "fp16_sqrt_qk": ("sqrt_dk", "qk", "math"),
+    "fp16_sqrt_sdpa": ("sqrt_dk", "scores", "sdpa"), "fp16_none_math": ("none", "scores", "math"),
+    "fp16_none_sdpa": ("none", "scores", "sdpa")}
+
+
+def fp16_run(d, rng, world, window_effect, arm, lr, seed, experiment="sqrt_dk_fp16"):
+    scale, at, backend = FP16_ARMS[arm]
+    precision = "16-mixed" if experiment == "sqrt_dk_fp16" else "32-true"
+    overflow = (world.fp16_overflow and precision == "16-mixed" and at == "scores" and backend == "math"
+                and lr > 1.5e-2)
+    windows = 2.3 + window_effect + rng.normal(0, 0.02, N)
+    probe = {"jacobian_trace": (0.9, 0.8), "grad_wq": (1.0, 1.0), "grad_wk": (1.0, 1.0),
+             "scores_inf": (0.0, 1.0 if overflow else 0.0), "raw_qk": (900.0, math.inf if overflow else 30000.0),
+             "scaled_qk": (60.0, math.inf if overflow else 2000.0)}
+    train = [4.0 - 1.5 * min(s, 150) / 150 for s in range(300)]
+    cfg = config("unit", 256, scale, "", lr, seed, precision, backend, at)
+    write_run(d, cfg, experiment, arm, windows, 2.6, train, probe,
+              diverged="training loss nan at step 120" if overflow else None)
+
+
+def make_sweep(root: Path, world: World = World()) -> int:
+    """The float32 sweep under root; returns the number of runs."""
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    window_effect = rng.normal(0, 0.2, N)
+    cells = [(init, dk, scale, "") for init in ("unit", "gpt2") for dk in (16, 64, 256)
+             for scale in ("sqrt_dk", "none")]
+    cells += [("unit", 256, "none", control) for control in ("init", "full")]
+    job = 0
+    for cell in cells:
+        for lr in LRS:
+            for seed in SEEDS:
+                float32_run(root / str(job), rng, world, window_effect, *cell, lr, seed)
+                job += 1
+    return job
+
+
+def make_fp16_sweep(root: Path, world: World = World(), reruns: bool = True) -> int:
+    """The float16 sweep under root/fp16 and, with ``reruns``, the float32 reruns of its diverged runs under
+    root/fp32; returns the number of runs."""
+    rng = np.random.default_rng(1)
+    window_effect = rng.normal(0, 0.2, N)
+    job = 0
+    for arm in FP16_ARMS:
+        for lr in (1e-2, 2.154e-2):
+            for seed in SEEDS:
+                fp16_run(root / "fp16" / str(job), rng, world, window_effect, arm, lr, seed)
+                job += 1
+                scale, at, backend = FP16_ARMS[arm]
+                if reruns and world.fp16_overflow and (at, backend) == ("scores", "math") and lr > 1.5e-2:
+                    fp16_run(root / "fp32" / str(job), rng, world, window_effect, arm, lr, seed, "sqrt_dk_fp32")
+                    job += 1
+    return job

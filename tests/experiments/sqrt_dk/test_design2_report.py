@@ -1,0 +1,71 @@
+"""Design 2's report on synthetic sweeps whose answers are known by construction (design2_synthetic_sweep.py): each
+verdict word the report prints is the one the construction implies."""
+
+import re
+
+from tests.experiments.sqrt_dk.design2_synthetic_sweep import World, make_fp16_sweep, make_sweep
+from tinygpt.experiments import report
+
+
+def verdicts_of(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^\| (\w\d) \|.*\| \*\*(\w+)\*\* \|$", text, re.M))
+
+
+def test_the_report_reads_the_premise_and_its_consequences_back(tmp_path):
+    """Unit init saturates without the factor and costs 0.3 nats at d_k = 256, GPT-2's init 0.05; the init-and-step
+    control equals the scaled arm; the basins have one shape (C4 undecided), no run spikes (C5 undecided); in
+    float16 the scale after the product overflows at the higher rate and its float32 reruns train."""
+    assert make_sweep(tmp_path / "sweep") == 294
+    assert make_fp16_sweep(tmp_path / "sweep") == 36  # 30 float16 runs and 6 float32 reruns
+    assert report.main(["sqrt_dk", str(tmp_path / "sweep"), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert verdicts_of(text) == {"M1": "holds", "M2": "holds", "M3": "holds", "C1": "holds", "C2": "holds",
+                                 "C3": "holds", "C4": "undecided", "C5": "undecided", "G1": "holds", "R1": "holds",
+                                 "F1": "holds", "F2": "holds"}
+    assert "its arms did not run" not in text and "still to run" not in text
+    assert (tmp_path / "out" / "trace_vs_dk.png").stat().st_size > 10_000
+    assert (tmp_path / "out" / "loss_vs_lr.png").stat().st_size > 10_000
+
+
+def test_where_the_premise_and_the_cost_are_absent_the_verdicts_say_so(tmp_path):
+    """No saturation (M1 fails: the unscaled trace rises with d_k), the scaled arm worse by 0.3 (C1 fails, C2 fails),
+    no float16 overflow (F1 and F2 undecided: nothing for the placement to remove, no run to rerun)."""
+    world = World(unit_gap=-0.3, gpt2_gap=-0.3, trace_slope=0.2, fp16_overflow=False)
+    make_sweep(tmp_path / "sweep", world)
+    make_fp16_sweep(tmp_path / "sweep", world)
+    assert report.main(["sqrt_dk", str(tmp_path / "sweep"), "--out", str(tmp_path / "out")]) == 0
+    found = verdicts_of((tmp_path / "out" / "README.md").read_text())
+    assert (found["M1"], found["C1"], found["C2"], found["F1"], found["F2"]) == (
+        "fails", "fails", "fails", "undecided", "undecided")
+    assert found["G1"] == "undecided"  # the same cost under both inits: their difference covers 0
+
+
+def test_a_float32_sweep_alone_says_which_predictions_it_cannot_test(tmp_path):
+    make_sweep(tmp_path / "sweep")
+    assert report.main(["sqrt_dk", str(tmp_path / "sweep"), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert re.search(r"^\| F1 \|.*its arms did not run \| not tested \|$", text, re.M)
+    assert re.search(r"^\| F2 \|.*its arms did not run \| not tested \|$", text, re.M)
+
+
+def test_float16_runs_that_diverged_without_reruns_print_the_commands_to_run(tmp_path):
+    make_sweep(tmp_path / "sweep")
+    make_fp16_sweep(tmp_path / "sweep", reruns=False)
+    assert report.main(["sqrt_dk", str(tmp_path / "sweep"), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert verdicts_of(text)["F2"] == "undecided"
+    asks = re.findall(r"^    (python train.py -m experiment=sqrt_dk_fp32 arm/sqrt_dk=\w+ .*)$", text, re.M)
+    assert sorted(asks) == [f"python train.py -m experiment=sqrt_dk_fp32 arm/sqrt_dk={arm} optim.lr=0.02154 seed={s}"
+                            for arm in ("fp16_none_math", "fp16_sqrt_scores") for s in (11, 12, 13)]
+
+
+def test_an_arm_whose_best_rate_is_the_lowest_gets_the_stage_two_rates_below_it(tmp_path):
+    """Every arm best below 1e-4 (the lowest rate): stage 2 asks each of the 14 arms for 4.642e-5 and 2.154e-5 with
+    its seeds."""
+    make_sweep(tmp_path / "sweep", World(optimum=-4.5))
+    assert report.main(["sqrt_dk", str(tmp_path / "sweep"), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "README.md").read_text()
+    asks = re.findall(r"^    (python train.py -m experiment=sqrt_dk arm/sqrt_dk=.*)$", text, re.M)
+    assert len(asks) == 14
+    assert "python train.py -m experiment=sqrt_dk arm/sqrt_dk=unit_dk256_none optim.lr=2.154e-05,4.642e-05 " \
+           "seed=11,12,13" in asks
