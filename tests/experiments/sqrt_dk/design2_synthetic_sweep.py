@@ -68,6 +68,7 @@ def write_run(d: Path, cfg: dict, experiment: str, arm: str, windows: np.ndarray
     divergence guard's reason (None: completed)."""
     (d / "history").mkdir(parents=True)
     (d / ".hydra").mkdir()
+    (d / "config.yaml").write_text(json.dumps(cfg))  # its time stamps the job's start
     np.savez(d / "diagnostics.npz", val_window_position=np.repeat(windows[:, None], T, 1).astype(np.float32))
     rows = [{"step": s, "train/loss": float(v)} for s, v in enumerate(train_loss)]
     for s in [0, *range(19, 300, 20)]:
@@ -77,7 +78,7 @@ def write_run(d: Path, cfg: dict, experiment: str, arm: str, windows: np.ndarray
     write_metrics(d / "history" / "metrics.csv", rows)
     (d / "summary.json").write_text(json.dumps({
         "status": "completed", "config": cfg, "val_loss": None if diverged else float(windows.mean()),
-        "vocab_size": 65, "wall_seconds": 20.0, "steps": 300, "diverged": diverged is not None,
+        "vocab_size": 65, "train_seconds": 20.0, "steps": 300, "diverged": diverged is not None,
         "divergence": diverged, "diagnostics": {"unigram_loss": 3.3, "bigram_loss": 2.5}}))
     (d / ".hydra" / "hydra.yaml").write_text(
         f"hydra:\n  runtime:\n    choices:\n      experiment: {experiment}\n      arm/sqrt_dk: {arm}\n")

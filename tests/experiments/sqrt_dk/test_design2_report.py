@@ -23,6 +23,7 @@ def test_the_report_reads_the_premise_and_its_consequences_back(tmp_path):
                                  "C3": "holds", "C4": "undecided", "C5": "undecided", "G1": "holds", "R1": "holds",
                                  "F1": "holds", "F2": "holds"}
     assert "its arms did not run" not in text and "still to run" not in text
+    assert re.search(r"\(experiment=sqrt_dk\) took \d+\.\d min of wall time", text)
     assert (tmp_path / "out" / "trace_vs_dk.png").stat().st_size > 10_000
     assert (tmp_path / "out" / "loss_vs_lr.png").stat().st_size > 10_000
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate
-from tinygpt.analysis.sweep import ReportError, Run, predictions
+from tinygpt.analysis.sweep import ReportError, Run, predictions, sweep_wall_seconds
 from tinygpt.analysis.figures import markdown_table
 from tinygpt.analysis.templates import plural, prose
 from tinygpt.experiments.sqrt_dk import numbers, readings, verdicts
@@ -243,7 +243,8 @@ def answer(found: dict[str, str]) -> dict[str, str]:
 
 
 def wall_minutes(runs: list[Run]) -> float:
-    return sum(float(r.summary.get("wall_seconds") or 0.0) for r in runs) / 60 / 2  # two jobs at once
+    """The sweep's wall time: the first job's start to the last job's end (analysis.sweep.sweep_wall_seconds)."""
+    return sweep_wall_seconds(runs) / 60
 
 
 def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
@@ -270,7 +271,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
               batch=cfg["data"]["batch_size"], steps=cfg["trainer"]["max_steps"], warmup=cfg["optim"]["warmup_steps"],
               min_lr=f"{cfg['optim']['min_lr']:g}", clip=cfg["trainer"]["gradient_clip_val"],
               lrs=", ".join(rate(x) for x in lrs), seeds=", ".join(map(str, seeds)),
-              wall=f"{wall_minutes([r for r in runs if not readings.arm_of(r).fp16]):.1f}"), "",
+              wall=f"{wall_minutes([r for r in runs if r.experiment == 'sqrt_dk']):.1f}"), "",
         prose("sqrt_dk", "answer", **answer(words)), "",
         "## Predictions", "", predictions_table(found, missing), "",
         prose("sqrt_dk", "terms", n_layer=cfg["model"]["n_layer"], every=cfg["callbacks"]["stability"]["every_n_steps"],
