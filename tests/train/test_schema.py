@@ -14,7 +14,7 @@ from helpers import ROOT, compose_train
 from tinygpt.analysis.sweep import Run, predictions
 from tinygpt.experiments.registry import experiments
 from tinygpt.model.config import AttnConfig, GPTConfig
-from tinygpt.runtime.errors import composition_mistake, swept_mistake
+from tinygpt.runtime.errors import composition_mistake, swept_mistake, switch_mistake
 from tinygpt.runtime.schema import schema_of
 from tinygpt.train.optim import AdamWCosine
 from tinygpt.data.corpus import CORPORA
@@ -191,6 +191,31 @@ def test_a_swept_value_of_the_wrong_type_is_one_sentence_before_any_job():
     assert swept_mistake(cfg, ["seed=1,true"], groups) == "seed=true has the wrong type: seed takes an integer."
     assert swept_mistake(cfg, ["data.bpe_vocab_size=512,1e3"], groups) == (  # as typed, not as parsed
         "data.bpe_vocab_size=1e3 has the wrong type: data.bpe_vocab_size takes an integer.")
+
+
+def test_a_switch_is_true_or_false_never_a_word_or_a_number_that_omegaconf_would_read_as_one():
+    """OmegaConf reads compile=yes, on or 1 as true; the schema's bools take only true and false."""
+    for override in (["compile=yes"], ["compile=1"], ["model.attn.causal=off"]):
+        cfg = compose_train(override)  # composes: OmegaConf converted it
+        key, text = override[0].split("=")
+        assert switch_mistake(cfg, override) == (
+            f"{key}={text} must be true or false (a word or a number is not a switch).")
+    cfg = compose_train([])
+    assert switch_mistake(cfg, ["compile=true,yes"]) == (
+        "compile=yes must be true or false (a word or a number is not a switch).")
+    assert switch_mistake(cfg, ["compile=true", "model.attn.causal=false", "seed=1", "optim.lr=1e-3"]) is None
+    assert switch_mistake(cfg, ["compile=true,false", "model=tiny", "~logger"]) is None
+
+
+@pytest.mark.slow
+def test_a_switch_given_a_word_is_refused_by_train_py_in_one_line(tmp_path):
+    from helpers import run_train
+
+    for args in (["compile=yes"], ["-m", "compile=false,on"]):
+        proc = run_train([*args, f"hydra.run.dir={tmp_path / 'r'}", f"hydra.sweep.dir={tmp_path / 's'}"], check=False)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith(
+            "must be true or false (a word or a number is not a switch).")
+        assert not (tmp_path / "r").exists() and not (tmp_path / "s").exists()
 
 
 @pytest.mark.parametrize("experiment", ["causal_mask", "partial_leaks", "sqrt_dk"])

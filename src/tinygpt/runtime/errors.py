@@ -331,6 +331,34 @@ def swept_mistake(config, overrides: list[str], groups) -> str | None:
     return None
 
 
+def switch_mistake(config, overrides: list[str]) -> str | None:
+    """The one sentence for a switch (a key the schema types bool) given anything but true or false: OmegaConf
+    reads ``compile=yes``, ``on`` or ``1`` as true, where the project's rule is that a word is never a switch.
+    None when every such override is true or false (single runs and each value of a sweep)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import DictConfig
+    from omegaconf.nodes import BooleanNode
+
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if override.is_delete() or key.startswith("hydra") or "/" in key:
+            continue
+        node = config
+        for part in key.split("."):
+            node = node._get_node(part) if isinstance(node, DictConfig) and part in node.keys() else None
+            if node is None:
+                break
+        if not isinstance(node, BooleanNode):
+            continue
+        written = (override.input_line or "").split("=", 1)[-1]
+        values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+        texts = written.split(",") if len(written.split(",")) == len(values) else [written] * len(values)
+        for value, text in zip(values, texts, strict=True):
+            if not isinstance(value, bool) and value is not None:
+                return f"{key}={text} must be true or false (a word or a number is not a switch)."
+    return None
+
+
 def wrong_swept_type(parent, name: str, override) -> str | None:
     """The one sentence for a swept value that is not of its key's type (``-m model.n_layer=2,abc``), found by
     setting each value on a copy of the key's parent node (whose type, tinygpt/train/schema.py, converts or

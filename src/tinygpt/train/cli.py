@@ -22,7 +22,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
-from tinygpt.runtime.errors import CheckpointWriteError, ConfigError, first_line, full_traceback_requested, print_error
+from tinygpt.runtime.errors import (CheckpointWriteError, ConfigError, first_line, full_traceback_requested,
+                                   print_error, switch_mistake)
 from tinygpt.runtime.interrupts import RunInterrupted, keep_idle_workers_alive, sweep_stop_signal
 from tinygpt.runtime.run_dirs import ERROR_FILE, discard_refused_run, in_parallel_sweep, print_sweep_table
 from tinygpt.train.summary import mark_failed
@@ -58,6 +59,9 @@ def run_task(cfg: DictConfig) -> float:
         if done is not None:
             return done
     try:
+        switch = switch_mistake(cfg, list(hc.overrides.task))
+        if switch:  # compile=yes: OmegaConf has read it as true
+            raise ConfigError(switch)
         check_values(cfg, Path(hc.runtime.output_dir))  # a bad value: one line, before torch, Lightning or W&B
         from tinygpt.train.run import train
 

@@ -28,7 +28,7 @@ from tinygpt.model.config import GPTConfig
 from tinygpt.model.hf_config import read_settings
 from tinygpt.runtime.checks import is_int, is_number, positive_int
 from tinygpt.runtime.errors import (ConfigError, as_config_errors, cause_of, first_line, print_error,
-                                   swept_mistake)
+                                   swept_mistake, switch_mistake)
 from tinygpt.runtime.hub import cached_when_hub_unusable, local_model_dir, requested
 from tinygpt.runtime.resume_record import check_resume_config, check_resume_steps
 from tinygpt.runtime.run_dirs import check_archive, resolve_ckpt_path
@@ -340,7 +340,8 @@ class SweepValues(Callback):
 
         HydraConfig.instance().set_config(config)  # ${hydra:...} resolves as in a job (each job sets its own after)
         shared = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
-        typo = swept_mistake(config, list(config.hydra.overrides.task), set(config.hydra.runtime.choices))
+        overrides = list(config.hydra.overrides.task)
+        typo = swept_mistake(config, overrides, set(config.hydra.runtime.choices)) or switch_mistake(config, overrides)
         if typo:  # a swept key the config lacks or a swept value of the wrong type, named as a single run names it
             print_error(typo)
             sys.exit(2)
