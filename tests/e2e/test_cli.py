@@ -19,8 +19,7 @@ def test_a_config_mistake_is_one_line_with_exit_status_2(tmp_path, corpus_file, 
     out = tmp_path / "bad"
     proc = run_train(tiny(out, corpus_file, cache_dir, "optim.warmup_steps=-5"), check=False)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == ["error: optim.warmup_steps=-5 must be >= 0 and optim.decay_steps=20 "
-                                                ">= 1."]
+    assert proc.stderr.strip().splitlines() == ["error: optim.warmup_steps=-5 must be >= 0."]
     assert not out.exists()  # refused at set-up: the run dir Hydra made is gone
     full = run_train(tiny(tmp_path / "bad2", corpus_file, cache_dir, "optim.warmup_steps=-5"),
                      env={"HYDRA_FULL_ERROR": "1"}, check=False)

@@ -36,8 +36,10 @@ BAD = [  # (overrides, the exact sentence)
     (["trainer.max_steps=ten"], "trainer.max_steps='ten' must be a positive integer"),
     (["trainer.precision=bf17"], "bf17"),
     (["seed=-1"], "seed=-1 must be an integer in [0, 2**32)."),
-    (["optim.warmup_steps=-5"], "optim.warmup_steps=-5 must be >= 0 and optim.decay_steps=20 >= 1."),
-    (["optim.lr=0"], "optim.lr=0.0 must be > 0 and optim.min_lr=0.0001 in [0, lr]."),
+    (["optim.warmup_steps=-5"], "optim.warmup_steps=-5 must be >= 0."),
+    (["optim.lr=0"], "optim.lr=0.0 must be > 0."),
+    (["optim.min_lr=0.1"], "optim.min_lr=0.1 must be in [0, optim.lr] = [0, 0.001]."),  # lr is fine: not blamed
+    (["optim.decay_steps=0"], "optim.decay_steps=0 must be >= 1."),
     (["optim.betas=[0.9]"], "optim.betas=[0.9] must be two numbers in [0, 1)."),
     (["optim.weight_decay=-1"], "optim.weight_decay=-1.0 must be >= 0."),  # typed: a float
     (["diagnostics.windows=0"], "diagnostics.windows=0 must be a positive integer (validation windows to probe)."),
@@ -240,3 +242,14 @@ def test_a_resume_that_stretches_the_schedule_says_how_the_rate_changes():
         "note: optim.decay_steps follows trainer.max_steps, 20 -> 40: the cosine decay is stretched, so the rate at "
         "step 20 goes from 0.0001 to 0.000587 (summary.json records the new schedule).")
     assert schedule_note(ckpt, AdamWCosine(lr=1e-3, min_lr=1e-4, warmup_steps=2, decay_steps=20)) is None
+
+
+def test_a_run_that_ends_inside_its_warmup_says_it_never_reaches_the_rate():
+    from tinygpt.train.optim import AdamWCosine
+    from tinygpt.train.setup import warmup_note
+
+    optim = AdamWCosine(lr=1e-3, min_lr=1e-4, warmup_steps=100, decay_steps=20)
+    assert warmup_note(optim, 20) == (  # 1e-3 (19 + 1) / (100 + 1) = 0.000198 at step 19
+        "note: optim.warmup_steps=100 is not below trainer.max_steps=20: the rate never reaches optim.lr=0.001 (it "
+        "peaks at 0.000198 at the last step); lower optim.warmup_steps to train at the rate you set.")
+    assert warmup_note(AdamWCosine(lr=1e-3, min_lr=1e-4, warmup_steps=19, decay_steps=20), 20) is None

@@ -64,11 +64,14 @@ class AdamWCosine:
         for key, value in (("warmup_steps", warmup_steps), ("decay_steps", decay_steps)):
             if not is_int(value):
                 raise ValueError(f"optim.{key}={value!r} must be an integer number of steps.")
-        if not (lr > 0 and 0 <= min_lr <= lr):
-            raise ValueError(f"optim.lr={lr} must be > 0 and optim.min_lr={min_lr} in [0, lr].")
-        if warmup_steps < 0 or decay_steps < 1:
-            raise ValueError(
-                f"optim.warmup_steps={warmup_steps} must be >= 0 and optim.decay_steps={decay_steps} >= 1.")
+        if not lr > 0:
+            raise ValueError(f"optim.lr={lr} must be > 0.")
+        if not 0 <= min_lr <= lr:
+            raise ValueError(f"optim.min_lr={min_lr} must be in [0, optim.lr] = [0, {lr}].")
+        if warmup_steps < 0:
+            raise ValueError(f"optim.warmup_steps={warmup_steps} must be >= 0.")
+        if decay_steps < 1:
+            raise ValueError(f"optim.decay_steps={decay_steps} must be >= 1.")
         if weight_decay < 0:
             raise ValueError(f"optim.weight_decay={weight_decay} must be >= 0.")
         if not (len(betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in betas)):

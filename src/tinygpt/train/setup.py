@@ -148,6 +148,9 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         resolved = OmegaConf.to_container(cfg, resolve=True)
         GPTConfig(vocab_size=1, **resolved["model"])  # checks model.* (the vocab size comes with the data)
         optim = build("optim", cfg.optim)  # checks optim.*
+        warmup = warmup_note(optim, cfg.trainer.max_steps)
+        if warmup:
+            console.print(warmup, soft_wrap=True)
         for i, node in enumerate(cfg.model.patch):  # each patch's settings, checked as it is built
             build(f"model.patch[{i}]", node)
         distributed.check_launch(cfg.trainer)
@@ -264,6 +267,20 @@ def fsdp_strategy(**kwargs):
 
     kwargs = OmegaConf.to_container(kwargs, resolve=True) if isinstance(kwargs, DictConfig) else kwargs
     return FSDPStrategy(auto_wrap_policy={Block}, **kwargs)
+
+
+def warmup_note(optim: AdamWCosine, max_steps: int) -> str | None:
+    """A run that ends before its warmup does never trains at optim.lr: say so, with the rate it peaks at. None
+    when the warmup ends within the run."""
+    from tinygpt.train.optim import lr_at
+
+    if optim.warmup_steps < max_steps:
+        return None
+    peak = lr_at(max_steps - 1, lr=optim.lr, min_lr=optim.min_lr, warmup_steps=optim.warmup_steps,
+                 decay_steps=optim.decay_steps)
+    return (f"note: optim.warmup_steps={optim.warmup_steps} is not below trainer.max_steps={max_steps}: the rate "
+            f"never reaches optim.lr={optim.lr:g} (it peaks at {peak:.3g} at the last step); lower "
+            "optim.warmup_steps to train at the rate you set.")
 
 
 def schedule_note(ckpt: dict, optim: AdamWCosine) -> str | None:
