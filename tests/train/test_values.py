@@ -359,6 +359,8 @@ def test_a_resume_that_changes_the_learning_rate_is_refused_from_the_runs_record
         f"optim.lr={recorded.optim.lr!r}, or start a new run.")
     with pytest.raises(ConfigError, match=r"belongs to a run with seed=1337, but this run sets 7: a resume continues"):
         check_values(compose_train(["ckpt_path=last", "seed=7"], out_dir=run), run)
+    with pytest.raises(ConfigError, match=r"belongs to a run with data.val_windows=1024, but this run sets 64: a "):
+        check_values(compose_train(["ckpt_path=last", "data.val_windows=64"], out_dir=run), run)  # another val/loss
     check_values(compose_train(["ckpt_path=last", "trainer.max_steps=4000"], out_dir=run), run)  # what resuming is for
     (run / "summary.json").write_text('{"status": "completed", "steps": 2000}')  # a run that ended at max_steps
     with pytest.raises(ConfigError, match=r"is already at step 2000, not before trainer.max_steps=2000; raise"):

@@ -17,9 +17,10 @@ FIXED_ON_RESUME = ("lr", "min_lr", "warmup_steps", "betas", "weight_decay")
 
 # what defines a run besides its optimizer: a resume that changes one would train another run than the one its
 # record describes (the seed drives the batches after the checkpoint; a model option may leave every weight's shape
-# as it was)
+# as it was; the validation windows define val/loss, which the run's curve and its best checkpoint compare across
+# the resume)
 FIXED_RUN_KEYS = ("seed", "model", "corpus", "data.tokenizer", "data.bpe_vocab_size", "data.train_fraction",
-                  "data.block_size", "data.batch_size", "data.overfit")
+                  "data.block_size", "data.batch_size", "data.overfit", "data.val_windows")
 
 
 def run_dir_of(ckpt: Path) -> Path:
