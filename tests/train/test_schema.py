@@ -158,6 +158,19 @@ def test_a_group_override_hydra_cannot_place_is_one_sentence_with_the_form_that_
     assert composition_mistake(err.value, ROOT / "configs") == message
 
 
+@pytest.mark.parametrize("override, message", [
+    ("~callbacks.leak_alrm", "callbacks.leak_alrm is not a key of the config; did you mean callbacks.leak_alarm?"),
+    ("~model.n_lyer", "model.n_lyer is not a key of the config; did you mean model.n_layer?"),
+    ("~callbacks.zzzz", "callbacks.zzzz is not a key of the config; check the spelling (python train.py --cfg job "
+                        "shows every key)."),
+])
+def test_deleting_a_key_the_config_lacks_names_the_nearest_key(override, message):
+    """Hydra's error for a deletion carries no config to look in: the group's options are."""
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_train([override])
+    assert composition_mistake(err.value, ROOT / "configs") == message
+
+
 def test_a_root_key_added_with_a_plus_is_refused_with_the_nearest_key():
     """Hydra adds +foo=bar to the root without a word; nothing would read it."""
     from tinygpt.runtime.errors import ConfigError

@@ -150,7 +150,31 @@ def composition_mistake(err: BaseException, config_dir: Path | None = None) -> s
     if not found:
         return None
     key = found.group(1)
-    return key_message(key, nearest_key(key, err.__cause__), options_with_key(key, config_dir))
+    near = nearest_key(key, err.__cause__) or nearest_in_options(key, config_dir)
+    return key_message(key, near, options_with_key(key, config_dir))
+
+
+def nearest_in_options(key: str, config_dir: Path | None) -> str | None:
+    """The closest key to ``key`` among those the options of its group set at its level (``~callbacks.leak_alrm``:
+    a deletion's error carries no config to look in); None when none is close or the group has no folder."""
+    from omegaconf import OmegaConf
+
+    group, _, rest = key.lstrip("+~").partition(".")
+    folder = config_dir / group if config_dir is not None and rest else None
+    if folder is None or not folder.is_dir():
+        return None
+    parts = rest.split(".")
+    names: set[str] = set()
+    for path in sorted(folder.glob("*.yaml")):
+        try:
+            node = OmegaConf.load(path)
+        except Exception:  # a file OmegaConf cannot read is Hydra's to report
+            continue
+        holder = OmegaConf.select(node, ".".join(parts[:-1]), default=None) if len(parts) > 1 else node
+        if holder is not None and hasattr(holder, "keys"):
+            names.update(str(k) for k in holder.keys())
+    near = closest_key(parts, len(parts) - 1, names)
+    return f"{group}.{near}" if near else None
 
 
 EXPECTED = (  # what OmegaConf's message says (lower case) -> what the key takes
