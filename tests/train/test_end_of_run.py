@@ -204,6 +204,32 @@ def test_a_finished_run_is_still_not_resumed_at_max_steps(tmp_path, corpus_file,
         run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 2, "ckpt_path=last"))
 
 
+def test_a_last_checkpoint_behind_its_runs_record_is_not_resumed_over_it(tmp_path, corpus_file, cache_dir,
+                                                                          own_signal_handlers, capsys):
+    """A session resumed with ~callbacks.model_checkpoint trains to step 4 and saves nothing: last.ckpt stays at 2
+    while summary.json says 4. Resuming that dir again would train steps 3-4 over their record: refused in one line;
+    into a new dir it goes on from step 2."""
+    from tinygpt.runtime.errors import ConfigError
+
+    out = tmp_path / "run"
+    run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 2))
+    run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 4, "ckpt_path=last", "~callbacks.model_checkpoint"))
+    assert ("note: callbacks.model_checkpoint is off: this session saves no checkpoint, so the steps it trains after "
+            "step 2 cannot be resumed from.") in capsys.readouterr().out.replace("\n", "")
+    last = out / "checkpoints" / "last.ckpt"
+    assert json.loads((out / "summary.json").read_text())["steps"] == 4
+    before = (out / "summary.json").read_text()
+    with pytest.raises(ConfigError) as err:
+        run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 6, "ckpt_path=last"))
+    assert str(err.value) == (
+        f"ckpt_path={str(last)!r} is at step 2, but its run's summary.json records 4 steps: a later session trained "
+        "without saving a checkpoint, and resuming would train steps 3-4 again over that record; to go on from step "
+        f"2 anyway, resume into a new dir (hydra.run.dir=<new dir> ckpt_path={str(last)!r}).")
+    assert (out / "summary.json").read_text() == before
+    summary = run_phases.train(tiny_cfg(tmp_path / "new", corpus_file, cache_dir, 6, f"ckpt_path={last}"))
+    assert summary["steps"] == 6 and summary["resumed_from"]
+
+
 def test_a_resume_that_changes_what_the_checkpoint_restores_is_refused_and_decay_follows_max_steps(
         tmp_path, corpus_file, cache_dir, own_signal_handlers):
     """optim.lr on a resume would be recorded but never trained with (the optimizer's base rate comes back from the

@@ -93,6 +93,26 @@ def check_resume_steps(path: Path, max_steps) -> None:
         raise ConfigError(already_at(path, steps, max_steps))
 
 
+def check_last_is_latest(path: Path, step: int, out_dir: Path) -> None:
+    """A last.ckpt behind its run's record (summary.json counts more steps: a session trained after it without
+    saving a checkpoint, ~callbacks.model_checkpoint), resumed into that run's own dir (``out_dir``), is refused:
+    resuming would train those steps again over the record of them."""
+    summary = run_dir_of(path) / "summary.json"
+    if path.name != "last.ckpt" or not summary.is_file() or run_dir_of(path).resolve() != out_dir.resolve():
+        return
+    try:
+        record = json.loads(summary.read_text())
+    except (OSError, ValueError):
+        return
+    steps = record.get("steps") if isinstance(record, dict) else None
+    if isinstance(steps, int) and steps > step:
+        raise ConfigError(
+            f"ckpt_path={str(path)!r} is at step {step}, but its run's summary.json records {steps} steps: a later "
+            f"session trained without saving a checkpoint, and resuming would train steps {step + 1}-{steps} again "
+            f"over that record; to go on from step {step} anyway, resume into a new dir (hydra.run.dir=<new dir> "
+            f"ckpt_path={str(path)!r}).")
+
+
 def optimizer_changed(path: Path, key: str, was, now) -> str:
     """The sentence for a resume that sets an optimizer setting other than the one the run trained with."""
     return (f"ckpt_path={str(path)!r} was trained with {key}={was!r}, but this run sets {now!r}: a resume restores "

@@ -19,12 +19,12 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import LearningRateMonitor, ProgressBar, ThroughputMonitor
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar, ThroughputMonitor
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from tinygpt.model.gpt import Block, GPTConfig
-from tinygpt.runtime.resume_record import check_resume_config
+from tinygpt.runtime.resume_record import check_last_is_latest, check_resume_config
 from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
 from tinygpt.runtime.console import out as console
 from tinygpt.runtime.console import set_quiet
@@ -166,6 +166,10 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
             quiet_resume(out_dir)
         callbacks = [build(f"callbacks.{k}", c) for k, c in (cfg.get("callbacks") or {}).items()
                      if c is not None]  # callbacks.<name>=null switches one off, as ~callbacks.<name> does
+        if ckpt_path is not None and not any(isinstance(c, ModelCheckpoint) for c in callbacks):
+            console.print("note: callbacks.model_checkpoint is off: this session saves no checkpoint, so the steps it "
+                          f"trains after step {int(ckpt.get('global_step') or 0)} cannot be resumed from.",
+                          soft_wrap=True)
         loggers = build_loggers(cfg, group, name)
         callbacks = in_run_order(only_with_logger(callbacks, bool(loggers)))
         quiet = {}
@@ -216,6 +220,7 @@ def resume_point(cfg: DictConfig, out_dir: Path) -> tuple[Path | None, dict | No
     if ckpt_path is None:
         return None, None
     ckpt = checkpoint.load(ckpt_path)
+    check_last_is_latest(ckpt_path, int(ckpt.get("global_step") or 0), out_dir)
     checkpoint.check_resume_steps(ckpt, ckpt_path, cfg.trainer.max_steps)
     checkpoint.check_resume_names(ckpt, ckpt_path)
     return ckpt_path, ckpt
