@@ -230,6 +230,22 @@ def test_a_last_checkpoint_behind_its_runs_record_is_not_resumed_over_it(tmp_pat
     assert summary["steps"] == 6 and summary["resumed_from"]
 
 
+def test_a_resumed_run_logs_to_the_same_wandb_run(tmp_path, corpus_file, cache_dir, own_signal_handlers,
+                                                   monkeypatch):
+    """One training run, one W&B run: the session that resumes in place continues the first session's W&B run (its
+    id from summary.json, resume="allow"); a resume into another dir starts its own."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    out = tmp_path / "run"
+    first = run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 2, "logger=wandb"))["wandb"]["id"]
+    again = run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 4, "ckpt_path=last", "logger=wandb"))
+    assert again["steps"] == 4 and again["wandb"]["id"] == first
+    assert {p.name.rsplit("-", 1)[1] for p in (out / "wandb").glob("offline-run-*")} == {first}
+    other = run_phases.train(tiny_cfg(tmp_path / "other", corpus_file, cache_dir, 6,
+                                      f"ckpt_path={next((out / 'checkpoints').glob('best-*.ckpt'))}",
+                                      "logger=wandb"))
+    assert other["wandb"]["id"] != first
+
+
 def test_a_resume_that_changes_what_the_checkpoint_restores_is_refused_and_decay_follows_max_steps(
         tmp_path, corpus_file, cache_dir, own_signal_handlers):
     """optim.lr on a resume would be recorded but never trained with (the optimizer's base rate comes back from the

@@ -74,6 +74,24 @@ class QuietWandbLogger(WandbLogger):
         drop_wandb_anonymous(self)
 
 
+def resumed_run_id(ckpt_path: Path, out_dir: Path) -> str | None:
+    """The W&B run id of the session a resume in place continues (its summary.json records it); None for a
+    checkpoint of another dir or a session that logged no W&B run."""
+    import json
+
+    from tinygpt.runtime.resume_record import run_dir_of
+
+    run_dir = run_dir_of(ckpt_path)
+    if run_dir.resolve() != out_dir.resolve():
+        return None
+    try:
+        record = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    wandb = record.get("wandb") if isinstance(record, dict) else None
+    return str(wandb["id"]) if isinstance(wandb, dict) and wandb.get("id") else None
+
+
 def run_info() -> dict | None:
     """Where this job's W&B run lives: id, group, name, mode and the local run dir."""
     import wandb

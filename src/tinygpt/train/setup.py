@@ -170,7 +170,8 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
             console.print("note: callbacks.model_checkpoint is off: this session saves no checkpoint, so the steps it "
                           f"trains after step {int(ckpt.get('global_step') or 0)} cannot be resumed from.",
                           soft_wrap=True)
-        loggers = build_loggers(cfg, group, name)
+        resumes = tracking.resumed_run_id(ckpt_path, out_dir) if ckpt_path is not None else None
+        loggers = build_loggers(cfg, group, name, resumes)
         callbacks = in_run_order(only_with_logger(callbacks, bool(loggers)))
         quiet = {}
         if parallel:  # jobs at once share the terminal: no progress bars, one line each
@@ -237,14 +238,17 @@ def run_identity() -> tuple[Path, str | None, str | None]:
     return out, None, None
 
 
-def build_loggers(cfg: DictConfig, group: str | None, name: str | None) -> list:
+def build_loggers(cfg: DictConfig, group: str | None, name: str | None, resume_id: str | None = None) -> list:
+    """The config's loggers; ``resume_id``: the W&B run of the session this one resumes, which it continues (one
+    training run, one W&B run) unless the config names its own id."""
     loggers = []
     for key, lcfg in (cfg.get("logger") or {}).items():
         if key == "wandb":
             mode = tracking.choose_mode(lcfg.get("mode")) if distributed.is_rank_zero() else "offline"  # no run there
             silent = {"silent": True} if run_dirs.in_parallel_sweep() else {}  # one line per job
+            same = {"id": resume_id, "resume": "allow"} if resume_id and not lcfg.get("id") else {}
             loggers.append(instantiate(lcfg, mode=mode, group=lcfg.get("group") or group,
-                                       name=lcfg.get("name") or name, **silent))
+                                       name=lcfg.get("name") or name, **silent, **same))
         else:
             loggers.append(instantiate(lcfg))
     return loggers
