@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from tinygpt.runtime import tracking
+from tinygpt.runtime import network, tracking, wandb_mode
 
 KEY = "0123456789abcdef0123456789abcdef01234567"  # the 40-character form wandb accepts
 
@@ -21,14 +21,14 @@ def no_credentials(monkeypatch, tmp_path):
 
 
 def test_no_credentials_means_offline_without_touching_the_network(no_credentials, monkeypatch):
-    monkeypatch.setattr(tracking, "unreachable", lambda url, timeout=0: pytest.fail("no probe without credentials"))
+    monkeypatch.setattr(network, "unreachable", lambda url, timeout=0: pytest.fail("no probe without credentials"))
     assert not tracking.has_credentials()
     assert tracking.choose_mode(None) == "offline"
 
 
 def test_a_netrc_entry_for_wandbs_own_host_counts(no_credentials):
     """The host is the one wandb is configured with (not a hard-coded name)."""
-    host = urlparse(tracking._wandb_settings().base_url).hostname
+    host = urlparse(wandb_mode._wandb_settings().base_url).hostname
     no_credentials.write_text(f"machine {host}\n  login user\n  password {KEY}\n")
     no_credentials.chmod(0o600)
     assert tracking.has_credentials()
@@ -39,7 +39,7 @@ def test_a_netrc_entry_for_wandbs_own_host_counts(no_credentials):
 def test_credentials_with_an_unreachable_server_fall_back_to_offline_with_one_line(no_credentials, monkeypatch,
                                                                                    capsys):
     monkeypatch.setenv("WANDB_API_KEY", KEY)
-    monkeypatch.setattr(tracking, "_wandb_settings", lambda: SimpleNamespace(base_url="http://127.0.0.1:9"))
+    monkeypatch.setattr(wandb_mode, "_wandb_settings", lambda: SimpleNamespace(base_url="http://127.0.0.1:9"))
     assert tracking.choose_mode(None) == "offline"
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "credentials found but http://127.0.0.1:9 is unreachable" in err[0]
@@ -68,7 +68,7 @@ def test_forced_online_and_unreachable_stops_at_once_in_one_line(no_credentials,
     """A closed local port stands in for no network: the same 3-second check as the automatic mode, then one
     ConfigError instead of wandb's minute of retries and its 45-line CommError."""
     monkeypatch.setenv("WANDB_API_KEY", KEY)
-    monkeypatch.setattr(tracking, "_wandb_settings", lambda: SimpleNamespace(base_url="http://127.0.0.1:9"))
+    monkeypatch.setattr(wandb_mode, "_wandb_settings", lambda: SimpleNamespace(base_url="http://127.0.0.1:9"))
     t0 = time.perf_counter()
     with pytest.raises(tracking.ConfigError, match=r"^logger.wandb.mode=online but http://127.0.0.1:9 is "
                                                    r"unreachable \(.*\); log offline with WANDB_MODE=offline"):
@@ -80,7 +80,7 @@ def test_forced_online_and_unreachable_stops_at_once_in_one_line(no_credentials,
 
 
 def test_forced_online_without_credentials_and_a_bogus_mode_are_one_line(no_credentials, monkeypatch):
-    monkeypatch.setattr(tracking, "unreachable", lambda url, timeout=0: pytest.fail("no probe without credentials"))
+    monkeypatch.setattr(network, "unreachable", lambda url, timeout=0: pytest.fail("no probe without credentials"))
     with pytest.raises(tracking.ConfigError, match="WANDB_MODE=online but wandb has no credentials; run `wandb "
                                                    "login`"):
         monkeypatch.setenv("WANDB_MODE", "online")

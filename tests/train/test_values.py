@@ -72,6 +72,24 @@ def test_train_py_refuses_a_bad_value_without_importing_torch_lightning_or_wandb
     assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.yaml"))
 
 
+def test_a_forced_online_wandb_without_credentials_is_refused_before_torch(tmp_path):
+    """logger.wandb.mode=online with no credentials: refused after 10.7 s (at set-up); now before torch and
+    Lightning (wandb itself is imported to find its credentials)."""
+    from helpers import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    out = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "train.py"), "logger.wandb.mode=online"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**env, "NETRC": str(tmp_path / "netrc"), "WANDB_CONFIG_DIR": str(tmp_path)})
+    lines = out.stderr.splitlines()
+    errors = [line for line in lines if not line.startswith("import time:")]
+    assert out.returncode == 2 and errors == [
+        "error: logger.wandb.mode=online but wandb has no credentials; run `wandb login` (or set WANDB_API_KEY), "
+        "or log offline: WANDB_MODE=offline."]
+    imported = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    assert not imported & {"torch", "lightning"} and "wandb" in imported
+
+
 @pytest.mark.parametrize("override, message", [
     ("callbacks.attention_maps.probe=''", "callbacks.attention_maps.probe is empty"),
     ("callbacks.attention_maps.every_n_steps=-1", "callbacks.attention_maps.every_n_steps=-1 must be a whole number"),

@@ -3,37 +3,19 @@ with one notice line; quiet; each job its own run, closed at the end with the `w
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from lightning.pytorch.loggers import WandbLogger
 from rich.console import Console
 
+from tinygpt.runtime import network, wandb_mode
 from tinygpt.runtime.console import is_quiet
-from tinygpt.runtime.errors import ConfigError
-from tinygpt.runtime.internals import drop_wandb_anonymous, wandb_stored_credentials
+from tinygpt.runtime.errors import ConfigError  # noqa: F401 (re-exported: what choose_mode raises)
+from tinygpt.runtime.internals import drop_wandb_anonymous
 from tinygpt.runtime.network import REACH_TIMEOUT_S, unreachable  # noqa: F401 (re-exported)
-from tinygpt.runtime.wandb_mode import MODES, requested_mode  # noqa: F401 (MODES re-exported)
+from tinygpt.runtime.wandb_mode import MODES, has_credentials, requested_mode  # noqa: F401 (re-exported)
 
 console = Console(stderr=True)
-
-
-def _wandb_settings():
-    import wandb
-
-    return wandb.setup().settings
-
-
-def has_credentials() -> bool:
-    """Ask wandb itself (the lookup `wandb.login(prompt=False)` does, without its network call): a session
-    login, WANDB_API_KEY, the .netrc entry for wandb's configured host, or an api_key setting."""
-    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
-        return True
-    try:
-        settings = _wandb_settings()
-        return bool(settings.api_key or wandb_stored_credentials(settings.base_url))
-    except Exception:  # a wandb whose lookup fails: assume none, run offline
-        return False
 
 
 def choose_mode(requested: str | None) -> str:
@@ -43,19 +25,12 @@ def choose_mode(requested: str | None) -> str:
     forced, where = requested_mode(requested)
     if forced:
         if forced == "online":
-            if not has_credentials():
-                raise ConfigError(f"{where}=online but wandb has no credentials; run `wandb login` (or set "
-                                  "WANDB_API_KEY), or log offline: WANDB_MODE=offline.")
-            url = _wandb_settings().base_url
-            reason = unreachable(url)
-            if reason:
-                raise ConfigError(f"{where}=online but {url} is unreachable ({reason}); log offline with "
-                                  "WANDB_MODE=offline and upload later with `wandb sync`.")
+            wandb_mode.check_online(where)
         return forced
-    if not has_credentials():
+    if not wandb_mode.has_credentials():
         return "offline"
-    url = _wandb_settings().base_url
-    reason = unreachable(url)
+    url = wandb_mode._wandb_settings().base_url
+    reason = network.unreachable(url)
     if reason:
         console.print(f"W&B: credentials found but {url} is unreachable ({reason}); logging offline.", soft_wrap=True)
         return "offline"

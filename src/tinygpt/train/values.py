@@ -32,7 +32,7 @@ from tinygpt.runtime.errors import (ConfigError, as_config_errors, cause_of, fir
 from tinygpt.runtime.hub import cached_when_hub_unusable, local_model_dir, requested
 from tinygpt.runtime.resume_record import check_resume_config, check_resume_steps
 from tinygpt.runtime.run_dirs import check_archive, resolve_ckpt_path
-from tinygpt.runtime.wandb_mode import requested_mode
+from tinygpt.runtime.wandb_mode import check_online, requested_mode
 from tinygpt.runtime.writable import cannot_write_into
 from tinygpt.train.callback_settings import check_callbacks
 from tinygpt.train.schema import TrainSchema
@@ -190,7 +190,9 @@ def check_run_keys(cfg: DictConfig) -> None:
         if name not in LOGGERS:
             raise ConfigError(f"logger {name!r} is not one of {', '.join(LOGGERS)} (or logger=none).")
     if (cfg.get("logger") or {}).get("wandb") is not None:
-        requested_mode(cfg.logger.wandb.get("mode"))  # the mode's name (whether online is reachable: at set-up)
+        forced, where = requested_mode(cfg.logger.wandb.get("mode"))  # a mode by its name
+        if forced == "online":  # credentials and the server, before torch (set-up asks again for a sweep's jobs)
+            check_online(where)
     positive_int("diagnostics.windows", cfg.diagnostics.windows, " (validation windows to probe)")
     if cfg.diagnostics.max_val_tokens is not None:
         positive_int("diagnostics.max_val_tokens", cfg.diagnostics.max_val_tokens,
