@@ -48,3 +48,30 @@ def test_the_default_model_passes(monkeypatch):
     monkeypatch.setattr(memory, "available_bytes", lambda accelerator: (2**30, "this machine"))
     memory.check({"n_layer": 4, "n_embd": 128, "n_head": 4, "block_size": 64}, 65, 12, "cpu")
     assert memory.available_bytes("cpu")[0] > 0  # this machine reports its memory
+
+
+@pytest.mark.parametrize("settings", [
+    {"n_layer": 4, "n_embd": 128, "n_head": 4, "block_size": 64},
+    {"n_layer": 2, "n_embd": 32, "n_head": 2, "block_size": 64, "bias": True},
+    {"n_layer": 48, "n_embd": 1600, "n_head": 25, "block_size": 1024},  # GPT-2 XL
+])
+def test_the_floor_checked_before_torch_is_never_above_the_estimate(settings):
+    for vocab, batch in ((65, 12), (50257, 1)):
+        p_floor, need_floor = memory.floor_bytes(settings, batch)
+        if settings["n_layer"] < 48:  # the exact count builds the model on the meta device
+            p, need = memory.training_bytes(settings, vocab, batch)
+            assert p_floor <= p and need_floor <= need
+
+
+def test_a_model_that_cannot_fit_is_refused_before_torch_on_a_machine_without_a_gpu(monkeypatch):
+    """model=gpt2_xl at batch 12 on a 24 GiB CPU machine: refused at set-up after 8.7 s; the floor (attention weights
+    and activations: 408 GiB) refuses it in the checks before torch."""
+    monkeypatch.setattr(memory, "machine_bytes", lambda: (24 * 2**30, "this machine"))
+    xl = {"n_layer": 48, "n_embd": 1600, "n_head": 25, "block_size": 1024}
+    with pytest.raises(ConfigError) as err:
+        memory.check_floor(xl, 12)
+    assert str(err.value) == (
+        "the model has more than 492M parameters and training it at batch 12 needs at least 408.1 GiB (weights, "
+        "gradients, AdamW state, activations), more than the 24.0 GiB of this machine; use a smaller model or "
+        "batch, or check_memory=false to try anyway.")
+    memory.check_floor({"n_layer": 4, "n_embd": 128, "n_head": 4, "block_size": 64}, 12)  # the default fits

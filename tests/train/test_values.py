@@ -55,12 +55,13 @@ def test_a_fraction_of_an_epoch_is_refused_as_lightning_would_after_torch():
 @pytest.mark.parametrize("override", ["model.n_head=5", "trainer.val_check_interval=0", "optim.lr=-1",
                                       "data.batch_size=0", "corpus=text_file", "callbacks.leak_alarm.action=shout",
                                       "callbacks.text_samples.temperature=0", "ckpt_path=/nonexistent",
-                                      "init_from=/nonexistent", "init_from=gpt3"])
+                                      "init_from=/nonexistent", "init_from=gpt3", "corpus=hf_hub",
+                                      "model=gpt2_xl trainer.accelerator=cpu"])
 def test_train_py_refuses_a_bad_value_without_importing_torch_lightning_or_wandb(override, tmp_path):
     """The real command, watched by Python's import log: one line, exit 2, and none of the heavy modules loaded."""
     from helpers import ROOT
 
-    out = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "train.py"), override], cwd=tmp_path,
+    out = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "train.py"), *override.split()], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120, env={**os.environ, "WANDB_MODE": "offline"})
     assert out.returncode == 2
     lines = out.stderr.splitlines()
@@ -70,6 +71,25 @@ def test_train_py_refuses_a_bad_value_without_importing_torch_lightning_or_wandb
     assert not imported & {"torch", "lightning", "wandb", "transformers"}
     assert "hydra" in imported  # the log is real
     assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.yaml"))
+
+
+def test_a_hub_dataset_the_hub_cannot_serve_is_refused_before_torch(tmp_path):
+    """corpus=hf_hub with a Hub id, no network (a closed local port for the endpoint) and no local copy: refused
+    after 9.8 s (at set-up); now in the checks before torch."""
+    from helpers import ROOT
+
+    out = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "train.py"), "corpus=hf_hub",
+                          "corpus.name=someone/nothing", f"data.cache_dir={tmp_path / 'cache'}"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120,
+                         env={**{k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")},
+                              "WANDB_MODE": "offline", "HF_ENDPOINT": "http://127.0.0.1:9"})
+    lines = out.stderr.splitlines()
+    errors = [line for line in lines if not line.startswith("import time:")]
+    assert out.returncode == 2 and len(errors) == 1
+    assert errors[0].startswith("error: corpus.name='someone/nothing': the Hugging Face Hub (http://127.0.0.1:9) is "
+                                "unreachable (") and errors[0].endswith("give a local dir of data files.")
+    imported = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    assert not imported & {"torch", "lightning", "datasets"}
 
 
 def test_a_forced_online_wandb_without_credentials_is_refused_before_torch(tmp_path):

@@ -1,5 +1,6 @@
 """Will training fit? An estimate of the memory a config needs, made from the config alone (nothing allocated),
-checked against what the accelerator or the machine has before the model is built.
+checked against what the accelerator or the machine has before the model is built; on a machine with no GPU, a
+floor of it (the activations and the attention weights alone, no vocabulary) is checked before torch is imported.
 
 The estimate: fp32 weights, their gradients and AdamW's two moments (16 bytes a parameter), plus the activations
 one batch keeps for the backward pass, roughly 34 x C + 5 x H x T values per token and layer (Korthikanti et al.
@@ -12,9 +13,6 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-import torch
-
-from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime.console import count
 from tinygpt.runtime.errors import ConfigError
 
@@ -22,6 +20,10 @@ from tinygpt.runtime.errors import ConfigError
 def parameters(model: dict, vocab_size: int) -> int:
     """The GPT's parameter count (tied embedding counted once) for the model.* settings, exactly: a one-layer copy is
     built on the meta device (which allocates nothing), and its block counted once more for each other layer."""
+    import torch
+
+    from tinygpt.model.gpt import GPT, GPTConfig
+
     cfg = GPTConfig(vocab_size=vocab_size, **model)
     with torch.device("meta"):
         one = GPT(replace(cfg, n_layer=1))
@@ -29,18 +31,37 @@ def parameters(model: dict, vocab_size: int) -> int:
     return one.num_params(non_embedding=False) + (cfg.n_layer - 1) * block
 
 
+def activation_bytes(model: dict, vocab_size: int, batch_size: int) -> int:
+    """What one batch keeps for the backward pass (fp32): per token and layer 34 C + 5 H T values, and the logits."""
+    L, C, H, T = model["n_layer"], model["n_embd"], model["n_head"], model["block_size"]
+    return 4 * batch_size * T * (L * (34 * C + 5 * H * T) + 2 * vocab_size)
+
+
 def training_bytes(model: dict, vocab_size: int, batch_size: int) -> tuple[int, int]:
     """(parameters, bytes a training step needs) for a model config (the keys of configs/model/*.yaml)."""
-    L, C, H, T = model["n_layer"], model["n_embd"], model["n_head"], model["block_size"]
     p = parameters(model, vocab_size)
-    activations = 4 * batch_size * T * (L * (34 * C + 5 * H * T) + 2 * vocab_size)
-    return p, 16 * p + activations
+    return p, 16 * p + activation_bytes(model, vocab_size, batch_size)
+
+
+def floor_bytes(model: dict, batch_size: int) -> tuple[int, int]:
+    """(a floor of the parameters, of the bytes a training step needs), without torch or the vocabulary: the
+    attention's four C x C weights per layer and the activations without the logits. Never above training_bytes."""
+    p = 4 * model["n_layer"] * model["n_embd"] ** 2
+    return p, 16 * p + activation_bytes(model, 0, batch_size)
 
 
 def available_bytes(accelerator: str | None) -> tuple[int, str] | None:
     """What the device has: a CUDA GPU's total memory, else the machine's available memory (None if unknown)."""
-    if accelerator in ("gpu", "cuda", "auto", None) and torch.cuda.is_available():
-        return torch.cuda.mem_get_info()[1], f"GPU {torch.cuda.get_device_name()}"
+    if accelerator in ("gpu", "cuda", "auto", None):
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.mem_get_info()[1], f"GPU {torch.cuda.get_device_name()}"
+    return machine_bytes()
+
+
+def machine_bytes() -> tuple[int, str] | None:
+    """The machine's available memory (None if unknown), read without torch."""
     try:
         with open("/proc/meminfo") as f:
             info = dict(line.split(":", 1) for line in f)
@@ -50,6 +71,19 @@ def available_bytes(accelerator: str | None) -> tuple[int, str] | None:
             return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "this machine"
         except (ValueError, OSError):
             return None
+
+
+def check_floor(model: dict, batch_size: int) -> None:
+    """check() before torch, on a machine with no GPU: a ConfigError when even the floor of the estimate exceeds
+    the machine's available memory."""
+    p, need = floor_bytes(model, batch_size)
+    have = machine_bytes()
+    if have is not None and need > have[0]:
+        raise ConfigError(
+            f"the model has more than {count(p)} parameters and training it at batch {batch_size} needs at least "
+            f"{need / 2**30:,.1f} GiB (weights, gradients, AdamW state, activations), more than the "
+            f"{have[0] / 2**30:,.1f} GiB of {have[1]}; use a smaller model or batch, or check_memory=false to try "
+            "anyway.")
 
 
 def check(model: dict, vocab_size: int, batch_size: int, accelerator: str | None) -> None:

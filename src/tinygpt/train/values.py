@@ -23,7 +23,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.data.config import TOKENIZERS, DataConfig
-from tinygpt.data.corpus import TextCorpus
+from tinygpt.data.corpus import HfHub, TextCorpus, hub_reachable_or_cached
 from tinygpt.model.config import GPTConfig
 from tinygpt.model.hf_config import read_settings
 from tinygpt.runtime.checks import is_int, is_number, positive_int
@@ -34,6 +34,7 @@ from tinygpt.runtime.resume_record import check_resume_config, check_resume_step
 from tinygpt.runtime.run_dirs import check_archive, resolve_ckpt_path
 from tinygpt.runtime.wandb_mode import check_online, requested_mode
 from tinygpt.runtime.writable import cannot_write_into
+from tinygpt.train import memory
 from tinygpt.train.callback_settings import check_callbacks
 from tinygpt.train.schema import TrainSchema
 
@@ -241,6 +242,8 @@ def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
                 raise ConfigError(f"model.{unknown[0]} is not a setting of the model; python train.py --cfg job "
                                   "shows model's keys.")
             GPTConfig(vocab_size=1, **model)  # the vocab comes with the data
+            if cfg.check_memory and on_the_cpu(cfg.trainer):  # the floor of the estimate set-up makes (GPU: set-up)
+                memory.check_floor(model, int(cfg.data.batch_size))
         build("optim", cfg.optim)
         corpus = build("corpus", cfg.corpus)
         data = OmegaConf.to_container(cfg.data, resolve=True)
@@ -251,10 +254,16 @@ def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
         if requested(cfg) is not None:  # init_from sets both (its set-up names a conflict)
             data.update(tokenizer=TOKENIZERS[0], tokenizer_dir=None)
         DataConfig(**data)
-        reason = cannot_write_into(Path(str(data.get("cache_dir", "data/cache"))).expanduser())
+        cache_dir = Path(str(data.get("cache_dir", "data/cache"))).expanduser()
+        reason = cannot_write_into(cache_dir)
         if reason:  # the token cache is written before the first step
             raise ConfigError(f"data.cache_dir={data.get('cache_dir')!r} cannot be written: {reason}; give a "
                               "writable directory.")
+        if isinstance(corpus, HfHub) and not Path(corpus.name).expanduser().exists():  # a Hub id: is it reachable?
+            try:
+                hub_reachable_or_cached(corpus.name, cache_dir / "hf")
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
 
 
 MAX_JOBS_CHECKED = 1000  # a sweep with more jobs than this checks each swept value alone, not every combination
