@@ -154,6 +154,22 @@ def test_fixed_windows_do_not_overlap():
     assert (x[1:, 0] >= x[:-1, 0] + 4).all() and int(y[-1, -1]) <= 15
 
 
+def test_more_validation_windows_than_the_split_holds_is_said_once(corpus_file, tmp_path, capsys):
+    """data.val_windows is a maximum: asking for 10^8 uses every window the split holds, and says how many."""
+    dm = make_dm(corpus_file, tmp_path, val_windows=10**8)
+    dm.setup()
+    dm.setup()
+    n = len(dm.val_x)
+    assert 0 < n < 10**8
+    printed = capsys.readouterr().out.replace("\n", "")
+    assert printed.count("note: data.val_windows=100000000") == 1
+    assert (f"note: data.val_windows=100000000, but the validation split holds {n} windows of 16 tokens; all {n} "
+            "are used.") in printed
+    quiet = make_dm(corpus_file, tmp_path, val_windows=n)
+    quiet.setup()
+    assert "note:" not in capsys.readouterr().out
+
+
 # ----------------------------------------------------------------------------- cache
 
 

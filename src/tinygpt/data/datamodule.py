@@ -20,6 +20,8 @@ from tinygpt.data.corpus import Corpus, Shakespeare
 from tinygpt.data.tokenizer import TokenizerSpec, decode, encode, load_tokenizer
 from tinygpt.data.windows import RandomWindows, fixed_windows
 from tinygpt.runtime.writable import cannot_write_into
+from tinygpt.runtime.console import out
+from tinygpt.runtime.distributed import is_rank_zero
 
 
 class TextDataModule(L.LightningDataModule):
@@ -85,6 +87,10 @@ class TextDataModule(L.LightningDataModule):
                     f"{self.block_size + 2}; use a larger corpus or a smaller block_size."
                 )
         self.val_x, self.val_y = fixed_windows(self.val_ids, self.block_size, self.val_windows)
+        if len(self.val_x) < self.val_windows and is_rank_zero() and not getattr(self, "_capped_said", False):
+            self._capped_said = True  # once, however often set-up runs
+            out.print(f"note: data.val_windows={self.val_windows}, but the validation split holds {len(self.val_x)} "
+                      f"windows of {self.block_size} tokens; all {len(self.val_x)} are used.", soft_wrap=True)
 
     def spread_index(self, n: int) -> torch.Tensor:
         """Which n of the fixed validation windows the probes use: spread evenly over the split, (n,)."""
