@@ -150,3 +150,28 @@ def test_ctrl_c_while_generating_is_one_line_and_exit_130(token_id_ckpt, capsys,
     assert code == 130 and out == "" and "Traceback" not in err
     assert err.strip().splitlines()[-1] == ("interrupted by SIGINT: no text printed (sample.py prints it when every "
                                             "sample is done; a smaller --max-new-tokens is quicker).")
+
+
+@pytest.mark.parametrize("bad, message", [
+    (["--top-k", "0"], "--top-k=0 must be a positive integer"),
+    (["--temperature", "nan"], "--temperature=nan must be a finite number > 0"),
+])
+def test_a_bad_sampling_argument_is_refused_before_torch(bad, message, tmp_path):
+    """--top-k 0 and --temperature nan were refused after torch was imported (2 s); now with the other arguments."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    from helpers import ROOT
+
+    torch.save({"state_dict": {}}, tmp_path / "model.ckpt")
+    out = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "scripts" / "sample.py"), "--ckpt",
+                          str(tmp_path / "model.ckpt"), *bad], capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    lines = out.stderr.splitlines()
+    errors = [line for line in lines if not line.startswith("import time:")]
+    imported = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    assert out.returncode == 2 and len(errors) == 1 and message in errors[0]
+    assert not imported & {"torch", "lightning"}

@@ -167,18 +167,18 @@ def main(argv: list[str] | None = None) -> int:
             ckpt = checkpoint_file(ckpt)  # a wrong path or file refused before torch is imported
         except (FileNotFoundError, ConfigError) as e:
             ap.error(str(e))
+    from tinygpt.sampling.checks import check_sampling
+
+    try:  # before torch: a bad value is refused at once
+        check_sampling(args.temperature, args.top_k)
+    except ValueError as err:
+        ap.error(f"--{err}".replace("top_k=", "top-k="))
     if args.device == "auto":
         import torch
 
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if problem := device_problem(args.device):
         ap.error(problem)
-    from tinygpt.sampling.checks import check_sampling
-
-    try:
-        check_sampling(args.temperature, args.top_k)
-    except ValueError as err:
-        ap.error(f"--{err}".replace("top_k=", "top-k="))
     from tinygpt.sampling.fast_linear import use_fast_decode
     from tinygpt.train.module import load_trained
 
