@@ -101,6 +101,10 @@ def test_a_failure_exits_1_and_json_says_where(user, capsys):
                                                    "the mask it is given"),
     (["user_attn:MyAttention", "--arg", "n_embd=32", "--arg", "n_head=5"],
      "MyAttention(n_embd=32, n_head=5) raised AssertionError."),
+    (["torch.nn:MultiheadAttention", "--arg", "embed_dim=16", "--arg", "num_heads=4", "--arg", "batch_first=true"],
+     "missing 2 required positional arguments: 'key' and 'value'; the checks call forward(x) with one tensor: wrap "
+     "a module that takes query, key and value (nn.MultiheadAttention) in one whose forward(x) calls it as "
+     "self-attention, e.g. module(x, x, x, attn_mask=mask)[0]."),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2(user, capsys, argv, message):
     try:

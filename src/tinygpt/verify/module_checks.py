@@ -51,9 +51,14 @@ class Module:
             what = "token ids" if self.settings.vocab else "x"
             shapes = any(w in str(err) for w in ("mat1 and mat2", "normalized_shape", "size of tensor a"))
             hint = f" (is its input width {self.width}? give --width)" if shapes and not self.settings.vocab else ""
+            if isinstance(err, TypeError) and "required positional argument" in str(err) and not kwargs:
+                hint = ("; the checks call forward(x) with one tensor: wrap a module that takes query, key and value "
+                        "(nn.MultiheadAttention) in one whose forward(x) calls it as self-attention, e.g. "
+                        "module(x, x, x, attn_mask=mask)[0]")
             raise VerifyError(f"{self.name}'s forward with {what} of shape {tuple(x.shape)} in {dtype_of(x)}"
                               f"{' and ' + ', '.join(kwargs) if kwargs else ''} raised "
-                              f"{described(err).rstrip('.')}{hint if x.shape[1] == 1 else ''}.") from None
+                              f"{described(err).rstrip('.')}{hint if x.shape[1] == 1 or hint.startswith(';') else ''}"
+                              ".") from None
         y = first_of(y)
         if not isinstance(y, Tensor) or y.shape[:2] != x.shape[:2]:
             got = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
