@@ -306,10 +306,19 @@ def test_runs_that_differ_in_a_setting_the_grid_does_not_vary_are_refused(tmp_pa
     o.write_text(o.read_text() + "- trainer.max_steps=600\n")
     assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.strip() == (
-        "error: report: the runs differ in trainer.max_steps (600), which experiment=causal_mask's sweeps do not vary "
-        "(they vary arm/causal_mask, model.attn.causal, seed); a report pools runs of its grid only: give the runs of "
-        "one setting.")
+        "error: report: the runs differ in trainer.max_steps (600, not set (the default) in 5), which "
+        "experiment=causal_mask's sweeps do not vary (they vary arm/causal_mask, model.attn.causal, seed); a report "
+        "pools runs of its grid only: give the runs of one setting.")
     assert not (tmp_path / "out").exists()
+
+
+def test_runs_that_differ_only_in_where_they_keep_files_are_one_setting(tmp_path):
+    """data.cache_dir and the logger say where a run keeps its files, not what it computes: not a mixed sweep."""
+    sweep = causal_sweep(tmp_path / "sweep", experiment=None)
+    for job, extra in (("1", "- data.cache_dir=/tmp/elsewhere\n"), ("2", "- logger=csv\n")):
+        o = sweep / job / ".hydra" / "overrides.yaml"
+        o.write_text(o.read_text() + extra)
+    assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out")]) == 0
 
 
 def test_away_from_a_clone_the_grid_is_what_the_runs_recorded(tmp_path, capsys, monkeypatch):
@@ -324,8 +333,9 @@ def test_away_from_a_clone_the_grid_is_what_the_runs_recorded(tmp_path, capsys, 
     o.write_text(o.read_text() + "- trainer.max_steps=600\n")
     assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out2")]) == 2
     assert capsys.readouterr().err.strip().endswith(
-        "the runs differ in trainer.max_steps (600), which experiment=causal_mask's sweeps do not vary (they vary "
-        "model.attn.causal, seed); a report pools runs of its grid only: give the runs of one setting.")
+        "the runs differ in trainer.max_steps (600, not set (the default) in 5), which experiment=causal_mask's "
+        "sweeps do not vary (they vary model.attn.causal, seed); a report pools runs of its grid only: give the runs "
+        "of one setting.")
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["nosuch", "/tmp"]])

@@ -50,6 +50,10 @@ def refuse_foreign(runs: list[Run], experiment: str) -> None:
                               f"{experiment}'s sweep dir (python train.py -m experiment={experiment}).")
 
 
+# overrides that say where a run keeps its files or logs, or how to resume it, never what it computes
+BOOKKEEPING = ("hydra", "ckpt_path", "experiment", "data.cache_dir", "logger")
+
+
 def refuse_mixed(runs: list[Run], experiment: str) -> None:
     """Runs that differ in a setting the experiment's sweeps do not vary (trainer.max_steps=20,600) are not arms
     or seeds of its grid: a report would pool them as seeds of one setting. Refused in one sentence naming it. The
@@ -66,12 +70,14 @@ def refuse_mixed(runs: list[Run], experiment: str) -> None:
     values: dict[str, set] = {}
     for s in settings:
         for key, value in s.items():
-            if not key.startswith(("hydra", "+hydra", "ckpt_path", "experiment")):
+            if not key.lstrip("+~").startswith(BOOKKEEPING):
                 values.setdefault(key, set()).add(value)
     mixed = sorted(k for k, v in values.items() if k not in grid and (len(v) > 1 or not all(k in s for s in settings)))
     if mixed:
         key = mixed[0]
-        raise ReportError(f"the runs differ in {key} ({', '.join(sorted(values[key]))}), which "
+        given = sorted(values[key]) + ([f"not set (the default) in {sum(key not in s for s in settings)}"]
+                                       if not all(key in s for s in settings) else [])
+        raise ReportError(f"the runs differ in {key} ({', '.join(given)}), which "
                           f"experiment={experiment}'s sweeps do not vary (they vary {', '.join(sorted(grid))}); a "
                           "report pools runs of its grid only: give the runs of one setting.")
 
