@@ -122,7 +122,7 @@ def test_the_committed_report_is_left_alone_by_a_partial_sweep(tmp_path, capsys,
     monkeypatch.setattr(report, "DOCS", docs)
     sweep = causal_sweep(tmp_path / "sweep", extra=["trainer.max_steps=20"])
     path, _, _ = report.write("causal_mask", [sweep])
-    assert path == sweep / "report" / "README.md" and not docs.exists()
+    assert path == sweep / "report-causal_mask" / "README.md" and not docs.exists()
     err = capsys.readouterr().err
     assert "not the full experiment=causal_mask sweep" in err and "the committed report is left alone" in err
 
@@ -174,7 +174,7 @@ def test_an_out_that_is_a_file_is_one_line_before_any_work(tmp_path, capsys):
     assert report.main(["causal_mask", str(sweep), "--out", str(target)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and f"--out {target} is a file; give a directory" in err
-    assert target.read_text() == "mine" and not (sweep / "report").exists()
+    assert target.read_text() == "mine" and not (sweep / "report-causal_mask").exists()
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc, where no dir can be made")
@@ -207,7 +207,7 @@ def test_a_single_plain_run_gets_a_partial_report_that_says_why_it_finds_nothing
     out = capsys.readouterr()
     assert "report: 1 run of 1 job ->" in out.out
     assert "plain runs, made without experiment=" in out.err and "experiment=None" not in out.err
-    text = (run / "report" / "README.md").read_text()
+    text = (run / "report-causal_mask" / "README.md").read_text()
     assert "(1 run; sweep dirs" in text and "A partial report (plain runs, made without experiment=)" in text
     assert "Do not edit by hand" not in text and "## Changes since the last version" not in text
     assert "## Finding\n\nNone: these runs hold no corpus with both a masked and an unmasked arm" in text

@@ -203,7 +203,7 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
         print(f"warning: report: {where} excluded: {why}", file=sys.stderr)
     gap = full_sweep_gap(runs, excluded, experiment)
     if out is None:
-        out = DOCS / experiment if gap is None else sweeps[0] / "report"
+        out = DOCS / experiment if gap is None else sweeps[0] / f"report-{experiment}"  # one per experiment
         if gap:
             print(f"report: not the full experiment={experiment} sweep ({gap}): the committed report is left alone "
                   f"(--out docs/experiments/{experiment} to replace it anyway)", file=sys.stderr)
