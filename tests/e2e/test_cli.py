@@ -110,6 +110,18 @@ def test_a_key_of_an_option_the_run_did_not_choose_names_that_option(tmp_path, a
     assert not out.exists()
 
 
+def test_a_key_of_an_option_only_some_jobs_of_a_sweep_choose_says_so(tmp_path):
+    """-m corpus=text_file,shakespeare corpus.path=...: one job did choose corpus=text_file ('this run did not choose'
+    had read as false)."""
+    out = tmp_path / "out"
+    proc = run_train(["-m", "corpus=text_file,shakespeare", "corpus.path=/tmp/my.txt", f"hydra.sweep.dir={out}"],
+                     check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: corpus.path is a setting of corpus=text_file, which not every job of this sweep chooses; sweep it "
+        "only with corpus=text_file, and the other options in a sweep of their own."], proc.stderr
+    assert not out.exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("args, line", [
     (["experiment=causal_msk"], "error: experiment=causal_msk is not an option of experiment; did you mean "

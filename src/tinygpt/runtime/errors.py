@@ -241,6 +241,11 @@ def key_message(key: str, near: str | None, owners: list[str] | None = None) -> 
     if key.startswith("hydra.launcher.") and launcher_key in LAUNCHER_KEYS:
         return (f"{key} is a setting of {LAUNCHER_KEYS[launcher_key]}, not of the launcher this run uses (jobs one by "
                 f"one, in this process); add {LAUNCHER_KEYS[launcher_key]} before it.")
+    group = key.lstrip("+").split(".", 1)[0]
+    swept = any(a.startswith(f"{group}=") and "," in a for a in sys.argv[1:])
+    if owners and swept and ("-m" in sys.argv[1:] or "--multirun" in sys.argv[1:]):  # some jobs choose it
+        return (f"{key} is a setting of {' and '.join(owners)}, which not every job of this sweep chooses; sweep "
+                f"it only with {owners[0]}, and the other options in a sweep of their own.")
     if owners:
         return (f"{key} is a setting of {' and '.join(owners)}, which this run did not choose; add "
                 f"{owners[0]} before it.")
