@@ -253,3 +253,20 @@ def test_a_run_that_ends_inside_its_warmup_says_it_never_reaches_the_rate():
         "note: optim.warmup_steps=100 is not below trainer.max_steps=20: the rate never reaches optim.lr=0.001 (it "
         "peaks at 0.000198 at the last step); lower optim.warmup_steps to train at the rate you set.")
     assert warmup_note(AdamWCosine(lr=1e-3, min_lr=1e-4, warmup_steps=19, decay_steps=20), 20) is None
+
+
+def test_more_cpu_processes_than_cores_is_said_with_the_global_batch(monkeypatch):
+    """trainer.devices=4 on a 2-core CPU started 4 DDP processes without a word (global batch 48, another run)."""
+    from omegaconf import OmegaConf
+
+    from tinygpt.runtime import run_dirs
+    from tinygpt.train import setup
+
+    monkeypatch.setattr(run_dirs, "usable_cores", lambda: 2)
+    trainer = OmegaConf.create({"accelerator": "cpu", "devices": 4})
+    assert setup.more_processes_than_cores(trainer, 12) == (
+        "note: trainer.devices=4 starts 4 training processes (DDP) on 2 usable CPU cores: they take turns, and each "
+        "step's global batch is 4 x data.batch_size = 48, another run than one process; trainer.devices=1 for one.")
+    assert setup.more_processes_than_cores(OmegaConf.create({"accelerator": "cpu", "devices": 2}), 12) is None
+    assert setup.more_processes_than_cores(OmegaConf.create({"accelerator": "cpu", "devices": "auto"}), 12) is None
+    assert setup.more_processes_than_cores(OmegaConf.create({"accelerator": "gpu", "devices": 4}), 12) is None

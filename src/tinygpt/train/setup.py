@@ -36,7 +36,7 @@ from tinygpt.train.progress import StepClock
 from tinygpt.train.probes.leak_alarm import LeakAlarm
 from tinygpt.train.optim import AdamWCosine
 from tinygpt.train.init_from import Pretrained, configure
-from tinygpt.train.values import build, check_run_keys
+from tinygpt.train.values import build, check_run_keys, no_gpu_driver
 
 # Library messages that say nothing about this run, silenced by exact text; every other warning stays visible.
 KNOWN_HARMLESS = (
@@ -154,6 +154,9 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         for i, node in enumerate(cfg.model.patch):  # each patch's settings, checked as it is built
             build(f"model.patch[{i}]", node)
         distributed.check_launch(cfg.trainer)
+        more = more_processes_than_cores(cfg.trainer, int(cfg.data.batch_size))
+        if more and distributed.is_rank_zero():
+            console.print(more, soft_wrap=True)
         dm = build("data", cfg.data, build("corpus", cfg.corpus))  # checks corpus.* and data.*
         ckpt_path, ckpt = resume_point(cfg, out_dir)
         if ckpt is not None:
@@ -276,6 +279,22 @@ def fsdp_strategy(**kwargs):
 
     kwargs = OmegaConf.to_container(kwargs, resolve=True) if isinstance(kwargs, DictConfig) else kwargs
     return FSDPStrategy(auto_wrap_policy={Block}, **kwargs)
+
+
+def more_processes_than_cores(trainer: DictConfig, batch_size: int) -> str | None:
+    """A note for trainer.devices=N on the CPU above its usable cores: N training processes (DDP) share them, and
+    the global batch is N times data.batch_size, another run than one process; None otherwise."""
+    devices = trainer.get("devices")
+    if not (isinstance(devices, int) and devices > 1 and trainer.get("accelerator") in ("cpu", "auto", None)):
+        return None
+    cores = run_dirs.usable_cores()
+    if trainer.get("accelerator") != "cpu" and not no_gpu_driver():
+        return None  # devices may name GPUs
+    if devices <= cores:
+        return None
+    return (f"note: trainer.devices={devices} starts {devices} training processes (DDP) on {cores} usable CPU "
+            f"core{'s' if cores > 1 else ''}: they take turns, and each step's global batch is {devices} x "
+            f"data.batch_size = {devices * batch_size}, another run than one process; trainer.devices=1 for one.")
 
 
 def warmup_note(optim: AdamWCosine, max_steps: int) -> str | None:
