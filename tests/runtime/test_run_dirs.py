@@ -64,6 +64,7 @@ def test_a_failing_sweep_job_is_reported_at_once_and_in_the_table_and_the_sweep_
     job_1_starts = max(i for i, line in enumerate(lines) if line.startswith("INFO: GPU available"))
     assert lines.index(first) < job_1_starts  # printed when the job failed, before job 1 ran
     assert first.startswith("error: job 0 (") and "model.block_size=1024" in first
+    assert f"data.cache_dir={cache_dir}" in first  # every override, the paths override_dirname leaves out too
     assert first.endswith("fewer than data.block_size + 2 = 1026; use a larger corpus or a smaller block_size.")
     assert "Traceback" not in proc.stderr
     assert "1 of 2 jobs failed" in proc.stderr and "completed" in proc.stderr  # the table

@@ -97,7 +97,7 @@ def continued_job(cfg: DictConfig, hc) -> float | None:
     checkpoint) starts afresh. None: go on and train."""
     out = Path(hc.runtime.output_dir)
     summary = out / "summary.json"
-    label = f"job {hc.job.num} ({hc.job.override_dirname or 'no overrides'})"
+    label = job_label(hc)
     if summary.exists():
         s = json.loads(summary.read_text())
         if s.get("status") in ("completed", "diverged"):
@@ -112,10 +112,17 @@ def continued_job(cfg: DictConfig, hc) -> float | None:
     return None
 
 
+def job_label(hc) -> str:
+    """``job N (its overrides)``, every one of them (override_dirname leaves out paths such as data.cache_dir, which
+    may be the value that made the job fail)."""
+    given = [str(o) for o in hc.overrides.task if not str(o).lstrip("+~").startswith("hydra.")]
+    return f"job {hc.job.num} ({','.join(given) or 'no overrides'})"
+
+
 def _job_failed(hc, message: str) -> float:
     """A sweep job's failure: one line now, error.txt for the table at the end; the sweep goes on."""
     out = Path(hc.runtime.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / ERROR_FILE).write_text(message + "\n")
-    print_error(f"job {hc.job.num} ({hc.job.override_dirname or 'no overrides'}): {message}")
+    print_error(f"{job_label(hc)}: {message}")
     return math.nan
