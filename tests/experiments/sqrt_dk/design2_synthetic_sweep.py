@@ -96,7 +96,8 @@ def float32_run(d, rng, world, window_effect, init, dk, scale, control, lr, seed
     trace0 = (0.56 * (dk / 16) ** world.trace_slope if premise else 0.95) + rng.normal(0, 0.01)
     grad0 = (3.0 * (dk / 16) ** 0.7 if scale == "none" and not control else 1.0) * (1 + rng.normal(0, 0.02))
     train = [4.0 - 1.5 * min(s, 150) / 150 + rng.normal(0, 0.05) for s in range(300)]
-    probe = {"jacobian_trace": (trace0, trace0 * 0.9), "grad_wq": (grad0 / 2,) * 2, "grad_wk": (grad0 / 2,) * 2}
+    probe = {"jacobian_trace": (trace0, trace0 * 0.9), "grad_wq": (grad0 / 2,) * 2, "grad_wk": (grad0 / 2,) * 2,
+             "softmax_gain": (trace0 / 2, trace0 / 2), "entropy": (trace0, trace0), "raw_qk": (float(dk), 2.0 * dk)}
     write_run(d, config(init, dk, scale, control, lr, seed), "sqrt_dk", arm_name(init, dk, scale, control), windows,
               loss + 0.3 + gap, train, probe)
 

@@ -24,6 +24,8 @@ def test_the_report_reads_the_premise_and_its_consequences_back(tmp_path):
                                  "F1": "holds", "F2": "holds"}
     assert "its arms did not run" not in text and "still to run" not in text
     assert re.search(r"\(experiment=sqrt_dk\) took \d+\.\d min of wall time", text)
+    row = next(line for line in text.splitlines() if line.startswith("| unit init, d_k = 256, unscaled |"))
+    assert row.count("[") == 6 and "| 256.000 [" in row  # the largest raw q.k at init: d_k by construction
     assert (tmp_path / "out" / "trace_vs_dk.png").stat().st_size > 10_000
     assert (tmp_path / "out" / "loss_vs_lr.png").stat().st_size > 10_000
 

@@ -17,6 +17,7 @@ from tinygpt.experiments.sqrt_dk import lr_basin, readings, verdicts
 from tinygpt.experiments.sqrt_dk.readings import Arm
 
 D_KS = (16, 64, 256)
+DESCRIBED = ("softmax_gain", "entropy", "raw_qk")  # the mechanism's other probes at init, reported without verdicts
 
 
 @dataclass
@@ -70,6 +71,8 @@ def samples(arms: dict[Arm, dict[float, list[Run]]], n: int, pred: dict) -> dict
         ids = tuple(r.seed for r in at)
         out[("trace0", arm)] = scalar([readings.trace_at_init(r) for r in at], ids, "trace0")
         out[("grad0", arm)] = scalar([readings.gradient_at_init(r) for r in at], ids, "grad0")
+        for name in DESCRIBED:  # reported without verdicts (DESIGN.md, "Measures")
+            out[(name, arm)] = scalar([readings.at_init(r, name) for r in at], ids, name)
         if pred["mechanism_lr"] in by_lr:
             out[("trace", arm)] = scalar([readings.trace_in_training(r) for r in by_lr[pred["mechanism_lr"]]], ids,
                                          "trace")

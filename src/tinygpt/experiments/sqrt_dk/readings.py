@@ -94,6 +94,13 @@ def trace_at_init(run: Run) -> float:
     return float(at[0].mean()) if len(at) else math.nan
 
 
+def at_init(run: Run, name: str) -> float:
+    """A probe's value at step 0, the mean of the layers (NaN when the run has no probe at init)."""
+    steps, v = probe(run, name)
+    at = v[steps == 0]
+    return float(np.nanmean(at[0])) if len(at) else math.nan
+
+
 def trace_in_training(run: Run) -> float:
     """The same, averaged over the probes after init (steps 20 ... 300)."""
     steps, v = probe(run, "jacobian_trace")

@@ -67,9 +67,11 @@ def mechanism_table(curves: dict[Arm, Curve], est: dict) -> str:
         def cell(key, a=a):
             e = est.get((key, a))
             return e.format(3) if e is not None and math.isfinite(e.value) else "-"
-        rows.append([a.label, cell("trace0"), cell("trace"), cell("grad0")])
+        rows.append([a.label, cell("trace0"), cell("trace"), cell("grad0"), cell("softmax_gain"), cell("entropy"),
+                     cell("raw_qk")])
     return markdown_table(["arm", "Jacobian trace at init", "through training (mechanism_lr)",
-                           "gradient at W_Q, W_K at init"], rows)
+                           "gradient at W_Q, W_K at init", "softmax gain at init", "attention entropy at init",
+                           "largest raw q.k at init"], rows)
 
 
 def curves_table(curves: dict[Arm, Curve], est: dict) -> str:
