@@ -84,9 +84,20 @@ def curves_table(curves: dict[Arm, Curve], est: dict) -> str:
         rows.append([a.label, c.best.format(3), lr_star,
                      c.lower.format(2) + (" (open)" if c.open_lo else ""),
                      c.upper.format(2) + (" (open)" if c.open_hi else ""),
-                     half.format(3) if half is not None else "-", spikes.format(2) if spikes is not None else "-"])
+                     half.format(3) if half is not None else "-", spikes.format(2) if spikes is not None else "-",
+                     diverged_text(c)])
     return markdown_table(["arm", "best loss", "optimum lr*", "lower half-width", "upper half-width",
-                           "half-budget loss", "spikes per run"], rows)
+                           "half-budget loss", "spikes per run", "runs diverged"], rows)
+
+
+def diverged_text(c: Curve) -> str:
+    """How many of an arm's runs diverged, of how many, and at which rates (each counted as ln(vocab))."""
+    runs = [(x, r) for x, rs in sorted(c.runs.items()) for r in rs]
+    bad = [(x, r) for x, r in runs if readings.diverged(r)]
+    if not bad:
+        return f"0 of {len(runs)}"
+    rates = sorted({x for x, _ in bad})
+    return f"{len(bad)} of {len(runs)} (at {', '.join(rate(x) for x in rates)})"
 
 
 def loss_grid(curves: dict[Arm, Curve]) -> str:
