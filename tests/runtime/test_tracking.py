@@ -92,3 +92,14 @@ def test_forced_online_without_credentials_and_a_bogus_mode_are_one_line(no_cred
 def test_the_logger_drops_the_deprecated_anonymous_setting(tmp_path):
     lg = tracking.QuietWandbLogger(project="p", save_dir=str(tmp_path), mode="offline")
     assert "anonymous" not in lg._wandb_init and lg._wandb_init["settings"]["quiet"] is True
+
+
+def test_the_sync_hint_names_every_session_of_a_resumed_run_oldest_first(tmp_path):
+    """A run resumed twice offline has three local dirs of one W&B run: `wandb sync` needs all of them."""
+    names = ["offline-run-20261204_050850-abc", "offline-run-20261204_050751-abc", "offline-run-20261204_051919-xyz",
+             "offline-run-20261204_050821-abc"]
+    for name in names:
+        (tmp_path / name).mkdir()
+    latest = tmp_path / "offline-run-20261204_050850-abc"
+    assert [d.name for d in tracking.sessions_of(latest)] == [
+        "offline-run-20261204_050751-abc", "offline-run-20261204_050821-abc", "offline-run-20261204_050850-abc"]

@@ -240,7 +240,12 @@ def test_a_resumed_run_logs_to_the_same_wandb_run(tmp_path, corpus_file, cache_d
     again = run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 4, "ckpt_path=last", "logger=wandb"))
     assert again["steps"] == 4 and again["wandb"]["id"] == first
     assert {p.name.rsplit("-", 1)[1] for p in (out / "wandb").glob("offline-run-*")} == {first}
-    other = run_phases.train(tiny_cfg(tmp_path / "other", corpus_file, cache_dir, 6,
+    record = json.loads((out / "summary.json").read_text())  # an interrupted session's summary names no W&B run:
+    del record["wandb"]  # the run's own wandb/ dir does
+    (out / "summary.json").write_text(json.dumps(record))
+    third = run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 6, "ckpt_path=last", "logger=wandb"))
+    assert third["steps"] == 6 and third["wandb"]["id"] == first
+    other = run_phases.train(tiny_cfg(tmp_path / "other", corpus_file, cache_dir, 8,
                                       f"ckpt_path={next((out / 'checkpoints').glob('best-*.ckpt'))}",
                                       "logger=wandb"))
     assert other["wandb"]["id"] != first

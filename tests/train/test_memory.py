@@ -71,7 +71,8 @@ def test_a_model_that_cannot_fit_is_refused_before_torch_on_a_machine_without_a_
     with pytest.raises(ConfigError) as err:
         memory.check_floor(xl, 12)
     assert str(err.value) == (
-        "the model has more than 492M parameters and training it at batch 12 needs at least 408.1 GiB (weights, "
+        "the model's attention weights alone are 492M parameters, and training it at batch 12 needs at least "
+        "408.1 GiB (weights, "
         "gradients, AdamW state, activations), more than the 24.0 GiB of this machine; use a smaller model or "
         "batch, or check_memory=false to try anyway.")
     memory.check_floor({"n_layer": 4, "n_embd": 128, "n_head": 4, "block_size": 64}, 12)  # the default fits

@@ -242,6 +242,11 @@ def test_a_resume_that_stretches_the_schedule_says_how_the_rate_changes():
         "note: optim.decay_steps follows trainer.max_steps, 20 -> 40: the cosine decay is stretched, so the rate at "
         "step 20 goes from 0.0001 to 0.000587 (summary.json records the new schedule).")
     assert schedule_note(ckpt, AdamWCosine(lr=1e-3, min_lr=1e-4, warmup_steps=2, decay_steps=20)) is None
+    warming = {"global_step": 20, "hyper_parameters": {"optim": {"decay_steps": 40}}}  # still in warmup at step 20
+    assert schedule_note(warming, AdamWCosine(lr=1e-3, min_lr=1e-4, warmup_steps=100, decay_steps=2000)) is None
+    longer = {"global_step": 100, "hyper_parameters": {"optim": {"decay_steps": 2000}}}
+    assert "1490: the cosine decay is shortened" in schedule_note(
+        longer, AdamWCosine(lr=1e-3, min_lr=1e-4, warmup_steps=2, decay_steps=1490))
 
 
 def test_a_run_that_ends_inside_its_warmup_says_it_never_reaches_the_rate():

@@ -127,6 +127,8 @@ def full_sweep_gap(runs: list[Run], excluded: list, experiment: str) -> str | No
     """None when the runs are exactly the full sweep its configs define (every job of the grid, completed, no other
     overrides; a staged experiment may add runs that override only the grid's keys); otherwise what is
     different."""
+    if not any(r.experiment for r in runs):
+        return "plain runs, made without experiment="
     if excluded:
         return f"{len(excluded)} of its runs did not complete"
     record = experiments()[experiment]

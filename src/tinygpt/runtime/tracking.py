@@ -50,8 +50,9 @@ class QuietWandbLogger(WandbLogger):
 
 
 def resumed_run_id(ckpt_path: Path, out_dir: Path) -> str | None:
-    """The W&B run id of the session a resume in place continues (its summary.json records it); None for a
-    checkpoint of another dir or a session that logged no W&B run."""
+    """The W&B run id of the session a resume in place continues: its summary.json's, else (an interrupted session
+    records none) the id of the newest W&B run dir under <run>/wandb; None for a checkpoint of another dir or a run
+    that logged no W&B run."""
     import json
 
     from tinygpt.runtime.resume_record import run_dir_of
@@ -62,9 +63,19 @@ def resumed_run_id(ckpt_path: Path, out_dir: Path) -> str | None:
     try:
         record = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
-        return None
+        record = None
     wandb = record.get("wandb") if isinstance(record, dict) else None
-    return str(wandb["id"]) if isinstance(wandb, dict) and wandb.get("id") else None
+    if isinstance(wandb, dict) and wandb.get("id"):
+        return str(wandb["id"])
+    sessions = sorted((run_dir / "wandb").glob("*run-*-*"), key=lambda d: d.name.split("-")[-2])
+    return sessions[-1].name.rsplit("-", 1)[1] if sessions else None
+
+
+def sessions_of(run_dir: Path) -> list[Path]:
+    """Every local dir of the W&B run ``run_dir`` belongs to (one per session of a resumed run), oldest first:
+    ``wandb sync`` uploads them in that order."""
+    wandb_id = run_dir.name.rsplit("-", 1)[1]
+    return sorted(run_dir.parent.glob(f"*run-*-{wandb_id}"), key=lambda d: d.name.split("-")[-2]) or [run_dir]
 
 
 def run_info() -> dict | None:
@@ -89,6 +100,7 @@ def finish(loggers: list, exit_code: int | None = None) -> None:
     url = None if offline else wandb.run.url
     wandb.finish(exit_code=exit_code)
     if offline and not is_quiet():  # a parallel sweep's table gives the hint once for all its jobs
-        console.print(f"W&B ran offline. To upload: [bold]wandb sync {run_dir}[/]", soft_wrap=True)
+        dirs = " ".join(str(d) for d in sessions_of(run_dir))
+        console.print(f"W&B ran offline. To upload: [bold]wandb sync {dirs}[/]", soft_wrap=True)
     elif url:
         console.print(f"W&B run: {url}")

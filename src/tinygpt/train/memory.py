@@ -80,7 +80,8 @@ def check_floor(model: dict, batch_size: int) -> None:
     have = machine_bytes()
     if have is not None and need > have[0]:
         raise ConfigError(
-            f"the model has more than {count(p)} parameters and training it at batch {batch_size} needs at least "
+            f"the model's attention weights alone are {count(p)} parameters, and training it at batch {batch_size} "
+            "needs at least "
             f"{need / 2**30:,.1f} GiB (weights, gradients, AdamW state, activations), more than the "
             f"{have[0] / 2**30:,.1f} GiB of {have[1]}; use a smaller model or batch, or check_memory=false to try "
             "anyway.")

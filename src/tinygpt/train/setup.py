@@ -324,6 +324,9 @@ def schedule_note(ckpt: dict, optim: AdamWCosine) -> str | None:
     step = int(ckpt.get("global_step") or 0)
     rates = [lr_at(step, lr=optim.lr, min_lr=optim.min_lr, warmup_steps=optim.warmup_steps, decay_steps=d)
              for d in (theirs, ours)]
-    return (f"note: optim.decay_steps follows trainer.max_steps, {theirs} -> {ours}: the cosine decay is stretched, "
+    if f"{rates[0]:.3g}" == f"{rates[1]:.3g}":  # still in warmup, say: the rate goes on as it would have
+        return None
+    how = "stretched" if ours > theirs else "shortened"
+    return (f"note: optim.decay_steps follows trainer.max_steps, {theirs} -> {ours}: the cosine decay is {how}, "
             f"so the rate at step {step} goes from {rates[0]:.3g} to {rates[1]:.3g} (summary.json records the new "
             "schedule).")
