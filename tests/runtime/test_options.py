@@ -14,6 +14,7 @@ CONFIGS = ROOT / "configs"
     ["arm/causal_mask=random_t64"], ["hydra/launcher=basic"], ["-m", "experiment=glob(causal*)"],
     ["--cfg", "job", "experiment=sqrt_dk"], ["model.attn.scale=none"], ["-m", "optim.lr=1e-3,2e-3"],
     ["-m", "experiment=interval(0,1)"],  # a sweep that lists no options: Hydra says what is wrong
+    ["--config-name", "train"], ["--config-name=train.yaml"], ["-cn", "mine", "-cd", "/elsewhere"],
 ])
 def test_existing_options_and_other_overrides_pass(argv):
     assert mistyped_option(argv, CONFIGS) is None
@@ -36,6 +37,9 @@ def test_existing_options_and_other_overrides_pass(argv):
                         "gpt2_xl, small, tiny); default is an option of callbacks, data, hydra and trainer."),
     (["debug=null"], "debug=null is not an option of debug; leave it out for the default, or pick one of: fast, "
                      "overfit."),
+    (["--config-name=trian"], "--config-name=trian: configs/ has no trian.yaml; did you mean --config-name=train? "
+                              "the configs: train."),  # Hydra's own was 7 lines and exit 1
+    (["-cn", "nope"], "--config-name=nope: configs/ has no nope.yaml; the configs: train."),
 ])
 def test_a_missing_option_is_one_sentence_with_the_nearest(argv, message):
     assert mistyped_option(argv, CONFIGS).startswith(message)

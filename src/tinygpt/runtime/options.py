@@ -50,6 +50,17 @@ def bare_key(argv: list[str]) -> str | None:
     return None
 
 
+def primary_config(argv: list[str]) -> str | None:
+    """The primary config ``--config-name``/``-cn`` names (without .yaml), None when none is named."""
+    for before, word in zip([None, *argv], argv, strict=False):
+        if before in ("--config-name", "-cn"):
+            return word.removesuffix(".yaml")
+        for flag in ("--config-name=", "-cn="):
+            if word.startswith(flag):
+                return word[len(flag):].removesuffix(".yaml")
+    return None
+
+
 def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
     """The one sentence for the first ``group=option`` in ``argv`` whose group is a folder of ``config_dir`` and has
     no such option file (with the nearest option and the list); None when every one exists. Hydra's own groups
@@ -57,6 +68,15 @@ def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    named = primary_config(argv)
+    other_dir = any(a in ("--config-dir", "-cd") or a.startswith(("--config-dir=", "-cd=")) for a in argv)
+    if named is not None and not other_dir and not (config_dir / f"{named}.yaml").is_file():
+        from difflib import get_close_matches
+
+        configs = sorted(p.stem for p in config_dir.glob("*.yaml"))
+        near = get_close_matches(named, configs, n=1)
+        return (f"--config-name={named}: {config_dir.name}/ has no {named}.yaml; "
+                + (f"did you mean --config-name={near[0]}? " if near else "") + f"the configs: {', '.join(configs)}.")
     bare = bare_key(argv)
     if bare:
         return bare
