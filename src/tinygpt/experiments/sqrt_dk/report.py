@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate
+from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate, difference_words
 from tinygpt.analysis.sweep import ReportError, Run, predictions, sweep_wall_seconds
 from tinygpt.analysis.figures import markdown_table
 from tinygpt.analysis.templates import plural, prose
@@ -72,6 +72,28 @@ def mechanism_table(curves: dict[Arm, Curve], est: dict) -> str:
     return markdown_table(["arm", "Jacobian trace at init", "through training (mechanism_lr)",
                            "gradient at W_Q, W_K at init", "softmax gain at init", "attention entropy at init",
                            "largest raw q.k at init"], rows)
+
+
+def described_reading(curves: dict[Arm, Curve], est: dict) -> list[str]:
+    """The measures the design reports without verdicts, read at the largest d_k under unit init: the softmax gain
+    and the entropy, unscaled against scaled, with the difference's interval."""
+    top = max((a.d_k for a in curves), default=None)
+    none, sqrt = Arm("unit", top or 0, "none"), Arm("unit", top or 0, "sqrt_dk")
+    keys = [(m, a) for m in ("softmax_gain", "entropy") for a in (none, sqrt)]
+    if top is None or not all(k in est for k in keys):
+        return []
+    gain = est[("softmax_gain", none)] - est[("softmax_gain", sqrt)]
+    ent = est[("entropy", none)] - est[("entropy", sqrt)]
+    return [prose("sqrt_dk", "described", dk=top, gain_none=est[("softmax_gain", none)].format(3),
+                  gain_sqrt=est[("softmax_gain", sqrt)].format(3), gain_diff=gain.format(3, signed=True),
+                  gain_word=difference_word(gain), ent_none=est[("entropy", none)].format(3),
+                  ent_sqrt=est[("entropy", sqrt)].format(3), ent_diff=ent.format(3, signed=True),
+                  ent_word=difference_word(ent)), ""]
+
+
+def difference_word(e: Estimate) -> str:
+    """stats.difference_words: 'higher unscaled' / 'lower unscaled', or no difference at the interval's level."""
+    return difference_words(e, "higher unscaled", "lower unscaled")
 
 
 def curves_table(curves: dict[Arm, Curve], est: dict) -> str:
@@ -240,7 +262,21 @@ def answer(found: dict[str, str]) -> dict[str, str]:
         if any(v == "fails" for v in vs):
             return no + f" ({', '.join(f'{k} {found[k]}' for k in keys if k in found)})"
         return "undecided at the 95% level (" + ", ".join(f"{k} {found[k]}" for k in keys if k in found) + ")"
-    consequence = ", ".join(f"{k} {found[k]}" for k in ("C1", "C2", "C3", "C4", "C5") if k in found) or "not tested"
+    def named(keys):
+        return ", ".join(f"{k} {found[k]}" for k in keys if k in found)
+
+    if not any(k in found for k in ("C1", "C2", "C3", "C4", "C5")):
+        consequence = "not tested (its arms did not run)"
+    else:
+        better = [found.get(k) for k in ("C1", "C3")]
+        steadier = [found.get(k) for k in ("C4", "C5")]
+        consequence = ("better: without the factor the best loss is worse and training slower"
+                       if better == ["holds"] * 2 else "better: not shown") + f" ({named(['C1', 'C3'])}); "
+        consequence += ("steadier: yes" if "holds" in steadier else
+                        "steadier: not shown, so this report does not say the factor helps stability") + \
+            f" ({named(['C4', 'C5'])}); "
+        consequence += ("more so as d_k grows: yes" if found.get("C2") == "holds" and found.get("M1") == "holds"
+                        else "more so as d_k grows: not shown") + f" ({named(['M1', 'C2'])})"
     return {
         "mechanism": say(["M1", "M3"], "yes: the unscaled softmax saturates as d_k grows and stays saturated through "
                                        "training, the scaled one does not", "not as predicted"),
@@ -292,6 +328,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
               delta=f"{pred['basin_delta']:g}", spike=f"{pred['spike_nats']:g}", method=METHOD, n_boot=N_BOOT,
               level=f"{LEVEL:.0%}"), "",
         "## The mechanism", "", "![trace vs d_k](trace_vs_dk.png)", "", mechanism_table(curves, est), "",
+        *described_reading(curves, est),
         "## The consequences", "", "![loss vs lr](loss_vs_lr.png)", "", curves_table(curves, est), "",
         "Final loss at each rate (95% interval):", "", loss_grid(curves), "",
         *fp16_lines,
