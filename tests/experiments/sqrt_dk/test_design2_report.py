@@ -24,7 +24,8 @@ def test_the_report_reads_the_premise_and_its_consequences_back(tmp_path):
                                  "F1": "holds", "F2": "holds"}
     assert "its arms did not run" not in text and "still to run" not in text
     assert ("better: without the factor the best loss is worse and training slower (C1 holds, C3 holds); steadier: "
-            "not shown, so this report does not say the factor helps stability (C4 undecided, C5 undecided); more so "
+            "not shown, so this report does not say the factor helps stability (C4 undecided, C5 undecided: no run of "
+            "the main sweep had a loss spike); more so "
             "as d_k grows: yes (M1 holds, C2 holds)") in text  # the headline from the verdicts only
     assert "the softmax gain at init is" in text and ": lower unscaled)" in text  # described, no verdict
     assert re.search(r"\(experiment=sqrt_dk\) took \d+\.\d min of wall time", text)

@@ -251,7 +251,7 @@ def arm_name(run: Run) -> str:
     return given or str(OmegaConf.select(run.hydra_record, "hydra.runtime.choices.arm/sqrt_dk") or "?")
 
 
-def answer(found: dict[str, str]) -> dict[str, str]:
+def answer(found: dict[str, str], spiked: bool = True) -> dict[str, str]:
     """Each part of the answer from its verdicts only (DESIGN.md, "The headline answers ...")."""
     def say(keys, yes, no):
         vs = [found[k] for k in keys if k in found]
@@ -274,7 +274,7 @@ def answer(found: dict[str, str]) -> dict[str, str]:
                        if better == ["holds"] * 2 else "better: not shown") + f" ({named(['C1', 'C3'])}); "
         consequence += ("steadier: yes" if "holds" in steadier else
                         "steadier: not shown, so this report does not say the factor helps stability") + \
-            f" ({named(['C4', 'C5'])}); "
+            f" ({named(['C4', 'C5'])}{'' if spiked else ': no run of the main sweep had a loss spike'}); "
         consequence += ("more so as d_k grows: yes" if found.get("C2") == "holds" and found.get("M1") == "holds"
                         else "more so as d_k grows: not shown") + f" ({named(['M1', 'C2'])})"
     return {
@@ -289,6 +289,11 @@ def answer(found: dict[str, str]) -> dict[str, str]:
                                "matches it", "no: the control departs from the scaled arm"),
         "fp16": ", ".join(f"{k} {found[k]}" for k in ("F1", "F2") if k in found) or "not run",
     }
+
+
+def any_spike(runs: list[Run], nats: float) -> bool:
+    """Whether any run of the main sweep had a loss spike (C5's count)."""
+    return any(readings.spikes(r, nats) for r in runs if r.experiment == "sqrt_dk")
 
 
 def wall_minutes(runs: list[Run]) -> float:
@@ -321,7 +326,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
               min_lr=f"{cfg['optim']['min_lr']:g}", clip=cfg["trainer"]["gradient_clip_val"],
               lrs=", ".join(rate(x) for x in lrs), seeds=", ".join(map(str, seeds)),
               wall=f"{wall_minutes([r for r in runs if r.experiment == 'sqrt_dk']):.1f}"), "",
-        prose("sqrt_dk", "answer", **answer(words)), "",
+        prose("sqrt_dk", "answer", **answer(words, any_spike(runs, pred["spike_nats"]))), "",
         "## Predictions", "", predictions_table(found, missing), "",
         prose("sqrt_dk", "terms", n_layer=cfg["model"]["n_layer"], every=cfg["callbacks"]["stability"]["every_n_steps"],
               val=cfg["data"]["val_windows"], half=cfg["trainer"]["val_check_interval"],
