@@ -127,6 +127,18 @@ def test_the_committed_report_is_left_alone_by_a_partial_sweep(tmp_path, capsys,
     assert "not the full experiment=causal_mask sweep" in err and "the committed report is left alone" in err
 
 
+def test_a_partial_report_written_into_docs_says_it_is_committed_until_the_full_sweep(tmp_path, monkeypatch):
+    """--out docs/experiments/<name> on a partial sweep: the committed report, and it says it is partial."""
+    docs = tmp_path / "docs"
+    monkeypatch.setattr(report, "DOCS", docs)
+    sweep = causal_sweep(tmp_path / "sweep")
+    path, _, _ = report.write("causal_mask", [sweep], docs / "causal_mask")
+    text = path.read_text()
+    assert "A partial report (it has 6 runs of experiment=causal_mask, the full sweep 40), committed until the full " \
+           "sweep replaces it. Do not edit by hand: rerun" in text
+    assert "## Changes since the last version" in text
+
+
 def test_the_full_sweep_check_counts_the_configs_grid(tmp_path):
     sweep = causal_sweep(tmp_path / "sweep")
     runs = load_runs([sweep])

@@ -174,9 +174,15 @@ def check_out(out: Path | None) -> None:
 
 
 def partial(path: Path, gap: str, experiment: str) -> None:
-    """A report of less than the full sweep: it says so at the top, and drops what only the committed report can
-    claim (\"Do not edit by hand\", the changes since its last version)."""
+    """A report of less than the full sweep: it says so at the top, and, outside docs/experiments, drops what only
+    the committed report can claim (\"Do not edit by hand\", the changes since its last version). Written into
+    docs/experiments/<experiment> (--out), it is the committed report until the full sweep replaces it, and says
+    so."""
     text = path.read_text(encoding="utf-8")
+    if path.parent.resolve() == (DOCS / experiment).resolve():
+        path.write_text(text.replace("Do not edit by hand: rerun", f"A partial report ({gap}), committed until the "
+                                     "full sweep replaces it. Do not edit by hand: rerun", 1), encoding="utf-8")
+        return
     text = text.replace("Do not edit by hand: rerun",
                         f"A partial report ({gap}), not the committed one; the full sweep and its report are", 1)
     start = text.find("## Changes since the last version")

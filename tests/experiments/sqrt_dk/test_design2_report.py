@@ -53,6 +53,7 @@ def test_a_float32_sweep_alone_says_which_predictions_it_cannot_test(tmp_path):
     assert report.main(["sqrt_dk", str(tmp_path / "sweep"), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "README.md").read_text()
     assert re.search(r"^\| F1 \|.*its arms did not run \| not tested \|$", text, re.M)
+    assert "No float16 run is in this report, so F1 and F2 are not tested." in text
     assert re.search(r"^\| F2 \|.*its arms did not run \| not tested \|$", text, re.M)
 
 

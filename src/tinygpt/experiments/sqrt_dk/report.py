@@ -336,7 +336,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         *described_reading(curves, est),
         "## The consequences", "", "![loss vs lr](loss_vs_lr.png)", "", curves_table(curves, est), "",
         "Final loss at each rate (95% interval):", "", loss_grid(curves), "",
-        *fp16_lines,
+        *(fp16_lines or [prose("sqrt_dk", "fp16_missing"), ""]),
         *([("The design's float32 reruns still to run:"), "", *[f"    {a}" for a in asks], ""] if asks else []),
         *(["The design's stage 2 still to run (an arm whose basin is open on a side, or whose best rate is the "
            "outermost it ran, runs the next two rates of the ladder there; DESIGN.md, \"Grid, seeds, stages\"):", "",
