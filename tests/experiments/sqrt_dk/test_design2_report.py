@@ -78,3 +78,17 @@ def test_an_arm_whose_best_rate_is_the_lowest_gets_the_stage_two_rates_below_it(
     assert len(asks) == 14
     assert "python train.py -m experiment=sqrt_dk arm/sqrt_dk=unit_dk256_none optim.lr=2.154e-05,4.642e-05 " \
            "seed=11,12,13" in asks
+    import numpy as np
+
+    from tests.experiments.sqrt_dk.design2_synthetic_sweep import N, float32_run
+
+    rng = np.random.default_rng(5)
+    world = World(optimum=-4.5)
+    for i, (lr, seed) in enumerate((lr, seed) for lr in (2.154e-5, 4.642e-5) for seed in (11, 12, 13)):
+        float32_run(tmp_path / "stage2" / str(i), rng, world, np.zeros(N), "unit", 256, "none", "", lr, seed)
+    assert report.main(["sqrt_dk", str(tmp_path / "sweep"), str(tmp_path / "stage2"), "--out",
+                        str(tmp_path / "out2")]) == 0
+    text = (tmp_path / "out2" / "README.md").read_text()
+    again = re.findall(r"^    (python train.py -m experiment=sqrt_dk arm/sqrt_dk=.*)$", text, re.M)
+    assert len(again) == 13 and not any("unit_dk256_none " in a for a in again)  # stage 2 runs once per side
+    assert "(stage 2 added 2.15e-05, 4.64e-05 for unit init, d_k = 256, unscaled, whose best rate" in text

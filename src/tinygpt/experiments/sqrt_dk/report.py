@@ -225,15 +225,23 @@ def ladder(x: float, steps: int) -> float:
     return float(f"{10 ** ((round(3 * math.log10(x)) + steps) / 3):.4g}")
 
 
+def main_grid(curves: dict[Arm, Curve]) -> list[float]:
+    """The rates every arm ran: the main sweep's grid (stage 2 adds rates beyond it for some arms)."""
+    common = set.intersection(*(set(c.lrs) for c in curves.values())) if curves else set()
+    return sorted(common)
+
+
 def stage_two(curves: dict[Arm, Curve]) -> list[str]:
     """The design's stage 2 as commands: an arm whose basin is open on a side, or whose best rate is the outermost
-    it ran, runs the next two rates of the ladder on that side with the same seeds (none it already ran)."""
+    it ran, runs the next two rates of the ladder on that side with the same seeds (none it already ran). Once: a
+    side whose stage 2 ran (rates beyond the main grid) is reported open, not extended again."""
+    grid = main_grid(curves)
     asks = []
     for _, c in sorted(curves.items()):
         runs_ = [r for rs in c.runs.values() for r in rs]
         seeds = ",".join(str(s) for s in sorted({r.seed for r in runs_}))
         for side, edge, is_open in ((-1, c.lrs[0], c.open_lo), (+1, c.lrs[-1], c.open_hi)):
-            if not (is_open or c.best_lr == edge):
+            if not (is_open or c.best_lr == edge) or (grid and not grid[0] <= edge <= grid[-1]):
                 continue
             new = [ladder(edge, side * k) for k in (1, 2)]
             new = [x for x in new if all(abs(math.log10(x / y)) > 0.01 for y in c.lrs)]
@@ -297,8 +305,12 @@ def any_spike(runs: list[Run], nats: float) -> bool:
 
 
 def wall_minutes(runs: list[Run]) -> float:
-    """The sweep's wall time: the first job's start to the last job's end (analysis.sweep.sweep_wall_seconds)."""
-    return sweep_wall_seconds(runs) / 60
+    """The main sweep's wall time: the first job's start to the last job's end (analysis.sweep.sweep_wall_seconds)
+    in the sweep dir that holds most of ``runs`` (stage 2's runs, in a dir of their own, are not counted)."""
+    by_dir: dict = {}
+    for r in runs:
+        by_dir.setdefault(r.dir.parent, []).append(r)
+    return sweep_wall_seconds(max(by_dir.values(), key=len)) / 60 if by_dir else math.nan
 
 
 def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
@@ -317,7 +329,9 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     fig_trace(curves, est, out / "trace_vs_dk.png")
     fig_loss_vs_lr(curves, out / "loss_vs_lr.png")
     seeds = sorted({r.seed for r in runs})
-    lrs = sorted({readings.lr(r) for r in runs if not readings.arm_of(r).fp16})
+    lrs = main_grid(curves)
+    added = sorted({x for c in curves.values() for x in c.lrs} - set(lrs))
+    stage2_arms = [a for a, c in curves.items() if set(c.lrs) - set(lrs)]
     lines = [
         prose("sqrt_dk", "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
               design=design_commit()), "",
@@ -325,6 +339,8 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
               batch=cfg["data"]["batch_size"], steps=cfg["trainer"]["max_steps"], warmup=cfg["optim"]["warmup_steps"],
               min_lr=f"{cfg['optim']['min_lr']:g}", clip=cfg["trainer"]["gradient_clip_val"],
               lrs=", ".join(rate(x) for x in lrs), seeds=", ".join(map(str, seeds)),
+              stage2=(prose("sqrt_dk", "stage2_ran", rates=", ".join(rate(x) for x in added),
+                            arms="; ".join(a.label for a in sorted(stage2_arms))) if added else ""),
               wall=f"{wall_minutes([r for r in runs if r.experiment == 'sqrt_dk']):.1f}"), "",
         prose("sqrt_dk", "answer", **answer(words, any_spike(runs, pred["spike_nats"]))), "",
         "## Predictions", "", predictions_table(found, missing), "",
