@@ -26,7 +26,7 @@ from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
 from tinygpt.runtime.console import count, out as console
 from tinygpt.runtime.errors import ConfigError, as_config_errors
 from tinygpt.runtime.interrupts import RunInterrupted
-from tinygpt.train import memory
+from tinygpt.train import float16_products, memory
 from tinygpt.train.guards import Diverged
 from tinygpt.train.module import GPTModule
 from tinygpt.train.init_from import attention_note, load_weights, random_gpt2_note
@@ -52,8 +52,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 class RunScope:
     """Everything around a run's recipe, set up on entry and undone on exit in reverse order (an ExitStack):
     the signal handler (a signal ends the step, then the run, with a checkpoint), in a parallel sweep the sweep's
-    stop file, the other DDP ranks of this node (waited for on exit), and the W&B run, closed with the run's exit
-    code (0, 1 for an error, 128 + the signal for a stop)."""
+    stop file, float16 products computed as a GPU computes them when the run trains in float16 on the CPU
+    (float16_products), the other DDP ranks of this node (waited for on exit), and the W&B run, closed with the
+    run's exit code (0, 1 for an error, 128 + the signal for a stop)."""
 
     def __init__(self, run: TrainingRun):
         self.run = run
@@ -67,6 +68,8 @@ class RunScope:
         self.stack.push(self._finish_tracking)  # last out: W&B sees the run's end after everything else
         run.stop.install()
         self.stack.callback(run.stop.uninstall)
+        if float16_products.wanted(run.trainer):  # float16 on the CPU: each product summed in float32, as on a GPU
+            self.stack.enter_context(float16_products.Float16Products())
         return self
 
     def start_ranks(self) -> None:

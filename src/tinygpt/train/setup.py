@@ -194,8 +194,8 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
 def cpu_float16(trainer_cfg: DictConfig) -> list:
     """trainer.precision=16-mixed (or its old name 16) on the CPU: Lightning would train in bfloat16 instead, with a
     warning (its AMP on the CPU is bfloat16 only); torch's CPU autocast does float16, so the run gets it as asked, with
-    a gradient scaler (MixedPrecision with device "cpu"). Returns the precision plugin to pass, or [] for any other
-    case."""
+    a gradient scaler (MixedPrecision with device "cpu"), its products summed in float32 as a GPU sums them
+    (float16_products). Returns the precision plugin to pass, or [] for any other case."""
     accelerator = str(trainer_cfg.get("accelerator", "auto"))
     on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available()
                                       and not torch.backends.mps.is_available())
