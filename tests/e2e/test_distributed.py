@@ -61,7 +61,8 @@ def test_strategy_names_and_process_counts():
     assert strategy_name(fsdp) == "fsdp" and processes_per_node(fsdp) == 2
     assert processes_per_node(compose_train(["trainer=ddp", "trainer.devices=3"]).trainer) == 3
     assert processes_per_node(trainer_cfg(strategy="ddp_spawn", devices=2)) == 1  # Lightning starts those
-    assert processes_per_node(trainer_cfg(strategy="auto", devices=2)) == 1
+    assert processes_per_node(trainer_cfg(strategy="auto", devices=2)) == 2  # Lightning's ddp, started by us
+    assert processes_per_node(trainer_cfg(strategy="auto", devices=1)) == 1
     assert processes_per_node(trainer_cfg(strategy="ddp", devices="auto")) == 1  # left to Lightning
 
 
@@ -190,10 +191,19 @@ def test_a_signal_to_rank_zero_stops_every_rank_after_the_same_step(tmp_path, co
     assert "ckpt_path=last" in out
 
 
-@pytest.mark.parametrize("code, fails", [(0, False), (143, False), (130, False), (3, True)])
+def ending(code: int) -> str:
+    """A Python one-liner that exits with ``code``; a negative one: killed by that signal (the default action)."""
+    if code >= 0:
+        return f"raise SystemExit({code})"
+    return (f"import os, signal; n = {-code}; n == signal.SIGKILL or signal.signal(n, signal.SIG_DFL); "
+            "os.kill(os.getpid(), n)")
+
+
+@pytest.mark.parametrize("code, fails", [(0, False), (143, False), (130, False), (-2, False), (-15, False),
+                                         (3, True), (-9, True)])
 def test_a_rank_that_fails_is_named_and_a_rank_stopped_by_a_signal_is_not(tmp_path, code, fails):
     ranks = LocalRanks(2, tmp_path, ROOT / "train.py")
-    ranks.procs = [subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])]
+    ranks.procs = [subprocess.Popen([sys.executable, "-c", ending(code)])]
     if fails:
         with pytest.raises(RuntimeError, match=f"rank 1 exited with status {code}; its log: .*train_rank1.log"):
             ranks.__exit__(None, None, None)
@@ -212,3 +222,66 @@ def test_several_nodes_without_a_scheduler_is_one_sentence(monkeypatch):
         setup(cfg, ROOT / "outputs" / "unused")
     monkeypatch.setenv("SLURM_NTASKS", "4")  # SLURM started them: nothing to say
     distributed.check_launch(cfg.trainer)
+
+
+class Stop:  # the run's GracefulStop as LocalRanks reads it
+    signum, training, stopping = None, False, False
+
+
+@pytest.mark.parametrize("code, abandoned", [(130, 2), (143, 15), (-2, 2), (3, None)])
+def test_a_rank_stopped_while_rank_zero_cannot_follow_ends_rank_zero_as_that_stop(tmp_path, monkeypatch, code,
+                                                                                   abandoned):
+    """Ctrl-C to a DDP run's process group during start-up: the ranks stop, while rank 0 waits for them in the
+    rendezvous, where its handler never runs (it had waited there for ever, or, with Lightning's launcher, been
+    SIGKILLed: exit 137, a half-made dir). The watcher ends rank 0 as that stop (abandon); a rank that fails is still
+    an error that ends rank 0 at once."""
+    seen, killed = [], []
+    ranks = LocalRanks(2, tmp_path, ROOT / "train.py", Stop(), abandon=seen.append)
+    monkeypatch.setattr(LocalRanks, "GRACE_S", 0.05)
+    monkeypatch.setattr(distributed.os, "kill", lambda pid, sig: killed.append(sig))
+    ranks.procs = [subprocess.Popen([sys.executable, "-c", ending(code)])]
+    ranks.procs[0].wait()
+    ranks._watch_ranks()  # returns once it has acted
+    assert seen == ([] if abandoned is None else [abandoned])
+    assert killed == ([signal.SIGKILL] if abandoned is None else [])
+
+
+def test_a_rank_stopped_while_rank_zero_saves_its_stop_is_left_alone(tmp_path, monkeypatch):
+    stop = Stop()
+    stop.stopping = True  # rank 0 agreed to stop after the step and is writing last.ckpt
+    seen = []
+    ranks = LocalRanks(2, tmp_path, ROOT / "train.py", stop, abandon=seen.append)
+    monkeypatch.setattr(LocalRanks, "GRACE_S", 0.05)
+    ranks.procs = [subprocess.Popen([sys.executable, "-c", "raise SystemExit(130)"])]
+    ranks.procs[0].wait()
+    ranks._watch_ranks()
+    assert seen == [] and ranks.failed is None
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_a_ddp_runs_process_group_while_it_starts_leaves_nothing(tmp_path, corpus_args):
+    """Ctrl-C reaches every rank while the ranks import and meet: exit 130 in one line, no run dir, no process
+    left (it had exited 137 with a half-made dir, or left rank 0 waiting in the rendezvous for ever)."""
+    run_dir = tmp_path / "run"
+    args = [*TINY, *corpus_args, "trainer.devices=2", "trainer.accelerator=cpu", "logger=[wandb,csv]",
+            f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env={**os.environ, "WANDB_MODE": "offline"})
+    deadline = time.time() + 120
+    while not (run_dir / "train_rank1.log").exists():
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # the whole group, as a terminal's Ctrl-C
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-3000:]
+    assert out.strip().splitlines()[-1] == "interrupted by SIGINT while starting: nothing was trained or saved."
+    assert "wandb sync" not in out and not run_dir.exists()
+    left = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
+    assert left == []
+
+
+def test_several_devices_under_lightnings_auto_strategy_are_started_by_us(tmp_path):
+    """trainer.devices=4 with the default strategy (auto: Lightning's ddp) had gone to Lightning's launcher, which
+    reruns the whole command line in each rank (a whole sweep under -m) and SIGKILLs rank 0 when a rank stops."""
+    assert processes_per_node(compose_train(["trainer.devices=4"]).trainer) == 4

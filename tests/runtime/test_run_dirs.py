@@ -323,3 +323,26 @@ def test_sigterm_while_starting_is_one_line_exit_143_and_leaves_no_run_dir(tmp_p
     assert stopped.value.code == 143
     assert capsys.readouterr().err == "interrupted by SIGTERM while starting: nothing was trained or saved.\n"
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_signal_after_the_runs_handlers_but_before_its_first_step_leaves_no_run_dir(tmp_path):
+    """The run's own handler (GracefulStop) raises RunInterrupted outside the training loop: stopped during data
+    preparation or a DDP start-up, the run had exited 130 without a word, leaving its dir (config.yaml, wandb/, the
+    other ranks' start-up logs). That dir is discarded like one stopped while importing; a checkpoint keeps it."""
+    from tinygpt.runtime import run_dirs
+
+    run = tmp_path / "runs" / "run"
+    run_dirs.note_new_run_dir(run)
+    (run / ".hydra").mkdir(parents=True)
+    (run / "wandb" / "offline-run-x").mkdir(parents=True)
+    (run / "history").mkdir()
+    for name in ("config.yaml", "train.log", "train_rank1.log", "train_rank3.log"):
+        (run / name).write_text("")
+    assert run_dirs.unstarted_run("train.log")
+    (run / "checkpoints").mkdir()  # a step was taken and saved: the dir stays
+    assert not run_dirs.unstarted_run("train.log") and not run_dirs.discard_unstarted_run("train.log")
+    (run / "checkpoints").rmdir()
+    (run / "notes.txt").write_text("mine")  # anything else stays too
+    assert not run_dirs.discard_unstarted_run("train.log") and run.is_dir()
+    (run / "notes.txt").unlink()
+    assert run_dirs.discard_unstarted_run("train.log") and not (tmp_path / "runs").exists()

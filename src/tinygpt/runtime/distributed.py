@@ -28,14 +28,21 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from omegaconf import DictConfig
 from rich.console import Console
 
 console = Console(stderr=True)
-STOPPED = (130, 138, 140, 143)  # 128 + SIGINT, SIGUSR1, SIGUSR2, SIGTERM: the ranks agreed to stop and checkpoint
-SELF_LAUNCHED = {"ddp", "fsdp"}  # strategies whose processes we start; ddp_spawn/ddp_fork start their own
+# how a rank ends when a stop signal reached it: 128 + SIGINT, SIGUSR1, SIGUSR2, SIGTERM once its handler is in
+# (the ranks agreed to stop and checkpoint), or killed by the signal itself before that (-signum: Ctrl-C to the
+# process group while the ranks start up)
+STOPPED = (130, 138, 140, 143, -signal.SIGINT, -signal.SIGUSR1, -signal.SIGUSR2, -signal.SIGTERM)
+# strategies whose processes we start: ddp, fsdp, and auto, which Lightning makes ddp on several devices (its own
+# launcher would rerun the whole command line in each rank, a whole sweep under -m, and its observer SIGKILLs rank 0
+# when a rank stops on Ctrl-C); ddp_spawn/ddp_fork start their own
+SELF_LAUNCHED = {"ddp", "fsdp", "auto"}
 
 
 def strategy_name(trainer_cfg: DictConfig) -> str:
@@ -109,10 +116,21 @@ class LocalRanks:
     waits for them (they end with rank 0, as the last collective returns), restores the environment and
     closes the process group, so the next job of a sweep starts afresh. A rank that fails stops the run:
     the others are ended and its log is named in one line.
+
+    Signals: Ctrl-C reaches every rank of the process group. In training the ranks agree after the step and stop
+    together, rank 0 saving (``stop``: the run's GracefulStop, its ``signum``, ``training`` and ``stopping``). A rank
+    that stops on a signal while rank 0 cannot follow (blocked in a collective, such as the start-up's rendezvous,
+    where its own handler never runs) would leave rank 0 waiting for ever: ``abandon(signum)`` then ends rank 0 as a
+    stop. And when rank 0 leaves with an error or a stop, the others are asked to stop at once (SIGTERM), so none is
+    left waiting for a rank 0 that is gone.
     """
 
-    def __init__(self, n: int, run_dir: Path, script: Path):
+    GRACE_S = 2.0  # after a rank ends: time for rank 0's own handler to note a signal that reached both
+    STOP_S = 30.0  # rank 0 signalled in training: time to finish its step and leave before it counts as blocked
+
+    def __init__(self, n: int, run_dir: Path, script: Path, stop=None, abandon: Callable[[int], None] | None = None):
         self.n, self.run_dir, self.script = n, Path(run_dir), Path(script)
+        self.stop, self.abandon = stop, abandon
         self.procs: list[subprocess.Popen] = []
         self._saved_env: dict[str, str | None] = {}
         self._watch: threading.Thread | None = None
@@ -146,15 +164,27 @@ class LocalRanks:
         self._watch.start()
 
     def _watch_ranks(self) -> None:
-        """A rank that dies while rank 0 waits in a collective would leave it waiting: end the run."""
+        """A rank that ends while rank 0 may wait for it in a collective would leave it waiting: end the run."""
         while not self._done.wait(0.5):
-            for rank, proc in enumerate(self.procs, start=1):
-                code = proc.poll()
-                if code not in (None, 0, *STOPPED):  # a rank stopped by a signal stops with this one (interrupts.py)
-                    self.failed = f"rank {rank} exited with status {code}; its log: {self.log_path(rank)}"
-                    console.print(f"[bold red]error:[/] {self.failed}", soft_wrap=True)
+            ended = [(rank, proc.poll()) for rank, proc in enumerate(self.procs, start=1) if proc.poll()]
+            if not ended:
+                continue
+            rank, code = ended[0]
+            if self._done.wait(self.GRACE_S) or getattr(self.stop, "stopping", False):
+                return  # rank 0 has left, or is saving and leaving by its own stop
+            signum = getattr(self.stop, "signum", None)
+            if signum is not None and getattr(self.stop, "training", False) and self._done.wait(self.STOP_S):
+                return  # rank 0 was signalled too and stopped after its step
+            if code in STOPPED or signum is not None:  # a stop, with rank 0 unable to follow: end it as one
+                by = signum or (code - 128 if code > 0 else -code)
+                if self.abandon is not None:
                     self._end_all()
-                    os.kill(os.getpid(), signal.SIGKILL)  # rank 0 may be blocked in a collective: end it too
+                    self.abandon(by)  # ends the process
+                    return
+            self.failed = f"rank {rank} exited with status {code}; its log: {self.log_path(rank)}"
+            console.print(f"[bold red]error:[/] {self.failed}", soft_wrap=True)
+            self._end_all()
+            os.kill(os.getpid(), signal.SIGKILL)  # rank 0 may be blocked in a collective: end it too
 
     def _end_all(self) -> None:
         for proc in self.procs:
@@ -166,6 +196,8 @@ class LocalRanks:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._done.set()
+        if exc_type is not None:  # rank 0 leaves early: the others may be waiting for it in a collective
+            self._end_all()
         try:
             for rank, proc in enumerate(self.procs, start=1):
                 try:
@@ -194,11 +226,13 @@ def destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
-def launch_ranks(cfg: DictConfig, run_dir: Path, overrides: list[str], script: Path) -> LocalRanks | None:
-    """Start this node's other ranks when the trainer asks for several processes and none exist yet."""
+def launch_ranks(cfg: DictConfig, run_dir: Path, overrides: list[str], script: Path, stop=None,
+                 abandon: Callable[[int], None] | None = None) -> LocalRanks | None:
+    """Start this node's other ranks when the trainer asks for several processes and none exist yet (``stop`` and
+    ``abandon``: LocalRanks)."""
     n = processes_per_node(cfg.trainer)
     if n < 2 or started_externally():
         return None
-    ranks = LocalRanks(n, run_dir, script)
+    ranks = LocalRanks(n, run_dir, script, stop, abandon)
     ranks.start(overrides)
     return ranks

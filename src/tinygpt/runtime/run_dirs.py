@@ -158,14 +158,14 @@ def note_new_run_dir(run_dir: Path) -> None:
 SET_UP_FILES = ("config.yaml", "wandb", "history")  # what set-up writes before the first step: no training in them
 
 
-def discard_refused_run(run_dir: Path, log_name: str, set_up: bool = False) -> bool:
+def discard_refused_run(run_dir: Path, log_name: str, set_up: bool = False, also: tuple[str, ...] = ()) -> bool:
     """Remove the run dir of a run refused before any work, with the parents made for it that are left empty; only
     when this process created it and it holds nothing but Hydra's own files (.hydra/ and the log of the set-up that
     refused it: the memory check, the last, follows Lightning's first lines). Anything a run writes besides (config.yaml
     before fit, checkpoints, a summary, a rank's log) keeps the dir. True when removed."""
     if _NEW_RUN_DIR is None or _NEW_RUN_DIR[0] != run_dir.absolute():
         return False
-    if not only_hydra_files(run_dir, log_name, SET_UP_FILES if set_up else ()):
+    if not only_hydra_files(run_dir, log_name, (*SET_UP_FILES, *also) if set_up else also):
         return False
     shutil.rmtree(run_dir)
     top = _NEW_RUN_DIR[1]
@@ -179,8 +179,22 @@ def discard_refused_run(run_dir: Path, log_name: str, set_up: bool = False) -> b
 def discard_unstarted_run(log_name: str = "train.log") -> bool:
     """The run dir this process made, removed when a signal stopped it while starting: before its first step, so
     nothing there but Hydra's files and what set-up writes (SET_UP_FILES: the config, an empty W&B run, the
-    history's header); a checkpoint or a summary keeps it."""
-    return _NEW_RUN_DIR is not None and discard_refused_run(_NEW_RUN_DIR[0], log_name, set_up=True)
+    history's header) and, in a DDP run, its other ranks' logs of their start; a checkpoint or a summary keeps it."""
+    return unstarted_run(log_name) and discard_refused_run(_NEW_RUN_DIR[0], log_name, set_up=True,
+                                                           also=rank_logs(log_name))
+
+
+def rank_logs(log_name: str) -> tuple[str, ...]:
+    """A DDP run's other ranks' logs, <job>_rank<n>.log (distributed.LocalRanks), in the run dir this process made."""
+    stem = Path(log_name).stem
+    return tuple(p.name for p in _NEW_RUN_DIR[0].glob(f"{stem}_rank*.log")) if _NEW_RUN_DIR else ()
+
+
+def unstarted_run(log_name: str = "train.log") -> bool:
+    """Whether this process made its run dir and it holds only what set-up writes (discard_unstarted_run would
+    remove it)."""
+    return _NEW_RUN_DIR is not None and only_hydra_files(_NEW_RUN_DIR[0], log_name, (*SET_UP_FILES,
+                                                                                     *rank_logs(log_name)))
 
 
 def only_hydra_files(run_dir: Path, log_name: str, also: tuple[str, ...] = ()) -> bool:

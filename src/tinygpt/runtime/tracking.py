@@ -89,17 +89,26 @@ def run_info() -> dict | None:
             "dir": str(Path(run.dir).parent)}
 
 
-def finish(loggers: list, exit_code: int | None = None) -> None:
-    """Close this job's W&B run (so the next job of a sweep gets its own) and say how to sync an offline one."""
-    import wandb
+def finish(loggers: list, exit_code: int | None = None, hint: bool = True) -> None:
+    """Close this job's W&B run (so the next job of a sweep gets its own) and say how to sync an offline one
+    (``hint``: not for a run whose dir is about to go). A W&B never imported has no run; nor has one whose import a
+    signal cut short (its module half-made)."""
+    import sys
 
-    if not any(isinstance(lg, WandbLogger) for lg in loggers) or wandb.run is None:
+    if not any(isinstance(lg, WandbLogger) for lg in loggers) or "wandb.sdk.wandb_run" not in sys.modules:
+        return
+    try:
+        import wandb
+
+        if wandb.run is None:
+            return
+    except (ImportError, AttributeError):  # the first import was interrupted: no run was started
         return
     run_dir, mode = Path(wandb.run.dir).parent, wandb.run.settings.mode
     offline = mode in ("offline", "dryrun")
     url = None if offline else wandb.run.url
     wandb.finish(exit_code=exit_code)
-    if offline and not is_quiet():  # a parallel sweep's table gives the hint once for all its jobs
+    if offline and hint and not is_quiet():  # a parallel sweep's table gives the hint once for all its jobs
         dirs = " ".join(str(d) for d in sessions_of(run_dir))
         console.print(f"W&B ran offline. To upload: [bold]wandb sync {dirs}[/]", soft_wrap=True)
     elif url:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import signal
 import sys
 from pathlib import Path
 
@@ -25,7 +26,8 @@ from omegaconf import DictConfig, open_dict
 from tinygpt.runtime.errors import (CheckpointWriteError, ConfigError, first_line, full_traceback_requested,
                                    print_error, switch_mistake)
 from tinygpt.runtime.interrupts import RunInterrupted, keep_idle_workers_alive, sweep_stop_signal
-from tinygpt.runtime.run_dirs import ERROR_FILE, discard_refused_run, in_parallel_sweep, print_sweep_table
+from tinygpt.runtime.run_dirs import (ERROR_FILE, discard_refused_run, discard_unstarted_run, in_parallel_sweep,
+                                      print_sweep_table)
 from tinygpt.train.summary import mark_failed
 from tinygpt.train.values import check_values
 
@@ -67,6 +69,9 @@ def run_task(cfg: DictConfig) -> float:
 
         return train(cfg)["val_loss"]
     except RunInterrupted as stop:
+        if discard_unstarted_run(f"{hc.job.name}.log"):  # stopped before its first step: nothing to resume
+            print(f"interrupted by {signal.Signals(stop.signum).name} while starting: nothing was trained or saved.",
+                  file=sys.stderr, flush=True)
         if parallel:  # a worker of a parallel sweep: the job has saved and said how to resume; the sweep goes on
             return math.nan
         if sweep:  # a serial sweep ends here: its table, with the jobs it never started, and how to continue it

@@ -74,14 +74,33 @@ class RunScope:
 
     def start_ranks(self) -> None:
         """Ranks 1..N-1 of a DDP run on this machine (none otherwise), ended or waited for when the run ends."""
+        self._log_name = f"{HydraConfig.get().job.name}.log"  # read here: _abandon runs in another thread
         ranks = distributed.launch_ranks(self.run.cfg, self.run.out_dir, list(HydraConfig.get().overrides.task),
-                                         run_dirs.project_root() / "train.py")
+                                         run_dirs.project_root() / "train.py", self.run.stop, self._abandon)
         if ranks is not None:
             self.stack.enter_context(ranks)
 
+    def _abandon(self, signum: int) -> None:
+        """Another rank stopped on a signal while this one cannot follow (blocked in a collective: the start-up's
+        rendezvous, where no handler of ours runs): end this process as that stop, from the watching thread. Before
+        the first step nothing is kept (the run dir goes, as for a single process stopped while starting)."""
+        import os
+        import signal
+
+        name = signal.Signals(signum).name
+        try:
+            gone = run_dirs.discard_unstarted_run(self._log_name)
+        except OSError:  # W&B's writer may still be closing its files
+            gone = False
+        console.print(f"interrupted by {name} while starting: nothing was trained or saved." if gone else
+                      f"interrupted by {name}: another rank stopped while this one waited for it; last.ckpt, if any, "
+                      f"is where a resume (ckpt_path=last) starts.", soft_wrap=True)
+        os._exit(128 + signum)
+
     def _finish_tracking(self, kind, err, tb) -> None:
         code = None if err is None else err.exit_code if isinstance(err, RunInterrupted) else 1
-        tracking.finish(self.run.loggers, exit_code=code)
+        gone = isinstance(err, RunInterrupted) and run_dirs.unstarted_run(f"{HydraConfig.get().job.name}.log")
+        tracking.finish(self.run.loggers, exit_code=code, hint=not gone)  # no sync hint for a dir about to go
 
     def __exit__(self, kind, err, tb):
         return self.stack.__exit__(kind, err, tb)
