@@ -126,19 +126,21 @@ def test_a_key_of_an_option_only_some_jobs_of_a_sweep_choose_says_so(tmp_path):
 @pytest.mark.parametrize("args, line", [
     (["experiment=causal_msk"], "error: experiment=causal_msk is not an option of experiment; did you mean "
                                 "experiment=causal_mask? the options: causal_mask, causal_mask_quick, gpu_small, "
-                                "partial_leaks, partial_leaks_quick, sqrt_dk, sqrt_dk_fp16, sqrt_dk_fp32, "
-                                "sqrt_dk_quick."),
+                                "partial_leaks, partial_leaks_quick, sqrt_dk, sqrt_dk_fp16, sqrt_dk_fp16_probe, "
+                                "sqrt_dk_fp32, sqrt_dk_quick."),
     (["debug=fsat"], "error: debug=fsat is not an option of debug; did you mean debug=fast? the options: fast, "
                      "overfit."),
     (["-m", "experiment=causal_mask_quik"], "error: experiment=causal_mask_quik is not an option of experiment; did "
                                             "you mean experiment=causal_mask_quick? the options: causal_mask, "
                                             "causal_mask_quick, gpu_small, partial_leaks, partial_leaks_quick, "
-                                            "sqrt_dk, sqrt_dk_fp16, sqrt_dk_fp32, sqrt_dk_quick."),
+                                            "sqrt_dk, sqrt_dk_fp16, sqrt_dk_fp16_probe, sqrt_dk_fp32, "
+                                            "sqrt_dk_quick."),
     (["-m", "seed=1,2", "debug=fast,fsat"], "error: debug=fsat is not an option of debug; did you mean debug=fast? "
                                             "the options: fast, overfit."),
     (["experiment=null"], "error: experiment=null is not an option of experiment; leave it out for the default, or "
                           "pick one of: causal_mask, causal_mask_quick, gpu_small, partial_leaks, "
-                          "partial_leaks_quick, sqrt_dk, sqrt_dk_fp16, sqrt_dk_fp32, sqrt_dk_quick."),
+                          "partial_leaks_quick, sqrt_dk, sqrt_dk_fp16, sqrt_dk_fp16_probe, sqrt_dk_fp32, "
+                          "sqrt_dk_quick."),
 ], ids=["experiment", "debug", "swept experiment", "swept debug", "null"])
 def test_a_mistyped_option_of_an_optional_group_never_starts_a_run(tmp_path, args, line):
     """experiment and debug are optional groups, whose missing option Hydra skipped without a word (the default run

@@ -174,6 +174,11 @@ def test_sqrt_dk_sweep_arms_and_grid():
     assert [float(x) for x in fp16.hydra.sweeper.params["optim.lr"].split(",")] == [1e-2, 2.154e-2]
     fp32 = compose_hydra(["experiment=sqrt_dk_fp32", "arm/sqrt_dk=fp16_sqrt_scores"])
     assert fp32.trainer.precision == "32-true" and fp32.model.attn.scale_at == "scores"
+    probe = compose_hydra(["experiment=sqrt_dk_fp16_probe"])  # amendment 2: the replay, probed after every step
+    assert probe.trainer.precision == "16-mixed" and probe.callbacks.stability.every_n_steps == 1
+    assert probe.hydra.sweeper.params["arm/sqrt_dk"] == "fp16_sqrt_scores,fp16_sqrt_qk,fp16_none_math"
+    params = probe.hydra.sweeper.params
+    assert float(params["optim.lr"]) == 2.154e-2 and params["seed"] == "11,12,13"
 
 
 @pytest.mark.slow

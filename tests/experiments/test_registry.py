@@ -18,7 +18,7 @@ def test_the_three_experiments_are_found_with_their_configs():
     found = experiments()
     assert list(found) == ["causal_mask", "partial_leaks", "sqrt_dk"]
     assert found["sqrt_dk"].sweeps == ("sqrt_dk", "sqrt_dk_fp16")
-    assert found["sqrt_dk"].staged == ("sqrt_dk", "sqrt_dk_fp32")
+    assert found["sqrt_dk"].staged == ("sqrt_dk", "sqrt_dk_fp32", "sqrt_dk_fp16_probe")
     assert found["causal_mask"].sweeps == ("causal_mask",) and found["causal_mask"].staged == ()
     for record in found.values():
         for config in record.configs:
