@@ -35,6 +35,7 @@ class World:
     trace_slope: float = -0.5
     optimum: float = -2.7  # log10 of every arm's best rate
     fp16_overflow: bool = True
+    inf_between_probes: bool = False  # the overflow falls between two of the float16 sweep's probes
 
 
 def config(init, dk, scale, control, lr, seed, precision="32-true", backend="math", at="scores"):
@@ -64,21 +65,24 @@ def write_metrics(path: Path, rows: list[dict]) -> None:
 
 def write_run(d: Path, cfg: dict, experiment: str, arm: str, windows: np.ndarray, half: float, train_loss,
               probe: dict, diverged: str | None = None) -> None:
-    """One run's files: ``probe`` maps a stability probe's name to its value at init and after; ``diverged`` is the
-    divergence guard's reason (None: completed)."""
+    """One run's files: ``probe`` maps a stability probe's name to its value at init and after (or to a function of
+    the step), read every ``callbacks.stability.every_n_steps`` steps while the training loss is logged;
+    ``diverged`` is the divergence guard's reason (None: completed)."""
     (d / "history").mkdir(parents=True)
     (d / ".hydra").mkdir()
     (d / "config.yaml").write_text(json.dumps(cfg))  # its time stamps the job's start
     np.savez(d / "diagnostics.npz", val_window_position=np.repeat(windows[:, None], T, 1).astype(np.float32))
     rows = [{"step": s, "train/loss": float(v)} for s, v in enumerate(train_loss)]
-    for s in [0, *range(19, 300, 20)]:
-        rows.append({"step": s, **{f"stab/{name}/{layer}": float(v[0] if s == 0 else v[1])
+    every = cfg["callbacks"]["stability"]["every_n_steps"]
+    for s in sorted({0, *range(every - 1, len(train_loss), every)}):
+        rows.append({"step": s, **{f"stab/{name}/{layer}": float(v(s) if callable(v) else v[0] if s == 0 else v[1])
                                    for name, v in probe.items() for layer in range(2)}})
     rows += [{"step": 149, "val/loss": half}, {"step": 299, "val/loss": float(windows.mean())}]
     write_metrics(d / "history" / "metrics.csv", rows)
     (d / "summary.json").write_text(json.dumps({
         "status": "completed", "config": cfg, "val_loss": None if diverged else float(windows.mean()),
-        "vocab_size": 65, "train_seconds": 20.0, "steps": 300, "diverged": diverged is not None,
+        "vocab_size": 65, "train_seconds": 20.0, "steps": len(train_loss) - 1 if diverged else 300,
+        "diverged": diverged is not None,
         "divergence": diverged, "diagnostics": {"unigram_loss": 3.3, "bigram_loss": 2.5}}))
     (d / ".hydra" / "hydra.yaml").write_text(
         f"hydra:\n  runtime:\n    choices:\n      experiment: {experiment}\n      arm/sqrt_dk: {arm}\n")
@@ -108,19 +112,33 @@ FP16_ARMS = {  # arm -> (scale, where it sits, backend)
     "fp16_none_sdpa": ("none", "scores", "sdpa")}
 
 
+NAN_STEP, INF_STEP = 110, 101  # a float16 run that overflows: its scores turn inf at step 101, its loss NaN at 110
+
+
 def fp16_run(d, rng, world, window_effect, arm, lr, seed, experiment="sqrt_dk_fp16"):
+    """A float16 run (or its float32 rerun, or amendment 2's replay probed every step: the same run). With the scale
+    after the product at the higher rate, the world's overflow turns the scores inf at INF_STEP, between two of the
+    sweep's probes (every 20 steps: F1 undecided, as in the real sweep when ``world.inf_between_probes``; at a probe
+    otherwise), and the loss NaN at NAN_STEP; with the scale on q and k, the raw q.k overflows there too and the
+    scores stay finite."""
     scale, at, backend = FP16_ARMS[arm]
-    precision = "16-mixed" if experiment == "sqrt_dk_fp16" else "32-true"
-    overflow = (world.fp16_overflow and precision == "16-mixed" and at == "scores" and backend == "math"
-                and lr > 1.5e-2)
+    precision = "32-true" if experiment == "sqrt_dk_fp32" else "16-mixed"
+    top = world.fp16_overflow and precision == "16-mixed" and lr > 1.5e-2
+    overflow = top and at == "scores" and backend == "math"
+    inf_at = INF_STEP if world.inf_between_probes else 99  # 99: a probe of the sweep (every 20 steps) sees it
     windows = 2.3 + window_effect + rng.normal(0, 0.02, N)
     probe = {"jacobian_trace": (0.9, 0.8), "grad_wq": (1.0, 1.0), "grad_wk": (1.0, 1.0),
-             "scores_inf": (0.0, 1.0 if overflow else 0.0), "raw_qk": (900.0, math.inf if overflow else 30000.0),
-             "scaled_qk": (60.0, math.inf if overflow else 2000.0)}
-    train = [4.0 - 1.5 * min(s, 150) / 150 for s in range(300)]
+             "scores_inf": lambda s: float(overflow and s >= inf_at),
+             "raw_qk": lambda s: math.inf if top and at != "sdpa" and s >= inf_at else 900.0 + 100 * s,
+             "scaled_qk": lambda s: math.inf if overflow and s >= inf_at else 60.0 + 6 * s}
+    train = [4.0 - 1.5 * min(s, 150) / 150 for s in range(NAN_STEP + 1 if overflow else 300)]
+    if overflow:
+        train[-1] = math.nan
     cfg = config("unit", 256, scale, "", lr, seed, precision, backend, at)
+    if experiment == "sqrt_dk_fp16_probe":
+        cfg["callbacks"]["stability"]["every_n_steps"] = 1
     write_run(d, cfg, experiment, arm, windows, 2.6, train, probe,
-              diverged="training loss nan at step 120" if overflow else None)
+              diverged=f"training loss nan at step {NAN_STEP}" if overflow else None)
 
 
 def make_sweep(root: Path, world: World = World()) -> int:
@@ -140,9 +158,10 @@ def make_sweep(root: Path, world: World = World()) -> int:
     return job
 
 
-def make_fp16_sweep(root: Path, world: World = World(), reruns: bool = True) -> int:
+def make_fp16_sweep(root: Path, world: World = World(), reruns: bool = True, replay: bool = False) -> int:
     """The float16 sweep under root/fp16 and, with ``reruns``, the float32 reruns of its diverged runs under
-    root/fp32; returns the number of runs."""
+    root/fp32, and with ``replay`` amendment 2's replay (the arms F1 compares at the higher rate, probed after every
+    step) under root/replay; returns the number of runs."""
     rng = np.random.default_rng(1)
     window_effect = rng.normal(0, 0.2, N)
     job = 0
@@ -154,5 +173,9 @@ def make_fp16_sweep(root: Path, world: World = World(), reruns: bool = True) -> 
                 scale, at, backend = FP16_ARMS[arm]
                 if reruns and world.fp16_overflow and (at, backend) == ("scores", "math") and lr > 1.5e-2:
                     fp16_run(root / "fp32" / str(job), rng, world, window_effect, arm, lr, seed, "sqrt_dk_fp32")
+                    job += 1
+                if replay and arm in ("fp16_sqrt_scores", "fp16_sqrt_qk", "fp16_none_math") and lr > 1.5e-2:
+                    fp16_run(root / "replay" / str(job), rng, world, window_effect, arm, lr, seed,
+                             "sqrt_dk_fp16_probe")
                     job += 1
     return job

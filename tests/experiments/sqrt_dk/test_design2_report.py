@@ -92,3 +92,45 @@ def test_an_arm_whose_best_rate_is_the_lowest_gets_the_stage_two_rates_below_it(
     again = re.findall(r"^    (python train.py -m experiment=sqrt_dk arm/sqrt_dk=.*)$", text, re.M)
     assert len(again) == 13 and not any("unit_dk256_none " in a for a in again)  # stage 2 runs once per side
     assert "(stage 2 added 2.15e-05, 4.64e-05 for unit init, d_k = 256, unscaled, whose best rate" in text
+
+
+def test_an_overflow_between_probes_leaves_f1_undecided_and_the_every_step_replay_sees_it(tmp_path):
+    """As in the real float16 sweep: the scores of the scale-after-product runs turn inf at step 101, between two of
+    the sweep's probes (every 20 steps), and the loss NaN at 110. F1 stays undecided (no probe saw an inf score) and
+    the answer says why; amendment 2's replay, probed after every step, repeats each run and sees the inf score at
+    101, before the NaN; with the scale on q and k the raw q.k overflows and every score stays finite."""
+    world = World(inf_between_probes=True)
+    make_sweep(tmp_path / "sweep", world)
+    assert make_fp16_sweep(tmp_path / "sweep", world, replay=True) == 45  # 30 float16, 6 reruns, 9 replays
+    metrics = next((tmp_path / "sweep" / "replay").iterdir()) / "history" / "metrics.csv"
+    assert report.main(["sqrt_dk", str(tmp_path / "sweep"), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "README.md").read_text()
+    found = verdicts_of(text)
+    assert (found["F1"], found["F2"]) == ("undecided", "holds")
+    assert ("Float16 (F1, F2): F1 undecided: the runs with the scale after the product that diverged did so between "
+            "two probes, and no probe saw an inf score; amendment 2's replay below looks at every step, without a "
+            "verdict; F2 holds: each of the 6 float16 runs that diverged trained in float32 at the same rate and "
+            "seed.") in text
+    row = next(line for line in text.splitlines() if line.startswith("| 1/sqrt(d_k) after the product | 0.0215 |"))
+    assert row == ("| 1/sqrt(d_k) after the product | 0.0215 | 3 | 0 | 3 (steps 110, 110, 110) | 0 | 0 | 0 | 10,800 "
+                   "| 654 |")
+    row = next(line for line in text.splitlines() if line.startswith("| 1/sqrt(d_k) on q and k before the product | "
+                                                                       "0.0215 |"))
+    assert row.split(" | ")[2:8] == ["3", "3", "0", "0", "0", "3"]  # completed, scores finite, the raw q.k inf
+    replays = [line for line in text.splitlines() if re.match(r"\| [^|]+ \| 0\.0215 \| 1[123] \| \d+ \| \d+ \|", line)]
+    assert len(replays) == 9
+    assert "| 1/sqrt(d_k) after the product | 0.0215 | 11 | 110 | 110 | 110 | 0 | 101 | 101 | step 109: inf / inf |" \
+        in replays
+    assert "| 1/sqrt(d_k) on q and k before the product | 0.0215 | 11 | 300 | 300 | - | 0 | none | 101 | - |" in replays
+    assert ("The replay repeats its sweep run in 9 of 9 (the same training loss at every step and the same last "
+            "step). Of the 6 replayed runs that went non-finite, 6 had an inf score at a probe before the step whose "
+            "loss was non-finite. Of the 3 with the scale on q and k, 3 completed; in 3 a probe saw the raw q.k "
+            "overflow to inf, and in 0 an inf score.") in text
+    assert "| fp16 |" not in text and "| 1/sqrt(d_k) after the product | 0.0215 | 11 | non-finite loss at step 110 | " \
+        "completed, final validation loss" in text  # F2's pairs
+    lines = metrics.read_text().splitlines()  # a replay that is not its sweep run is counted as such
+    head, first = lines[0].split(","), lines[1].split(",")
+    first[head.index("train/loss")] = "3.5"
+    metrics.write_text("\n".join([lines[0], ",".join(first), *lines[2:]]) + "\n")
+    assert report.main(["sqrt_dk", str(tmp_path / "sweep"), "--out", str(tmp_path / "out")]) == 0
+    assert "The replay repeats its sweep run in 8 of 9" in (tmp_path / "out" / "README.md").read_text()

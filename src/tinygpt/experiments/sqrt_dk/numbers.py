@@ -39,7 +39,7 @@ class Curve:
 
 def float32_arms(runs: list[Run]) -> dict[Arm, dict[float, list[Run]]]:
     """The main sweep's runs by arm and rate (not the float16 runs, nor their float32 reruns)."""
-    main = [r for r in runs if not readings.arm_of(r).fp16 and r.experiment != "sqrt_dk_fp32"]
+    main = [r for r in runs if not readings.arm_of(r).fp16 and r.experiment != FP32]
     return group_by(main, readings.arm_of, readings.lr)
 
 
@@ -182,11 +182,16 @@ def compute(runs: list[Run], pred: dict) -> tuple[dict[Arm, Curve], list[Verdict
     return curves, verdicts_of(curves, est, pred), est
 
 
+FP16, FP32, REPLAY = "sqrt_dk_fp16", "sqrt_dk_fp32", "sqrt_dk_fp16_probe"  # the float16 sweep, its float32
+# reruns, and amendment 2's replay of some of its runs probed after every step
+
+
 def fp16_records(runs: list[Run]) -> list[tuple[Run, verdicts.Fp16Run, readings.Overflow]]:
+    """The float16 sweep's runs as F1 reads them (not the replay's: amendment 2 carries no verdict)."""
     out = []
     for r in runs:
         a = readings.arm_of(r)
-        if a.fp16:
+        if a.fp16 and r.experiment != REPLAY:
             o = readings.overflow(r)
             place = a.placement if a.scale == "sqrt_dk" else f"{a.placement} (unscaled)"
             out.append((r, verdicts.Fp16Run(place, readings.lr(r), r.seed, o.scores_inf, o.ended != "completed"), o))
@@ -196,11 +201,76 @@ def fp16_records(runs: list[Run]) -> list[tuple[Run, verdicts.Fp16Run, readings.
 def fp32_reruns(runs: list[Run], records) -> list[tuple[bool, bool | None]]:
     """F2's input: per float16 run, (it diverged, its float32 rerun at the same arm, rate and seed diverged)."""
     fp32 = {(readings.arm_of(r).placement, readings.arm_of(r).scale, readings.lr(r), r.seed): readings.diverged(r)
-            for r in runs if r.experiment == "sqrt_dk_fp32"}
+            for r in runs if r.experiment == FP32}
     out = []
     for r, rec, _ in records:
         a = readings.arm_of(r)
         out.append((rec.diverged, fp32.get((a.placement, a.scale, rec.lr, rec.seed))))
+    return out
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One run of amendment 2's replay (a float16 run probed after every step) beside its sweep run: where each
+    ended (the last step; ``nonfinite`` the step of a non-finite loss, None when it completed), the largest gap
+    between their training losses at the steps both logged (0 when the replay repeats the run), the first probed
+    step with an inf score and with an inf raw q.k (None: none), and the last probe before a non-finite loss (its
+    step and largest raw q.k and scaled score; None for a run that completed)."""
+
+    arm: Arm
+    lr: float
+    seed: int
+    sweep_steps: int | None
+    steps: int
+    nonfinite: int | None
+    loss_gap: float
+    first_inf_score: int | None
+    first_inf_raw: int | None
+    last_probe: tuple[int, float, float] | None
+
+
+def nonfinite_step(run: Run) -> int | None:
+    """The step whose training loss was not finite (the divergence guard's reason), None for a run without one."""
+    words = str(run.summary.get("divergence") or "").split()
+    if words[:2] == ["training", "loss"] and not math.isfinite(float(words[2])) and "step" in words:
+        return int(words[words.index("step") + 1])
+    return None
+
+
+def first_step(steps: np.ndarray, flags: np.ndarray) -> int | None:
+    hit = np.flatnonzero(flags)
+    return int(steps[hit[0]]) if hit.size else None
+
+
+def replays(runs: list[Run]) -> list[Replay]:
+    """Amendment 2's replayed runs, each beside the float16 sweep's run of the same arm, rate and seed."""
+    key = lambda r: (readings.arm_of(r), readings.lr(r), r.seed)  # noqa: E731
+    sweep = {key(r): r for r in runs if r.experiment == FP16}
+    out = []
+    for r in sorted((r for r in runs if r.experiment == REPLAY), key=key):
+        twin = sweep.get(key(r))
+        gap = math.nan
+        if twin is not None:
+            (s1, v1), (s2, v2) = r.series("train/loss"), twin.series("train/loss")
+            both, i1, i2 = np.intersect1d(s1, s2, return_indices=True)
+            a1, a2 = np.asarray(v1)[i1], np.asarray(v2)[i2]
+            same = np.isfinite(a1) & np.isfinite(a2)
+            gap = float(np.max(np.abs(a1[same] - a2[same]))) if same.any() else math.nan
+            if (np.isfinite(a1) != np.isfinite(a2)).any():
+                gap = math.inf  # one ended where the other went on
+        steps, inf = readings.probe(r, "scores_inf")
+        _, raw = readings.probe(r, "raw_qk")
+        _, scaled = readings.probe(r, "scaled_qk")
+        bad = nonfinite_step(r)
+        last = None
+        if bad is not None and (steps < bad).any():
+            i = int(np.flatnonzero(steps < bad)[-1])
+            last = (int(steps[i]), float(np.max(raw[i])), float(np.max(scaled[i])))
+        out.append(Replay(readings.arm_of(r), readings.lr(r), r.seed,
+                          None if twin is None else int(twin.summary.get("steps") or 0),
+                          int(r.summary.get("steps") or 0), bad, gap,
+                          first_step(steps, (inf > 0).any(axis=1)), first_step(steps, np.isinf(raw).any(axis=1)),
+                          last))
     return out
 
 

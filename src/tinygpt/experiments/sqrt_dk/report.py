@@ -192,32 +192,172 @@ def fig_loss_vs_lr(curves: dict[Arm, Curve], path: Path) -> Path:
     return path
 
 
-def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str]]:
-    """The float16 table, F1 and F2, and the float32 reruns the design still asks for (as commands)."""
+PLACES = {"scores": "1/sqrt(d_k) after the product", "qk": "1/sqrt(d_k) on q and k before the product",
+          "sdpa": "1/sqrt(d_k), fused sdpa", "scores (unscaled)": "unscaled, explicit formula",
+          "sdpa (unscaled)": "unscaled, fused sdpa"}
+
+
+def largest(values: list[float]) -> str:
+    """The largest of a probe's values over runs: inf when any was, '-' when none was measured."""
+    vals = [v for v in values if not math.isnan(v)]
+    if not vals:
+        return "-"
+    top = max(vals)
+    return "inf" if math.isinf(top) else f"{top:,.0f}"
+
+
+def steps_text(steps: list[int]) -> str:
+    return ", ".join(str(x) for x in sorted(steps))
+
+
+def fp16_table(records) -> str:
+    """One row per placement and rate: how its runs ended, and what the probes saw in them."""
+    cells: dict = {}
+    for r, rec, o in records:
+        cells.setdefault((place_order(rec.placement), rec.placement, rec.lr), []).append((r, rec, o))
+    rows = []
+    for (_, place, x), items in sorted(cells.items()):
+        nonfinite = [numbers.nonfinite_step(r) for r, _, o in items if o.ended == "non-finite loss"]
+        guard = sum(o.ended == "past the guard's limit" for _, _, o in items)
+        rows.append([PLACES.get(place, place), rate(x), str(len(items)),
+                     str(sum(o.ended == "completed" for _, _, o in items)),
+                     f"{len(nonfinite)}" + (f" (steps {steps_text([n for n in nonfinite if n is not None])})"
+                                            if nonfinite else ""),
+                     str(guard), str(sum(o.scores_inf for _, _, o in items)),
+                     str(sum(math.isinf(o.raw_qk) for _, _, o in items)),
+                     largest([o.raw_qk for _, _, o in items]), largest([o.scaled_qk for _, _, o in items])])
+    return markdown_table(["scale", "rate", "runs", "completed", "non-finite loss", "past the guard",
+                           "runs with an inf score at a probe", "runs with an inf raw q.k at a probe",
+                           "largest raw q.k", "largest scaled score"], rows)
+
+
+def reruns_table(runs: list[Run], records, outcomes) -> str:
+    """F2's pairs: each float16 run that diverged beside its float32 rerun."""
+    fp32 = {(readings.arm_of(r).placement, readings.arm_of(r).scale, readings.lr(r), r.seed): r
+            for r in runs if r.experiment == numbers.FP32}
+    rows = []
+    pairs = sorted(zip(records, outcomes, strict=True), key=lambda p: (place_order(p[0][1].placement), p[0][1].lr,
+                                                                       p[0][1].seed))
+    for (r, rec, o), (fp16, _) in pairs:
+        if not fp16:
+            continue
+        a = readings.arm_of(r)
+        twin = fp32.get((a.placement, a.scale, rec.lr, rec.seed))
+        ended = ("not run" if twin is None else
+                 f"diverged ({twin.summary.get('divergence')})" if readings.diverged(twin) else
+                 f"completed, final validation loss {twin.summary['val_loss']:.3f}")
+        rows.append([PLACES.get(rec.placement, rec.placement), rate(rec.lr), str(rec.seed),
+                     o.ended + (f" at step {numbers.nonfinite_step(r)}" if numbers.nonfinite_step(r) else ""),
+                     ended])
+    return markdown_table(["scale", "rate", "seed", "float16", "float32 rerun"], rows)
+
+
+def place_order(place: str) -> int:
+    return list(PLACES).index(place) if place in PLACES else len(PLACES)
+
+
+def replay_place(p: numbers.Replay) -> str:
+    return p.arm.placement if p.arm.scale == "sqrt_dk" else f"{p.arm.placement} (unscaled)"
+
+
+def replay_table(replays: list[numbers.Replay]) -> str:
+    rows = []
+    for p in sorted(replays, key=lambda p: (place_order(replay_place(p)), p.lr, p.seed)):
+        place = replay_place(p)
+        last = p.last_probe
+        rows.append([PLACES.get(place, place), rate(p.lr), str(p.seed),
+                     "-" if p.sweep_steps is None else str(p.sweep_steps), str(p.steps),
+                     "-" if p.nonfinite is None else str(p.nonfinite),
+                     "-" if math.isnan(p.loss_gap) else "inf" if math.isinf(p.loss_gap) else f"{p.loss_gap:.3g}",
+                     "none" if p.first_inf_score is None else str(p.first_inf_score),
+                     "none" if p.first_inf_raw is None else str(p.first_inf_raw),
+                     "-" if last is None else f"step {last[0]}: {largest([last[1]])} / {largest([last[2]])}"])
+    return markdown_table(["scale", "rate", "seed", "steps in the sweep", "steps in the replay",
+                           "non-finite loss at step", "largest training-loss gap to the sweep run",
+                           "first probe with an inf score", "first probe with an inf raw q.k",
+                           "last probe before the non-finite loss: raw q.k / scaled score"], rows)
+
+
+def replay_reading(replays: list[numbers.Replay]) -> str:
+    """What the every-step replay shows, in counts (no verdict): whether it repeats the sweep's runs, whether the
+    diverged runs had an inf score at a probe before their non-finite loss, and whether the scale on q and k
+    kept the scores finite where the raw product overflowed."""
+    same = sum(p.loss_gap == 0 and p.steps == p.sweep_steps for p in replays)
+    diverged = [p for p in replays if p.nonfinite is not None]
+    before = [p for p in diverged if p.first_inf_score is not None and p.first_inf_score < p.nonfinite]
+    qk = [p for p in replays if p.arm.placement == "qk"]
+    qk_raw = sum(p.first_inf_raw is not None for p in qk)
+    qk_score = sum(p.first_inf_score is not None for p in qk)
+    return prose("sqrt_dk", "replay_reading", same=same, n=len(replays), n_div=len(diverged),
+                 before=len(before), n_qk=len(qk), qk_done=sum(p.nonfinite is None for p in qk), qk_raw=qk_raw,
+                 qk_score=qk_score)
+
+
+def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], dict]:
+    """The float16 tables, F1 and F2, amendment 2's replay, the float32 reruns the design still asks for (as
+    commands), and the facts the answer's float16 part names."""
     records = numbers.fp16_records(runs)
     if not records:
-        return [], [], []
-    by_place: dict[str, list] = {}
-    for r, rec, o in records:
-        by_place.setdefault(rec.placement, []).append((r, rec, o))
-    rows = []
-    for place, items in sorted(by_place.items()):
-        ended = {k: sum(o.ended == k for _, _, o in items) for k in ("non-finite loss", "past the guard's limit")}
-        raw = max((o.raw_qk for _, _, o in items if math.isfinite(o.raw_qk)), default=math.nan)
-        scaled = max((o.scaled_qk for _, _, o in items if math.isfinite(o.scaled_qk)), default=math.nan)
-        rows.append([place, str(len(items)), str(sum(o.scores_inf for _, _, o in items)),
-                     f"{raw:,.0f}" if math.isfinite(raw) else "inf",
-                     f"{scaled:,.0f}" if math.isfinite(scaled) else "inf",
-                     str(ended["non-finite loss"]), str(ended["past the guard's limit"])])
-    table = markdown_table(["where the scale sits", "runs", "runs with an inf score", "largest raw q.k",
-                            "largest scaled score", "diverged: non-finite loss", "diverged: past the guard"], rows)
+        return [], [], [], {}
     f1 = verdicts.placement([rec for _, rec, _ in records])
     outcomes = numbers.fp32_reruns(runs, records)
     f2 = verdicts.float32_reruns(outcomes)
     asks = [f"python train.py -m experiment=sqrt_dk_fp32 arm/sqrt_dk={arm_name(r)} optim.lr={rec.lr:g} "
             f"seed={rec.seed}" for (r, rec, _), (fp16, rerun) in zip(records, outcomes, strict=True)
             if fp16 and rerun is None]
-    return ["## Float16: where the scale sits", "", table, ""], [Verdict("F1", f1, {}), Verdict("F2", f2, {})], asks
+    cfg = records[0][0].config
+    stab = cfg["callbacks"]["stability"]
+    scores = [(r, rec, o) for r, rec, o in records if rec.placement == "scores"]
+    facts = {"scores_diverged": sum(o.ended != "completed" for _, _, o in scores),
+             "scores_inf": sum(o.scores_inf for _, _, o in scores),
+             "scores_raw": largest([o.raw_qk for _, _, o in scores]),
+             "diverged": sum(fp16 for fp16, _ in outcomes), "reruns": sum(r is not None for f, r in outcomes if f)}
+    lines = ["## Float16: where the scale sits", "",
+             prose("sqrt_dk", "fp16_setup", dk=readings.arm_of(records[0][0]).d_k,
+                   steps=cfg["trainer"]["max_steps"], rates=", ".join(rate(x) for x in sorted({rec.lr for _, rec, _
+                                                                                             in records})),
+                   seeds=", ".join(str(x) for x in sorted({rec.seed for _, rec, _ in records})),
+                   every=stab["every_n_steps"], windows=stab["windows"]), "",
+             fp16_table(records), ""]
+    if facts["diverged"]:
+        lines += ["Each float16 run that diverged, and its float32 rerun at the same arm, rate and seed (F2):", "",
+                  reruns_table(runs, records, outcomes), ""]
+    replayed = numbers.replays(runs)
+    if replayed:
+        every = replayed_every(runs)
+        lines += ["### Amendment 2: the replay probed after every step (no verdict)", "",
+                  prose("sqrt_dk", "replay_intro", every=every), "", replay_table(replayed), "",
+                  replay_reading(replayed), ""]
+    facts["replayed"] = bool(replayed)
+    return lines, [Verdict("F1", f1, {}), Verdict("F2", f2, {})], asks, facts
+
+
+def replayed_every(runs: list[Run]) -> str:
+    r = next(r for r in runs if r.experiment == numbers.REPLAY)
+    n = int(r.config["callbacks"]["stability"]["every_n_steps"])
+    return "after every step" if n == 1 else f"every {n} steps"
+
+
+def fp16_answer(found: dict[str, str], facts: dict) -> str:
+    """The answer's float16 part, from F1's and F2's verdicts, with what made an undecided one undecided."""
+    if "F1" not in found and "F2" not in found:
+        return "not run"
+    f1 = {"holds": "F1 holds: where the scale after the product overflowed, the scale on q and k before it did not",
+          "fails": "F1 fails: a run with the scale on q and k had an inf score"}.get(found.get("F1"))
+    if f1 is None:
+        replay = ("; amendment 2's replay below looks at every step, without a verdict" if facts.get("replayed")
+                  else "")
+        f1 = ("F1 undecided: the runs with the scale after the product that diverged did so between two probes, "
+              f"and no probe saw an inf score{replay}" if facts.get("scores_diverged") and not facts.get("scores_inf")
+              else "F1 undecided: no run with the scale after the product had an inf score in this budget (largest "
+                   f"raw q.k {facts.get('scores_raw', '-')})")
+    f2 = {"holds": f"F2 holds: each of the {facts.get('diverged')} float16 runs that diverged trained in float32 at "
+                   "the same rate and seed",
+          "fails": "F2 fails: a float32 rerun diverged too"}.get(found.get("F2"))
+    if f2 is None:
+        f2 = ("F2 undecided: no float16 run diverged" if not facts.get("diverged") else
+              "F2 undecided: the float32 reruns the report asks for below have not run")
+    return f"{f1}; {f2}"
 
 
 def ladder(x: float, steps: int) -> float:
@@ -259,7 +399,7 @@ def arm_name(run: Run) -> str:
     return given or str(OmegaConf.select(run.hydra_record, "hydra.runtime.choices.arm/sqrt_dk") or "?")
 
 
-def answer(found: dict[str, str], spiked: bool = True) -> dict[str, str]:
+def answer(found: dict[str, str], spiked: bool = True, fp16: dict | None = None) -> dict[str, str]:
     """Each part of the answer from its verdicts only (DESIGN.md, "The headline answers ...")."""
     def say(keys, yes, no):
         vs = [found[k] for k in keys if k in found]
@@ -295,7 +435,7 @@ def answer(found: dict[str, str], spiked: bool = True) -> dict[str, str]:
                     "not smaller"),
         "reparam": say(["R1"], "under Adam, yes: the control that starts and steps W_Q, W_K as the scaled arm's "
                                "matches it", "no: the control departs from the scaled arm"),
-        "fp16": ", ".join(f"{k} {found[k]}" for k in ("F1", "F2") if k in found) or "not run",
+        "fp16": fp16_answer(found, fp16 or {}),
     }
 
 
@@ -320,7 +460,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         raise ReportError(f"these runs carry design 1's predictions, not design 2's ({missing_keys[0]} missing); "
                           "rerun the sweep at this version.")
     curves, found, est = numbers.compute(runs, pred)
-    fp16_lines, fp16_verdicts, asks = fp16_section(runs)
+    fp16_lines, fp16_verdicts, asks, fp16_facts = fp16_section(runs)
     stage2 = stage_two(curves)
     found += [v for v in fp16_verdicts]
     words = {v.key: v.verdict for v in found}
@@ -342,7 +482,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
               stage2=(prose("sqrt_dk", "stage2_ran", rates=", ".join(rate(x) for x in added),
                             arms="; ".join(a.label for a in sorted(stage2_arms))) if added else ""),
               wall=f"{wall_minutes([r for r in runs if r.experiment == 'sqrt_dk']):.1f}"), "",
-        prose("sqrt_dk", "answer", **answer(words, any_spike(runs, pred["spike_nats"]))), "",
+        prose("sqrt_dk", "answer", **answer(words, any_spike(runs, pred["spike_nats"]), fp16_facts)), "",
         "## Predictions", "", predictions_table(found, missing), "",
         prose("sqrt_dk", "terms", n_layer=cfg["model"]["n_layer"], every=cfg["callbacks"]["stability"]["every_n_steps"],
               val=cfg["data"]["val_windows"], half=cfg["trainer"]["val_check_interval"],
