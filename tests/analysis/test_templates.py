@@ -10,7 +10,7 @@ from tinygpt.analysis.templates import blocks, prose
 @pytest.mark.parametrize("experiment, names", [
     ("causal_mask", {"intro", "terms", "changes", "history", "literature", "threats"}),
     ("sqrt_dk", {"intro", "setup", "terms", "answer", "described", "fp16_missing", "stage2_ran", "threats",
-                 "literature", "changes", "fp16_setup", "replay_intro", "replay_reading"}),
+                 "literature", "changes", "fp16_setup", "replay_intro", "replay_reading", "described_steps"}),
     ("partial_leaks", {"intro", "terms", "changes", "seen", "fill_seen", "onset", "onset_why_earlier", "onset_why_same",
                        "onset_why_later", "onset_shapes_seen", "onset_shapes_other", "alarm", "fill", "fill_misses",
                        "fill_closing", "literature", "limits", "replace", "threats", "probe_blind"}),

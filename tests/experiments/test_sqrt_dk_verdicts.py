@@ -110,3 +110,15 @@ def test_loss_spikes_count_rises_above_the_running_minimum_after_warmup():
     assert loss_spikes(steps[::-1], spiky[::-1], after=2, nats=0.5) == 3  # order of the log rows does not matter
     drifting = [4.0, 9.0, 3.0, 2.0, 2.2, 2.4, 2.6, 2.8, 2.9, 3.0]  # 9.0 > 4.0 + 0.5; then 2.6 ... 3.0 > 2.0 + 0.5
     assert loss_spikes(steps, drifting, after=0, nats=0.5) == 5  # a slow rise counts at every step past the margin
+
+
+def test_steps_to_a_threshold_is_the_first_step_whose_trailing_mean_is_below_it():
+    from tinygpt.experiments.sqrt_dk.verdicts import steps_to
+
+    losses = [4.0 - 0.01 * s for s in range(300)]  # the mean of steps s-9 .. s is 4 - 0.01 (s - 4.5)
+    assert steps_to(range(300), losses, threshold=3.0, window=10, budget=300) == 105  # 4 - 0.01 * 100.5 < 3
+    assert steps_to(range(300), losses, threshold=3.0, window=1, budget=300) == 101
+    assert steps_to(range(300), losses, threshold=0.5, window=10, budget=300) == 300  # never: the budget
+    nan = [*losses[:50], float("nan"), *losses[51:]]  # a non-finite loss ends the count
+    assert steps_to(range(300), nan, threshold=3.0, window=10, budget=300) == 300
+    assert steps_to([5, 3, 4, 1, 2], [1.0, 1.0, 1.0, 9.0, 9.0], threshold=2.0, window=2, budget=9) == 4  # by step

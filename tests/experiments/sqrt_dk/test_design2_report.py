@@ -28,6 +28,8 @@ def test_the_report_reads_the_premise_and_its_consequences_back(tmp_path):
             "the main sweep had a loss spike); more so "
             "as d_k grows: yes (M1 holds, C2 holds)") in text  # the headline from the verdicts only
     assert "the softmax gain at init is" in text and ": lower unscaled)" in text  # described, no verdict
+    assert re.search(r"below a bigram model's validation loss at step \d+ \[\d+, \d+\] unscaled and \d+ \[\d+, \d+\] "
+                     r"scaled \(\+\d+ \[\+\d+, \+\d+\]: higher unscaled\)", text)  # slower by construction
     assert re.search(r"\(experiment=sqrt_dk\) took \d+\.\d min of wall time", text)
     row = next(line for line in text.splitlines() if line.startswith("| unit init, d_k = 256, unscaled |"))
     assert row.count("[") == 6 and "| 256.000 [" in row  # the largest raw q.k at init: d_k by construction

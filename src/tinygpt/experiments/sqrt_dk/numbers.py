@@ -59,7 +59,7 @@ def scalar(values: list[float], ids: tuple, name: str) -> Sample:
 def samples(arms: dict[Arm, dict[float, list[Run]]], n: int, pred: dict) -> dict:
     """Every sample the estimates need: each cell's final window losses, and per arm the per-run scalars (the
     mechanism at init and through training at pred['mechanism_lr'], the gradient at init, the loss spikes averaged
-    over its rates, the half-budget loss at each rate)."""
+    over its rates, the half-budget loss and the steps to the bigram loss at each rate)."""
     out = {}
     for arm, by_lr in sorted(arms.items()):
         for x, rs in sorted(by_lr.items()):
@@ -67,6 +67,7 @@ def samples(arms: dict[Arm, dict[float, list[Run]]], n: int, pred: dict) -> dict
             out[("final", arm, x)] = Sample(np.stack([readings.final_windows(r, n) for r in rs]), seeds=f"seeds {ids}",
                                             seed_ids=ids)
             out[("half", arm, x)] = scalar([readings.half_budget_loss(r) for r in rs], ids, "half")
+            out[("steps", arm, x)] = scalar([readings.steps_to_bigram(r)[0] for r in rs], ids, "steps")
         at = by_lr.get(pred["mechanism_lr"]) or by_lr[sorted(by_lr)[0]]  # the init does not depend on the rate
         ids = tuple(r.seed for r in at)
         out[("trace0", arm)] = scalar([readings.trace_at_init(r) for r in at], ids, "trace0")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinygpt.analysis.sweep import Run, window_measure
-from tinygpt.experiments.sqrt_dk.verdicts import loss_spikes
+from tinygpt.experiments.sqrt_dk.verdicts import loss_spikes, steps_to
 
 
 @dataclass(frozen=True, order=True)
@@ -121,6 +121,22 @@ def spikes(run: Run, nats: float) -> int:
     """Loss spikes after warmup (tinygpt.experiments.sqrt_dk.verdicts.loss_spikes) on the per-step training loss."""
     steps, values = run.series("train/loss")
     return loss_spikes(steps, values, after=int(run.config["optim"]["warmup_steps"]), nats=nats)
+
+
+STEPS_WINDOW = 20  # steps_to_bigram: the training loss averaged over this many steps (one batch of 12 is noisy)
+
+
+def steps_to_bigram(run: Run) -> tuple[int, bool]:
+    """The first step at which the training loss (its mean over the last STEPS_WINDOW steps) is below a bigram
+    model's loss on the validation windows (the run's own diagnostics), and whether it got there: a run that never
+    did counts as trainer.max_steps, a lower bound (verdicts.steps_to)."""
+    budget = int(run.config["trainer"]["max_steps"])
+    bigram = (run.summary.get("diagnostics") or {}).get("bigram_loss")
+    if bigram is None:
+        return budget, False
+    steps, values = run.series("train/loss")
+    n = steps_to(steps, values, float(bigram), STEPS_WINDOW, budget)
+    return n, n < budget
 
 
 @dataclass(frozen=True)

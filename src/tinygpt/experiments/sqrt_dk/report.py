@@ -84,11 +84,17 @@ def described_reading(curves: dict[Arm, Curve], est: dict) -> list[str]:
         return []
     gain = est[("softmax_gain", none)] - est[("softmax_gain", sqrt)]
     ent = est[("entropy", none)] - est[("entropy", sqrt)]
+    fast = []
+    if none in curves and sqrt in curves and all(("steps", a, curves[a].best_lr) in est for a in (none, sqrt)):
+        sn, ss = (est[("steps", a, curves[a].best_lr)] for a in (none, sqrt))
+        fast = [prose("sqrt_dk", "described_steps", dk=top, window=readings.STEPS_WINDOW, steps_none=sn.format(0),
+                      steps_sqrt=ss.format(0),
+                      steps_diff=(sn - ss).format(0, signed=True), steps_word=difference_word(sn - ss)), ""]
     return [prose("sqrt_dk", "described", dk=top, gain_none=est[("softmax_gain", none)].format(3),
                   gain_sqrt=est[("softmax_gain", sqrt)].format(3), gain_diff=gain.format(3, signed=True),
                   gain_word=difference_word(gain), ent_none=est[("entropy", none)].format(3),
                   ent_sqrt=est[("entropy", sqrt)].format(3), ent_diff=ent.format(3, signed=True),
-                  ent_word=difference_word(ent)), ""]
+                  ent_word=difference_word(ent)), "", *fast]
 
 
 def difference_word(e: Estimate) -> str:
@@ -102,14 +108,18 @@ def curves_table(curves: dict[Arm, Curve], est: dict) -> str:
         c = curves[a]
         lr_star = f"{10 ** c.opt_x.value:.3g} [{10 ** c.opt_x.lo:.3g}, {10 ** c.opt_x.hi:.3g}]"
         half = est.get(("half", a, c.best_lr))
+        steps = est.get(("steps", a, c.best_lr))
+        reached = [readings.steps_to_bigram(r)[1] for r in c.runs.get(c.best_lr, [])]
         spikes = est.get(("spikes", a))
         rows.append([a.label, c.best.format(3), lr_star,
                      c.lower.format(2) + (" (open)" if c.open_lo else ""),
                      c.upper.format(2) + (" (open)" if c.open_hi else ""),
-                     half.format(3) if half is not None else "-", spikes.format(2) if spikes is not None else "-",
-                     diverged_text(c)])
+                     half.format(3) if half is not None else "-",
+                     f"{steps.format(0)} ({sum(reached)} of {len(reached)})" if steps is not None else "-",
+                     spikes.format(2) if spikes is not None else "-", diverged_text(c)])
     return markdown_table(["arm", "best loss", "optimum lr*", "lower half-width", "upper half-width",
-                           "half-budget loss", "spikes per run", "runs diverged"], rows)
+                           "half-budget loss", "steps to the bigram loss (runs that reached it)", "spikes per run",
+                           "runs diverged"], rows)
 
 
 def diverged_text(c: Curve) -> str:
