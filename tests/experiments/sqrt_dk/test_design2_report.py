@@ -126,8 +126,8 @@ def test_an_overflow_between_probes_leaves_f1_undecided_and_the_every_step_repla
     assert "| 1/sqrt(d_k) on q and k before the product | 0.0215 | 11 | 300 | 300 | - | 0 | none | 101 | - |" in replays
     assert ("The replay repeats its sweep run in 9 of 9 (the same training loss at every step and the same last "
             "step). Of the 6 replayed runs that went non-finite, 6 had an inf score at a probe before the step whose "
-            "loss was non-finite. Of the 3 with the scale on q and k, 3 completed; in 3 a probe saw the raw q.k "
-            "overflow to inf, and in 0 an inf score.") in text
+            "loss was non-finite. Of the 3 with the scale on q and k, 3 completed; in 3 a probe saw the raw q.k (a "
+            "product this placement never forms) overflow to inf, and in 0 an inf score.") in text
     assert "| fp16 |" not in text and "| 1/sqrt(d_k) after the product | 0.0215 | 11 | non-finite loss at step 110 | " \
         "completed, final validation loss" in text  # F2's pairs
     lines = metrics.read_text().splitlines()  # a replay that is not its sweep run is counted as such
