@@ -151,3 +151,58 @@ def test_a_run_dir_names_one_checkpoint_for_ckpt_path_and_for_the_clis(tmp_path)
         run_dirs.checkpoint_file(tmp_path / "empty")
     with pytest.raises(ConfigError, match="is not a checkpoint file or a run dir holding checkpoints/last.ckpt"):
         run_dirs.resolve_ckpt_path(str(tmp_path / "empty"), tmp_path)
+
+
+def test_a_stop_before_the_first_checkpoint_resumes_into_last_ckpt_not_beside_it(tmp_path):
+    """A run stopped before ModelCheckpoint had saved anything (DDP rank 0 signalled in the rendezvous, stopping at
+    step 0; any stop before the first validation) left ModelCheckpoint recording no last checkpoint, so the resumed
+    run found a last.ckpt it did not know, wrote last-v1.ckpt beside it and kept last.ckpt at the stop's step (a
+    later resume in place was then refused). GracefulStop records its last.ckpt as ModelCheckpoint's."""
+    import signal
+
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from tinygpt.runtime.graceful_stop import GracefulStop
+    from tinygpt.runtime.interrupts import RunInterrupted
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, _):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 4)), batch_size=4)
+
+    class SignalAt(L.Callback):  # as if a signal arrived during step 2
+        def __init__(self, stop):
+            self.stop = stop
+
+        def on_train_batch_end(self, trainer, *_):
+            if trainer.global_step == 2:
+                self.stop.signum = signal.SIGTERM
+
+    def trainer(*extra):
+        return L.Trainer(max_steps=6, callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True,
+                                                                 every_n_train_steps=3), *extra],
+                         logger=False, enable_progress_bar=False, enable_model_summary=False)
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)}
+    try:
+        stop = GracefulStop()
+        with pytest.raises(RunInterrupted):
+            trainer(SignalAt(stop), stop).fit(Tiny())
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+        trainer(GracefulStop()).fit(Tiny(), ckpt_path=tmp_path / "last.ckpt", weights_only=False)
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    assert "last-v1.ckpt" not in {p.name for p in tmp_path.iterdir()}
+    assert torch.load(tmp_path / "last.ckpt", weights_only=False)["global_step"] == 6

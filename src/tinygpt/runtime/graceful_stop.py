@@ -88,9 +88,15 @@ class GracefulStop(L.Callback):
             raise RunInterrupted(self.signum)
 
     def save(self, trainer) -> Path:
-        """last.ckpt at the current step, where ModelCheckpoint keeps it."""
+        """last.ckpt at the current step, where ModelCheckpoint keeps it, and recorded as its last checkpoint (in
+        the checkpoint's own copy of its state too): a stop before ModelCheckpoint's first save had left it
+        recording none, so the resumed run found a last.ckpt it did not know and wrote last-v1.ckpt beside it,
+        last.ckpt staying at the stop's step."""
         from tinygpt.runtime.checkpoint import last_path
 
         self.saved_path = last_path(trainer)
+        cb = trainer.checkpoint_callback
+        if cb is not None and hasattr(cb, "last_model_path"):
+            cb.last_model_path = str(self.saved_path)
         trainer.save_checkpoint(self.saved_path, weights_only=False)
         return self.saved_path
