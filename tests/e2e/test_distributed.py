@@ -285,3 +285,29 @@ def test_several_devices_under_lightnings_auto_strategy_are_started_by_us(tmp_pa
     """trainer.devices=4 with the default strategy (auto: Lightning's ddp) had gone to Lightning's launcher, which
     reruns the whole command line in each rank (a whole sweep under -m) and SIGKILLs rank 0 when a rank stops."""
     assert processes_per_node(compose_train(["trainer.devices=4"]).trainer) == 4
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_a_ddp_run_just_as_training_ends_is_a_clean_stop(tmp_path, corpus_args):
+    """Ctrl-C to the process group as fit reports max_steps reached (the newcomer's retry, 2 of 2): the ranks stop
+    outside a step's agreement, rank 1 already in the end of the run, and rank 0's save, which waits for every
+    rank, failed ('Connection closed by peer'): a traceback, exit 1, no summary. ModelCheckpoint's last.ckpt is at
+    that step already: exit 130, the summary, the resume command, and the resume finishes the run."""
+    run_dir = tmp_path / "run"
+    args = [*TINY, *corpus_args, *DDP, "trainer.devices=2", "logger=none", "trainer.max_steps=60",
+            "trainer.val_check_interval=30", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env={**os.environ, "WANDB_MODE": "offline"})
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "max_steps=60` reached" in line:
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    out = "".join(seen) + proc.communicate(timeout=180)[0]
+    assert proc.returncode == 130, out[-3000:]
+    assert "Traceback" not in out and "ckpt_path=last" in out
+    assert summary(run_dir)["status"] == "interrupted"
+    assert run_train([*args, "ckpt_path=last"]).returncode == 0
+    assert summary(run_dir)["status"] == "completed" and summary(run_dir)["steps"] == 60

@@ -148,11 +148,25 @@ def summary_of(run: TrainingRun, module: GPTModule, status: str) -> dict[str, An
                         alarm=run.alarm)
 
 
+def saved_at_this_step(trainer) -> Path | None:
+    """ModelCheckpoint's last.ckpt when its last save was at the trainer's current step (Lightning's record of it),
+    else None."""
+    cb = trainer.checkpoint_callback
+    path = getattr(cb, "last_model_path", "") if cb is not None else ""
+    if path and getattr(cb, "_last_global_step_saved", None) == trainer.global_step and Path(path).is_file():
+        return Path(path)
+    return None
+
+
 def interrupted(run: TrainingRun, module: GPTModule, signalled: RunInterrupted) -> None:
     """A signal stopped training: last.ckpt at the current step, a partial summary, the resume command."""
     trainer, stop = run.trainer, run.stop
     if stop.saved_path is None:
-        stop.save(trainer)
+        reuse = saved_at_this_step(trainer) if trainer.world_size > 1 else None
+        if reuse is not None:  # ranks stopped outside a step's agreement may have parted: a save, which waits for
+            stop.saved_path = reuse  # every rank, would fail; ModelCheckpoint's last save is at this very step
+        else:
+            stop.save(trainer)
     summary = summary_of(run, module, "interrupted")
     summary["interrupted"] = signalled.signal_name
     summary["interrupted_during"] = signalled.during
