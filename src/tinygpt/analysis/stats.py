@@ -35,8 +35,9 @@ from scipy import stats as scipy_stats
 LEVEL = 0.95  # every interval in the reports
 N_BOOT = 2000  # bootstrap replicates
 SEED = 0  # the bootstrap's random generator: fixed, so a report is reproducible to the digit
-METHOD = ("bootstrap replicates that resample the validation windows and the seeds, the percentile interval "
-          "widened to a t quantile with Welch-Satterthwaite degrees of freedom (S - 1 for S seeds)")
+METHOD = ("bootstrap replicates that resample the validation windows and weight each seed's deviation from the "
+          "mean by a Gaussian multiplier (a wild bootstrap of the seed level), the percentile interval widened to a t "
+          "quantile with Welch-Satterthwaite degrees of freedom (S - 1 for S seeds)")
 
 
 @dataclass(frozen=True)

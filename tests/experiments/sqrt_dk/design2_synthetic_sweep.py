@@ -82,7 +82,7 @@ def write_run(d: Path, cfg: dict, experiment: str, arm: str, windows: np.ndarray
     write_metrics(d / "history" / "metrics.csv", rows)
     (d / "summary.json").write_text(json.dumps({
         "status": "completed", "config": cfg, "val_loss": None if diverged else float(windows.mean()),
-        "vocab_size": 65, "train_seconds": 20.0, "steps": len(train_loss) - 1 if diverged else 300,
+        "vocab_size": 65, "train_seconds": 20.0, "steps": len(train_loss) if diverged else 300,
         "diverged": diverged is not None,
         "divergence": diverged, "diagnostics": {"unigram_loss": 3.3, "bigram_loss": 2.5}}))
     (d / ".hydra" / "hydra.yaml").write_text(
@@ -140,7 +140,7 @@ def fp16_run(d, rng, world, window_effect, arm, lr, seed, experiment="sqrt_dk_fp
     if experiment == "sqrt_dk_fp16_probe":
         cfg["callbacks"]["stability"]["every_n_steps"] = 1
     write_run(d, cfg, experiment, arm, windows, 2.6, train, probe,
-              diverged=f"training loss nan at step {NAN_STEP}" if overflow else None)
+              diverged=f"training loss nan at step {NAN_STEP + 1}" if overflow else None)  # the guard counts from 1
 
 
 def make_sweep(root: Path, world: World = World()) -> int:

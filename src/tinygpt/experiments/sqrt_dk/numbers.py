@@ -164,7 +164,9 @@ def verdicts_of(curves: dict[Arm, Curve], est: dict, pred: dict) -> list[Verdict
         if c["g256n"] and c["g256s"]:
             inter = combine(lambda y: (y[..., 0] - y[..., 1]) - (y[..., 2] - y[..., 3]),
                             [c["u256n"].best, c["u256s"].best, c["g256n"].best, c["g256s"].best])
-            out.append(Verdict("G1", verdicts.side(inter, +1), {"unit gap - GPT-2 gap at d_k = 256": inter}))
+            out.append(Verdict("G1", verdicts.side(inter, +1), {"unit gap - GPT-2 gap at d_k = 256": inter,
+                                                                "unit gap": gap,
+                                                                "GPT-2 gap": c["g256n"].best - c["g256s"].best}))
     full = curves.get(arm("unit", 256, "none", "full"))
     if full and c["u256s"]:
         db, do = full.best - c["u256s"].best, full.opt_x - c["u256s"].opt_x
@@ -231,10 +233,12 @@ class Replay:
 
 
 def nonfinite_step(run: Run) -> int | None:
-    """The step whose training loss was not finite (the divergence guard's reason), None for a run without one."""
+    """The step whose training loss was not finite, numbered as the history numbers steps (from 0), None for a run
+    without one. The divergence guard's reason counts the steps taken, one more ("at step 67": the 67th step, step
+    66 of the history, right after the last finite loss logged at 65)."""
     words = str(run.summary.get("divergence") or "").split()
     if words[:2] == ["training", "loss"] and not math.isfinite(float(words[2])) and "step" in words:
-        return int(words[words.index("step") + 1])
+        return int(words[words.index("step") + 1]) - 1
     return None
 
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[4]
 STATEMENTS = {  # each prediction as DESIGN.md states it (the table's "prediction" column)
     "M1": "unit init, at init: without the factor the softmax saturates more as d_k grows; with it, it does not",
     "M2": "unit init, at init: the gradient reaching W_Q, W_K is larger without the factor, more so as d_k grows",
-    "M3": "unit init, d_k = 256: the unscaled softmax stays more saturated through training",
+    "M3": "unit init, d_k = 256, at the rate mechanism_lr: the unscaled softmax stays more saturated through training",
     "C1": "unit init, d_k = 256: the best loss is worse without the factor",
     "C2": "unit init: the best-loss cost of dropping the factor grows with d_k",
     "C3": "unit init, d_k = 256: without the factor training is slower (half-budget loss)",
@@ -55,10 +55,18 @@ def number_text(numbers: dict[str, Estimate]) -> str:
     return "; ".join(f"{name} {e.format(3, signed=True)}" for name, e in numbers.items())
 
 
-def predictions_table(found: list[Verdict], missing: list[str]) -> str:
-    rows = [[v.key, STATEMENTS[v.key], number_text(v.numbers), f"**{v.verdict}**"] for v in found]
-    rows += [[k, STATEMENTS[k], "its arms did not run", "not tested"] for k in missing]
-    return markdown_table(["", "prediction (DESIGN.md)", "measured (95% interval)", "verdict"], rows)
+INFORMED = {  # DESIGN.md's "informed by" column: what was known when each prediction was written
+    "M1": "the computation in DESIGN.md", "M2": "the computation in DESIGN.md", "C1": "the unit-init pilot",
+    "C2": "the unit-init pilot (weakly)", "G1": "design 1 (GPT-2 gaps small)"}
+
+
+def predictions_table(found: list[Verdict], missing: list[str], mechanism_lr: float | None = None) -> str:
+    def said(k):
+        return STATEMENTS[k].replace("mechanism_lr", rate(mechanism_lr)) if mechanism_lr else STATEMENTS[k]
+    rows = [[v.key, said(v.key), INFORMED.get(v.key, "no"), number_text(v.numbers), f"**{v.verdict}**"]
+            for v in found]
+    rows += [[k, said(k), INFORMED.get(k, "no"), "its arms did not run", "not tested"] for k in missing]
+    return markdown_table(["", "prediction (DESIGN.md)", "informed by", "measured (95% interval)", "verdict"], rows)
 
 
 def mechanism_table(curves: dict[Arm, Curve], est: dict) -> str:
@@ -87,9 +95,12 @@ def described_reading(curves: dict[Arm, Curve], est: dict) -> list[str]:
     fast = []
     if none in curves and sqrt in curves and all(("steps", a, curves[a].best_lr) in est for a in (none, sqrt)):
         sn, ss = (est[("steps", a, curves[a].best_lr)] for a in (none, sqrt))
+        capped = not all(readings.steps_to_bigram(r)[1] for a in (none, sqrt)
+                         for r in curves[a].runs[curves[a].best_lr])
         fast = [prose("sqrt_dk", "described_steps", dk=top, window=readings.STEPS_WINDOW, steps_none=sn.format(0),
-                      steps_sqrt=ss.format(0),
-                      steps_diff=(sn - ss).format(0, signed=True), steps_word=difference_word(sn - ss)), ""]
+                      steps_sqrt=ss.format(0), steps_diff=(sn - ss).format(0, signed=True),
+                      steps_word="a run never got there, so no direction is read" if capped
+                      else difference_word(sn - ss)), ""]
     return [prose("sqrt_dk", "described", dk=top, gain_none=est[("softmax_gain", none)].format(3),
                   gain_sqrt=est[("softmax_gain", sqrt)].format(3), gain_diff=gain.format(3, signed=True),
                   gain_word=difference_word(gain), ent_none=est[("entropy", none)].format(3),
@@ -120,6 +131,22 @@ def curves_table(curves: dict[Arm, Curve], est: dict) -> str:
     return markdown_table(["arm", "best loss", "optimum lr*", "lower half-width", "upper half-width",
                            "half-budget loss", "steps to the bigram loss (runs that reached it)", "spikes per run",
                            "runs diverged"], rows)
+
+
+def bigram_loss(runs: list[Run]) -> float:
+    """A bigram model's loss on the validation windows (each run's own diagnostic; the same windows in every run)."""
+    vals = [float(r.summary["diagnostics"]["bigram_loss"]) for r in runs
+            if (r.summary.get("diagnostics") or {}).get("bigram_loss") is not None]
+    return float(np.median(vals)) if vals else math.nan
+
+
+def above_bigram(curves: dict[Arm, Curve], bigram: float) -> list[str]:
+    """The arms whose best loss does not reach below a bigram model's (its interval's lower end at or above it)."""
+    if not math.isfinite(bigram):
+        return []
+    arms = [a.label for a, c in sorted(curves.items(), key=lambda kv: (kv[0].control, kv[0].init, kv[0].d_k,
+                                                                        kv[0].scale)) if c.best.lo >= bigram]
+    return [prose("sqrt_dk", "bigram", bigram=f"{bigram:.3f}", arms="; ".join(arms) if arms else "none"), ""]
 
 
 def diverged_text(c: Curve) -> str:
@@ -163,7 +190,7 @@ def fig_trace(curves: dict[Arm, Curve], est: dict, path: Path) -> Path:
                               f"{'1/sqrt(d_k)' if scale == 'sqrt_dk' else 'unscaled'}", capsize=3)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("d_k")
-    ax.set_ylabel("softmax Jacobian trace at init (1 uniform, 0 one-hot)")
+    ax.set_ylabel("Jacobian trace at init\n(1 uniform, 0 one-hot)")
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -172,7 +199,7 @@ def fig_trace(curves: dict[Arm, Curve], est: dict, path: Path) -> Path:
     return path
 
 
-def fig_loss_vs_lr(curves: dict[Arm, Curve], path: Path) -> Path:
+def fig_loss_vs_lr(curves: dict[Arm, Curve], path: Path, bigram: float = math.nan) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -184,13 +211,16 @@ def fig_loss_vs_lr(curves: dict[Arm, Curve], path: Path) -> Path:
         for a, c in sorted(curves.items()):
             if a.d_k != dk:
                 continue
-            colour = "tab:blue" if a.scale == "sqrt_dk" else ("tab:purple" if a.control else "tab:red")
+            colour = "tab:blue" if a.scale == "sqrt_dk" else {"full": "tab:purple", "init": "tab:green"}.get(
+                a.control, "tab:red")
             style = "-" if a.init == "unit" else "--"
             v = np.array([e.value for e in c.cells])
             lo, hi = np.array([e.lo for e in c.cells]), np.array([e.hi for e in c.cells])
             ax.plot(c.lrs, v, marker="o", color=colour, linestyle=style, label=a.label.split(", ", 2)[-1]
                     + (" (unit)" if a.init == "unit" else " (GPT-2)"))
             ax.fill_between(c.lrs, lo, hi, color=colour, alpha=0.15)
+        if math.isfinite(bigram):
+            ax.axhline(bigram, color="grey", linestyle=":", linewidth=1, label="bigram model")
         ax.set_xscale("log")
         ax.set_title(f"d_k = {dk}")
         ax.set_xlabel("peak learning rate")
@@ -235,10 +265,20 @@ def fp16_table(records) -> str:
                                             if nonfinite else ""),
                      str(guard), str(sum(o.scores_inf for _, _, o in items)),
                      str(sum(math.isinf(o.raw_qk) for _, _, o in items)),
-                     largest([o.raw_qk for _, _, o in items]), largest([o.scaled_qk for _, _, o in items])])
+                     largest([o.raw_qk for _, _, o in items]), largest([o.scaled_qk for _, _, o in items]),
+                     final_losses([r for r, _, o in items if o.ended == "completed"])])
     return markdown_table(["scale", "rate", "runs", "completed", "non-finite loss", "past the guard",
                            "runs with an inf score at a probe", "runs with an inf raw q.k at a probe",
-                           "largest raw q.k", "largest scaled score"], rows)
+                           "largest raw q.k", "largest scaled score", "final validation loss of those completed"],
+                          rows)
+
+
+def final_losses(runs: list[Run]) -> str:
+    """The range of the runs' final validation losses ('-' for none)."""
+    vals = sorted(float(r.summary["val_loss"]) for r in runs if r.summary.get("val_loss") is not None)
+    if not vals:
+        return "-"
+    return f"{vals[0]:.3f}" if len(vals) == 1 else f"{vals[0]:.3f} to {vals[-1]:.3f}"
 
 
 def reruns_table(runs: list[Run], records, outcomes) -> str:
@@ -285,7 +325,7 @@ def replay_table(replays: list[numbers.Replay]) -> str:
     return markdown_table(["scale", "rate", "seed", "steps in the sweep", "steps in the replay",
                            "non-finite loss at step", "largest training-loss gap to the sweep run",
                            "first probe with an inf score", "first probe with an inf raw q.k",
-                           "last probe before the non-finite loss: raw q.k / scaled score"], rows)
+                           "a diverged run's last probe: step, raw q.k / scaled score"], rows)
 
 
 def replay_reading(replays: list[numbers.Replay]) -> str:
@@ -294,7 +334,7 @@ def replay_reading(replays: list[numbers.Replay]) -> str:
     kept the scores finite where the raw product overflowed."""
     same = sum(p.loss_gap == 0 and p.steps == p.sweep_steps for p in replays)
     diverged = [p for p in replays if p.nonfinite is not None]
-    before = [p for p in diverged if p.first_inf_score is not None and p.first_inf_score < p.nonfinite]
+    before = [p for p in diverged if p.first_inf_score is not None]
     qk = [p for p in replays if p.arm.placement == "qk"]
     qk_raw = sum(p.first_inf_raw is not None for p in qk)
     qk_score = sum(p.first_inf_score is not None for p in qk)
@@ -339,6 +379,8 @@ def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], 
                   prose("sqrt_dk", "replay_intro", every=every), "", replay_table(replayed), "",
                   replay_reading(replayed), ""]
     facts["replayed"] = bool(replayed)
+    facts["replay_div"] = sum(p.nonfinite is not None for p in replayed)
+    facts["replay_inf"] = sum(p.nonfinite is not None and p.first_inf_score is not None for p in replayed)
     return lines, [Verdict("F1", f1, {}), Verdict("F2", f2, {})], asks, facts
 
 
@@ -355,14 +397,15 @@ def fp16_answer(found: dict[str, str], facts: dict) -> str:
     f1 = {"holds": "F1 holds: where the scale after the product overflowed, the scale on q and k before it did not",
           "fails": "F1 fails: a run with the scale on q and k had an inf score"}.get(found.get("F1"))
     if f1 is None:
-        replay = ("; amendment 2's replay below looks at every step, without a verdict" if facts.get("replayed")
-                  else "")
-        f1 = ("F1 undecided: the runs with the scale after the product that diverged did so between two probes, "
-              f"and no probe saw an inf score{replay}" if facts.get("scores_diverged") and not facts.get("scores_inf")
+        replay = (f" (amendment 2's replay, probed after every step, saw one in {facts['replay_inf']} of "
+                  f"{facts['replay_div']} diverged runs, without a verdict)" if facts.get("replayed") else "")
+        f1 = ("F1 undecided: runs with the scale after the product diverged, but no probe of theirs saw an inf score "
+              f"on its windows{replay}" if facts.get("scores_diverged") and not facts.get("scores_inf")
               else "F1 undecided: no run with the scale after the product had an inf score in this budget (largest "
                    f"raw q.k {facts.get('scores_raw', '-')})")
-    f2 = {"holds": f"F2 holds: each of the {facts.get('diverged')} float16 runs that diverged trained in float32 at "
-                   "the same rate and seed",
+    f2 = {"holds": f"F2 holds: each of the {facts.get('diverged')} float16 runs that diverged ran to its end in "
+                   "float32 at the same rate and seed without diverging (how little they learned there: the float32 "
+                   "reruns' table)",
           "fails": "F2 fails: a float32 rerun diverged too"}.get(found.get("F2"))
     if f2 is None:
         f2 = ("F2 undecided: no float16 run diverged" if not facts.get("diverged") else
@@ -428,7 +471,7 @@ def answer(found: dict[str, str], spiked: bool = True, fp16: dict | None = None)
     else:
         better = [found.get(k) for k in ("C1", "C3")]
         steadier = [found.get(k) for k in ("C4", "C5")]
-        consequence = ("better: without the factor the best loss is worse and training slower"
+        consequence = ("better: without the factor the best loss is worse, and so is the loss at half the budget"
                        if better == ["holds"] * 2 else "better: not shown") + f" ({named(['C1', 'C3'])}); "
         consequence += ("steadier: yes" if "holds" in steadier else
                         "steadier: not shown, so this report does not say the factor helps stability") + \
@@ -436,10 +479,11 @@ def answer(found: dict[str, str], spiked: bool = True, fp16: dict | None = None)
         consequence += ("more so as d_k grows: yes" if found.get("C2") == "holds" and found.get("M1") == "holds"
                         else "more so as d_k grows: not shown") + f" ({named(['M1', 'C2'])})"
     return {
-        "mechanism": say(["M1", "M3"], "yes: the unscaled softmax saturates as d_k grows and stays saturated through "
-                                       "training, the scaled one does not", "not as predicted"),
-        "gradient": say(["M2"], "no: at init the gradient reaching W_Q and W_K is larger without the factor; the "
-                                "vanishing is the softmax Jacobian's", "not as predicted"),
+        "mechanism": say(["M1", "M3"], "yes: at init the unscaled softmax saturates more as d_k grows and the scaled "
+                                       "one does not (M1), and through training the unscaled one stays the more "
+                                       "saturated (M3)", "not as predicted"),
+        "gradient": say(["M2"], "no: at init the gradient reaching W_Q and W_K is larger without the factor; what "
+                                "falls with d_k is the softmax Jacobian's trace (M1)", "not as predicted"),
         "consequence": consequence,
         "gpt2": say(["G1"], "the cost of dropping the factor is smaller than under the premise's init",
                     "not smaller"),
@@ -477,7 +521,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     missing = [k for k in STATEMENTS if k not in words]
     cfg = runs[0].config
     fig_trace(curves, est, out / "trace_vs_dk.png")
-    fig_loss_vs_lr(curves, out / "loss_vs_lr.png")
+    fig_loss_vs_lr(curves, out / "loss_vs_lr.png", bigram_loss(runs))
     seeds = sorted({r.seed for r in runs})
     lrs = main_grid(curves)
     added = sorted({x for c in curves.values() for x in c.lrs} - set(lrs))
@@ -493,14 +537,19 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
                             arms="; ".join(a.label for a in sorted(stage2_arms))) if added else ""),
               wall=f"{wall_minutes([r for r in runs if r.experiment == 'sqrt_dk']):.1f}"), "",
         prose("sqrt_dk", "answer", **answer(words, any_spike(runs, pred["spike_nats"]), fp16_facts)), "",
-        "## Predictions", "", predictions_table(found, missing), "",
+        "## Predictions", "", predictions_table(found, missing, pred.get("mechanism_lr")), "",
         prose("sqrt_dk", "terms", n_layer=cfg["model"]["n_layer"], every=cfg["callbacks"]["stability"]["every_n_steps"],
               val=cfg["data"]["val_windows"], half=cfg["trainer"]["val_check_interval"],
               delta=f"{pred['basin_delta']:g}", spike=f"{pred['spike_nats']:g}", method=METHOD, n_boot=N_BOOT,
               level=f"{LEVEL:.0%}"), "",
-        "## The mechanism", "", "![trace vs d_k](trace_vs_dk.png)", "", mechanism_table(curves, est), "",
+        "## The mechanism", "", "![trace vs d_k](trace_vs_dk.png)", "",
+        prose("sqrt_dk", "bars", level=f"{LEVEL:.0%}"), "",
+        mechanism_table(curves, est), "",
         *described_reading(curves, est),
-        "## The consequences", "", "![loss vs lr](loss_vs_lr.png)", "", curves_table(curves, est), "",
+        "## The consequences", "", "![loss vs lr](loss_vs_lr.png)", "",
+        prose("sqrt_dk", "bands", level=f"{LEVEL:.0%}"), "",
+        curves_table(curves, est), "",
+        *above_bigram(curves, bigram_loss(runs)),
         "Final loss at each rate (95% interval):", "", loss_grid(curves), "",
         *(fp16_lines or [prose("sqrt_dk", "fp16_missing"), ""]),
         *([("The design's float32 reruns still to run:"), "", *[f"    {a}" for a in asks], ""] if asks else []),
@@ -509,6 +558,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
            *[f"    {a}" for a in stage2], ""] if stage2 else []),
         prose("sqrt_dk", "changes"), "",
         prose("sqrt_dk", "threats", steps=cfg["trainer"]["max_steps"], n_layer=cfg["model"]["n_layer"],
+              n_pred=len(STATEMENTS),
               every=cfg["callbacks"]["stability"]["every_n_steps"],
               n_stab=cfg["callbacks"]["stability"]["windows"], n_seeds=plural(len(seeds), "seed"),
               dof=len(seeds) - 1, top_dk=max(a.d_k for a in curves)), "",
