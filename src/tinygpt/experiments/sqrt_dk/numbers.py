@@ -196,8 +196,7 @@ def fp16_records(runs: list[Run]) -> list[tuple[Run, verdicts.Fp16Run, readings.
         a = readings.arm_of(r)
         if a.fp16 and r.experiment != REPLAY:
             o = readings.overflow(r)
-            place = a.placement if a.scale == "sqrt_dk" else f"{a.placement} (unscaled)"
-            out.append((r, verdicts.Fp16Run(place, readings.lr(r), r.seed, o.scores_inf, o.ended != "completed"), o))
+            out.append((r, verdicts.Fp16Run(a.place, readings.lr(r), r.seed, o.scores_inf, o.ended != "completed"), o))
     return out
 
 

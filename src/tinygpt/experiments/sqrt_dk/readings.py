@@ -32,6 +32,11 @@ class Arm:
         return self.precision.startswith("16")
 
     @property
+    def place(self) -> str:
+        """Where the scale sits, as the float16 records name it: scores | qk | sdpa, '(unscaled)' without one."""
+        return self.placement if self.scale == "sqrt_dk" else f"{self.placement} (unscaled)"
+
+    @property
     def label(self) -> str:
         scale = "1/sqrt(d_k)" if self.scale == "sqrt_dk" else "unscaled"
         control = {"init": ", q/k rows / d_k^(1/4) at init", "full": ", q/k rows and steps / d_k^(1/4)"}.get(

@@ -306,14 +306,10 @@ def place_order(place: str) -> int:
     return list(PLACES).index(place) if place in PLACES else len(PLACES)
 
 
-def replay_place(p: numbers.Replay) -> str:
-    return p.arm.placement if p.arm.scale == "sqrt_dk" else f"{p.arm.placement} (unscaled)"
-
-
 def replay_table(replays: list[numbers.Replay]) -> str:
     rows = []
-    for p in sorted(replays, key=lambda p: (place_order(replay_place(p)), p.lr, p.seed)):
-        place = replay_place(p)
+    for p in sorted(replays, key=lambda p: (place_order(p.arm.place), p.lr, p.seed)):
+        place = p.arm.place
         last = p.last_probe
         rows.append([PLACES.get(place, place), rate(p.lr), str(p.seed),
                      "-" if p.sweep_steps is None else str(p.sweep_steps), str(p.steps),
