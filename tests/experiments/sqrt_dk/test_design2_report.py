@@ -112,9 +112,15 @@ def test_an_overflow_between_probes_leaves_f1_undecided_and_the_every_step_repla
     assert (found["F1"], found["F2"]) == ("undecided", "holds")
     assert ("Float16 (F1, F2): F1 undecided: runs with the scale after the product diverged, but no probe of theirs "
             "saw an inf score on its windows (amendment 2's replay, probed after every step, saw one in 6 of 6 "
-            "diverged runs, without a verdict); F2 holds: each of the 6 float16 runs that diverged ran to its end in "
+            "diverged runs, 3 of the 3 with the scale after the product, without a verdict); F2 holds: each of the 6 "
+            "float16 runs that diverged ran to its end in "
             "float32 at the same rate and seed without diverging (how little they learned there: the float32 reruns' "
             "table).") in text
+    assert re.search(r"^\| F1 \|.*\| scale after the product: 0 of 6 runs with an inf score at a probe, 3 "
+                     r"diverged; on q and k: 0 of 6 runs with an inf score at a probe, 0 diverged \| "
+                     r"\*\*undecided\*\* \|$", text, re.M)
+    assert re.search(r"^\| F2 \|.*\| float16 runs diverged: 6; their float32 reruns: 6 completed, 0 diverged, 0 "
+                     r"not run \| \*\*holds\*\* \|$", text, re.M)
     row = next(line for line in text.splitlines() if line.startswith("| 1/sqrt(d_k) after the product | 0.0215 |"))
     assert row == ("| 1/sqrt(d_k) after the product | 0.0215 | 3 | 0 | 3 (steps 110, 110, 110) | 0 | 0 | 0 | 10,800 "
                    "| 654 | - |")  # none completed: no final loss
@@ -128,8 +134,9 @@ def test_an_overflow_between_probes_leaves_f1_undecided_and_the_every_step_repla
     assert "| 1/sqrt(d_k) on q and k before the product | 0.0215 | 11 | 300 | 300 | - | 0 | none | 101 | - |" in replays
     assert ("The replay repeats its sweep run in 9 of 9 (the same training loss at every step and the same last "
             "step). Of the 6 replayed runs that went non-finite, 6 had an inf score at any of their probes (the last "
-            "probe of each is the last step before the non-finite one); in the others the overflow, if there was "
-            "one, was on a training batch the probe does not see. Of the 3 with the scale on q and k, 3 completed; "
+            "probe of each is the last step before the non-finite one); in the others no probe saw where the "
+            "non-finite value arose (a training batch the probe does not see, another float16 product, the backward "
+            "pass or the gradient scaler). Of the 3 with the scale on q and k, 3 completed; "
             "in 3 a probe saw the raw q.k (a "
             "product this placement never forms) overflow to inf, and in 0 an inf score.") in text
     assert "| fp16 |" not in text and "| 1/sqrt(d_k) after the product | 0.0215 | 11 | non-finite loss at step 110 | " \

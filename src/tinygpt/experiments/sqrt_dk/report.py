@@ -51,8 +51,9 @@ def rate(x: float) -> str:
     return f"{x:.3g}"
 
 
-def number_text(numbers: dict[str, Estimate]) -> str:
-    return "; ".join(f"{name} {e.format(3, signed=True)}" for name, e in numbers.items())
+def number_text(numbers: dict[str, Estimate | str]) -> str:
+    """Each measured number with its interval (a count, for the float16 predictions, as words)."""
+    return "; ".join(f"{name} {e if isinstance(e, str) else e.format(3, signed=True)}" for name, e in numbers.items())
 
 
 INFORMED = {  # DESIGN.md's "informed by" column: what was known when each prediction was written
@@ -145,7 +146,7 @@ def above_bigram(curves: dict[Arm, Curve], bigram: float) -> list[str]:
     if not math.isfinite(bigram):
         return []
     arms = [a.label for a, c in sorted(curves.items(), key=lambda kv: (kv[0].control, kv[0].init, kv[0].d_k,
-                                                                        kv[0].scale)) if c.best.lo >= bigram]
+                                                                        kv[0].scale)) if c.best.value >= bigram]
     return [prose("sqrt_dk", "bigram", bigram=f"{bigram:.3f}", arms="; ".join(arms) if arms else "none"), ""]
 
 
@@ -354,7 +355,10 @@ def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], 
     cfg = records[0][0].config
     stab = cfg["callbacks"]["stability"]
     scores = [(r, rec, o) for r, rec, o in records if rec.placement == "scores"]
-    facts = {"scores_diverged": sum(o.ended != "completed" for _, _, o in scores),
+    fused = [o for _, rec, o in records if rec.placement.startswith("sdpa") and rec.lr == max(r.lr for _, r, _ in
+                                                                                              records)]
+    facts = {"sdpa_inf": (sum(o.scores_inf for o in fused), len(fused), sum(o.ended == "completed" for o in fused)),
+             "scores_diverged": sum(o.ended != "completed" for _, _, o in scores),
              "scores_inf": sum(o.scores_inf for _, _, o in scores),
              "scores_raw": largest([o.raw_qk for _, _, o in scores]),
              "diverged": sum(fp16 for fp16, _ in outcomes), "reruns": sum(r is not None for f, r in outcomes if f)}
@@ -377,7 +381,19 @@ def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], 
     facts["replayed"] = bool(replayed)
     facts["replay_div"] = sum(p.nonfinite is not None for p in replayed)
     facts["replay_inf"] = sum(p.nonfinite is not None and p.first_inf_score is not None for p in replayed)
-    return lines, [Verdict("F1", f1, {}), Verdict("F2", f2, {})], asks, facts
+    after = [p for p in replayed if p.nonfinite is not None and p.arm.place == "scores"]
+    facts["replay_scores"] = (sum(p.first_inf_score is not None for p in after), len(after))
+    def counted(place):
+        items = [(rec, o) for _, rec, o in records if rec.placement == place]
+        return (f"{sum(o.scores_inf for _, o in items)} of {len(items)} runs with an inf score at a probe, "
+                f"{sum(rec.diverged for rec, _ in items)} diverged")
+    f1_numbers = {"scale after the product:": counted("scores"), "on q and k:": counted("qk")}
+    reruns = [r for f, r in outcomes if f]
+    f2_numbers = {"float16 runs diverged:": str(facts["diverged"]),
+                  "their float32 reruns:": f"{sum(r is False for r in reruns)} completed, "
+                                           f"{sum(r is True for r in reruns)} diverged, "
+                                           f"{sum(r is None for r in reruns)} not run"}
+    return lines, [Verdict("F1", f1, f1_numbers), Verdict("F2", f2, f2_numbers)], asks, facts
 
 
 def replayed_every(runs: list[Run]) -> str:
@@ -393,8 +409,15 @@ def fp16_answer(found: dict[str, str], facts: dict) -> str:
     f1 = {"holds": "F1 holds: where the scale after the product overflowed, the scale on q and k before it did not",
           "fails": "F1 fails: a run with the scale on q and k had an inf score"}.get(found.get("F1"))
     if f1 is None:
+        inf, n = facts.get("replay_scores", (0, 0))
         replay = (f" (amendment 2's replay, probed after every step, saw one in {facts['replay_inf']} of "
-                  f"{facts['replay_div']} diverged runs, without a verdict)" if facts.get("replayed") else "")
+                  f"{facts['replay_div']} diverged runs, {inf} of the {n} with the scale after the product, without "
+                  "a verdict)" if facts.get("replayed") else "")
+        seen, runs, done = facts.get("sdpa_inf", (0, 0, 0))
+        if seen:
+            replay += (f"; on the fused sdpa arms, which F1 does not count (DESIGN.md), the explicit formula's scores "
+                       f"at their weights were inf at a probe in {seen} of {runs} runs at the top rate, and {done} of "
+                       "them completed")
         f1 = ("F1 undecided: runs with the scale after the product diverged, but no probe of theirs saw an inf score "
               f"on its windows{replay}" if facts.get("scores_diverged") and not facts.get("scores_inf")
               else "F1 undecided: no run with the scale after the product had an inf score in this budget (largest "
