@@ -185,6 +185,7 @@ class LocalRanks:
             console.print(f"[bold red]error:[/] {self.failed}", soft_wrap=True)
             self._end_all()
             os.kill(os.getpid(), signal.SIGKILL)  # rank 0 may be blocked in a collective: end it too
+            return
 
     def _end_all(self) -> None:
         for proc in self.procs:
