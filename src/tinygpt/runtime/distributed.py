@@ -166,7 +166,8 @@ class LocalRanks:
     def _watch_ranks(self) -> None:
         """A rank that ends while rank 0 may wait for it in a collective would leave it waiting: end the run."""
         while not self._done.wait(0.5):
-            ended = [(rank, proc.poll()) for rank, proc in enumerate(self.procs, start=1) if proc.poll()]
+            codes = [(rank, proc.poll()) for rank, proc in enumerate(self.procs, start=1)]
+            ended = [(rank, code) for rank, code in codes if code]
             if not ended:
                 continue
             rank, code = ended[0]

@@ -180,8 +180,8 @@ def discard_unstarted_run(log_name: str = "train.log") -> bool:
     """The run dir this process made, removed when a signal stopped it while starting: before its first step, so
     nothing there but Hydra's files and what set-up writes (SET_UP_FILES: the config, an empty W&B run, the
     history's header) and, in a DDP run, its other ranks' logs of their start; a checkpoint or a summary keeps it."""
-    return unstarted_run(log_name) and discard_refused_run(_NEW_RUN_DIR[0], log_name, set_up=True,
-                                                           also=rank_logs(log_name))
+    return _NEW_RUN_DIR is not None and discard_refused_run(_NEW_RUN_DIR[0], log_name, set_up=True,
+                                                            also=rank_logs(log_name))
 
 
 def rank_logs(log_name: str) -> tuple[str, ...]:

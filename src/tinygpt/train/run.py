@@ -59,6 +59,7 @@ class RunScope:
     def __init__(self, run: TrainingRun):
         self.run = run
         self.stack = contextlib.ExitStack()
+        self._log_name = f"{HydraConfig.get().job.name}.log"  # the job's log: what an unstarted run dir may hold
 
     def __enter__(self) -> RunScope:
         run = self.run
@@ -74,7 +75,6 @@ class RunScope:
 
     def start_ranks(self) -> None:
         """Ranks 1..N-1 of a DDP run on this machine (none otherwise), ended or waited for when the run ends."""
-        self._log_name = f"{HydraConfig.get().job.name}.log"  # read here: _abandon runs in another thread
         ranks = distributed.launch_ranks(self.run.cfg, self.run.out_dir, list(HydraConfig.get().overrides.task),
                                          run_dirs.project_root() / "train.py", self.run.stop, self._abandon)
         if ranks is not None:
@@ -99,7 +99,7 @@ class RunScope:
 
     def _finish_tracking(self, kind, err, tb) -> None:
         code = None if err is None else err.exit_code if isinstance(err, RunInterrupted) else 1
-        gone = isinstance(err, RunInterrupted) and run_dirs.unstarted_run(f"{HydraConfig.get().job.name}.log")
+        gone = isinstance(err, RunInterrupted) and run_dirs.unstarted_run(self._log_name)
         tracking.finish(self.run.loggers, exit_code=code, hint=not gone)  # no sync hint for a dir about to go
 
     def __exit__(self, kind, err, tb):
