@@ -106,3 +106,19 @@ def test_a_key_without_a_value_is_one_sentence(argv, message):
                                   ["~callbacks.leak_alarm"], ["-m", "seed=1,2"], ["--config-name", "train"]])
 def test_flags_their_values_and_deletions_are_not_bare_keys(argv):
     assert mistyped_option(argv, CONFIGS) is None
+
+
+@pytest.mark.parametrize("argv, first, second", [
+    (["-m", "seed=1,2", "--info"], "--multirun", "--info"),
+    (["--cfg", "job", "-m", "seed=1,2"], "--cfg", "--multirun"),
+    (["-r", "-i", "config"], "--run", "--info"),
+])
+def test_two_modes_at_once_are_one_sentence(argv, first, second):
+    """Hydra's own answer had been a ValueError's traceback and exit 1 (`Only one of --run, --multirun, ...`)."""
+    message = mistyped_option(argv, CONFIGS)
+    assert message.startswith(f"{first} and {second} ask for two things at once")
+    assert message.endswith(f"(here: drop {second} or {first}).")
+
+
+def test_one_mode_given_twice_is_not_two():
+    assert mistyped_option(["-m", "--multirun", "seed=1,2"], CONFIGS) is None

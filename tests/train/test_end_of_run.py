@@ -14,6 +14,8 @@ from omegaconf import OmegaConf
 
 from helpers import TINY, compose_train
 from tinygpt.runtime.interrupts import SIGNALS, RunInterrupted
+from tinygpt.runtime.resume_record import checkpoint_step
+from tinygpt.train.values import check_values
 from tinygpt.train.probes import diagnostics
 from tinygpt.train import end_of_run
 from tinygpt.train import run as run_phases
@@ -204,6 +206,15 @@ def test_a_finished_run_is_still_not_resumed_at_max_steps(tmp_path, corpus_file,
         run_phases.train(tiny_cfg(out, corpus_file, cache_dir, 2, "ckpt_path=last"))
 
 
+def test_a_checkpoint_step_is_none_for_an_archive_it_cannot_read(tmp_path):
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "other.ckpt", "w") as archive:
+        archive.writestr("other/data.pkl", b"not a pickle")
+    assert checkpoint_step(tmp_path / "other.ckpt") is None
+    assert checkpoint_step(tmp_path / "missing.ckpt") is None
+
+
 def test_a_last_checkpoint_behind_its_runs_record_is_not_resumed_over_it(tmp_path, corpus_file, cache_dir,
                                                                           own_signal_handlers, capsys):
     """A session resumed with ~callbacks.model_checkpoint trains to step 4 and saves nothing: last.ckpt stays at 2
@@ -226,6 +237,9 @@ def test_a_last_checkpoint_behind_its_runs_record_is_not_resumed_over_it(tmp_pat
         "without saving a checkpoint, and resuming would train steps 3-4 again over that record; to go on from step "
         f"2 anyway, resume into a new dir (hydra.run.dir=<new dir> ckpt_path={str(last)!r}).")
     assert (out / "summary.json").read_text() == before
+    assert checkpoint_step(last) == 2  # read without torch: the refusal comes from the checks before any import
+    with pytest.raises(ConfigError, match=r"is at step 2, but its run's summary.json records 4 steps"):
+        check_values(tiny_cfg(out, corpus_file, cache_dir, 6, "ckpt_path=last"), out)
     summary = run_phases.train(tiny_cfg(tmp_path / "new", corpus_file, cache_dir, 6, f"ckpt_path={last}"))
     assert summary["steps"] == 6 and summary["resumed_from"]
 

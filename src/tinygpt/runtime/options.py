@@ -50,6 +50,21 @@ def bare_key(argv: list[str]) -> str | None:
     return None
 
 
+MODES = {"--run": "--run", "-r": "--run", "--multirun": "--multirun", "-m": "--multirun", "--cfg": "--cfg",
+         "-c": "--cfg", "--info": "--info", "-i": "--info", "--shell-completion": "--shell-completion",
+         "-sc": "--shell-completion"}  # Hydra runs one of these per command, and raises a ValueError for two
+
+
+def mixed_modes(argv: list[str]) -> str | None:
+    """The one sentence for a command that asks Hydra for two things at once (``-m ... --info``: Hydra's traceback
+    and exit 1), None when it asks for at most one."""
+    given = list(dict.fromkeys(MODES[word.split("=")[0]] for word in argv if word.split("=")[0] in MODES))
+    if len(given) < 2:
+        return None
+    return (f"{' and '.join(given)} ask for two things at once: give one of --run, --multirun, --cfg, --info and "
+            f"--shell-completion per command (here: drop {given[-1]} or {given[0]}).")
+
+
 def primary_config(argv: list[str]) -> str | None:
     """The primary config ``--config-name``/``-cn`` names (without .yaml), None when none is named."""
     for before, word in zip([None, *argv], argv, strict=False):
@@ -77,7 +92,7 @@ def mistyped_option(argv: list[str], config_dir: Path) -> str | None:
         near = get_close_matches(named, configs, n=1)
         return (f"--config-name={named}: {config_dir.name}/ has no {named}.yaml; "
                 + (f"did you mean --config-name={near[0]}? " if near else "") + f"the configs: {', '.join(configs)}.")
-    bare = bare_key(argv)
+    bare = bare_key(argv) or mixed_modes(argv)
     if bare:
         return bare
     texts = [a for a in argv if ("=" in a or a.startswith("~")) and not a.startswith("-")]  # overrides (~key

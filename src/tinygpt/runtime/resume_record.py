@@ -5,6 +5,9 @@ another seed, model, data setting or optimizer setting is refused in one line be
 from __future__ import annotations
 
 import json
+import pickle
+import zipfile
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +94,39 @@ def check_resume_steps(path: Path, max_steps) -> None:
     steps = record.get("steps") if isinstance(record, dict) else None
     if record.get("status") in ENDED and isinstance(steps, int) and steps >= max_steps:
         raise ConfigError(already_at(path, steps, max_steps))
+
+
+class _Stub:
+    """Whatever a checkpoint's pickle names (tensors, configs): built from nothing, so no class is ever imported."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def __setstate__(self, state) -> None:
+        pass
+
+
+class _StepReader(pickle.Unpickler):
+    """Reads the checkpoint's dict with every class and tensor replaced by a _Stub (no torch, no code run)."""
+
+    def find_class(self, module, name):
+        return OrderedDict if (module, name) == ("collections", "OrderedDict") else _Stub
+
+    def persistent_load(self, pid) -> None:  # a tensor's storage: never read
+        return None
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The global_step a Lightning checkpoint records, read from its archive's pickle without torch (a few ms, where
+    torch.load needs torch and Lightning, seconds); None when the archive is not one this can read."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            name = next(n for n in archive.namelist() if n.count("/") == 1 and n.endswith("/data.pkl"))
+            record = _StepReader(archive.open(name)).load()
+    except Exception:  # anything unexpected: set-up reads the step with torch and checks it again
+        return None
+    step = record.get("global_step") if isinstance(record, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def check_last_is_latest(path: Path, step: int, out_dir: Path) -> None:

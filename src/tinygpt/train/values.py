@@ -30,7 +30,8 @@ from tinygpt.runtime.checks import is_int, is_number, positive_int
 from tinygpt.runtime.errors import (ConfigError, as_config_errors, cause_of, first_line, print_error,
                                    swept_mistake, switch_mistake)
 from tinygpt.runtime.hub import cached_when_hub_unusable, local_model_dir, requested
-from tinygpt.runtime.resume_record import check_resume_config, check_resume_steps
+from tinygpt.runtime.resume_record import (check_last_is_latest, check_resume_config, check_resume_steps,
+                                           checkpoint_step)
 from tinygpt.runtime.run_dirs import check_archive, resolve_ckpt_path
 from tinygpt.runtime.wandb_mode import check_online, requested_mode
 from tinygpt.runtime.writable import cannot_write_into
@@ -217,6 +218,9 @@ def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
         skip = ("model", "data.tokenizer", "data.bpe_vocab_size", "data.block_size") if from_pretrained else ()
         check_resume_config(path, cfg, skip)  # what the resume may not change, against the run's own config.yaml
         check_resume_steps(path, cfg.trainer.get("max_steps"))
+        step = checkpoint_step(path)  # read without torch; set-up checks again with the loaded checkpoint
+        if step is not None:
+            check_last_is_latest(path, step, run_dir)
     source = requested(cfg)  # None for scratch; an empty one refused
     if source is not None:
         local = local_model_dir(str(source))
