@@ -127,6 +127,8 @@ def test_future_attention_mass_zero_under_the_mask_and_exact_for_uniform_attenti
     stats = attention_stats(leaky, x)
     assert stats["attn_future_mass"] == pytest.approx(0.45, abs=1e-6)
     assert stats["attn_future_mass_per_layer"] == pytest.approx([0.45, 0.45], abs=1e-6)
+    assert stats["attn_future_mass_max"] == pytest.approx(0.9, abs=1e-6)  # row 0: 9 of its 10 keys are future
+    assert attention_stats(causal, x)["attn_future_mass_max"] == 0.0
 
 
 def test_run_all_has_the_position_profiles():

@@ -244,7 +244,8 @@ class StabilityMonitor(ModelInspector):
       past score of any row: what an added finite fill must outweigh), ``stab/visible_floor/L`` (the lowest row's
       largest past score: what a replacing finite fill must stay below); ``stab/max_logit``, ``stab/entropy``,
       ``stab/entropy_min``, ``stab/mask_margin``, ``stab/visible_floor`` over all layers, ``stab/future_mass``
-      (the attention weight on keys after the query, per layer and averaged) and, with ``future_leak=True``,
+      (the attention weight on keys after the query, per layer and averaged), ``stab/future_mass_max`` (the most
+      any one query row puts on its future keys) and, with ``future_leak=True``,
       ``stab/future_leak`` (the perturbation probe, a few percent of a default run at every 50 steps: off by
       default);
     - with ``softmax_gradients=True`` (the default), per layer, what the argument for 1/sqrt(d_k) is about
@@ -314,13 +315,14 @@ class StabilityMonitor(ModelInspector):
         metrics = {"train/loss_spikes": float(self.spikes), "stab/max_logit": stats["attn_max_logit"],
                    "stab/entropy": stats["attn_entropy"], "stab/entropy_min": stats["attn_entropy_min"],
                    "stab/mask_margin": stats["attn_mask_margin"], "stab/future_mass": stats["attn_future_mass"],
+                   "stab/future_mass_max": stats["attn_future_mass_max"],
                    "stab/visible_floor": stats["attn_visible_floor"]}
         if self.future_leak:  # the perturbation probe at every stability probe too (the leak alarm runs it at every
             t0 = time.perf_counter()  # validation anyway): a leak that opens between validations is dated
             metrics["stab/future_leak"] = diagnostics.future_leak(model, x.to(module.device))
             self.leak_seconds += time.perf_counter() - t0  # its cost (summary.json)
-        for name in ("max_logit", "entropy", "entropy_min", "mask_margin", "visible_floor", "future_mass", "q_rms",
-                     "k_rms"):
+        for name in ("max_logit", "entropy", "entropy_min", "mask_margin", "visible_floor", "future_mass",
+                     "future_mass_max", "q_rms", "k_rms"):
             for layer, v in enumerate(stats[f"attn_{name}_per_layer"]):
                 metrics[f"stab/{name}/{layer}"] = v
         if self.softmax_gradients:  # the mechanism 1/sqrt(d_k) is argued from, in the precision training uses

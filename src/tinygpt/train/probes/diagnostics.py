@@ -162,7 +162,8 @@ def future_leak(model: GPT, x: Tensor, positions: list[int] | None = None, seed:
 def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     """On x (N, T), per layer and overall: normalised attention entropy (mean and min over rows), the max
     pre-softmax logit, the attention mass on future keys (the weight a query row i puts on keys j > i,
-    averaged over heads and rows; exactly 0 under the causal mask), and the RMS of q and k."""
+    averaged over heads and rows, and its largest over rows and heads; exactly 0 under the causal mask), and the
+    RMS of q and k."""
     N, T = x.shape
     with evaluating(model):
         probes = model.dissect_attention(x)  # per layer: weights, logits (N, H, T, T); q, k (N, H, T, D)
@@ -175,13 +176,16 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     past = causal_mask(T, T, x.device)  # (T, T): what a causal mask leaves visible, for the margin
     has_future = ~past.all(-1)  # (T,): every row but the last has a masked key
     layers: dict[str, list[float]] = {k: [] for k in ("entropy", "entropy_min", "max_logit", "future_mass",
-                                                       "mask_margin", "visible_floor", "q_rms", "k_rms")}
+                                                       "future_mass_max", "mask_margin", "visible_floor", "q_rms",
+                                                       "k_rms")}
     for w, s, (q, k) in zip(maps, logits, qk, strict=True):
         h = normalised_entropy(w, causal)  # (N, H, rows with a choice)
         layers["entropy"].append(h.mean().item())
         layers["entropy_min"].append(h.min().item())
         layers["max_logit"].append(s.masked_fill(~visible, float("-inf")).max().item())
-        layers["future_mass"].append((w * future).sum(-1).mean().item())  # (N, H, T) -> mean
+        on_future = (w * future).sum(-1)  # (N, H, T): each row's weight on its future keys
+        layers["future_mass"].append(on_future.mean().item())
+        layers["future_mass_max"].append(on_future.max().item())  # the most any one row puts there
         masked_max = s.masked_fill(past, float("-inf")).amax(-1)  # (N, H, T): the largest future score per row
         visible_max = s.masked_fill(~past, float("-inf")).amax(-1)  # (N, H, T): the largest past score
         layers["mask_margin"].append((masked_max - visible_max)[..., has_future].max().item())
@@ -193,6 +197,7 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
         "attn_entropy_min": min(layers["entropy_min"]),
         "attn_max_logit": max(layers["max_logit"]),
         "attn_future_mass": sum(layers["future_mass"]) / len(layers["future_mass"]),
+        "attn_future_mass_max": max(layers["future_mass_max"]),
         "attn_mask_margin": max(layers["mask_margin"]),
         "attn_visible_floor": min(layers["visible_floor"]),
     }
