@@ -14,7 +14,8 @@ from tinygpt.analysis.templates import blocks, prose
                  "bars", "bands"}),
     ("partial_leaks", {"intro", "terms", "changes", "seen", "fill_seen", "onset", "onset_why_earlier", "onset_why_same",
                        "onset_why_later", "onset_shapes_seen", "onset_shapes_other", "alarm", "fill", "fill_misses",
-                       "fill_closing", "literature", "limits", "replace", "threats", "probe_blind"}),
+                       "fill_closing", "literature", "limits", "replace", "threats", "probe_blind",
+                       "probe_blind_replace"}),
 ])
 def test_each_experiment_has_its_blocks(experiment, names):
     assert set(blocks(experiment)) == names

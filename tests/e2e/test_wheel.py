@@ -74,7 +74,8 @@ def test_the_installed_report_command_writes_a_report_away_from_a_clone(installe
     _, bin_dir = installed
     sweep = causal_sweep(tmp_path / "sweep")
     for summary in sweep.rglob("summary.json"):  # a real run of experiment=causal_mask carries every prediction
-        summary.write_text(summary.read_text().replace('"drop_to": 0.25', '"drop_to": 0.25, "premise_flat": true'))
+        summary.write_text(summary.read_text().replace('"drop_to": 0.25',
+                                                      '"drop_to": 0.25, "premise_band": [-0.05, 0.05]'))
     out = run(bin_dir / "tinygpt-report", "causal_mask", sweep, "--out", tmp_path / "report", cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     text = (tmp_path / "report" / "README.md").read_text()

@@ -339,7 +339,8 @@ def test_away_from_a_clone_the_grid_is_what_the_runs_recorded(tmp_path, capsys, 
     monkeypatch.setattr(report, "CONFIGS", tmp_path / "no-configs")
     sweep = causal_sweep(tmp_path / "sweep")
     for summary in sweep.rglob("summary.json"):
-        summary.write_text(summary.read_text().replace('"drop_to": 0.25', '"drop_to": 0.25, "premise_flat": true'))
+        summary.write_text(summary.read_text().replace('"drop_to": 0.25',
+                                                      '"drop_to": 0.25, "premise_band": [-0.05, 0.05]'))
     assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out")]) == 0
     o = sweep / "1" / ".hydra" / "overrides.yaml"
     o.write_text(o.read_text() + "- trainer.max_steps=600\n")

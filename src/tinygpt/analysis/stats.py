@@ -274,8 +274,9 @@ class Trend:
     def words(self, x: str = "x", digits: int = 3) -> str:
         """'rises monotonically (slope against ln T +0.247 [+0.085, +0.415])'."""
         verb = "is flat within noise" if self.word == "flat within noise" else self.word
-        return (f"{verb}{' monotonically' if self.monotonic else ''} "
-                f"(slope against ln {x} {self.slope.format(digits, signed=True)})")
+        how = (" monotonically" if self.monotonic else "" if self.word == "flat within noise" else
+               " on the whole, not at every step of the grid")  # e.g. 0.0043, 0.0036, 0.0052: the fit uses the ends
+        return f"{verb}{how} (slope against ln {x} {self.slope.format(digits, signed=True)})"
 
 
 def trend(xs, estimates: Sequence[Estimate]) -> Trend:

@@ -268,8 +268,10 @@ def summary_spread(runs: list[Run], key: str) -> tuple[float, float]:
 
 
 def loss_onsets(runs: list[Run], threshold: float) -> list[int | None]:
-    """Per run: the first logged step whose raw training loss is below ``threshold`` (None if none is)."""
-    return [first_below(*r.series("train/loss"), threshold) for r in runs]
+    """Per run: the first logged step whose raw training loss is below ``threshold`` (None if none is), counted as
+    steps taken, as the validations and the leak alarm count them (the history logs the training loss at the
+    0-based index of the batch just taken: one less)."""
+    return [first_below(r.series("train/loss")[0] + 1, r.series("train/loss")[1], threshold) for r in runs]
 
 
 def alarm_of(run: Run):

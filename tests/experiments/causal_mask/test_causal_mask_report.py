@@ -22,11 +22,11 @@ def cm_config(T, causal, seed):
             "trainer": {"max_steps": 800, "val_check_interval": 100, "log_every_n_steps": 1},
             "optim": {"lr": 1e-3, "warmup_steps": 100, "min_lr": 1e-4}, "diagnostics": {"windows": 32},
             "callbacks": {"honest_loss": {"windows": 16, "positions": 8}},
-            "prediction": {"level_ratio": [0.667, 1.5], "slope": [-1.3, -0.7], "onset_fraction": 0.5,
-                           "drop_from": 0.75, "drop_to": 0.25}}
+            "prediction": {"level_ratio": [0.667, 1.5], "slope": [-1.3, -0.7], "premise_band": [-0.05, 0.05],
+                           "onset_fraction": 0.5, "drop_from": 0.75, "drop_to": 0.25}}
 
 
-def causal_mask_sweep(root, last_loss):
+def causal_mask_sweep(root, last_loss, seed_sd=0.0):
     """Causal runs: 2.0 at every position, ``last_loss(T)`` at the last. Leaky runs: 0 where the target is in the
     window, the same last-position loss as the causal model's, so leaky loss = last_loss(T) / T exactly; their
     training loss drops from 2.5 to 0.05 at step 300."""
@@ -38,7 +38,7 @@ def causal_mask_sweep(root, last_loss):
         for causal in (True, False):
             for seed in (1, 2, 3):
                 w = np.full((N, T), 2.0) if causal else np.zeros((N, T))
-                w[:, -1] = last_loss(T) + window_effect + rng.normal(0, 0.01, N)
+                w[:, -1] = last_loss(T) + window_effect + rng.normal(0, 0.01, N) + rng.normal(0, seed_sd)
                 train = np.full(800, 2.0) if causal else np.where(steps < 300, 2.5, 0.05)
                 write_run(root / str(job), config=cm_config(T, causal, seed), windows=w, train_loss=train,
                           summary={"train_loss": float(train[-80:].mean())})
@@ -70,7 +70,8 @@ def test_the_findings_of_an_exact_and_a_flat_law(tmp_path):
     assert (f.main.label, f.main.T, f.main.n_windows, f.main.positions) == ("shakespeare", 64, N, 64)
     assert f.main.fell and f.main.leaky_train[0] == pytest.approx(0.05) and f.main.causal_train[0] == 2.0
     assert f.main.tf_gap.hi < 0  # the leaky teacher-forced loss is far lower on the same windows
-    assert f.main.onset.steps == [300, 300, 300] and f.main.onset.drops == [0, 0, 0] and f.main.onset.every == 1
+    assert f.main.onset.steps == [301, 301, 301] and f.main.onset.drops == [0, 0, 0]
+    assert f.main.onset.every == 1  # steps taken
     assert f.main.onset.seeds == [1, 2, 3] and f.main.onset.threshold == pytest.approx(1.0)
     assert f.main.worse_than_uniform is False and f.controls == []
     t = f.one_over_t
@@ -90,7 +91,8 @@ def test_the_report_says_holds_for_an_exact_law_and_fails_for_a_flat_one(tmp_pat
     text = causal_mask.write_report(runs, out_dir(tmp_path / "r1"), [tmp_path / "exact"]).read_text()
     assert "the level prediction holds and the 1/T scaling holds" in text
     assert "An exact 1/T law and the exact level are not rejected at the 95% level" in text
-    assert "The premise (the causal last-position loss flat in T) holds as written: no trend detected" in text
+    assert "The premise (the causal last-position loss flat in T, its log-log slope -0.008 [-0.029, +0.015] " in text
+    assert "against [-0.05, +0.05]) holds." in text
     # a leaky loss that does not fall with T: the last-position loss grows like T
     runs = causal_mask_sweep(tmp_path / "flat", lambda T: 2.4 * T / 16)
     text = causal_mask.write_report(runs, out_dir(tmp_path / "r2"), [tmp_path / "flat"]).read_text()
@@ -98,8 +100,18 @@ def test_the_report_says_holds_for_an_exact_law_and_fails_for_a_flat_one(tmp_pat
     assert "an exact 1/T law is rejected: the loss falls as T^-0.01; the exact level is not rejected at the 95% " \
            "level" in text
     assert "rises monotonically" in text  # the causal last-position loss, against T
-    assert "The premise (the causal last-position loss flat in T) fails" in text
+    assert "The premise (the causal last-position loss flat in T, its log-log slope +0.994 [+0.979, +1.010] " in text
+    assert "against [-0.05, +0.05]) fails." in text
     assert "## Threats to validity" in text and "(../GLOSSARY.md)" in text
+
+
+def test_the_premise_is_an_equivalence_test_undecided_on_noisy_seeds(tmp_path):
+    """A flat last-position loss measured on seeds that differ by 0.3 nats: its slope's interval contains 0 but
+    reaches past the band, so the premise is undecided (the previous rule, 'contains 0', said it held)."""
+    f = causal_mask.compute(causal_mask_sweep(tmp_path, lambda T: 2.4, seed_sd=0.3)).one_over_t
+    assert f.premise_slope.lo < 0 < f.premise_slope.hi
+    assert f.premise_slope.lo < -0.05 or f.premise_slope.hi > 0.05
+    assert f.premise == "undecided" and f.causal_trend.word == "flat within noise"
 
 
 def test_exactness_is_read_from_the_intervals_beyond_the_tolerance():
@@ -123,6 +135,6 @@ def test_the_onset_is_the_step_of_the_drop_on_the_raw_series(tmp_path):
     runs = causal_mask_sweep(tmp_path, lambda T: 2.4)
     by_causal = causal_mask.group_runs(runs)[("shakespeare", 64)]
     onset = causal_mask.onset_findings(by_causal, runs[0].config["prediction"])
-    assert onset.steps == [300, 300, 300]
+    assert onset.steps == [301, 301, 301]  # steps taken: the drop is at the 0-based index 300
     text = causal_mask.onset_text(onset)
     assert "logged at every step)" in text and "0, 0, 0 steps" in text  # a step function drops in one step

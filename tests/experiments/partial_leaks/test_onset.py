@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tinygpt.analysis.stats import first_below_band
-from tinygpt.experiments.partial_leaks.onset import false_onsets, loss_onset, prediction_bound
+from tinygpt.experiments.partial_leaks.onset import exceedances, false_onsets, loss_onset, prediction_bound
 
 STEPS = np.arange(1, 801)
 
@@ -73,3 +73,10 @@ def test_a_known_drop_is_found_where_it_leaves_the_band():
 def test_two_controls_are_the_least_a_bound_can_use():
     with pytest.raises(ValueError, match="at least 2 control seeds, got 1"):
         prediction_bound(np.ones((1, 5)), 0.01)
+
+
+def test_exceedances_count_steps_below_the_others_bound_and_the_longest_run():
+    c = np.array([[2.0, 2.1, 1.9, 2.0, 2.05, 1.95]] * 4) + np.array([[0.0], [0.01], [-0.01], [0.02]])
+    c[3, 2:5] = 0.5  # three steps in a row far below the others
+    rate, longest = exceedances(c, 0.01)[3]
+    assert (rate, longest) == (0.5, 3)

@@ -80,14 +80,33 @@ def test_loss_visibility_words():
     assert pl.loss_visibility(estimate(0.45, 0.4, 0.52), estimate(-1.0, -1.1, -0.9), 0.5) == "lower"  # not wholly
 
 
-def test_alarm_verdicts_count_runs():
-    assert pl.alarm_verdict([50, 50, 50], leaky=True, first_validation=50) == "holds"
-    assert pl.alarm_verdict([50, 100, 50], leaky=True, first_validation=50) == "fails"  # one seed late
-    assert pl.alarm_verdict([50, 100, 50], leaky=True) == "holds"  # no step required
-    assert pl.alarm_verdict([50, None], leaky=True) == "fails"  # one leaky run missed
-    assert pl.alarm_verdict([None, None], leaky=False) == "holds"
-    assert pl.alarm_verdict([None, 300], leaky=False) == "fails"  # a false alarm
-    assert pl.alarm_verdict([], leaky=False) == "fails"  # nothing to judge
+def test_alarm_verdicts_count_runs_whose_mask_opened():
+    """Prediction 4 (design 3): the alarm on every run whose mask opened, on none whose mask never did."""
+    assert pl.alarm_verdict([50, 50, 50], [25, 25, 25], first_validation=50) == "holds"
+    assert pl.alarm_verdict([50, 100, 50], [25, 25, 25], first_validation=50) == "fails"  # one seed late
+    assert pl.alarm_verdict([50, 100, 50], [25, 25, 25]) == "holds"  # no step required
+    assert pl.alarm_verdict([50, None], [25, 25]) == "fails"  # one open mask missed
+    assert pl.alarm_verdict([None, None], [None, None]) == "holds"  # never opened, never fired
+    assert pl.alarm_verdict([None, 300], [None, None]) == "fails"  # an alarm on a mask that never opened
+    assert pl.alarm_verdict([150, None], [130, None]) == "holds"  # one seed opened and was caught, one never
+    assert pl.alarm_verdict([], []) == "fails"  # nothing to judge
+
+
+def test_data_status_says_whether_a_seed_had_been_seen():
+    assert pl.data_status([31, 32, 33], [1, 2, 3, 4, 5]) == "confirmatory"
+    assert pl.data_status([1, 2, 3], [1, 2, 3, 4, 5]) == "exploratory"
+    assert pl.data_status([5, 31], [1, 2, 3, 4, 5]) == "mixed"
+    assert pl.status_text([5, 31], [1, 2, 3, 4, 5]).startswith("**Partly exploratory.** Seeds 5 of these runs")
+
+
+def test_opened_is_read_from_the_row_mass_up_to_the_last_validation(tmp_path):
+    """A row's future mass first above 1e-4 at probe 130 (steps taken); a mask that opens only after the last
+    validation has not opened for the alarm to find."""
+    rng = np.random.default_rng(0)
+    write_run(tmp_path / "a", "fill_1e4", 1, rng)
+    write_run(tmp_path / "b", "fill_where_1e4", 1, rng, opens_after_last_validation=True)
+    a, b = load_runs([tmp_path])
+    assert pl.opened_step(a, 1e-4) == 90 and pl.opened_step(b, 1e-4) is None
 
 
 # ----------------------------------------------------------------------------- a synthetic sweep
@@ -98,6 +117,7 @@ BUGS = {"causal": None, "no_mask": None, "off_by_one": {"kind": "off_by_one"},
         "fill_where_1e4": {"kind": "replace_fill", "fill": -1.0e4}, "fill_inf": None}
 ONSET = {"no_mask": 300, "off_by_one": 150, "first_layer": 300}  # where each leaky arm's training loss drops
 FILL_BUGS = ("fill_1e4", "fill_where_1e4")
+LR = {"fill_1e4": 1e-2, "fill_where_1e4": 1e-2, "fill_inf": 1e-2}  # a test may move the replacing fill's rate
 
 
 def config(arm, seed):
@@ -108,13 +128,15 @@ def config(arm, seed):
             "model": {"block_size": T, "attn": {"causal": arm != "no_mask", "scale": "none" if fill else "sqrt_dk"},
                       "patch": patch},
             "trainer": {"max_steps": 300 if fill else 800, "val_check_interval": 50},
+            "optim": {"lr": LR.get(arm, 1e-3)},
             "callbacks": {"leak_alarm": {"_target_": "tinygpt.train.probes.leak_alarm.LeakAlarm", "action": "warn",
                                          "windows": 8, "tolerance": 1e-4, "min_gap": 0.05, "z": 3.0}},
-            "prediction": {"collapse_fraction": 0.5, "onset_run": 10, "onset_fraction": 0.5,
-                           "onset_ratio": [0.8, 1.25], "fill_slack": 16, "alarm_first_validation": True}}
+            "prediction": {"collapse_fraction": 0.5, "onset_run": 10, "onset_alpha": 0.01, "onset_fraction": 0.5,
+                           "onset_ratio": [0.8, 1.25], "fill_slack": 16, "alarm_first_validation": True,
+                           "open_mass": 1e-4, "replace_fill_rule": "visible_floor", "seen_seeds": [7]}}
 
 
-def write_run(path, arm, seed, rng, early=False, never=False):
+def write_run(path, arm, seed, rng, early=False, never=False, opens_after_last_validation=False, lr=None):
     path.mkdir(parents=True)
     leaky = arm in ONSET
     tf = np.full((N, T), 0.05 if leaky else (3.1 if arm.startswith("fill") else 2.0)) + rng.normal(0, 0.01, (N, T))
@@ -126,7 +148,10 @@ def write_run(path, arm, seed, rng, early=False, never=False):
     train = np.where(steps < ONSET[arm], 2.5, 0.05) if leaky else np.full(len(steps), tf.mean())
     # the fills: the first validation after their opening
     detected = 50 if leaky else {"fill_1e4": 100, "fill_where_1e4": 150}.get(arm)
-    summary = {"status": "completed", "config": config(arm, seed), "train_loss": float(train[-30:].mean()),
+    cfg = config(arm, seed)
+    if lr is not None:
+        cfg["optim"]["lr"] = lr
+    summary = {"status": "completed", "config": cfg, "train_loss": float(train[-30:].mean()),
                "val_loss": float(tf.mean()), "future_leak": 3.0 if leaky or arm in FILL_BUGS else 0.0,
                "attn_future_mass": 0.2 if leaky else 0.0, "steps": int(len(steps)),
                "leak_detected_step": detected, "leak_signal": "future_leak" if detected else None}
@@ -140,15 +165,19 @@ def write_run(path, arm, seed, rng, early=False, never=False):
         floor, opens = np.where(probes < 120, -50.0, -8400.0), 10**6
         summary["leak_detected_step"], summary["leak_signal"], summary["future_leak"] = None, None, 0.0
         (path / "summary.json").write_text(json.dumps(summary))
+    if opens_after_last_validation:  # the mask opens at the very last probe, after the last validation (step 300)
+        opens = probes[-1] + 1
     stab_leak = np.where(probes < opens, 0.0, 1.5) if arm in FILL_BUGS else np.full(len(probes), 3.0 * leaky)
     mass = np.where(probes < opens, 0.0, 0.01) if arm in FILL_BUGS else np.full(len(probes), 0.2 * leaky)
+    row_max = np.where(mass > 0, 0.5, 0.0)  # the most one row puts on its future keys
     if early:
         mass[probes == 69] = 1e-13  # the unperturbed windows barely leak where the perturbed ones do
+        row_max[probes == 69] = 1e-11
     with open(path / "history" / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
         keys = ["train/loss", "val/loss", "val/loss_probe", "val/loss_honest", "leak/honest_gap",
                 "leak/honest_gap_se", "stab/mask_margin", "stab/future_leak", "stab/max_logit", "stab/future_mass",
-                "stab/visible_floor"]
+                "stab/future_mass_max", "stab/visible_floor"]
         w.writerow(["step", *keys])
         for s in steps:
             row = {"train/loss": train[s]}
@@ -159,6 +188,7 @@ def write_run(path, arm, seed, rng, early=False, never=False):
             if len(i):
                 row.update({"stab/mask_margin": margin[i[0]], "stab/future_leak": stab_leak[i[0]],
                             "stab/max_logit": margin[i[0]] + 1000, "stab/future_mass": mass[i[0]],
+                            "stab/future_mass_max": row_max[i[0]],
                             "stab/visible_floor": floor[i[0]]})
             w.writerow([s, *(row.get(k, "") for k in keys)])
 
@@ -197,8 +227,8 @@ def test_the_synthetic_sweeps_findings(sweep):
     assert rows["first_layer"].verdict == "holds" and rows["no_mask"].verdict == "—" and f.onset.verdict == "fails"
     assert f.onset.shapes is None  # no last-layer or sliding-window arm here
     a = f.alarm
-    assert (a.verdict, a.first_val, a.n_causal, a.false, a.leaky_runs, a.fired, a.opened, a.fired_open) == (
-        "holds", 50, 6, 0, 15, 15, 15, 15)
+    assert (a.verdict, a.first_val, a.n_causal, a.false, a.opened, a.fired_open, a.closed, a.fired_closed) == (
+        "holds", 50, 6, 0, 15, 15, 6, 0)
     assert (a.warned, a.warned_fired) == (12, 12) and a.bound == pytest.approx(pl.false_alarm_bound(6))
     fill, replace = f.fills
     assert (fill.arm, fill.verdict, fill.n_open, fill.at_predicted, fill.holds, fill.mass_at) == (
@@ -230,12 +260,13 @@ def test_the_synthetic_sweeps_known_answers(report):
     row = next(line for line in report.splitlines() if line.startswith("| first layer leaky | 301, 301, 301"))
     assert "| 1.00 [1.00, 1.00] | no difference at the 95% level | holds |" in row
     assert "prediction 2 (each structural leak leaves the causal band when the full one does" in report
-    # the alarm: every leaky run, at the first validation; no causal run; the bound on the false-alarm rate
-    assert ("The leak alarm recorded the leak on 15 of the 15 buggy runs whose mask opened (it warned on 12 of the 12 "
-            "configured causal=true; the no-mask arm is configured causal=false, so its leak is recorded without a "
-            "warning), on 15 of all 15 buggy runs, and on 0 of 6 causal runs (0 of 6 bounds the per-run false-alarm "
-            "rate below 39% at 95% confidence). Prediction 4 as written (every run of every leaky arm): **holds**.") \
-        in report
+    # the alarm: every run whose mask opened, at the first validation; no run whose mask never opened
+    assert ("The leak alarm fired on 15 of the 15 runs whose mask opened (a row's future attention mass above 0.0001 "
+            "at a stability probe; it warned on 12 of the 12 configured causal=true; the no-mask arm is configured "
+            "causal=false, so its leak is recorded without a warning) and on 0 of the 6 runs whose mask never "
+            "opened, the 6 runs of the control arms among them (0 alarms (0 of 6 bounds the per-run false-alarm "
+            "rate below 39% at 95% confidence)). Prediction 4: **holds**.") in report
+    assert "**Confirmatory.** These runs' seeds (1, 2, 3) include none of the seeds" in report
     # the added fill opens at the predicted probe in every seed; its control never leaks
     assert "the leak opened in 3 of 3 seeds, at the predicted probe in 3, at it or the next in 3; prediction 3: " \
         "**holds**" in report
@@ -264,9 +295,10 @@ def test_a_fill_leak_before_the_predicted_probe_is_explained_with_its_numbers(tm
     assert "| 2 | 90 | 70 | 5000 | -50 | 6000 | 12000 | **no** | fails |" in text
     assert ("Where the leak opened before the predicted probe (seed 2), the future attention mass on those "
             "unperturbed windows at that probe was 1.0e-13, while the leak measured there was 1.50") in text
+    assert "at steps 90, 80, 90 per seed, against the predicted 90, 90, 90: at the predicted probe in 2 of 3" in text
 
 
-def test_a_replacing_fill_that_never_opens_is_said_so_and_left_out_of_the_alarms_verdict(tmp_path):
+def test_a_replacing_fill_that_never_opens_is_said_so_and_the_alarm_that_stays_quiet_holds(tmp_path):
     rng = np.random.default_rng(0)
     job = 0
     for arm in ("causal", "no_mask", "fill_where_1e4", "fill_inf"):
@@ -277,7 +309,20 @@ def test_a_replacing_fill_that_never_opens_is_said_so_and_left_out_of_the_alarms
     text = pl.write_report(load_runs([tmp_path / "sweep"]), tmp_path / "out", [tmp_path / "sweep"]).read_text()
     assert ("prediction 5: **not tested** (it holds only vacuously, in its 'never, if the visible floor never passes "
             "the threshold' clause: the visible floor came no closer than -8400 to the threshold -9984)") in text
-    assert ("Prediction 4 as written (every run of every leaky arm): **fails**, because finite fill (replacing: "
-            "GPT-2's masked_bias) (3 runs, alarm fired on 0) never leaked, so the alarm had nothing to find; on the "
-            "runs whose mask opened (a reading chosen after the sweep) it holds.") in text
-    assert "fails as written; never leaked" in text
+    assert ("and on 0 of the 9 runs whose mask never opened, the 6 runs of the control arms among them") in text
+    assert "Prediction 4: **holds**." in text
+
+
+def test_a_replacing_fill_at_its_own_rate_is_compared_with_the_inf_runs_at_that_rate(tmp_path):
+    """Design 3: fill_where_1e4 at lr 2e-2 with -inf runs at 2e-2 (fill_inf_where) beside fill_1e4 and fill_inf at
+    1e-2: each fill is compared with the -inf runs at its own rate."""
+    rng = np.random.default_rng(0)
+    job = 0
+    for arm, lr in (("fill_1e4", 1e-2), ("fill_inf", 1e-2), ("fill_where_1e4", 2e-2), ("fill_inf", 2e-2)):
+        for seed in (1, 2, 3):
+            write_run(tmp_path / str(job), arm, seed, rng, lr=lr)
+            job += 1
+    arms = pl.group(load_runs([tmp_path]))
+    assert list(arms) == ["fill_1e4", "fill_where_1e4", "fill_inf", "fill_inf_where"]
+    assert {pl.lr_of(r) for r in arms["fill_inf_where"]} == {2e-2} and {pl.lr_of(r) for r in arms["fill_inf"]} == {1e-2}
+    assert pl.control_of("fill_where_1e4", arms) == "fill_inf_where" and pl.control_of("fill_1e4", arms) == "fill_inf"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 class Prediction:
     level_ratio: list[float]
     slope: list[float]
-    premise_flat: bool
+    premise_band: list[float]
     onset_fraction: float
     drop_from: float
     drop_to: float

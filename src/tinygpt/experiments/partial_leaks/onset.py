@@ -54,3 +54,19 @@ def false_onsets(control_steps, controls: np.ndarray, alpha: float, run: int) ->
         others = np.delete(controls, i, axis=0)  # (K - 1, S)
         out.append(loss_onset(control_steps, controls[i], control_steps, others, alpha, run))
     return out
+
+
+def exceedances(controls: np.ndarray, alpha: float) -> list[tuple[float, int]]:
+    """Per control seed, against the others' bound (leave one out): the fraction of logged steps at which it lies
+    below the bound (alpha, if the bound is calibrated) and its longest run of consecutive such steps (what the
+    onset's run must exceed)."""
+    controls = np.asarray(controls, dtype=np.float64)  # (K, S)
+    out = []
+    for i in range(controls.shape[0]):
+        below = controls[i] < prediction_bound(np.delete(controls, i, axis=0), alpha)  # (S,)
+        longest = run = 0
+        for b in below.tolist():
+            run = run + 1 if b else 0
+            longest = max(longest, run)
+        out.append((float(below.mean()), longest))
+    return out

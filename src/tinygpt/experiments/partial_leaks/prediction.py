@@ -11,8 +11,11 @@ from dataclasses import dataclass
 class Prediction:
     collapse_fraction: float
     onset_run: int
+    onset_alpha: float
     onset_fraction: float
     onset_ratio: list[float]
     fill_slack: float
     alarm_first_validation: bool
+    open_mass: float
     replace_fill_rule: str
+    seen_seeds: list[int]

@@ -3,7 +3,7 @@ it (see configs/experiment/partial_leaks.yaml).
 
 Each run's arm is read from its config (the bug in ``model.patch``, ``model.attn.causal`` and the scale), so a
 report works on any subset of the arms: the sections need an arm and its control (causal for the structural leaks,
-fill_inf for fill_1e4).
+fill_inf for fill_1e4, fill_inf_where for fill_where_1e4 where it trained at another rate: ``control_of``).
 
 ``compute`` gathers what the report states (PartialLeaksFindings: ArmEnd per arm, then Seen, Onsets, Alarm and a
 Fill per fill arm, one per section); the sections render those findings as tables and prose and draw the figures.
@@ -37,7 +37,6 @@ from tinygpt.analysis.stats import (
     mean_spread,
     resolution,
     smooth,
-    verb,
 )
 from tinygpt.analysis.sweep import (
     predictions,
@@ -53,20 +52,22 @@ from tinygpt.analysis.sweep import (
     window_samples,
 )
 from tinygpt.analysis.templates import Report, plural, prose
+from tinygpt.experiments.partial_leaks.onset import exceedances, false_onsets, loss_onset
 
 STRUCTURAL = ("no_mask", "off_by_one", "first_layer", "last_layer", "sliding_window")  # leaky in the mask itself
-ARMS = ("causal", *STRUCTURAL, "fill_1e4", "fill_where_1e4", "fill_inf")
-CONTROL = {**{a: "causal" for a in STRUCTURAL}, "fill_1e4": "fill_inf", "fill_where_1e4": "fill_inf"}
+ARMS = ("causal", *STRUCTURAL, "fill_1e4", "fill_where_1e4", "fill_inf", "fill_inf_where")
+CONTROLS = ("causal", "fill_inf", "fill_inf_where")  # the arms with the production mask
 LEAKY = (*STRUCTURAL, "fill_1e4", "fill_where_1e4")
+FILL_PANEL = ("fill_inf", "fill_inf_where", "fill_1e4", "fill_where_1e4")  # the figures' second panel
 LABELS = {
     "causal": "causal (control)", "no_mask": "no mask", "off_by_one": "off by one", "first_layer": "first layer leaky",
     "last_layer": "last layer leaky", "sliding_window": "sliding window", "fill_1e4": "finite fill (added)",
     "fill_where_1e4": "finite fill (replacing: GPT-2's masked_bias)",
-    "fill_inf": "-inf fill (its control)",
+    "fill_inf": "-inf fill (its control)", "fill_inf_where": "-inf fill at the replacing fill's rate (its control)",
 }
 COLORS = {"causal": "tab:blue", "no_mask": "tab:red", "off_by_one": "tab:orange", "first_layer": "tab:purple",
           "last_layer": "tab:brown", "sliding_window": "tab:pink", "fill_1e4": "tab:olive",
-          "fill_where_1e4": "tab:green", "fill_inf": "tab:cyan"}
+          "fill_where_1e4": "tab:green", "fill_inf": "tab:cyan", "fill_inf_where": "tab:gray"}
 
 
 def bug_of(cfg: dict) -> dict | None:
@@ -91,10 +92,30 @@ def arm_of(run: Run) -> str:
     return "fill_inf" if cfg["model"]["attn"]["scale"] == "none" else "causal"
 
 
+def lr_of(run: Run) -> float:
+    return float(run.config["optim"]["lr"])
+
+
 def group(runs: list[Run]) -> dict[str, list[Run]]:
-    """arm -> its runs sorted by seed, in ARMS order."""
+    """arm -> its runs sorted by seed, in ARMS order. The -inf runs at the replacing fill's rate, where it differs
+    from the added fill's (design 3), are that fill's control, fill_inf_where."""
     by_arm = group_by(runs, arm_of)
-    return {a: by_arm[a] for a in ARMS if a in by_arm}
+    where = {lr_of(r) for r in by_arm.get("fill_where_1e4", [])}
+    added = {lr_of(r) for r in by_arm.get("fill_1e4", [])}
+    if where - added and "fill_inf" in by_arm:
+        inf = by_arm.pop("fill_inf")
+        by_arm["fill_inf"] = [r for r in inf if lr_of(r) not in where - added]
+        by_arm["fill_inf_where"] = [r for r in inf if lr_of(r) in where - added]
+    return {a: by_arm[a] for a in ARMS if by_arm.get(a)}
+
+
+def control_of(arm: str, arms: dict[str, list[Run]]) -> str | None:
+    """The arm a leaky arm is compared with: causal for the structural leaks; for a fill, the -inf runs at its rate."""
+    if arm in STRUCTURAL:
+        return "causal"
+    if arm == "fill_where_1e4" and "fill_inf_where" in arms:
+        return "fill_inf_where"
+    return "fill_inf" if arm in ("fill_1e4", "fill_where_1e4") else None
 
 
 # ----------------------------------------------------------------------------- per-window samples
@@ -178,16 +199,6 @@ def first_above(steps, values, threshold: float) -> int | None:
     return int(np.asarray(steps)[hit[0]]) if len(hit) else None
 
 
-def alarm_verdict(detected: list[int | None], leaky: bool, first_validation: int | None = None) -> str:
-    """The alarm against prediction 4 on one arm's runs: a leaky arm's every run detected (at ``first_validation``
-    when given), a control's none. 'holds' or 'fails'."""
-    if leaky:
-        ok = all(d is not None and (first_validation is None or d == first_validation) for d in detected)
-    else:
-        ok = all(d is None for d in detected)
-    return "holds" if ok and detected else "fails"
-
-
 # ----------------------------------------------------------------------------- per-run readings
 
 
@@ -205,19 +216,67 @@ def collapse_steps(runs: list[Run], threshold: float) -> list[int | None]:
     return [first_below(*taken(r, "train/loss"), threshold) for r in runs]
 
 
-def onset_steps(runs: list[Run], controls: list[Run], run: int) -> list[int | None]:
-    """Per run: the loss onset, the first step from which its raw training loss stays below the lowest of the
-    control arm's seeds at the same step for ``run`` consecutive logged steps (prediction 2's definition)."""
-    b = taken_band(controls, "train/loss")  # (steps, mean, min, max) over the control seeds
-    if b is None:
+def control_losses(controls: list[Run]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The control seeds' raw training loss at the steps every one of them logged: (steps taken, (K, S)); None
+    without two controls sharing a step."""
+    series = [taken(r, "train/loss") for r in controls]
+    if len(series) < 2:
+        return None
+    common = sorted(set.intersection(*(set(st.tolist()) for st, _ in series)))
+    if not common:
+        return None
+    return np.asarray(common), np.stack([v[np.isin(st, common)] for st, v in series])  # (K, S)
+
+
+def onset_steps(runs: list[Run], controls: list[Run], run: int, alpha: float | None) -> list[int | None]:
+    """Per run: the loss onset, the first step from which its raw training loss stays below the control seeds'
+    lower prediction bound at ``alpha`` for ``run`` consecutive logged steps (prediction 2, design 3: onset.py).
+    ``alpha=None`` is design 2's rule, below the lowest control seed (kept for comparison)."""
+    c = control_losses(controls)
+    if c is None:
         return [None] * len(runs)
-    return [first_below_band(*taken(r, "train/loss"), b[0], b[2], run) for r in runs]
+    if alpha is None:
+        return [first_below_band(*taken(r, "train/loss"), c[0], c[1].min(0), run) for r in runs]
+    return [loss_onset(*taken(r, "train/loss"), c[0], c[1], alpha, run) for r in runs]
+
+
+def false_onset_count(controls: list[Run], run: int, alpha: float | None) -> int | None:
+    """How many control seeds the onset rule calls leaky against the arm's other seeds (leave one out); None with
+    fewer than 3 seeds."""
+    if len(controls) < 3:
+        return None
+    if alpha is None:
+        return sum(onset_steps([r], [o for o in controls if o is not r], run, None)[0] is not None for r in controls)
+    c = control_losses(controls)
+    return None if c is None else sum(x is not None for x in false_onsets(c[0], c[1], alpha, run))
 
 
 def taken_band(runs: list[Run], key: str):
     """stats.band with the steps as steps taken (``taken``): (steps, mean, min, max over the runs) or None."""
     b = band(runs, key)
     return None if b is None else (b[0] + (0 if key.startswith("leak/") else 1), *b[1:])
+
+
+def data_status(seeds: list[int], seen: list[int]) -> str:
+    """Whether these runs can confirm the predictions: 'confirmatory' when none of their seeds had been seen when
+    the predictions were written (deterministic runs repeat, so a seen seed is seen data), 'exploratory' when every
+    one had, 'mixed' otherwise."""
+    old = set(seeds) & set(seen)
+    return "confirmatory" if not old else "exploratory" if old == set(seeds) else "mixed"
+
+
+def status_text(seeds: list[int], seen: list[int]) -> str:
+    status = data_status(seeds, seen)
+    listed, old = ", ".join(map(str, sorted(set(seeds)))), ", ".join(map(str, sorted(set(seen))))
+    if status == "confirmatory":
+        return (f"**Confirmatory.** These runs' seeds ({listed}) include none of the seeds whose runs had been seen "
+                f"when the predictions were written ({old}): every verdict below is judged on data no prediction "
+                "had seen.")
+    if status == "exploratory":
+        return (f"**Exploratory.** Every seed of these runs ({listed}) had been seen when the predictions were "
+                "written: the verdicts below describe these runs, they confirm nothing.")
+    return (f"**Partly exploratory.** Seeds {', '.join(map(str, sorted(set(seeds) & set(seen))))} of these runs had "
+            "been seen when the predictions were written: only a verdict on the others could confirm.")
 
 
 def steps_text(steps: list[int | None]) -> str:
@@ -237,7 +296,7 @@ def fig_curves(arms: dict[str, list[Run]], path: Path, alarms: dict[str, list[in
     fig = Figure(figsize=(11, 4))
     axes = fig.subplots(1, 2)
     panels = ((axes[0], [a for a in ("causal", *STRUCTURAL) if a in arms]),
-              (axes[1], [a for a in ("fill_inf", "fill_1e4", "fill_where_1e4") if a in arms]))
+              (axes[1], [a for a in FILL_PANEL if a in arms]))
     for ax, names in panels:
         title = model_words(arms[names[0]][0]) if names else None
         for a in names:
@@ -297,7 +356,7 @@ def fig_positions(arms: dict[str, list[Run]], path: Path) -> Path:
     fig = Figure(figsize=(11, 4))
     axes = fig.subplots(1, 2)
     for ax, names in ((axes[0], [a for a in ("causal", *STRUCTURAL) if a in arms]),
-                      (axes[1], [a for a in ("fill_inf", "fill_1e4", "fill_where_1e4") if a in arms])):
+                      (axes[1], [a for a in FILL_PANEL if a in arms])):
         for a in names:
             tf = np.mean([r.windows().mean(0) for r in arms[a]], axis=0)  # (T,)
             ar = np.mean([r.windows("honest_window_position").mean(0) for r in arms[a]], axis=0)
@@ -369,7 +428,7 @@ class ArmEnd:
 def arm_ends(arms: dict[str, list[Run]], est: dict, pred: dict) -> list[ArmEnd]:
     out = []
     for a, rs in arms.items():
-        ctrl = CONTROL.get(a)
+        ctrl = control_of(a, arms)
         ratio = diff = None
         if ctrl in arms:
             ratio = est[(a, "mean")] / est[(ctrl, "mean")]
@@ -399,7 +458,8 @@ def training(arms: dict[str, list[Run]], a: str, fraction: float = 0.5) -> Train
     uni, bi = diag.get("unigram_loss"), diag.get("bigram_loss")
     if not uni or not bi:
         return None
-    groups = [(LABELS[a], arms[a])] + ([("its control", arms["fill_inf"])] if "fill_inf" in arms else [])
+    ctrl = control_of(a, arms)
+    groups = [(LABELS[a], arms[a])] + ([("its control", arms[ctrl])] if ctrl in arms else [])
     failed = sum(failed_to_train(r.summary["val_loss"], uni, bi, fraction) for _, rs in groups for r in rs)
     return Training(uni, bi, fraction, failed, sum(len(rs) for _, rs in groups),
                     [(name, float(np.mean([r.summary["val_loss"] for r in rs]))) for name, rs in groups])
@@ -451,7 +511,7 @@ def seen_findings(arms: dict[str, list[Run]], est: dict, pred: dict, seen: dict[
         honest = est[(a, "honest")] - est[("causal", "honest")]
         honest_verdict = honest_no_better(honest)
         leaks.append(LeakSeen(a, ratio, collapse, honest, honest_verdict, all_hold([collapse, honest_verdict])))
-    fills = [FillSeen(a, seen[a], est[(a, "mean")] - est[("fill_inf", "mean")],
+    fills = [FillSeen(a, seen[a], est[(a, "mean")] - est[(control_of(a, arms), "mean")],
                       est[(a, "honest")] - est[(a, "probe")], training(arms, a))
              for a in ("fill_1e4", "fill_where_1e4") if a in seen]
     return Seen(pred["collapse_fraction"], leaks, fills, all_hold([x.verdict for x in leaks]),
@@ -497,7 +557,10 @@ class Onsets:
     shapes: dict[str, str] | None  # the one-layer and sliding-window arms' words, when all three have onsets
     others: list[str]  # the arms of the definitions table
     definitions: list[OnsetDefinition]
-    false_onsets: list[tuple[int, int, str, int]]  # (control seeds the rule fires on, seeds, control arm, run)
+    alpha: float  # the pre-registered prediction bound's level
+    false_onsets: list[tuple[int, int, str, str]]  # (control seeds a rule fires on, seeds, control arm, the rule)
+    calibration: list[tuple[str, float, int]]  # per control arm: the mean per-step rate below the others' bound
+    # at the pre-registered alpha, and the longest run of such steps (onset.exceedances)
 
 
 def onset_findings(arms, est, pred, onsets, collapses) -> Onsets:
@@ -520,27 +583,45 @@ def onset_findings(arms, est, pred, onsets, collapses) -> Onsets:
         if (a, "onset") in est and ref:
             r = est[(a, "onset")] / est[("no_mask", "onset")]
             words[a] = {1: "later", -1: "earlier", 0: "neither earlier nor later (within noise)"}[direction(r - 1)]
-    others, definitions, false_onsets = onset_sensitivity(arms, pred, collapses)
+    others, definitions, false_onsets = onset_sensitivity(arms, pred, collapses, rows)
     runs0 = next(iter(arms.values()))
     return Onsets(lo, hi, pred["onset_run"], pred["onset_fraction"], resolution(taken(runs0[0], "train/loss")[0]),
                   len(arms.get("causal", [])), rows, all_hold([r.verdict for r in rows if r.arm != "no_mask"]),
-                  off_by_one, words if len(words) == 3 else None, others, definitions, false_onsets)
+                  off_by_one, words if len(words) == 3 else None, others, definitions, pred["onset_alpha"],
+                  false_onsets, calibration(arms, pred["onset_alpha"]))
 
 
-def onset_sensitivity(arms: dict[str, list[Run]], pred: dict, collapses: dict):
+def calibration(arms: dict[str, list[Run]], alpha: float) -> list[tuple[str, float, int]]:
+    """Per control arm with 3 seeds or more: how often a control seed lies below the other seeds' bound (its mean
+    over seeds, alpha if calibrated) and the longest run of consecutive steps it does so."""
+    out = []
+    for ctrl in CONTROLS:
+        c = control_losses(arms.get(ctrl, []))
+        if c is not None and c[1].shape[0] >= 3:
+            ex = exceedances(c[1], alpha)
+            out.append((ctrl, float(np.mean([r for r, _ in ex])), max(n for _, n in ex)))
+    return out
+
+
+def onset_sensitivity(arms: dict[str, list[Run]], pred: dict, collapses: dict, rows: list[OnsetRow]):
     """Prediction 2 under other onset definitions (read after the sweep: how much the verdicts owe to the
-    pre-registered run length), and how often the rule fires on a control seed against the other control seeds
-    (its false-onset rate, where the config's comment guessed it from independent steps). Returns (the arms
-    compared with no mask, the definitions, the false onsets)."""
+    pre-registered rule; the pre-registered row is the main table's estimates, not a second bootstrap), and how
+    often each rule fires on a control seed against the other control seeds (its false-onset rate). Returns (the
+    arms compared with no mask, the definitions, the false onsets)."""
     lo, hi = pred["onset_ratio"]
-    n = pred["onset_run"]
-    variants = [(f"run of {k} steps" + (" (pre-registered)" if k == n else ""),
-                 {a: onset_steps(arms[a], arms["causal"], k) for a in STRUCTURAL if a in arms})
-                for k in (n, 2 * n, 3 * n)]
-    variants.append(("loss-collapse step", {a: collapses[a] for a in STRUCTURAL if a in arms}))
+    n, alpha = pred["onset_run"], pred["onset_alpha"]
+    variants = [(f"run of {k} steps, bound at {a:g}", k, a) for k, a in ((2 * n, alpha), (3 * n, alpha),
+                                                                          (n, 5 * alpha))]
+    variants.append((f"run of {n} steps, below the lowest control seed (design 2's rule)", n, None))
     others = [a for a in STRUCTURAL[1:] if a in arms]
-    definitions = []
-    for name, steps in variants:
+    main = {r.arm: r for r in rows}
+    definitions = [OnsetDefinition(f"run of {n} steps, bound at {alpha:g} (pre-registered)",
+                                   [(main[a].ratio, main[a].verdict) if main[a].ratio is not None else None
+                                    for a in others])]
+    steps_of = [(name, {a: onset_steps(arms[a], arms["causal"], k, al) for a in STRUCTURAL if a in arms})
+                for name, k, al in variants]
+    steps_of.append(("loss-collapse step", {a: collapses[a] for a in STRUCTURAL if a in arms}))
+    for name, steps in steps_of:
         ok = {a: v for a, v in steps.items() if all(x is not None for x in v)}
         if "no_mask" not in ok:
             continue
@@ -555,12 +636,13 @@ def onset_sensitivity(arms: dict[str, list[Run]], pred: dict, collapses: dict):
             cells.append((ratio, in_range(ratio, lo, hi)))
         definitions.append(OnsetDefinition(name, cells))
     false_onsets = []
-    for ctrl in ("causal", "fill_inf"):
+    for ctrl in CONTROLS:
         rs = arms.get(ctrl, [])
-        for k in (n // 2, n):
-            if len(rs) > 2:
-                trips = sum(onset_steps([r], [o for o in rs if o is not r], k)[0] is not None for r in rs)
-                false_onsets.append((trips, len(rs), ctrl, k))
+        for rule, k, al in ((f"the pre-registered rule (bound at {alpha:g}, a run of {n})", n, alpha),
+                            (f"design 2's rule (below the lowest other seed, a run of {n})", n, None)):
+            trips = false_onset_count(rs, k, al)
+            if trips is not None:
+                false_onsets.append((trips, len(rs), ctrl, rule))
     return others, definitions, false_onsets
 
 
@@ -578,15 +660,13 @@ class AlarmRow:
     detected: list[int | None]  # the alarm's step per seed
     signals: list[str]  # which of its rules fired
     stab: list[int | None]  # the first stability probe whose future leak passes the alarm's tolerance
-    mass: list[int | None]  # the first stability probe with a future attention mass above 0
+    opened: list[int | None]  # the first stability probe at which the mask was open (opened_step), per seed
     gaps: list[int | None]  # the first validation the honest-gap rule passes
     onsets: list[int | None]  # the loss onset per seed
     lead: list[int]  # onset - alarm step, the seeds with both
     collapse_lead: list[int]  # loss-collapse step - alarm step, the seeds with both (structural arms)
     never: int  # seeds the alarm fired on whose loss never showed the leak
-    verdict: str  # prediction 4 as written
-    never_leaked: bool  # a leaky arm whose mask never opened: nothing leaked to be found
-    opened_verdict: str  # prediction 4 on the runs whose mask opened
+    verdict: str  # prediction 4 on this arm's runs (alarm_verdict)
 
 
 @dataclass
@@ -595,56 +675,72 @@ class Alarm:
 
     rows: list[AlarmRow]
     first_val: int | None  # the validation interval
-    verdict: str  # prediction 4 as written (every run of every leaky arm)
-    opened_verdict: str  # on the runs whose mask opened
-    n_causal: int  # runs of the arms without a leak
+    open_mass: float  # a mask is open when a row puts more than this on future keys
+    verdict: str  # prediction 4 over every arm
+    opened: int  # runs whose mask opened (any arm)
+    fired_open: int  # alarms on those
+    closed: int  # runs whose mask never opened (the controls among them)
+    fired_closed: int  # alarms on those
+    n_causal: int  # runs of the control arms
     false: int  # alarms on those
     bound: float  # the false-alarm rate's 95% upper bound (NaN after a false alarm)
-    leaky_runs: int
-    fired: int  # alarms on the leaky runs
-    opened: int  # leaky runs whose mask opened
-    fired_open: int  # alarms on those
     warned: int  # runs whose mask opened, configured causal=true
     warned_fired: int  # alarms on those
+
+
+def opened_step(run: Run, open_mass: float) -> int | None:
+    """The first stability probe (steps taken), up to the run's last validation, at which some query row of the
+    probe's windows put more than ``open_mass`` of its attention on keys after it (stab/future_mass_max: the
+    attention weights themselves, not the perturbation probe the alarm uses); None if none did."""
+    steps, mass = taken(run, "stab/future_mass_max")
+    if not len(steps):
+        raise ReportError(f"{run.dir}: no stab/future_mass_max in its history (a run from before design 3); "
+                          "prediction 4 reads whether its mask opened from it.")
+    last_val = taken(run, "val/loss")[0]
+    hit = first_above(steps, mass, open_mass)
+    return hit if hit is not None and (not len(last_val) or hit <= last_val.max()) else None
+
+
+def alarm_verdict(detected: list[int | None], opened: list[int | None], first_validation: int | None = None) -> str:
+    """Prediction 4 (design 3) on one arm's runs: the alarm fired on every run whose mask opened (at
+    ``first_validation`` when given) and on no run whose mask never opened. 'holds' or 'fails'."""
+    ok = all((d is not None and (first_validation is None or d == first_validation)) if o is not None
+             else d is None for d, o in zip(detected, opened, strict=True))
+    return "holds" if ok and detected else "fails"
 
 
 def alarm_findings(arms, pred, onsets, collapses) -> Alarm:
     rows = []
     first_val = None
+    every = [r for rs in arms.values() for r in rs]
+    opened_at = {id(r): opened_step(r, pred["open_mass"]) for r in every}
     for a, rs in arms.items():
         alarm = alarm_of(rs[0])
         detected = [r.summary.get("leak_detected_step") for r in rs]
         first_val = val_interval(rs[0])
-        leaky = a in LEAKY
-        stab = [first_above(*taken(r, "stab/future_leak"), alarm.tolerance) for r in rs]
-        v = alarm_verdict(detected, leaky, first_val if pred.get("alarm_first_validation") and a in STRUCTURAL
+        opened = [opened_at[id(r)] for r in rs]
+        v = alarm_verdict(detected, opened, first_val if pred.get("alarm_first_validation") and a in STRUCTURAL
                           else None)
-        never_leaked = leaky and all(s is None for s in stab)
-        opened_verdict = ("holds" if all(d is None for d in detected) else "fails") if never_leaked else v
-        a_onsets = onsets.get(a, [None] * len(rs))
         lead = [o - d for o, d in zip(onsets.get(a, []), detected, strict=False) if o is not None and d is not None]
         collapse_lead = ([c - d for c, d in zip(collapses[a], detected, strict=True) if c is not None and d is not None]
                          if lead and a in STRUCTURAL else [])
         rows.append(AlarmRow(
-            a, detected, sorted({r.summary.get("leak_signal") for r in rs if r.summary.get("leak_signal")}), stab,
-            [first_above(*taken(r, "stab/future_mass"), 0.0) for r in rs], [honest_gap_step(r) for r in rs],
-            a_onsets, lead, collapse_lead,
-            sum(o is None and d is not None for o, d in zip(onsets.get(a, []), detected, strict=False)), v,
-            never_leaked, opened_verdict))
-    n_causal = sum(len(rs) for a, rs in arms.items() if a not in LEAKY)
-    false = sum(r.summary.get("leak_detected_step") is not None for a, rs in arms.items() if a not in LEAKY
-                for r in rs)
-    leaky_runs = [r for a in LEAKY if a in arms for r in arms[a]]
-    opened = [r for a in LEAKY if a in arms for r in arms[a]
-              if first_above(*taken(r, "stab/future_leak"), alarm_of(r).tolerance) is not None]
+            a, detected, sorted({r.summary.get("leak_signal") for r in rs if r.summary.get("leak_signal")}),
+            [first_above(*taken(r, "stab/future_leak"), alarm.tolerance) for r in rs], opened,
+            [honest_gap_step(r) for r in rs], onsets.get(a, [None] * len(rs)), lead, collapse_lead,
+            sum(o is None and d is not None for o, d in zip(onsets.get(a, []), detected, strict=False)), v))
+    controls = [r for a in CONTROLS if a in arms for r in arms[a]]
+    false = sum(r.summary.get("leak_detected_step") is not None for r in controls)
+    opened = [r for r in every if opened_at[id(r)] is not None]
+    closed = [r for r in every if opened_at[id(r)] is None]
     warned = [r for r in opened if r.config["model"]["attn"]["causal"]]
 
     def fired(runs):
         return sum(r.summary.get("leak_detected_step") is not None for r in runs)
 
-    return Alarm(rows, first_val, all_hold([r.verdict for r in rows]), all_hold([r.opened_verdict for r in rows]),
-                 n_causal, false, false_alarm_bound(n_causal) if false == 0 else math.nan, len(leaky_runs),
-                 fired(leaky_runs), len(opened), fired(opened), len(warned), fired(warned))
+    return Alarm(rows, first_val, float(pred["open_mass"]), all_hold([r.verdict for r in rows]), len(opened),
+                 fired(opened), len(closed), fired(closed), len(controls), false,
+                 false_alarm_bound(len(controls)) if false == 0 else math.nan, len(warned), fired(warned))
 
 
 OTHER = {"fill_1e4": "stab/visible_floor", "fill_where_1e4": "stab/mask_margin"}  # the other fill's signal
@@ -670,7 +766,7 @@ class FillSeed:
     verdict: str  # 'holds' or 'fails' (opening)
     back: int  # probes after the opening with the signal back on the closed side ...
     closed: int  # ... and the leak closed again there
-    mass_first: int | None  # the first probe with a future attention mass above 0
+    mass_first: int | None  # the first probe at which the mask was open by design 3's definition (opened_step)
 
 
 @dataclass
@@ -694,7 +790,8 @@ class Fill:
     at_predicted: int  # seeds whose leak opened at the predicted probe
     holds: int  # seeds whose opening holds (at the predicted probe or the next)
     nearest: float  # the nearest any seed's signal came to opening
-    mass_at: int  # seeds whose future attention mass first passed 0 at the predicted probe
+    mass_at: int  # seeds whose mask opened (opened_step) at the predicted probe
+    open_mass: float
 
 
 def value_at(run: Run, key: str, step: int | None) -> float | None:
@@ -704,7 +801,8 @@ def value_at(run: Run, key: str, step: int | None) -> float | None:
     return float(at[0]) if len(at) else None
 
 
-def fill_seed(r: Run, arm: str, threshold: float, tol: float) -> tuple[FillSeed, tuple[int, float, float] | None]:
+def fill_seed(r: Run, arm: str, threshold: float, tol: float,
+              open_mass: float) -> tuple[FillSeed, tuple[int, float, float] | None]:
     key, _, rising, _ = FILLS[arm]
     steps, signal = taken(r, key)
     lsteps, leaks = taken(r, "stab/future_leak")
@@ -722,7 +820,7 @@ def fill_seed(r: Run, arm: str, threshold: float, tol: float) -> tuple[FillSeed,
     return FillSeed(r.seed, o["predicted"], o["observed"], o["signal_at_open"], value_at(r, OTHER[arm], o["observed"]),
                     value_at(r, "stab/max_logit", o["observed"]),
                     float(np.max(signal) if rising else np.min(signal)), o["closed_before"], o["verdict"], back,
-                    closed, first_above(*taken(r, "stab/future_mass"), 0.0)), early
+                    closed, opened_step(r, open_mass)), early
 
 
 def fill_findings(arms, pred, arm: str) -> Fill:
@@ -733,7 +831,7 @@ def fill_findings(arms, pred, arm: str) -> Fill:
     tol = alarm_of(runs[0]).tolerance
     seeds, early = [], []
     for r in runs:
-        s, e = fill_seed(r, arm, threshold, tol)
+        s, e = fill_seed(r, arm, threshold, tol, float(pred["open_mass"]))
         seeds.append(s)
         if e is not None:
             early.append(e)
@@ -741,10 +839,12 @@ def fill_findings(arms, pred, arm: str) -> Fill:
     verdicts = [s.verdict for s in seeds]
     return Fill(
         arm, what, rising, number, fill, slack, threshold, tol, resolution(taken(runs[0], key)[0]),
-        max((float(np.max(taken(r, "stab/future_leak")[1])) for r in arms.get("fill_inf", [])), default=math.nan),
+        max((float(np.max(taken(r, "stab/future_leak")[1])) for r in arms.get(control_of(arm, arms), [])),
+            default=math.nan),
         seeds, early, all_hold(verdicts), sum(s.observed is not None for s in seeds),
         sum(s.observed == s.predicted and s.predicted is not None for s in seeds), verdicts.count("holds"),
-        max(closest) if rising else min(closest), sum(s.mass_first == s.predicted for s in seeds))
+        max(closest) if rising else min(closest), sum(s.mass_first == s.predicted for s in seeds),
+        float(pred["open_mass"]))
 
 
 @dataclass
@@ -773,8 +873,8 @@ def compute(runs: list[Run]) -> PartialLeaksFindings:
     pred = predictions(runs, "partial_leaks")
     onsets, collapses = {}, {}
     for a, rs in arms.items():
-        ctrl = arms.get(CONTROL.get(a, ""), [])
-        onsets[a] = onset_steps(rs, ctrl, pred["onset_run"]) if ctrl else [None] * len(rs)
+        ctrl = arms.get(control_of(a, arms) or "", [])
+        onsets[a] = onset_steps(rs, ctrl, pred["onset_run"], pred["onset_alpha"]) if ctrl else [None] * len(rs)
         final = float(np.mean([r.summary["train_loss"] for r in ctrl])) if ctrl else math.nan
         collapses[a] = collapse_steps(rs, pred["onset_fraction"] * final) if ctrl else [None] * len(rs)
     est = bootstrap(samples(arms, onsets))
@@ -844,12 +944,9 @@ def onset_section(rep: Report, o: Onsets) -> None:
     header = ["arm", "loss onset per seed (step)", "mean onset", "/ no mask's (paired by seed)", "than no mask",
               f"prediction 2 ({lo:g} to {hi:g})", "loss-collapse step per seed"]
     rep.findings.append(f"Onset: prediction 2 (each structural leak leaves the causal band when the full one does, "
-                        f"within {lo:g} to {hi:g} of its step): **{o.verdict}**. Exploratory: these seeds "
-                        "repeat the first sweep's runs, whose curves were seen before the onset was redefined; the "
-                        "verdicts of the one-layer leaks depend on the onset's definition (the table of other "
-                        "definitions), off by one's and the sliding window's do not.")
+                        f"within {lo:g} to {hi:g} of its step): **{o.verdict}**.")
     rep.sections += ["## When each leak shows in the training loss", "",
-                     prose("partial_leaks", "onset", run=o.run, fraction=o.fraction, lo=lo, hi=hi,
+                     prose("partial_leaks", "onset", run=o.run, fraction=o.fraction, lo=lo, hi=hi, alpha=o.alpha,
                            interval="at every step" if o.interval == 1 else f"every {o.interval} steps",
                            n_causal=o.n_causal), "",
                      markdown_table(header, rows), ""]
@@ -867,50 +964,50 @@ def onset_section(rep: Report, o: Onsets) -> None:
 def onset_sensitivity_text(o: Onsets) -> list[str]:
     rows = [[d.name, *("not every seed" if c is None else f"{c[0].format(2)} {c[1]}" for c in d.cells)]
             for d in o.definitions]
-    false = [f"{trips} of {n} {LABELS[ctrl]} seeds with a run of {k}" for trips, n, ctrl, k in o.false_onsets]
-    return ["Prediction 2's ratios under other onset definitions (read after the sweep, not pre-registered):", "",
+    false = [f"{rule}: {trips} of {n} {LABELS[ctrl]} seeds" for trips, n, ctrl, rule in o.false_onsets]
+    return ["Prediction 2's ratios under other onset definitions (the first row is the pre-registered one, the "
+            "main table's estimates; the others were chosen with the design as checks, and carry no verdict of "
+            "their own):", "",
             markdown_table(["onset", *(LABELS[a] for a in o.others)], rows), "",
-            "The rule against a band of seeds is not as safe as the config's comment guessed from independent "
-            "steps: applied to each control seed against its arm's other seeds, it fires on "
-            + ", ".join(false) + ": per-seed offsets make consecutive steps move together, and the leaky runs are "
-            "protected mainly because their own seed-matched causal run sits in the band.", ""]
+            "False onsets on these runs: each control seed against its arm's other seeds (leave one out), "
+            + "; ".join(false) + ". The bound's calibration on the same runs: a control seed lay below its arm's "
+            "other seeds' bound at " + ", ".join(f"{rate:.1%} of the logged steps ({LABELS[c]}; nominal "
+                                                 f"{o.alpha:g}, longest run {n} steps)" for c, rate, n in o.calibration)
+            + f", against the {o.run} steps in a row the onset needs.", ""]
 
 
 def alarm_section(rep: Report, f: Alarm) -> None:
-    rows, literal, leads, collapse_leads = [], [], [], []
+    rows, leads, collapse_leads = [], [], []
     for r in f.rows:
-        if r.never_leaked:
-            literal.append(f"{LABELS[r.arm]} ({len(r.detected)} runs, alarm fired on "
-                           f"{sum(d is not None for d in r.detected)})")
         if r.lead and r.arm in STRUCTURAL:
             leads.append(f"{LABELS[r.arm]} {fmt_pm(*mean_spread(r.lead), 0)}")
             collapse_leads.append(f"{LABELS[r.arm]} {fmt_pm(*mean_spread(r.collapse_lead), 0)}")
-        rows.append([LABELS[r.arm], steps_text(r.detected), ", ".join(r.signals) or "—", steps_text(r.stab),
-                     steps_text(r.mass), steps_text(r.gaps), steps_text(r.onsets),
+        rows.append([LABELS[r.arm], steps_text(r.opened), steps_text(r.detected), ", ".join(r.signals) or "—",
+                     steps_text(r.stab), steps_text(r.gaps), steps_text(r.onsets),
                      (fmt_pm(*mean_spread(r.lead), 0) if r.lead else "—")
                      + (f"; {plural(r.never, 'seed')} never in the loss" if r.never and r.arm in LEAKY else ""),
-                     f"{r.verdict} as written; never leaked" if r.never_leaked else r.verdict])
-    header = ["arm", "alarm fired at (per seed)", "signal", "future leak first > tolerance, stability probe",
-              "future attention mass first > 0, stability probe", "honest-gap rule first met",
-              "loss onset (leaves the control's band)", "lead: onset - alarm (± seed sd)", "prediction 4"]
+                     r.verdict])
+    header = ["arm", f"mask opened: a row's future attention mass first > {f.open_mass:g}, stability probe",
+              "alarm fired at (per seed)", "signal", "future leak first > tolerance, stability probe",
+              "honest-gap rule first met", "loss onset (leaves the control's band)",
+              "lead: onset - alarm (± seed sd)", "prediction 4"]
     bound_words = (f" (0 of {f.n_causal} bounds the per-run false-alarm rate below {f.bound:.0%} at 95% confidence)"
                    if f.false == 0 and f.n_causal else "")
     rep.findings.append(
-        f"The leak alarm recorded the leak on {f.fired_open} of the {f.opened} buggy runs whose mask opened (it "
-        f"warned on {f.warned_fired} of the {f.warned} "
-        "configured causal=true; the no-mask arm is configured causal=false, so its leak is recorded without a "
-        f"warning), on {f.fired} of all {f.leaky_runs} buggy runs, and on {f.false} of {f.n_causal} causal "
-        f"runs{bound_words}. Prediction 4 as written (every run of every leaky arm): **{f.verdict}**"
-        + (f", because {'; '.join(literal)} never leaked, so the alarm had nothing to find; on the runs whose mask "
-           f"opened (a reading chosen after the sweep) it {verb(f.opened_verdict)}" if literal else "")
-        + ". Its 'at the first validation' for the structural leaks is true by construction of the probe.")
+        f"The leak alarm fired on {f.fired_open} of the {f.opened} runs whose mask opened (a row's future attention "
+        f"mass above {f.open_mass:g} at a stability probe; it warned on {f.warned_fired} of the {f.warned} configured "
+        "causal=true; the no-mask arm is configured causal=false, so its leak is recorded without a warning) and on "
+        f"{f.fired_closed} of the {f.closed} runs whose mask never opened, the {f.n_causal} runs of the control "
+        f"arms among them ({f.false} alarms{bound_words}). Prediction 4: **{f.verdict}**. Its 'at the first "
+        "validation' for the structural leaks is true by construction of the probe.")
     if leads:
         rep.findings.append("The alarm's lead (steps, seed mean ± sd) over the loss onset, which compares each run "
-                            "with seed-matched causal runs a user would not have: " + ", ".join(leads)
+                            "with the control seeds, which a user would not have: " + ", ".join(leads)
                             + "; over the loss-collapse step, which a user watching the curve would see: "
                             + ", ".join(collapse_leads) + ". The alarm's step is its first validation for every "
                             "structural leak, so the leads measure the loss, not the alarm.")
-    rep.sections += ["## The leak alarm", "", prose("partial_leaks", "alarm", first_val=f.first_val), "",
+    rep.sections += ["## The leak alarm", "", prose("partial_leaks", "alarm", first_val=f.first_val,
+                                                    open_mass=f"{f.open_mass:g}"), "",
                      markdown_table(header, rows), ""]
 
 
@@ -936,9 +1033,9 @@ def fill_section(rep: Report, f: Fill, runs: list[Run], out: Path) -> None:
         f"{LABELS[arm]}: the leak opened in {n_open} of {n} seeds"
         + (f", at the predicted probe in {f.at_predicted}, at it or the next in {f.holds}" if n_open
            else "") + f"; prediction {number}: {shown}"
-        + (f". Read after the sweep: the future attention mass on the unperturbed windows first passed 0 at the "
-           f"predicted probe in {f.mass_at} of {n} seeds, so where the prediction fails it is the leak probe "
-           "that saw the opening late (it changes the tokens after a few split points only)" if n_open else "")
+        + (f". Beside it (no verdict): the mask opened by design 3's definition (a row's future attention mass "
+           f"above {f.open_mass:g}) at the predicted probe in {f.mass_at} of {n} seeds, which in float32 is close "
+           f"to arithmetic (below)" if n_open else "")
         + f"; the -inf control's largest future leak at any probe: {f.ctrl_leak:g}.")
     if arm == "fill_1e4":
         opened = [(s.signal_at_open, s.max_logit) for s in f.seeds
@@ -955,17 +1052,18 @@ def fill_section(rep: Report, f: Fill, runs: list[Run], out: Path) -> None:
             f"GPT-2's replacing fill opened here in {n_open} of {n} seeds"
             + (f", at visible floors of {min(floors):.0f} to {max(floors):.0f} (a row whose every visible score had "
                "fallen below the fill), the mechanism of issue 15199's printout" if floors else
-               f": no row's visible scores fell below the fill at this rate and length (the lowest visible floor at "
-               f"any probe: {f.nearest:.0f}, against the fill's {f.fill:g}), so the published bug did not arise "
-               "here; it needs visible scores far more negative than these runs reached") + ".")
+               f": in no row did every visible score fall below the fill at this rate and length (the lowest row "
+               f"maximum of the visible scores at any probe: {f.nearest:.0f}, against the fill's {f.fill:g}), so "
+               "the published bug did not arise here") + ".")
     block = "fill" if rising else "replace"
     text = [prose("partial_leaks", block, fill=f"{f.fill:g}", slack=f"{f.slack:g}", absfill=f"{abs(f.fill):g}",
                   threshold=f"{threshold:g}", tol=f"{tol:g}", ctrl_leak=f"{f.ctrl_leak:g}",
                   rounded=f"{np.float32(1) + np.float32(math.exp(-f.slack)):.7f}"), "",
             markdown_table(header, rows), ""]
     if n_open:
-        text += [prose("partial_leaks", "probe_blind", what=what, mass=", ".join(steps_text([s.mass_first])
-                                                                                  for s in f.seeds),
+        text += [prose("partial_leaks", "probe_blind" if rising else "probe_blind_replace", what=what,
+                       mass=", ".join(steps_text([s.mass_first]) for s in f.seeds), open_mass=f"{f.open_mass:g}",
+                       ln_open=f"{-math.log(f.open_mass):.1f}", absfill=f"{abs(f.fill):g}",
                        predicted=", ".join(r[1] for r in rows), at=f.mass_at, n=n), ""]
     if f.early:
         text += [prose("partial_leaks", "fill_misses", what=what, seeds=", ".join(str(e[0]) for e in f.early),
@@ -995,12 +1093,15 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     f = compute(runs)
     arms = f.arms
     fill_cfg = arms["fill_1e4"][0].config if "fill_1e4" in arms else {}
+    where_cfg = arms["fill_where_1e4"][0].config if "fill_where_1e4" in arms else {}
     m = fill_cfg.get("model", {})
     header = [prose("partial_leaks", "intro", n_runs=plural(len(runs), "run"),
                     sweeps=", ".join(f"`{s}`" for s in sweeps),
                     fill=f"{(bug_of(fill_cfg) or {}).get('fill', float('nan')):g}",
                     d_k=m.get("n_embd", 0) // max(m.get("n_head", 1), 1) if m else "n/a",
-                    lr=f"lr {fill_cfg.get('optim', {}).get('lr', float('nan')):g}"), "",
+                    lr=f"lr {fill_cfg.get('optim', {}).get('lr', float('nan')):g}",
+                    lr_where=f"lr {where_cfg.get('optim', {}).get('lr', float('nan')):g}",
+                    status=status_text([r.seed for r in runs], list(f.pred.get("seen_seeds") or []))), "",
               setup_text(arms, runs), "",
               prose("partial_leaks", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, method=METHOD,
                     n_seeds=seeds_words(arms.values(), noun=True)), ""]
@@ -1040,7 +1141,8 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
             f"{x.word}). {training_text(x.training)}")
     sections += ["## How this compares with the published cases", "", prose("partial_leaks", "literature")]
     sections += [f"- {c}" for c in rep.comparison] + [""]
-    sections += [prose("partial_leaks", "threats"), ""]
+    sections += [prose("partial_leaks", "threats",
+                       seen=", ".join(map(str, sorted(set(f.pred.get("seen_seeds") or [])))) or "none"), ""]
     sections += ["## Limits", "", prose("partial_leaks", "limits", n_seeds=seeds_words(arms.values(), noun=True)), ""]
     path = out / "README.md"
     path.write_text("\n".join(sections))
