@@ -326,3 +326,19 @@ def test_a_replacing_fill_at_its_own_rate_is_compared_with_the_inf_runs_at_that_
     assert list(arms) == ["fill_1e4", "fill_where_1e4", "fill_inf", "fill_inf_where"]
     assert {pl.lr_of(r) for r in arms["fill_inf_where"]} == {2e-2} and {pl.lr_of(r) for r in arms["fill_inf"]} == {1e-2}
     assert pl.control_of("fill_where_1e4", arms) == "fill_inf_where" and pl.control_of("fill_1e4", arms) == "fill_inf"
+
+
+def test_an_arm_whose_seeds_split_is_named_with_its_count(tmp_path):
+    """The replacing fill opens in seeds 1 and 3 but not 2: its seeds split between outcomes, and the report says so
+    beside the arm table (the glossary's "Split seeds")."""
+    rng = np.random.default_rng(0)
+    job = 0
+    for arm in ("fill_where_1e4", "fill_inf"):
+        for seed in (1, 2, 3):
+            write_run(tmp_path / "sweep" / str(job), arm, seed, rng, never=(arm == "fill_where_1e4" and seed == 2))
+            job += 1
+    runs = load_runs([tmp_path / "sweep"])
+    assert pl.split_arms(pl.compute(runs)) == [("fill_where_1e4", "opened", 2, 3)]
+    (tmp_path / "out").mkdir()
+    text = pl.write_report(runs, tmp_path / "out", [tmp_path / "sweep"]).read_text()
+    assert "finite fill (replacing: GPT-2's masked_bias): opened in 2 of 3 seeds." in text

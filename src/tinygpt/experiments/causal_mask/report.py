@@ -510,6 +510,10 @@ def onset_text(o: Onset) -> str:
             + ", ".join(f"seed {seed}: {s if s is not None else 'never'}" for seed, s in zip(o.seeds, o.steps,
                                                                                                strict=True))
             + f" (the training loss is logged {every_steps(o.every)}).")
+    k = sum(x is not None for x in o.steps)
+    if 0 < k < len(o.steps):
+        text += (f" The seeds split: the loss collapsed in {k} of {len(o.steps)}, so a mean over these seeds covers "
+                 "less than its nominal 95% (the glossary's \"Split seeds\").")
     if o.drops is not None:
         text += (f" From the first step below {o.drop_from:.0%} of the causal loss to the first below "
                  f"{o.drop_to:.0%}: " + ", ".join(str(w) if w is not None else "never" for w in o.drops) + " steps.")

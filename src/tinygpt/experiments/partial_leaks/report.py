@@ -1079,6 +1079,30 @@ def fill_section(rep: Report, f: Fill, runs: list[Run], out: Path) -> None:
     fig_fill(runs, FILLS[arm][0], what, threshold, tol, out / name)
 
 
+def split_arms(f: PartialLeaksFindings) -> list[tuple[str, str, int, int]]:
+    """The arms whose seeds split between two outcomes: (arm, outcome, runs with it, runs), where the loss
+    collapsed in some runs and not others, or the mask opened in some and not others."""
+    opened = {r.arm: r.opened for r in f.alarm.rows}
+    out = []
+    for a, rs in f.arms.items():
+        for what, per_run in (("collapsed", f.collapses.get(a, [])), ("opened", opened.get(a, []))):
+            k = sum(x is not None for x in per_run)
+            if 0 < k < len(rs):
+                out.append((a, what, k, len(rs)))
+    return out
+
+
+def split_text(f: PartialLeaksFindings) -> str:
+    split = split_arms(f)
+    if not split:
+        return ("No arm's seeds split between outcomes: in every arm the loss collapsed in all seeds or in none, "
+                "and the mask opened in all or in none (the glossary's \"Split seeds\": where they split, an "
+                "interval from a few seeds covers less than 95%).")
+    return ("Seeds that split between outcomes (the glossary's \"Split seeds\": an interval over such seeds covers "
+            "less than 95%, so each comes with its count): " + "; ".join(
+                f"{LABELS[a]}: {what} in {k} of {n} seeds" for a, what, k, n in split) + ".")
+
+
 def setup_text(arms: dict[str, list[Run]], runs: list[Run]) -> str:
     wall = sweep_wall_seconds(runs)
     seeds = sorted({r.seed for r in runs})
@@ -1105,7 +1129,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
               setup_text(arms, runs), "",
               prose("partial_leaks", "terms", level=f"{LEVEL:.0%}", n_boot=N_BOOT, method=METHOD,
                     n_seeds=seeds_words(arms.values(), noun=True)), ""]
-    rep = Report(sections=["## Every arm at the end", "", arm_table(f), ""])
+    rep = Report(sections=["## Every arm at the end", "", arm_table(f), "", split_text(f), ""])
     seen_section(rep, f.seen)
     if f.onset is not None:
         onset_section(rep, f.onset)

@@ -160,12 +160,39 @@ def diverged_text(c: Curve) -> str:
     return f"{len(bad)} of {len(runs)} (at {', '.join(rate(x) for x in rates)})"
 
 
-def loss_grid(curves: dict[Arm, Curve]) -> str:
+def split_cells(c: Curve) -> dict[float, tuple[int, int]]:
+    """The rates at which an arm's seeds split between outcomes: {rate: (runs diverged, runs)} where some, not all,
+    diverged. Such a cell's interval covers less than 95% (the glossary's "Split seeds")."""
+    out = {}
+    for x, rs in c.runs.items():
+        k = sum(readings.diverged(r) for r in rs)
+        if 0 < k < len(rs):
+            out[x] = (k, len(rs))
+    return out
+
+
+def loss_grid(curves: dict[Arm, Curve]) -> list[str]:
+    """The final loss at every rate, a cell whose seeds split marked with its count, and the sentence that says
+    what such a cell's interval is worth."""
     lrs = sorted({x for c in curves.values() for x in c.lrs})
-    rows = [[a.label] + [next((e.format(3) for x2, e in zip(c.lrs, c.cells, strict=True) if x2 == x), "-")
-                         for x in lrs] for a, c in sorted(curves.items(), key=lambda kv: (kv[0].control, kv[0].init,
-                                                                                           kv[0].d_k, kv[0].scale))]
-    return markdown_table(["arm"] + [rate(x) for x in lrs], rows)
+    ordered = sorted(curves.items(), key=lambda kv: (kv[0].control, kv[0].init, kv[0].d_k, kv[0].scale))
+
+    def cell(c: Curve, x: float) -> str:
+        e = next((e for x2, e in zip(c.lrs, c.cells, strict=True) if x2 == x), None)
+        if e is None:
+            return "-"
+        split = split_cells(c).get(x)
+        return e.format(3) + (f" ({split[0]} of {split[1]} diverged)" if split else "")
+
+    rows = [[a.label] + [cell(c, x) for x in lrs] for a, c in ordered]
+    n_split = sum(len(split_cells(c)) for _, c in ordered)
+    seeds = min((len(rs) for _, c in ordered for rs in c.runs.values() if rs), default=0)
+    bound = 1 - (1 - LEVEL) ** (1 / seeds) if seeds else math.nan
+    note = (f"{n_split} cells have seeds that split between diverging and not (marked with their counts): their "
+            "intervals assume seeds that vary smoothly and cover less than 95% (the glossary's \"Split seeds\"); "
+            f"a cell none of whose {seeds} seeds diverged bounds its rate of divergence only below {bound:.0%} "
+            f"({LEVEL:.0%})." if n_split else "No cell has seeds that split between diverging and not.")
+    return [markdown_table(["arm"] + [rate(x) for x in lrs], rows), "", note]
 
 
 def fig_trace(curves: dict[Arm, Curve], est: dict, path: Path) -> Path:
@@ -569,7 +596,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         prose("sqrt_dk", "bands", level=f"{LEVEL:.0%}"), "",
         curves_table(curves, est), "",
         *above_bigram(curves, bigram_loss(runs)),
-        "Final loss at each rate (95% interval):", "", loss_grid(curves), "",
+        "Final loss at each rate (95% interval):", "", *loss_grid(curves), "",
         *(fp16_lines or [prose("sqrt_dk", "fp16_missing"), ""]),
         *([("The design's float32 reruns still to run:"), "", *[f"    {a}" for a in asks], ""] if asks else []),
         *(["The design's stage 2 still to run (an arm whose basin is open on a side, or whose best rate is the "
