@@ -228,6 +228,10 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
     if glossary != "../GLOSSARY.md":
         path.write_text(path.read_text(encoding="utf-8").replace("](../GLOSSARY.md)", f"]({glossary})"),
                         encoding="utf-8")
+    if path.parent.resolve() == (DOCS / experiment).resolve() and gap is None:  # the committed report: the index
+        from tinygpt.experiments import index  # and README.md's section follow its headline
+
+        index.update(DOCS, ROOT / "README.md")
     if gap is not None:
         partial(path, gap, experiment)
     if excluded:

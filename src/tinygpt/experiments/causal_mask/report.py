@@ -56,6 +56,7 @@ from tinygpt.analysis.sweep import (
     sweep_wall_seconds,
     window_samples,
 )
+from tinygpt.experiments.index import Headline
 from tinygpt.analysis.templates import Report, plural, prose
 
 COLORS = {True: "tab:blue", False: "tab:red"}
@@ -697,10 +698,11 @@ def one_over_t_section(rep: Report, f: OneOverT, out: Path) -> None:
         f"1. **Level: the leaky loss is the causal model's last-position loss / T** (the ratio's interval inside "
         f"[{lo:g}, {hi:g}] at every T): ratio " + ", ".join(
             f"{r.ratio.format(2)} ({v})" for r, v in zip(rows, f.level, strict=True))
-        + f" at T = {', '.join(map(str, Ts))}. **{level_all.capitalize()}** within the pre-set tolerance. The leaky "
-        f"model's own last position is {last_words}: {honest_last}.",
+        + f" at T = {', '.join(map(str, Ts))}. **{level_all.capitalize()}** within the tolerance (set after the "
+        f"first sweep, before this one). The leaky model's own last position is {last_words}: {honest_last}.",
         f"2. **Scaling: the leaky loss falls as 1/T** (the log-log slope's interval inside [{s_lo:g}, {s_hi:g}]): "
-        f"slope **{slope.format(2)}**. **{slope_verdict.capitalize()}** within the pre-set tolerance.",
+        f"slope **{slope.format(2)}**. **{slope_verdict.capitalize()}** within the tolerance (set after the first "
+        "sweep, before this one).",
         f"3. **The premise: the causal last-position loss is flat in T**, as an equivalence test (its log-log "
         f"slope d ln L_last / d ln T wholly inside [{p_lo:+g}, {p_hi:+g}], a band fixed before this sweep): slope "
         f"**{f.premise_slope.format(3, signed=True)}**. **{premise.capitalize()}**"
@@ -858,5 +860,28 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     sections += ["## Limits", ""] + [f"- {x}" for x in rep.limits] + [""]
     path = out / "README.md"
     path.write_text("\n".join(sections))
+    headline(f).write(out)
     return path
+
+
+def headline(f: CausalMaskFindings) -> Headline:
+    """The front page's entry (tinygpt.experiments.index): one sentence from the findings."""
+    question = "What does removing the causal mask do to the losses a user watches?"
+    m, t = f.main, f.one_over_t
+    if m is None:
+        return Headline("causal_mask", "What the causal mask prevents", question, "Not measured by these runs.",
+                        "curves.png", [])
+    answer = (f"Without it the training loss falls to {m.leaky_train[0]:.3f} (with it {m.causal_train[0]:.3f}): "
+              f"every position but the last can copy its target, and the loss a generating model has (the honest "
+              f"loss) is {m.honest_gap.format(2, signed=True)} nats worse than with the mask")
+    verdicts = []
+    if t is not None:
+        answer += (f"; as the context grows from {t.Ts[0]} to {t.Ts[-1]} the leaky loss falls with exponent "
+                   f"{t.slope.format(2)}, at {min(r.ratio.value for r in t.rows):.2f} to "
+                   f"{max(r.ratio.value for r in t.rows):.2f} times the level L_last / T that copying all but the "
+                   "last position would give")
+        verdicts = [("1. level: leaky loss / (causal last-position loss / T) in its band at every T", t.level_all),
+                    ("2. scaling: the leaky loss's log-log slope in its band", t.slope_verdict),
+                    ("3. premise: the causal last-position loss flat in T (equivalence)", t.premise)]
+    return Headline("causal_mask", "What the causal mask prevents", question, answer + ".", "curves.png", verdicts)
 

@@ -52,6 +52,7 @@ from tinygpt.analysis.sweep import (
     window_samples,
 )
 from tinygpt.analysis.templates import Report, plural, prose
+from tinygpt.experiments.index import Headline
 from tinygpt.experiments.partial_leaks.onset import exceedances, false_onsets, loss_onset
 
 STRUCTURAL = ("no_mask", "off_by_one", "first_layer", "last_layer", "sliding_window")  # leaky in the mask itself
@@ -1170,5 +1171,43 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     sections += ["## Limits", "", prose("partial_leaks", "limits", n_seeds=seeds_words(arms.values(), noun=True)), ""]
     path = out / "README.md"
     path.write_text("\n".join(sections))
+    headline(f, runs).write(out)
     return path
+
+
+def fill_word(fill: Fill) -> str:
+    """A fill's verdict, 'not tested' where it holds only because its mask never opened."""
+    return "not tested (never opened)" if fill.n_open == 0 and fill.verdict == "holds" else fill.verdict
+
+
+def headline(f: PartialLeaksFindings, runs: list[Run]) -> Headline:
+    """The front page's entry (tinygpt.experiments.index): one sentence from the findings and their verdicts."""
+    question = "How do the mask bugs real code has show in the curves, and does the leak alarm catch them?"
+    a, seen = f.alarm, f.seen
+    parts = []
+    if seen.leaks:
+        worst = max(x.ratio.value for x in seen.leaks)
+        parts.append(f"every structural leak (a mask off by one, missing in one layer, a window without its causal "
+                     f"half) drove the teacher-forced loss to at most {worst:.0%} of the causal model's while the "
+                     f"honest loss got worse (prediction 1 {seen.verdict})")
+    parts.append(f"the leak alarm fired on {a.fired_open} of the {a.opened} runs whose mask opened and on "
+                 f"{a.fired_closed} of the {a.closed} whose mask never did (prediction 4 {a.verdict})")
+    for fill in f.fills:
+        if fill.arm == "fill_where_1e4":
+            parts.append(f"GPT-2's replacing -1e4 fill opened in {fill.n_open} of {len(fill.seeds)} seeds once a "
+                         f"row's visible scores fell below it (prediction 5 {fill_word(fill)})")
+    answer = "On runs no prediction had seen, " if data_status([r.seed for r in runs], f.pred.get("seen_seeds") or []) \
+        == "confirmatory" else ""
+    answer += "; ".join(parts)
+    verdicts = [("1. every structural leak collapses the loss, none improves the honest loss", seen.verdict)]
+    if f.onset is not None:
+        verdicts.append(("2. each structural leak leaves the causal band when the full leak does", f.onset.verdict))
+    verdicts += [(f"{fill.number}. the {'added' if fill.rising else 'replacing'} fill opens where its "
+                  f"{fill.what} says", fill_word(fill)) for fill in f.fills if fill.number == 3]
+    verdicts.append(("4. the alarm fires on every run whose mask opened, on none whose mask did not", a.verdict))
+    verdicts += [(f"{fill.number}. the replacing fill opens where its visible floor says", fill_word(fill))
+                 for fill in f.fills if fill.number == 5]
+    status = status_text([r.seed for r in runs], list(f.pred.get("seen_seeds") or []))
+    return Headline("partial_leaks", "The leaks real code has", question, answer[0].upper() + answer[1:] + ".",
+                    "curves.png", verdicts, status)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinygpt.experiments.index import Headline
 from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate, difference_words
 from tinygpt.analysis.sweep import ReportError, Run, predictions, sweep_wall_seconds
 from tinygpt.analysis.figures import markdown_table
@@ -612,4 +613,31 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     ]
     path = out / "README.md"
     path.write_text("\n".join(lines), encoding="utf-8")
+    headline(found).write(out)
     return path
+
+
+def headline(found: list) -> Headline:
+    """The front page's entry (tinygpt.experiments.index): one sentence from the saturation and training verdicts
+    (M1, C1, C4, C5), with the numbers M1 and C1 were read from."""
+    words = {v.key: v.verdict for v in found}
+    numbers = {v.key: v.numbers for v in found}
+
+    def number(key: str, name: str) -> str:
+        est = numbers.get(key, {}).get(name)
+        return est.format(3, signed=True) if est is not None else "n/a"
+
+    keeps = ("keeps the softmax out of saturation as d_k grows" if words.get("M1") == "holds" else
+             "is not shown to keep the softmax out of saturation as d_k grows")
+    better = "training is better with it" if words.get("C1") == "holds" else "training is not shown better with it"
+    steadier = ("and steadier" if "holds" in (words.get("C4"), words.get("C5")) else
+                "but not shown steadier")
+    answer = (f"With unit-variance q and k, the argument's premise, the factor {keeps} (M1 {words.get('M1', 'n/a')}: "
+              f"without it the Jacobian trace changes by {number('M1', 'unscaled trace change 16 -> 256')} from "
+              f"d_k = 16 to 256), and {better} (C1 {words.get('C1', 'n/a')}: the best loss at d_k = 256 is "
+              f"{number('C1', 'best loss, unscaled - scaled')} nats worse without it) {steadier} (C4 "
+              f"{words.get('C4', 'n/a')}, C5 {words.get('C5', 'n/a')}).")
+    return Headline("sqrt_dk", "What 1/sqrt(d_k) is for",
+                    "Does 1/sqrt(d_k) keep attention's softmax out of saturation, and does that make training better?",
+                    answer, "loss_vs_lr.png",
+                    [(f"{k}: {STATEMENTS[k]}", words[k]) for k in STATEMENTS if k in words])
