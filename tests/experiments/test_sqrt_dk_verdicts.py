@@ -122,3 +122,16 @@ def test_steps_to_a_threshold_is_the_first_step_whose_trailing_mean_is_below_it(
     nan = [*losses[:50], float("nan"), *losses[51:]]  # a non-finite loss ends the count
     assert steps_to(range(300), nan, threshold=3.0, window=10, budget=300) == 300
     assert steps_to([5, 3, 4, 1, 2], [1.0, 1.0, 1.0, 9.0, 9.0], threshold=2.0, window=2, budget=9) == 4  # by step
+
+def test_a_cell_whose_seeds_split_between_diverging_and_not_is_marked():
+    """One of three runs at 1e-2 diverged, none at 1e-3 and all at 1e-1: only the 1e-2 cell is split."""
+    from types import SimpleNamespace
+
+    from tinygpt.experiments.sqrt_dk.report import split_cells
+
+    def run(diverged):
+        return SimpleNamespace(summary={"diverged": diverged, "val_loss": float("nan") if diverged else 2.0})
+
+    curve = SimpleNamespace(runs={-3.0: [run(False)] * 3, -2.0: [run(True), run(False), run(False)],
+                                  -1.0: [run(True)] * 3})
+    assert split_cells(curve) == {-2.0: (1, 3)}

@@ -400,6 +400,17 @@ def test_a_resume_that_changes_the_learning_rate_is_refused_from_the_runs_record
     with pytest.raises(ConfigError, match=r"belongs to a run with data.val_windows=1024, but this run sets 64: a "):
         check_values(compose_train(["ckpt_path=last", "data.val_windows=64"], out_dir=run), run)  # another val/loss
     check_values(compose_train(["ckpt_path=last", "trainer.max_steps=4000"], out_dir=run), run)  # what resuming is for
+    # the schedule and how steps are taken: refused too, where they would change what the record says trained
+    with pytest.raises(ConfigError, match=r"was trained with optim.decay_steps=2000, but this run sets 100: the "):
+        check_values(compose_train(["ckpt_path=last", "optim.decay_steps=100"], out_dir=run), run)
+    with pytest.raises(ConfigError, match=r"was trained with trainer.gradient_clip_val=1.0, but this run sets 0.5: "):
+        check_values(compose_train(["ckpt_path=last", "trainer.gradient_clip_val=0.5"], out_dir=run), run)
+    with pytest.raises(ConfigError, match=r"was trained with trainer.precision='32-true', but this run sets "):
+        check_values(compose_train(["ckpt_path=last", "trainer.precision=bf16-mixed"], out_dir=run), run)
+    with pytest.raises(ConfigError, match=r"is at step 4, but its run's summary.json records 2000 steps"):
+        (run / "summary.json").write_text('{"status": "completed", "steps": 2000}')  # the checkpoint is behind:
+        check_values(compose_train(["ckpt_path=last"], out_dir=run), run)  # said truly, not "already at 2000"
+    torch.save({"global_step": 2000}, run / "checkpoints" / "last.ckpt")
     (run / "summary.json").write_text('{"status": "completed", "steps": 2000}')  # a run that ended at max_steps
     with pytest.raises(ConfigError, match=r"is already at step 2000, not before trainer.max_steps=2000; raise"):
         check_values(compose_train(["ckpt_path=last"], out_dir=run), run)

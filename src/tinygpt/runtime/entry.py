@@ -15,6 +15,7 @@ from pathlib import Path
 from tinygpt.runtime.errors import print_error, unknown_keys_as_config_errors
 from tinygpt.runtime.fast_exit import exit_without_teardown
 from tinygpt.runtime.options import mistyped_option
+from tinygpt.runtime.pipe_safe import guard_stdout
 from tinygpt.runtime.run_dirs import discard_unstarted_run
 
 
@@ -30,6 +31,7 @@ def _terminated_while_starting(signum, frame) -> None:
 def run(main: Callable[[], object], config_dir: Path) -> None:
     """Call Hydra's decorated ``main`` (which reads sys.argv) with ``config_dir``'s group options checked first, and
     end the process as described above."""
+    guard_stdout()  # a closed pipe (| head, | tee stopped by Ctrl-C) must not end the run at its next print
     typo = mistyped_option(sys.argv[1:], config_dir)  # optional groups too, which Hydra would skip without a word
     if typo:
         print_error(typo)

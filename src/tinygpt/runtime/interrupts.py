@@ -93,7 +93,8 @@ class SweepStop:
             self.path.write_text(str(int(signum)))
 
     def _handle(self, signum, frame) -> None:
-        if self.signum is not None:  # the second: at once
+        if self.signum is not None:  # the second: at once, and the workers with it (else they outlive the sweep)
+            stop_workers()
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
@@ -114,7 +115,25 @@ def keep_idle_workers_alive() -> None:
 
 
 def _noted_between_jobs(signum, frame) -> None:
-    """An idle worker's handler: nothing to stop (the sweep's process has recorded the signal)."""
+    """An idle worker's handler: nothing to stop (the sweep's process has recorded the signal), unless the sweep's
+    process is gone (the worker was left behind: it ends, as the signal asks)."""
+    if os.getppid() == 1:
+        os._exit(128 + signum)
+
+
+def stop_workers() -> None:
+    """End the sweep's worker processes now (joblib's loky executor, the parallel launcher's): for a sweep stopped
+    at once, whose workers would otherwise run on without it."""
+    try:
+        from joblib.externals.loky import reusable_executor
+    except ImportError:  # no joblib: no workers
+        return
+    executor = getattr(reusable_executor, "_executor", None)  # the one joblib made, if any (never make one here)
+    for pid in list(getattr(executor, "_processes", None) or {}):  # killed here and now: the executor's own
+        try:  # shutdown(kill_workers=True) works from a thread that this process's exit would end first
+            os.kill(pid, signal.SIGKILL)
+        except OSError:  # already gone
+            pass
 
 
 class RunInterrupted(Exception):

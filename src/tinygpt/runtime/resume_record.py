@@ -26,6 +26,11 @@ FIXED_RUN_KEYS = ("seed", "model", "corpus", "data.tokenizer", "data.bpe_vocab_s
                   "data.block_size", "data.batch_size", "data.overfit", "data.val_windows")
 
 
+# how the steps after the checkpoint are taken: a resume that changed one would train its later steps otherwise than
+# its record (one config.yaml for the whole run) says
+FIXED_TRAINER_KEYS = ("trainer.gradient_clip_val", "trainer.precision", "trainer.accumulate_grad_batches")
+
+
 def run_dir_of(ckpt: Path) -> Path:
     """The run dir a checkpoint file belongs to (<run>/checkpoints/x.ckpt -> <run>; else the file's folder)."""
     return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
@@ -76,6 +81,32 @@ def check_resume_config(path: Path, cfg, skip: tuple[str, ...] = ()) -> None:
             raise ConfigError(
                 f"ckpt_path={str(path)!r} belongs to a run with {key}={was!r}, but this run sets {now!r}: a resume "
                 f"continues that run; resume with {key}={was!r}, or start a new run.")
+    for dotted in FIXED_TRAINER_KEYS:
+        new, old = _select(cfg, ours, dotted), _at(theirs, dotted)
+        if old is not None and new is not None and new != old:
+            raise ConfigError(
+                f"ckpt_path={str(path)!r} was trained with {dotted}={old!r}, but this run sets {new!r}: the steps "
+                f"after the checkpoint would be taken otherwise than the run's record says; resume with "
+                f"{dotted}={old!r}, or start a new run.")
+    decay, max_steps = _select(cfg, ours, "optim.decay_steps"), _select(cfg, ours, "trainer.max_steps")
+    was_decay, was_max = _at(theirs, "optim.decay_steps"), _at(theirs, "trainer.max_steps")
+    follows = decay == max_steps and was_decay == was_max  # the config's default: the schedule follows max_steps
+    if decay is not None and was_decay is not None and decay != was_decay and not follows:
+        raise ConfigError(
+            f"ckpt_path={str(path)!r} was trained with optim.decay_steps={was_decay!r}, but this run sets "
+            f"{decay!r}: the schedule would change after the checkpoint while the run's record names one; resume "
+            f"with optim.decay_steps={was_decay!r} (or leave it to follow trainer.max_steps, as by default), or start "
+            "a new run.")
+
+
+def _select(cfg, resolved: dict | None, dotted: str):
+    """``dotted`` in this run's config: a resolved dict's value, or a DictConfig's resolved node."""
+    from omegaconf import OmegaConf
+
+    if resolved is not None:
+        return _at(resolved, dotted)
+    node = OmegaConf.select(cfg, dotted)
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
 ENDED = ("completed", "diverged", "leaky")  # a run that ran its course (an interrupted or failed one may resume)

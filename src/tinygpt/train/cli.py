@@ -25,6 +25,7 @@ from omegaconf import DictConfig, open_dict
 
 from tinygpt.runtime.errors import (CheckpointWriteError, ConfigError, first_line, full_traceback_requested,
                                    print_error, switch_mistake)
+from tinygpt.runtime.pipe_safe import guard_stdout
 from tinygpt.runtime.interrupts import RunInterrupted, keep_idle_workers_alive, sweep_stop_signal
 from tinygpt.runtime.run_dirs import (ERROR_FILE, discard_refused_run, discard_unstarted_run, in_parallel_sweep,
                                       print_sweep_table)
@@ -53,6 +54,7 @@ def run_task(cfg: DictConfig) -> float:
         print(f"note: {note}", file=sys.stderr, flush=True)
     parallel = in_parallel_sweep()
     if parallel:
+        guard_stdout()  # a worker's own stdout: a closed pipe must not fail its job (runtime/pipe_safe.py)
         keep_idle_workers_alive()  # a worker's default would let a signal between jobs kill it (joblib then fails)
     if parallel and sweep_stop_signal(hc.sweep.dir) is not None:
         return math.nan  # the sweep was stopped before this job began: not started (the sweep's table says so)

@@ -217,10 +217,10 @@ def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
         from_pretrained = requested(cfg) is not None  # init_from sets the model and the tokenizer at set-up
         skip = ("model", "data.tokenizer", "data.bpe_vocab_size", "data.block_size") if from_pretrained else ()
         check_resume_config(path, cfg, skip)  # what the resume may not change, against the run's own config.yaml
-        check_resume_steps(path, cfg.trainer.get("max_steps"))
         step = checkpoint_step(path)  # read without torch; set-up checks again with the loaded checkpoint
-        if step is not None:
+        if step is not None:  # first: a checkpoint behind its record is the truth to tell, not the record's step
             check_last_is_latest(path, step, run_dir)
+        check_resume_steps(path, cfg.trainer.get("max_steps"))
     source = requested(cfg)  # None for scratch; an empty one refused
     if source is not None:
         local = local_model_dir(str(source))
