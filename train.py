@@ -4,16 +4,21 @@ What runs: Hydra composes configs/train.yaml with the command line, and tinygpt.
 up, data, model, fit, the end of the run); docs/how-a-run-works.md follows one run through the code.
 """
 
+import sys
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
+try:  # Ctrl-C while these load: one line, as at any later moment of starting (tinygpt.runtime.entry)
+    import hydra
+    from omegaconf import DictConfig
 
-from tinygpt.experiments import registry
-from tinygpt.runtime import entry
-from tinygpt.runtime.errors import config_composed
-from tinygpt.runtime.run_dirs import register_resolvers
-from tinygpt.train import schema
+    from tinygpt.experiments import registry
+    from tinygpt.runtime import entry
+    from tinygpt.runtime.errors import config_composed
+    from tinygpt.runtime.run_dirs import register_resolvers
+    from tinygpt.train import schema
+except KeyboardInterrupt:
+    print("interrupted by SIGINT while starting: nothing was trained or saved.", file=sys.stderr)
+    raise SystemExit(130) from None
 
 ROOT = Path(__file__).parent
 register_resolvers(project_root=ROOT)  # ${run_id:} in run dirs, ${project_root:} for the cache

@@ -215,6 +215,25 @@ def test_a_resumed_run_silences_the_not_empty_warnings_only_for_its_own_dir(tmp_
     assert [str(w.message) for w in seen] == [m.format(where) for where in (other, tmp_path / "run2") for m in messages]
 
 
+def test_a_resume_without_the_checkpoint_callback_drops_only_lightnings_note_about_it(tmp_path):
+    """The run's own note says callbacks.model_checkpoint is off; Lightning's note listing ModelCheckpoint alone goes,
+    one listing any other missing callback stays."""
+    import warnings
+
+    from tinygpt.train.setup import quiet_resume
+
+    head = ("Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided during "
+            "`Trainer` instantiation. Please add the following callbacks: ")
+    only = head + str(["ModelCheckpoint{'monitor': 'val/loss', 'mode': 'min'}"]) + "."
+    more = head + str(["ModelCheckpoint{'monitor': 'val/loss', 'mode': 'min'}", "Mine"]) + "."
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        quiet_resume(tmp_path)
+        warnings.warn(only, UserWarning, stacklevel=1)
+        warnings.warn(more, UserWarning, stacklevel=1)
+    assert [str(w.message) for w in seen] == [more]
+
+
 def test_a_run_shorter_than_its_logging_interval_logs_at_its_last_step_and_records_it(tmp_path, corpus_file,
                                                                                        cache_dir, capsys):
     """5 steps with log_every_n_steps=10 would log no training row (Lightning warns): it logs every 5, says so in one

@@ -427,3 +427,15 @@ def test_an_error_whose_first_line_ends_at_a_colon_keeps_its_reason():
     assert first_line(err) == ("Error loading 'lightning.pytorch.callbacks.Nope': ModuleNotFoundError('No module "
                                "named x')")
     assert first_line(ValueError("one line\nmore context")) == "one line"
+
+
+def test_a_whole_number_written_as_a_float_or_null_is_said_as_typed():
+    from omegaconf import OmegaConf
+
+    from tinygpt.train.values import check_trainer
+
+    with pytest.raises(ConfigError, match=r"val_check_interval=100.0 must be .* \(Hydra reads 100.0 as a float: "
+                                          r"write 100\)\.$"):
+        check_trainer(OmegaConf.create({"max_steps": 10, "val_check_interval": 1e2}))
+    with pytest.raises(ConfigError, match=r"^trainer.val_check_interval=null must be a whole number"):
+        check_trainer(OmegaConf.create({"max_steps": 10, "val_check_interval": None}))

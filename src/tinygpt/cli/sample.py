@@ -136,18 +136,19 @@ def main(argv: list[str] | None = None) -> int:
     add_model_source(ap)
     ap.add_argument("--prompt", action="append", help="text to continue (default: a newline); repeat it for "
                     "several prompts, decoded together as one padded batch")
-    ap.add_argument("--max-new-tokens", type=int, default=500, help="tokens to generate per sample (default: 500)")
+    ap.add_argument("--max-new-tokens", "--max_new_tokens", type=int, default=500,
+                    help="tokens to generate per sample (default: 500)")
     ap.add_argument("--temperature", type=float, default=0.8, help="softmax temperature, a finite number > 0: lower "
                     "is more predictable (default: 0.8; --top-k 1 for greedy decoding)")
-    ap.add_argument("--top-k", type=top_k_value, default=40, help="sample from the k likeliest tokens "
+    ap.add_argument("--top-k", "--top_k", type=top_k_value, default=40, help="sample from the k likeliest tokens "
                     "(default: 40; None: no cut)")
-    ap.add_argument("--num-samples", type=int, default=1, help="samples per prompt, each with its own seed "
-                    "(--seed, --seed + 1, ...; default: 1)")
+    ap.add_argument("--num-samples", "--num_samples", type=int, default=1,
+                    help="samples per prompt, each with its own seed (--seed, --seed + 1, ...; default: 1)")
     ap.add_argument("--seed", type=int, default=0, help="the first sample's random seed (default: 0)")
     ap.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or mps (default: auto, a CUDA GPU when "
                     "there is one, else the CPU)")
-    ap.add_argument("--no-cache", action="store_true", help="recompute the whole context for every token (slower; "
-                    "for comparison with the KV cache)")
+    ap.add_argument("--no-cache", "--no_cache", action="store_true",
+                    help="recompute the whole context for every token (slower; for comparison with the KV cache)")
     args = ap.parse_args(argv)
     prompts = args.prompt or ["\n"]
     ckpt = args.init_from or args.ckpt or find_latest_checkpoint()

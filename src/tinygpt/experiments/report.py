@@ -11,7 +11,7 @@ diverged) runs are results: every other job of the sweeps (interrupted, failed, 
 started) is named in a warning and listed in the report as excluded. Runs of
 another experiment are refused. Without --out the committed report (docs/experiments/<experiment>/) is replaced
 only by a full sweep of that experiment as its config defines it; any other sweep's report goes to
-<first sweep dir>/report/.
+<first sweep dir>/report-<experiment>/.
 """
 
 from __future__ import annotations
@@ -194,8 +194,8 @@ def partial(path: Path, gap: str, experiment: str) -> None:
 
 def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple[Path, int]:
     """Write ``experiment``'s report from the runs under ``sweeps`` into ``out`` (default: its committed place,
-    docs/experiments/<experiment>/, for the full sweep; else <first sweep>/report/). Returns (the report's path,
-    how many runs it read, how many jobs the sweeps hold)."""
+    docs/experiments/<experiment>/, for the full sweep; else <first sweep>/report-<experiment>/). Returns (the
+    report's path, how many runs it read, how many jobs the sweeps hold)."""
     from tinygpt.analysis.sweep import ReportError, jobs_without_runs, load_runs
 
     if experiment not in experiments():
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sweeps", nargs="+", type=Path, help="sweep dirs (each job dir holds summary.json)")
     parser.add_argument("--out", type=Path, default=None,
                         help="default: docs/experiments/<experiment>/ for the experiment's full sweep, else "
-                             "<first sweep dir>/report/")
+                             "<first sweep dir>/report-<experiment>/")
     args = parser.parse_args(argv)
     from tinygpt.analysis.sweep import ReportError
 

@@ -158,7 +158,8 @@ class LocalRanks:
             with open(self.log_path(rank), "a") as log:
                 self.procs.append(subprocess.Popen(self.command(overrides, rank), stdout=log, stderr=subprocess.STDOUT,
                                                    env={**os.environ, "LOCAL_RANK": str(rank)}))
-        console.print(f"DDP: started ranks 1..{self.n - 1} of {self.n} on this machine (logs "
+        ranks = "rank 1" if self.n == 2 else f"ranks 1-{self.n - 1}"
+        console.print(f"DDP: started {ranks} of {self.n} on this machine (logs "
                       f"{self.log_path(1).name}..., port {env['MASTER_PORT']})", soft_wrap=True)  # one line
         self._watch = threading.Thread(target=self._watch_ranks, name="rank-watch", daemon=True)
         self._watch.start()

@@ -50,6 +50,12 @@ KNOWN_HARMLESS = (
 # they stay: they may then be true (e.g. two sweep jobs sharing a dir).
 RESUMED_IN_PLACE = (r"Checkpoint directory {run_dir}/\S* exists and is not empty",
                     r"Experiment logs directory {run_dir}/\S* exists and is not empty\. Previous log files")
+# ...and, for any resume, Lightning's note that the checkpoint's ModelCheckpoint is missing when it is the only one:
+# the run's own note says so, and what it means (callbacks.model_checkpoint is off: nothing this session trains can
+# be resumed from); any other missing callback stays visible
+ONLY_CHECKPOINTING_MISSING = (r"Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to "
+                              r"be provided during `Trainer` instantiation\. Please add the following callbacks: "
+                              r"\[\"ModelCheckpoint\{[^\]]*\}\"\]\.")
 
 
 class _DropTips(logging.Filter):
@@ -77,6 +83,7 @@ def quiet_resume(run_dir: Path) -> None:
     where = "(?:" + "|".join(map(re.escape, sorted(forms))) + ")"
     for message in RESUMED_IN_PLACE:
         warnings.filterwarnings("ignore", message=message.format(run_dir=where))
+    warnings.filterwarnings("ignore", message=ONLY_CHECKPOINTING_MISSING)
 
 
 @dataclass

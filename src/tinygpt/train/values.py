@@ -116,7 +116,10 @@ def check_trainer(trainer: DictConfig) -> None:
         value = trainer.get(key)
         value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
         if isinstance(value, bool) or not ok(value):
-            raise ConfigError(f"trainer.{key}={value!r} must be {what}.")
+            shown = "null" if value is None else repr(value)  # as the command line spells it
+            hint = (f" (Hydra reads {value!r} as a float: write {int(value)})"
+                    if isinstance(value, float) and value.is_integer() and "whole number" in what else "")
+            raise ConfigError(f"trainer.{key}={shown} must be {what}{hint}.")
     devices = trainer.get("devices")
     if on_the_cpu(trainer) and devices not in (None, "auto") and not (is_int(devices) and devices >= 1):
         devices = OmegaConf.to_container(devices) if OmegaConf.is_config(devices) else devices
