@@ -206,10 +206,14 @@ def first_above(steps, values, threshold: float) -> int | None:
 def taken(run: Run, key: str) -> tuple[np.ndarray, np.ndarray]:
     """A logged series with its steps as the number of training steps taken. The history files log the training
     loss, the validations and the stability probes at the 0-based index of the batch just taken (the validation
-    after 50 steps at 49), the leak alarm's ``leak/*`` at the steps taken (50). Every step in this report is counted
-    as steps taken, as the alarm counts them."""
+    after 50 steps at 49), the leak alarm's ``leak/*`` at the steps taken (50), and the stability probe at init, before
+    any step, at 0. Every step in this report is counted as steps taken, as the alarm counts them."""
     steps, values = run.series(key)
-    return (steps if key.startswith("leak/") else steps + 1), values
+    if key.startswith("leak/"):
+        return steps, values
+    if key.startswith("stab/"):  # the probe at init (callbacks.stability at_start) is logged at 0: 0 steps taken
+        return np.where(steps == 0, 0, steps + 1), values
+    return steps + 1, values
 
 
 def collapse_steps(runs: list[Run], threshold: float) -> list[int | None]:
@@ -965,16 +969,22 @@ def onset_section(rep: Report, o: Onsets) -> None:
 def onset_sensitivity_text(o: Onsets) -> list[str]:
     rows = [[d.name, *("not every seed" if c is None else f"{c[0].format(2)} {c[1]}" for c in d.cells)]
             for d in o.definitions]
-    false = [f"{rule}: {trips} of {n} {LABELS[ctrl]} seeds" for trips, n, ctrl, rule in o.false_onsets]
+    ctrls = list(dict.fromkeys(ctrl for _, _, ctrl, _ in o.false_onsets))
+    rules = list(dict.fromkeys(rule for _, _, _, rule in o.false_onsets))
+    count = {(ctrl, rule): f"{trips} of {n}" for trips, n, ctrl, rule in o.false_onsets}
+    false_rows = [[rule, *(count.get((c, rule), "—") for c in ctrls)] for rule in rules]
+    calibration = {c: (rate, n) for c, rate, n in o.calibration}
+    false_rows.append([f"the bound: share of logged steps a control seed lay below it (nominal {o.alpha:.0%}), "
+                       "longest run of such steps",
+                       *(f"{calibration[c][0]:.1%}, {plural(calibration[c][1], 'step')}" if c in calibration else "—"
+                         for c in ctrls)])
     return ["Prediction 2's ratios under other onset definitions (the first row is the pre-registered one, the "
             "main table's estimates; the others were chosen with the design as checks, and carry no verdict of "
             "their own):", "",
             markdown_table(["onset", *(LABELS[a] for a in o.others)], rows), "",
-            "False onsets on these runs: each control seed against its arm's other seeds (leave one out), "
-            + "; ".join(false) + ". The bound's calibration on the same runs: a control seed lay below its arm's "
-            "other seeds' bound at " + ", ".join(f"{rate:.1%} of the logged steps ({LABELS[c]}; nominal "
-                                                 f"{o.alpha:g}, longest run {n} steps)" for c, rate, n in o.calibration)
-            + f", against the {o.run} steps in a row the onset needs.", ""]
+            f"False onsets on these runs: each control seed against its arm's other seeds (leave one out), the "
+            f"seeds a rule calls leaky; the onset needs {o.run} steps in a row below the bound:", "",
+            markdown_table(["rule", *(LABELS[c] for c in ctrls)], false_rows), ""]
 
 
 def alarm_section(rep: Report, f: Alarm) -> None:
