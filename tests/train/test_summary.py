@@ -11,3 +11,17 @@ def test_the_done_line_shows_missing_and_non_finite_numbers_as_n_a():
     assert done_line(summary, Path("out"), job="3") == (
         "[bold green]done[/] (3): 10 steps, train loss n/a, val loss n/a (honest 1.2346, future leak 0), "
         "1,234 tokens/s -> out")
+
+
+def test_a_summary_records_the_commit_its_code_came_from(tmp_path):
+    """In a git checkout (the tests run from one) summary.json says which commit made the run, and whether tracked
+    files differed from it; a value the caller already has is kept (a resumed run's own)."""
+    import json
+    import re
+
+    from tinygpt.train.summary import write_summary
+
+    code = json.loads(write_summary(tmp_path, {"status": "completed"}).read_text())["code"]
+    assert re.fullmatch(r"[0-9a-f]{40}", code["commit"]) and isinstance(code["dirty"], bool)
+    mine = {"commit": "0" * 40, "dirty": False}
+    assert json.loads(write_summary(tmp_path, {"code": mine}).read_text())["code"] == mine

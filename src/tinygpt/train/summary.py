@@ -7,8 +7,10 @@ Non-finite numbers are written as null. The keys are listed in docs/running.md, 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import subprocess
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,10 +40,30 @@ DIAGNOSTIC_KEYS = (
 )
 
 
+@functools.cache
+def code_version() -> dict[str, Any] | None:
+    """The commit of the checkout this code runs from and whether tracked files differ from it (a report can then
+    say which code made its runs); None away from a git checkout (an installed package)."""
+    root = Path(__file__).resolve().parents[3]
+    if not (root / ".git").exists():
+        return None
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": bool(dirty)} if commit else None
+
+
 def write_summary(out_dir: Path, values: dict[str, Any]) -> Path:
-    """summary.json in the run's output dir; non-finite floats become null. Written atomically."""
+    """summary.json in the run's output dir, with the code's commit (code_version); non-finite floats become null.
+    Written atomically."""
     def clean(v):
         return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    values = {**values, "code": values.get("code") or code_version()}
 
     path = out_dir / "summary.json"
     tmp = path.with_suffix(".json.tmp")

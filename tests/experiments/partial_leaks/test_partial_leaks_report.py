@@ -264,16 +264,17 @@ def test_the_synthetic_sweeps_known_answers(report):
     assert ("The leak alarm fired on 15 of the 15 runs whose mask opened (a row's future attention mass above 0.0001 "
             "at a stability probe; it warned on 12 of the 12 configured causal=true; the no-mask arm is configured "
             "causal=false, so its leak is recorded without a warning) and on 0 of the 6 runs whose mask never "
-            "opened, the 6 runs of the control arms among them (0 alarms (0 of 6 bounds the per-run false-alarm "
+            "opened, which here are exactly the -inf controls, where in float32 the future-leak signal is zero and "
+            "only the honest-gap rule could fire (0 alarms on the controls (0 of 6 bounds the per-run false-alarm "
             "rate below 39% at 95% confidence)). Prediction 4: **holds**.") in report
     assert "**Confirmatory.** These runs' seeds (1, 2, 3) include none of the seeds" in report
     # the added fill opens at the predicted probe in every seed; its control never leaks
-    assert "the leak opened in 3 of 3 seeds, at the predicted probe in 3, at it or the next in 3; prediction 3: " \
-        "**holds**" in report
+    assert "prediction 3 (the leak opens at the predicted probe or the next, in every seed): **holds**; the leak " \
+        "opened in 3 of 3 seeds, at the predicted probe in 3, at it or the next in 3" in report
     assert "| 1 | 90 | 90 | 12000 | -50 | 13000 | 12000 | yes | holds | 0, 0 |" in report
     # the replacing fill opens where its visible floor falls below the fill, whatever the margin
-    assert "the leak opened in 3 of 3 seeds, at the predicted probe in 3, at it or the next in 3; prediction 5: " \
-        "**holds**" in report
+    assert "prediction 5 (the leak opens at the predicted probe or the next, in every seed): **holds**; the leak " \
+        "opened in 3 of 3 seeds, at the predicted probe in 3, at it or the next in 3" in report
     assert "| 1 | 130 | 130 | -12000 | 3 | 1003 | -12000 | yes | holds | 0, 0 |" in report
     for png in ("curves", "honest", "positions", "future_mass", "fill", "fill_where"):
         assert f"({png}.png)" in report
@@ -291,7 +292,9 @@ def test_a_fill_leak_before_the_predicted_probe_is_explained_with_its_numbers(tm
             job += 1
     (tmp_path / "out").mkdir()
     text = pl.write_report(load_runs([tmp_path / "sweep"]), tmp_path / "out", [tmp_path / "sweep"]).read_text()
-    assert "at the predicted probe in 2, at it or the next in 2; prediction 3: **fails**" in text
+    assert ("prediction 3 (the leak opens at the predicted probe or the next, in every seed): **fails**; the leak "
+            "opened in 3 of 3 seeds, at the predicted probe in 2, at it or the next in 2 (seed 2 opened at 70 against "
+            "the predicted 90 (before it))") in text
     assert "| 2 | 90 | 70 | 5000 | -50 | 6000 | 12000 | **no** | fails |" in text
     assert ("Where the leak opened before the predicted probe (seed 2), the future attention mass on those "
             "unperturbed windows at that probe was 1.0e-13, while the leak measured there was 1.50") in text
@@ -307,9 +310,10 @@ def test_a_replacing_fill_that_never_opens_is_said_so_and_the_alarm_that_stays_q
             job += 1
     (tmp_path / "out").mkdir()
     text = pl.write_report(load_runs([tmp_path / "sweep"]), tmp_path / "out", [tmp_path / "sweep"]).read_text()
-    assert ("prediction 5: **not tested** (it holds only vacuously, in its 'never, if the visible floor never passes "
+    assert ("prediction 5 (the leak opens at the predicted probe or the next, in every seed): **not tested** (it "
+            "holds only vacuously, in its 'never, if the visible floor never passes "
             "the threshold' clause: the visible floor came no closer than -8400 to the threshold -9984)") in text
-    assert ("and on 0 of the 9 runs whose mask never opened, the 6 runs of the control arms among them") in text
+    assert ("and on 0 of the 9 runs whose mask never opened (the 6 runs of the control arms among them)") in text
     assert "Prediction 4: **holds**." in text
 
 

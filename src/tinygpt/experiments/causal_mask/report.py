@@ -883,5 +883,8 @@ def headline(f: CausalMaskFindings) -> Headline:
         verdicts = [("1. level: leaky loss / (causal last-position loss / T) in its band at every T", t.level_all),
                     ("2. scaling: the leaky loss's log-log slope in its band", t.slope_verdict),
                     ("3. premise: the causal last-position loss flat in T (equivalence)", t.premise)]
+    missed = [f"{name.split(':')[0]} ({verdict})" for name, verdict in verdicts if verdict != "holds"]
+    if missed:
+        answer += "; did not hold: " + ", ".join(missed)
     return Headline("causal_mask", "What the causal mask prevents", question, answer + ".", "curves.png", verdicts)
 

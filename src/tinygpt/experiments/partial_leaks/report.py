@@ -12,7 +12,7 @@ Fill per fill arm, one per section); the sections render those findings as table
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -566,6 +566,7 @@ class Onsets:
     false_onsets: list[tuple[int, int, str, str]]  # (control seeds a rule fires on, seeds, control arm, the rule)
     calibration: list[tuple[str, float, int]]  # per control arm: the mean per-step rate below the others' bound
     # at the pre-registered alpha, and the longest run of such steps (onset.exceedances)
+    n_layer: int = 0  # the structural arms' model depth (for the prose's layer counts)
 
 
 def onset_findings(arms, est, pred, onsets, collapses) -> Onsets:
@@ -593,7 +594,8 @@ def onset_findings(arms, est, pred, onsets, collapses) -> Onsets:
     return Onsets(lo, hi, pred["onset_run"], pred["onset_fraction"], resolution(taken(runs0[0], "train/loss")[0]),
                   len(arms.get("causal", [])), rows, all_hold([r.verdict for r in rows if r.arm != "no_mask"]),
                   off_by_one, words if len(words) == 3 else None, others, definitions, pred["onset_alpha"],
-                  false_onsets, calibration(arms, pred["onset_alpha"]))
+                  false_onsets, calibration(arms, pred["onset_alpha"]),
+                  int(arms["causal"][0].config["model"].get("n_layer", 0)))
 
 
 def calibration(arms: dict[str, list[Run]], alpha: float) -> list[tuple[str, float, int]]:
@@ -691,6 +693,7 @@ class Alarm:
     bound: float  # the false-alarm rate's 95% upper bound (NaN after a false alarm)
     warned: int  # runs whose mask opened, configured causal=true
     warned_fired: int  # alarms on those
+    late: list[str] = field(default_factory=list)  # alarms after the first validation that followed an opening
 
 
 def opened_step(run: Run, open_mass: float) -> int | None:
@@ -743,9 +746,22 @@ def alarm_findings(arms, pred, onsets, collapses) -> Alarm:
     def fired(runs):
         return sum(r.summary.get("leak_detected_step") is not None for r in runs)
 
+    late = []  # a fill whose alarm came after the first validation that followed its opening: why
+    for row in rows:
+        for r, o, d in zip(arms[row.arm], row.opened, row.detected, strict=True):
+            if o is None or d is None or not first_val:
+                continue
+            next_val = -(-max(o, 1) // first_val) * first_val  # the first validation at or after the opening
+            if d > next_val:
+                steps, mass = taken(r, "stab/future_mass_max")
+                shut = [v for v in range(next_val, d, first_val)  # the mask at the last probe at or before v
+                        if len(mass[steps <= v]) and mass[steps <= v][-1] <= pred["open_mass"]]
+                late.append(f"{LABELS[row.arm]} seed {r.seed} opened at {o} and was first caught at {d}"
+                            + (f" (closed again at the probes before the validations at {', '.join(map(str, shut))})"
+                               if shut else ""))
     return Alarm(rows, first_val, float(pred["open_mass"]), all_hold([r.verdict for r in rows]), len(opened),
                  fired(opened), len(closed), fired(closed), len(controls), false,
-                 false_alarm_bound(len(controls)) if false == 0 else math.nan, len(warned), fired(warned))
+                 false_alarm_bound(len(controls)) if false == 0 else math.nan, len(warned), fired(warned), late)
 
 
 OTHER = {"fill_1e4": "stab/visible_floor", "fill_where_1e4": "stab/mask_margin"}  # the other fill's signal
@@ -797,6 +813,18 @@ class Fill:
     nearest: float  # the nearest any seed's signal came to opening
     mass_at: int  # seeds whose mask opened (opened_step) at the predicted probe
     open_mass: float
+
+
+def fill_jumps(runs: list[Run], key: str, seeds: list[FillSeed]) -> list[float]:
+    """Per seed that opened: how far the fill's signal moved between the probe before the opening and the opening
+    (how finely the probes resolve the predicted threshold)."""
+    out = []
+    for r, x in zip(runs, seeds, strict=True):
+        steps, signal = taken(r, key)
+        at = np.nonzero(steps == x.observed)[0] if x.observed is not None else []
+        if len(at) and at[0] > 0:
+            out.append(abs(float(signal[at[0]] - signal[at[0] - 1])))
+    return out
 
 
 def value_at(run: Run, key: str, step: int | None) -> float | None:
@@ -946,10 +974,14 @@ def onset_section(rep: Report, o: Onsets) -> None:
              r.ratio.format(2) if r.ratio is not None else "—",
              difference_words(r.ratio - 1, "later", "earlier") if r.ratio is not None else "—", r.verdict,
              steps_text(r.collapses)] for r in o.rows]
-    header = ["arm", "loss onset per seed (step)", "mean onset", "/ no mask's (paired by seed)", "than no mask",
+    header = ["arm", "loss onset per seed (step)", "mean onset",
+              "/ no mask's (ratio of seed means, seeds paired in the bootstrap)", "than no mask",
               f"prediction 2 ({lo:g} to {hi:g})", "loss-collapse step per seed"]
+    per_arm = "; ".join(f"{LABELS[r.arm]} {r.ratio.format(2)} ({difference_words(r.ratio - 1, 'later', 'earlier')}"
+                        f", {r.verdict})" for r in o.rows if r.ratio is not None)
     rep.findings.append(f"Onset: prediction 2 (each structural leak leaves the causal band when the full one does, "
-                        f"within {lo:g} to {hi:g} of its step): **{o.verdict}**.")
+                        f"within {lo:g} to {hi:g} of its step; it holds only if it holds for every arm): "
+                        f"**{o.verdict}**. Each arm's onset over the no-mask arm's: {per_arm}.")
     rep.sections += ["## When each leak shows in the training loss", "",
                      prose("partial_leaks", "onset", run=o.run, fraction=o.fraction, lo=lo, hi=hi, alpha=o.alpha,
                            interval="at every step" if o.interval == 1 else f"every {o.interval} steps",
@@ -962,8 +994,19 @@ def onset_section(rep: Report, o: Onsets) -> None:
         words = o.shapes
         shape = ("onset_shapes_seen" if (words["last_layer"], words["sliding_window"]) == ("later", "earlier")
                  else "onset_shapes_other")
+        n_layer = o.n_layer
         rep.sections += [prose("partial_leaks", shape, first=words["first_layer"], last=words["last_layer"],
-                               window=words["sliding_window"]), ""]
+                               window=words["sliding_window"], later=n_layer - 1, deep=n_layer - 1), ""]
+
+
+def loo_widening(k: int, alpha: float) -> float:
+    """How much larger the prediction bound's multiplier of the sd is with k - 1 control seeds than with k."""
+    from scipy import stats as scipy_stats
+
+    if k < 3:
+        return math.nan
+    return (float(scipy_stats.t.ppf(1 - alpha, k - 2)) * math.sqrt(1 + 1 / (k - 1))
+            / (float(scipy_stats.t.ppf(1 - alpha, k - 1)) * math.sqrt(1 + 1 / k)) - 1)
 
 
 def onset_sensitivity_text(o: Onsets) -> list[str]:
@@ -983,7 +1026,9 @@ def onset_sensitivity_text(o: Onsets) -> list[str]:
             "their own):", "",
             markdown_table(["onset", *(LABELS[a] for a in o.others)], rows), "",
             f"False onsets on these runs: each control seed against its arm's other seeds (leave one out), the "
-            f"seeds a rule calls leaky; the onset needs {o.run} steps in a row below the bound:", "",
+            f"seeds a rule calls leaky; the onset needs {o.run} steps in a row below the bound, and with one of "
+            f"{o.n_causal} seeds left out the bound's multiplier of the sd is {loo_widening(o.n_causal, o.alpha):.0%} "
+            "larger than the analysis's:", "",
             markdown_table(["rule", *(LABELS[c] for c in ctrls)], false_rows), ""]
 
 
@@ -1004,13 +1049,19 @@ def alarm_section(rep: Report, f: Alarm) -> None:
               "lead: onset - alarm (± seed sd)", "prediction 4"]
     bound_words = (f" (0 of {f.n_causal} bounds the per-run false-alarm rate below {f.bound:.0%} at 95% confidence)"
                    if f.false == 0 and f.n_causal else "")
+    only_controls = f.closed == f.n_causal
+    closed_words = (f"the {f.closed} runs whose mask never opened, which here are exactly the -inf controls, where "
+                    "in float32 the future-leak signal is zero and only the honest-gap rule could fire"
+                    if only_controls else
+                    f"the {f.closed} runs whose mask never opened (the {f.n_causal} runs of the control arms among "
+                    "them)")
     rep.findings.append(
         f"The leak alarm fired on {f.fired_open} of the {f.opened} runs whose mask opened (a row's future attention "
         f"mass above {f.open_mass:g} at a stability probe; it warned on {f.warned_fired} of the {f.warned} configured "
         "causal=true; the no-mask arm is configured causal=false, so its leak is recorded without a warning) and on "
-        f"{f.fired_closed} of the {f.closed} runs whose mask never opened, the {f.n_causal} runs of the control "
-        f"arms among them ({f.false} alarms{bound_words}). Prediction 4: **{f.verdict}**. Its 'at the first "
-        "validation' for the structural leaks is true by construction of the probe.")
+        f"{f.fired_closed} of {closed_words} ({f.false} alarms on the controls{bound_words}). Prediction 4: "
+        f"**{f.verdict}**. Its 'at the first validation' for the structural leaks is true by construction of the "
+        "probe." + (f" Late alarms: {'; '.join(f.late)}." if f.late else ""))
     if leads:
         rep.findings.append("The alarm's lead (steps, seed mean ± sd) over the loss onset, which compares each run "
                             "with the control seeds, which a user would not have: " + ", ".join(leads)
@@ -1040,13 +1091,18 @@ def fill_section(rep: Report, f: Fill, runs: list[Run], out: Path) -> None:
     shown = (f"**not tested** (it holds only vacuously, in its 'never, if the {what} never passes the threshold' "
              f"clause: the {what} came no closer than {f.nearest:.0f} to the threshold {threshold:g})"
              if n_open == 0 and f.verdict == "holds" else f"**{f.verdict}**")
+    misses = [f"seed {x.seed} opened at {steps_text([x.observed])} against the predicted "
+              f"{steps_text([x.predicted])}" + ("" if x.closed_before else " (before it)")
+              for x in f.seeds if x.verdict == "fails"]
+    jumps = fill_jumps(runs, FILLS[arm][0], f.seeds)
     rep.findings.append(
-        f"{LABELS[arm]}: the leak opened in {n_open} of {n} seeds"
-        + (f", at the predicted probe in {f.at_predicted}, at it or the next in {f.holds}" if n_open
-           else "") + f"; prediction {number}: {shown}"
-        + (f". Beside it (no verdict): the mask opened by design 3's definition (a row's future attention mass "
-           f"above {f.open_mass:g}) at the predicted probe in {f.mass_at} of {n} seeds, which in float32 is close "
-           f"to arithmetic (below)" if n_open else "")
+        f"{LABELS[arm]}: prediction {number} (the leak opens at the predicted probe or the next, in every seed): "
+        f"{shown}; the leak opened in {n_open} of {n} seeds"
+        + (f", at the predicted probe in {f.at_predicted}, at it or the next in {f.holds}" if n_open else "")
+        + (f" ({'; '.join(misses)})" if misses else "")
+        + (f". The probes are {f.probe} steps apart and the {what} moved by {min(jumps):.0f} to {max(jumps):.0f} "
+           f"between the probe before each opening and the opening: the test resolves the threshold to about that, "
+           f"not to the slack of {f.slack:g}" if jumps else "")
         + f"; the -inf control's largest future leak at any probe: {f.ctrl_leak:g}.")
     if arm == "fill_1e4":
         opened = [(s.signal_at_open, s.max_logit) for s in f.seeds
@@ -1062,7 +1118,8 @@ def fill_section(rep: Report, f: Fill, runs: list[Run], out: Path) -> None:
         rep.comparison.append(
             f"GPT-2's replacing fill opened here in {n_open} of {n} seeds"
             + (f", at visible floors of {min(floors):.0f} to {max(floors):.0f} (a row whose every visible score had "
-               "fallen below the fill), the mechanism of issue 15199's printout" if floors else
+               "fallen below the fill), the condition issue 15199's printout shows (visible scores below the fill); "
+               "unlike the published reports it did not show in the loss here (below)" if floors else
                f": in no row did every visible score fall below the fill at this rate and length (the lowest row "
                f"maximum of the visible scores at any probe: {f.nearest:.0f}, against the fill's {f.fill:g}), so "
                "the published bug did not arise here") + ".")
@@ -1191,23 +1248,41 @@ def fill_word(fill: Fill) -> str:
 
 
 def headline(f: PartialLeaksFindings, runs: list[Run]) -> Headline:
-    """The front page's entry (tinygpt.experiments.index): one sentence from the findings and their verdicts."""
+    """The front page's entry (tinygpt.experiments.index): one sentence from the findings and their verdicts, the
+    predictions that did not hold named with what they measured."""
     question = "How do the mask bugs real code has show in the curves, and does the leak alarm catch them?"
     a, seen = f.alarm, f.seen
     parts = []
     if seen.leaks:
-        worst = max(x.ratio.value for x in seen.leaks)
+        lo, hi = min(x.ratio.value for x in seen.leaks), max(x.ratio.value for x in seen.leaks)
         parts.append(f"every structural leak (a mask off by one, missing in one layer, a window without its causal "
-                     f"half) drove the teacher-forced loss to at most {worst:.0%} of the causal model's while the "
+                     f"half) drove the teacher-forced loss to {lo:.1%}-{hi:.1%} of the causal model's while the "
                      f"honest loss got worse (prediction 1 {seen.verdict})")
+    if seen.fills:
+        quiet = [x for x in seen.fills if x.word == "indistinguishable"]
+        untrained = all(x.training is not None and x.training.failed == x.training.runs for x in seen.fills)
+        if quiet:
+            parts.append(("neither finite fill" if len(quiet) == len(seen.fills) == 2 else
+                          ", ".join(LABELS[x.arm] for x in quiet))
+                         + " showed in the loss (indistinguishable from its control)"
+                         + ("; at the rates where they open, neither they nor their controls trained" if untrained
+                            else ""))
     parts.append(f"the leak alarm fired on {a.fired_open} of the {a.opened} runs whose mask opened and on "
                  f"{a.fired_closed} of the {a.closed} whose mask never did (prediction 4 {a.verdict})")
     for fill in f.fills:
         if fill.arm == "fill_where_1e4":
             parts.append(f"GPT-2's replacing -1e4 fill opened in {fill.n_open} of {len(fill.seeds)} seeds once a "
                          f"row's visible scores fell below it (prediction 5 {fill_word(fill)})")
-    answer = "On runs no prediction had seen, " if data_status([r.seed for r in runs], f.pred.get("seen_seeds") or []) \
-        == "confirmatory" else ""
+    if f.onset is not None and f.onset.verdict != "holds":
+        parts.append("the onsets did not line up with the full leak's (prediction 2 " + f.onset.verdict + ": "
+                     + ", ".join(f"{LABELS[r.arm]} at {r.ratio.value:.2f}x" for r in f.onset.rows
+                                 if r.ratio is not None) + ")")
+    for fill in f.fills:
+        if fill.number == 3 and fill_word(fill) != "holds":
+            parts.append(f"the added fill opened at the predicted probe or the next in {fill.holds} of "
+                         f"{len(fill.seeds)} seeds (prediction 3 {fill_word(fill)})")
+    new_seeds = data_status([r.seed for r in runs], f.pred.get("seen_seeds") or []) == "confirmatory"
+    answer = "On seeds no earlier run had used, " if new_seeds else ""
     answer += "; ".join(parts)
     verdicts = [("1. every structural leak collapses the loss, none improves the honest loss", seen.verdict)]
     if f.onset is not None:
