@@ -24,8 +24,7 @@ def test_a_headline_round_trips_and_the_pages_say_what_it_says(tmp_path):
     text = readme.read_text()
     assert "old text" not in text and text.startswith("# x\n\n## Experiments\n\n") and text.endswith("## Layout\n")
     assert ("1. **A demo** Does it fall? It falls to 0.047. `python train.py -m experiment=demo` "
-            "([report](docs/experiments/demo/README.md))") in text
-    assert '<img src="docs/experiments/demo/curves.png"' in text
+            "([report](docs/experiments/demo/README.md))<br><img src=\"docs/experiments/demo/curves.png\"") in text
     page = (tmp_path / "docs" / "README.md").read_text()
     assert "## A demo\n\nDoes it fall? It falls to 0.047.\n\n**Confirmatory.**\n\n| prediction | verdict |" in page
     assert "| 1. it falls | holds |" in page

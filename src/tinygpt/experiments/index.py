@@ -26,6 +26,7 @@ class Headline:
     figure: str  # a PNG beside its report
     verdicts: list[tuple[str, str]]  # (prediction, verdict) in the report's order
     status: str = ""  # e.g. "confirmatory": whether the runs' data had been seen when the predictions were written
+    short: str = ""  # README.md's sentence, where ``answer`` (the index's) is longer than one pass; "" = the answer
 
     def write(self, out: Path) -> Path:
         path = out / HEADLINE
@@ -51,12 +52,12 @@ def headlines(docs: Path) -> list[Headline]:
 
 def readme_block(found: list[Headline], prefix: str = "docs/experiments/") -> str:
     """README.md's "Experiments" section body: per experiment its question, answer, figure and links."""
-    lines = [START, ""]
+    lines = [START]
     for i, h in enumerate(found, start=1):
-        lines += [f"{i}. **{h.title}** {h.question} {h.answer} `python train.py -m experiment={h.name}` "
-                  f"([report]({prefix}{h.name}/README.md))", "",
-                  f"   <img src=\"{prefix}{h.name}/{h.figure}\" alt=\"{h.title}\" width=\"480\">", ""]
-    lines += [f"Every prediction and its verdict: [{prefix}README.md]({prefix}README.md).", "", END]
+        lines += [f"{i}. **{h.title}** {h.question} {h.short or h.answer} `python train.py -m experiment={h.name}` "
+                  f"([report]({prefix}{h.name}/README.md))<br>"
+                  f"<img src=\"{prefix}{h.name}/{h.figure}\" alt=\"{h.title}\" width=\"480\">"]
+    lines += [f"\nEvery prediction and its verdict: [{prefix}README.md]({prefix}README.md).", END]
     return "\n".join(lines)
 
 

@@ -883,8 +883,19 @@ def headline(f: CausalMaskFindings) -> Headline:
         verdicts = [("1. level: leaky loss / (causal last-position loss / T) in its band at every T", t.level_all),
                     ("2. scaling: the leaky loss's log-log slope in its band", t.slope_verdict),
                     ("3. premise: the causal last-position loss flat in T (equivalence)", t.premise)]
-    missed = [f"{name.split(':')[0]} ({verdict})" for name, verdict in verdicts if verdict != "holds"]
+    if t is not None and t.premise != "holds":
+        answer += (f"; whether the causal last-position loss is flat in T, the premise of the 1/T law (prediction 3, "
+                   f"an equivalence test), {verb(t.premise)}: its log-log slope is "
+                   f"{t.premise_slope.format(3, signed=True)} against [{t.premise_band[0]:+g}, "
+                   f"{t.premise_band[1]:+g}]")
+    missed = [f"prediction {name.split('.')[0]} {verb(verdict)}" for name, verdict in verdicts[:2]
+              if verdict != "holds"]
     if missed:
-        answer += "; did not hold: " + ", ".join(missed)
-    return Headline("causal_mask", "What the causal mask prevents", question, answer + ".", "curves.png", verdicts)
+        answer += "; " + ", ".join(missed)
+    short = (f"Without it the training loss falls to {m.leaky_train[0]:.3f} (with it {m.causal_train[0]:.3f}) while "
+             f"the generating model's loss gets {m.honest_gap.value:+.2f} nats worse"
+             + (f"; the leaky loss falls with context length as T^{t.slope.value:.2f}" if t is not None else "")
+             + " (every verdict: the index).")
+    return Headline("causal_mask", "What the causal mask prevents", question, answer + ".", "curves.png", verdicts,
+                    short=short)
 

@@ -1293,6 +1293,15 @@ def headline(f: PartialLeaksFindings, runs: list[Run]) -> Headline:
     verdicts += [(f"{fill.number}. the replacing fill opens where its visible floor says", fill_word(fill))
                  for fill in f.fills if fill.number == 5]
     status = status_text([r.seed for r in runs], list(f.pred.get("seen_seeds") or []))
+    short = []
+    if seen.leaks:
+        short.append(f"every structural leak drove the teacher-forced loss to {lo:.0%}-{hi:.0%} of the causal "
+                     "model's while generation got worse")
+    short.append(f"the leak alarm caught {a.fired_open} of the {a.opened} runs whose mask opened and "
+                 f"{a.fired_closed} of the {a.closed} whose mask never did")
+    if seen.fills and all(x.word == "indistinguishable" for x in seen.fills):
+        short.append("the finite fills never showed in the loss")
+    brief = "; ".join(short)
     return Headline("partial_leaks", "The leaks real code has", question, answer[0].upper() + answer[1:] + ".",
-                    "curves.png", verdicts, status)
+                    "curves.png", verdicts, status, brief[0].upper() + brief[1:] + " (every verdict: the index).")
 
