@@ -41,17 +41,18 @@ def test_partial_leaks_arms_build_the_bugs_they_name():
         assert c.model.attn.causal == (arm != "no_mask")
         assert c.trainer.max_steps == (300 if arm.startswith("fill") else 800)
         if arm.startswith("fill"):
-            assert (c.model.n_embd, c.model.n_head, c.model.attn.scale, c.optim.lr) == (256, 1, "none", 1e-2)
+            rate = 2e-2 if arm in ("fill_where_1e4", "fill_inf_where") else 1e-2  # design 3: the replacing fill's
+            assert (c.model.n_embd, c.model.n_head, c.model.attn.scale, c.optim.lr) == (256, 1, "none", rate)
     assert kinds == {"causal": None, "no_mask": None, "off_by_one": "off_by_one", "first_layer": "no_mask",
                      "last_layer": "no_mask", "sliding_window": "sliding_window", "fill_1e4": "finite_fill",
-                     "fill_where_1e4": "replace_fill", "fill_inf": None}
+                     "fill_where_1e4": "replace_fill", "fill_inf": None, "fill_inf_where": None}
     assert compose_hydra(["experiment=partial_leaks", "arm/partial_leaks=fill_1e4"]).model.patch[0].fill == -1e4
 
 
 def test_causal_mask_sweep_arms_and_dir():
     cfg = compose_hydra(["experiment=causal_mask"])
     params = cfg.hydra.sweeper.params
-    assert params["model.attn.causal"] == "true,false" and params["seed"] == "1,2,3,4,5"
+    assert params["model.attn.causal"] == "true,false" and params["seed"] == "31,32,33,34,35"
     arms = params["arm/causal_mask"].split(",")
     assert arms == ["shakespeare_t64", "shakespeare_t32", "shakespeare_t16", "random_t64"]
     assert cfg.hydra.sweep.dir.startswith("multirun/causal_mask/")  # named after the experiment
