@@ -205,3 +205,15 @@ def test_the_onset_below_the_control_band_needs_a_run_of_steps():
     assert first_below_band(steps, v, steps, band_low, 3) == 100
     assert first_below_band(steps, np.full(600, 2.1), steps, band_low, 10) is None
     assert first_below_band(steps[::2], v[::2], steps, band_low, 10) == 300  # read at the shared steps
+
+
+def test_level_sds_sum_each_levels_parts():
+    """The windows' and the seeds' shares of an estimate's spread: the root of each level's summed part variances."""
+    import numpy as np
+
+    from tinygpt.analysis.stats import Estimate, level_sds
+
+    a, b, c = np.array([-1.0, 1.0]), np.array([-2.0, 2.0]), np.array([-0.5, 0.5])
+    est = Estimate(0.0, -1.0, 1.0, parts={"windows:x": (a, 9), "windows:y": (b, 9), "seeds:x": (c, 2)})
+    sds = level_sds(est)
+    assert sds["windows"] == pytest.approx(np.sqrt(1 + 4)) and sds["seeds"] == pytest.approx(0.5)

@@ -216,6 +216,17 @@ def stack(estimates: Sequence[Estimate]) -> tuple[np.ndarray, np.ndarray]:
     return np.array([e.value for e in estimates]), np.stack([e.replicates for e in estimates], axis=1)
 
 
+def level_sds(est: Estimate) -> dict[str, float]:
+    """How much each sampled level contributes to an estimate's spread: {"windows": sd, "seeds": sd}, each the root of
+    the summed variances of the parts that vary that level alone (Estimate.parts); a level with no part is absent."""
+    out: dict[str, float] = {}
+    for key, (reps, _) in est.parts.items():
+        level = key.split(":")[0]
+        reps = np.asarray(reps, dtype=np.float64)
+        out[level] = out.get(level, 0.0) + float(np.var(reps[np.isfinite(reps)]))
+    return {k: math.sqrt(v) for k, v in out.items()}
+
+
 def loglog_slope(xs, ys) -> np.ndarray | float:
     """Least-squares slope of log(y) against log(x); ys (K,) or (B, K) for one slope per row."""
     lx = np.log(np.asarray(xs, dtype=np.float64))
@@ -275,7 +286,8 @@ class Trend:
         """'rises monotonically (slope against ln T +0.247 [+0.085, +0.415])'."""
         verb = "is flat within noise" if self.word == "flat within noise" else self.word
         how = (" monotonically" if self.monotonic else "" if self.word == "flat within noise" else
-               " on the whole, not at every step of the grid")  # e.g. 0.0043, 0.0036, 0.0052: the fit uses the ends
+               " overall, though not every step between neighbouring values is outside noise")  # e.g. 0.0043,
+        # 0.0036, 0.0052 (not monotone), or 1.18, 1.20, 1.33 (a first step within noise): the fit leans on the ends
         return f"{verb}{how} (slope against ln {x} {self.slope.format(digits, signed=True)})"
 
 

@@ -99,7 +99,7 @@ def test_the_report_says_holds_for_an_exact_law_and_fails_for_a_flat_one(tmp_pat
     assert "the level prediction holds and the 1/T scaling fails" in text
     assert "an exact 1/T law is rejected: the loss falls as T^-0.01; the exact level is not rejected at the 95% " \
            "level" in text
-    assert "rises monotonically" in text  # the causal last-position loss, against T
+    assert "Over T = 16..64 the interval allows changes of +" in text  # the causal last-position loss rises with T
     assert "The premise (the causal last-position loss flat in T, its log-log slope +0.994 [+0.979, +1.010] " in text
     assert "against [-0.05, +0.05]) fails." in text
     assert "## Threats to validity" in text and "(../GLOSSARY.md)" in text
@@ -138,3 +138,17 @@ def test_the_onset_is_the_step_of_the_drop_on_the_raw_series(tmp_path):
     assert onset.steps == [301, 301, 301]  # steps taken: the drop is at the 0-based index 300
     text = causal_mask.onset_text(onset)
     assert "logged at every step)" in text and "0, 0, 0 steps" in text  # a step function drops in one step
+
+
+def test_the_premise_says_how_many_windows_it_would_need():
+    """With windows that make the interval wider than the band, the text says it could not have held, and the
+    windows per T that would let it: N (1.96 sd / room)^2."""
+    import numpy as np
+
+    E = Estimate
+    slope = E(0.02, -0.057, 0.096, parts={"windows:a": (np.array([-0.04, 0.04]), 255),
+                                          "seeds:a": (np.array([-0.003, 0.003]), 4)})
+    text = causal_mask.power_text(slope, (-0.05, 0.05), 256)
+    assert "the windows alone make the interval wider than the band, so it could not have held" in text
+    assert f"about {256 * (1.96 * 0.04 / 0.05) ** 2:,.0f} windows per T would let a flat loss fit the band" in text
+    assert f"about {256 * (1.96 * 0.04 / 0.03) ** 2:,.0f} at the measured slope" in text

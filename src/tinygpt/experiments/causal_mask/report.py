@@ -22,6 +22,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from tinygpt.analysis.figures import explorers, finish_axes, fmt_pm, markdown_table, save
 from tinygpt.analysis.stats import (
+    level_sds,
     LEVEL,
     METHOD,
     N_BOOT,
@@ -621,8 +622,8 @@ def main_arm_section(rep: Report, f: MainArm, by_causal: dict[bool, list[Run]], 
         f"the loss does not reach 0. At T = {T} the leaky val loss is {e[(False, 'mean')].format()}: its last "
         f"position, which has no future to copy, gives {e[(False, 'last')].scaled(1 / T).format()} of it (its loss "
         f"/ T), and the copying positions the rest, a copy loss of {e[(False, 'copy')].format(4)} that does not "
-        "vanish. At the context lengths of real models the last-position term shrinks as 1/T, so the copy loss sets "
-        "the floor. We also agree that generation is broken: the honest loss is "
+        f"vanish after {max((r.summary.get('steps') or 0) for r in by_causal[False])} steps of training. We also "
+        "agree that generation is broken: the honest loss is "
         f"{e[(False, 'honest')].format(2)} against {e[(True, 'honest')].format(2)} with the mask.")
     attn = fig_attention(by_causal, out / "attention.png")
     if attn:
@@ -664,7 +665,8 @@ def one_over_t_section(rep: Report, f: OneOverT, out: Path) -> None:
                    ", and the ratio is above 1 partly because that position is learned less well than the causal "
                    "model's (a hypothesis, not measured here: it carries one position's share of a loss the copying "
                    "positions have driven near 0; the random-token control below, where nothing can be learned, is "
-                   "the check) and partly because the copy loss adds (T - 1) / T x (loss at positions < T-1)"
+                   "a consistency check, not a test: it cannot tell explanations apart) and partly because the copy "
+                   "loss adds (T - 1) / T x (loss at positions < T-1)"
                    if f.above_one and all(g > 0 for g in gaps) else "")
                    if all(g >= 0 for g in gaps) else
                    "**better than the causal model's somewhere: a last position that beats an honest model is the "
@@ -673,13 +675,9 @@ def one_over_t_section(rep: Report, f: OneOverT, out: Path) -> None:
     same_batches = len(set(batches.values())) == 1
     batch_words = (f"the same {next(iter(batches.values()))} windows a batch at every T" if same_batches else
                    "windows a batch " + ", ".join(f"{batches[T]} at T = {T}" for T in Ts))
-    why = {
-        "rises": f"so the leaky loss falls more slowly than 1/T (trained on {batch_words}).",
-        "falls": f"so the leaky loss falls faster than 1/T (trained on {batch_words}; the shorter windows also "
-                 "see fewer tokens in all).",
-        "flat within noise": f"trained on {batch_words}.",
-    }[f.causal_trend.word]
     p_lo, p_hi = f.premise_band
+    span = math.log(Ts[-1] / Ts[0])
+    change = (math.exp(f.premise_slope.lo * span) - 1, math.exp(f.premise_slope.hi * span) - 1)
     exact = exactness_words(f.slope, [r.ratio for r in rows])
     slope, level_all, slope_verdict, premise = f.slope, f.level_all, f.slope_verdict, f.premise
     rep.sections += [
@@ -710,17 +708,22 @@ def one_over_t_section(rep: Report, f: OneOverT, out: Path) -> None:
            "fails": ": the interval lies outside the band; the loss changes with T.",
            "undecided": ": the interval reaches outside the band, so these runs can neither show the loss flat to "
                         "within the band nor show it changing."}[premise]
-        + f" In nats per ln T it {f.causal_trend.words('T')}, {why} The leaky model's own last-position loss, the "
-        f"one that enters the leaky loss, {f.leaky_trend.words('T')}.",
+        + f" Over T = {Ts[0]}..{Ts[-1]} the interval allows changes of {change[0]:+.0%} to {change[1]:+.0%}. "
+        + power_text(f.premise_slope, f.premise_band, rows[0].windows)
+        + f" Trained on {batch_words}. The band's rationale assumes the leaky model's last-position loss tracks the "
+        f"causal one's; it sits {min(r.last_gap.value for r in rows):+.2f} to "
+        f"{max(r.last_gap.value for r in rows):+.2f} nats above it here.",
         "",
         f"Beyond the tolerances: {exact}. The measured / predicted ratio {f.ratio_trend.words('T')}. Where the "
         "shortfall comes from: the leaky loss is exactly its last-position loss / T plus (T - 1) / T x its copy "
         "loss (the loss at positions < T-1). The copy loss does not vanish: it "
         f"{f.copy_trend.words('T', 4)}, and its term is "
         + ", ".join(f"{share:.1%} of the leaky loss at T = {T}" for share, T in zip(f.copy_shares, Ts, strict=True))
-        + f". With the last-position loss held at its mean over T and the copy loss as measured, the slope would be "
-        f"{f.fixed_slope.format(2)}: the copy term and the drift of the last-position loss together make the "
-        "difference from -1. If the copy loss stayed near these values while L_last / T kept falling, its share "
+        + f". With the leaky last-position loss held at its mean over T and the copy loss as measured, the slope would "
+        f"be {f.fixed_slope.format(2)}: of the shortfall from -1 ({slope.value + 1:+.3f}), the copy term makes about "
+        f"{f.fixed_slope.value + 1:+.3f} and the drift of the leaky last-position loss the other "
+        f"{slope.value - f.fixed_slope.value:+.3f}. If the copy loss stayed near these values while L_last / T kept "
+        "falling, its share "
         "would keep growing with T; whether it sets the floor at the context lengths of real models is not "
         f"measured here (T <= {max(Ts)}).",
         "",
@@ -751,6 +754,40 @@ def one_over_t_section(rep: Report, f: OneOverT, out: Path) -> None:
         f"{verb(slope_verdict)} (slope {slope.format(2)} against [{s_lo:g}, {s_hi:g}]). The premise (the causal "
         f"last-position loss flat in T, its log-log slope {f.premise_slope.format(3, signed=True)} against "
         f"[{f.premise_band[0]:+g}, {f.premise_band[1]:+g}]) {verb(premise)}.")
+
+
+def limit_text(f: CausalMaskFindings) -> str:
+    """Which sampled level limits the intervals, read from the main arm's causal last-position loss at its T."""
+    e = f.est.get((f.main.label, f.main.T, True, "last")) if f.main is not None else None
+    if e is None:
+        return ""
+    sds = level_sds(e)
+    w, sd_seeds = sds.get("windows", 0.0), sds.get("seeds", 0.0)
+    which = "the validation windows" if w >= sd_seeds else "the seeds"
+    return (f"{which.capitalize()} limit them: the causal last-position loss at T = {f.main.T}, for instance, has sd "
+            f"{w:.3f} from its {f.main.n_windows} windows (one token each) and {sd_seeds:.3f} from its seeds.")
+
+
+def power_text(slope: Estimate, band: tuple[float, float], windows: int) -> str:
+    """What limits the premise's equivalence test: the windows' and the seeds' share of its spread, and how many
+    validation windows per T would let the interval fit inside the band (at the measured slope, and at a slope of 0)."""
+    sds = level_sds(slope)
+    w, sd_seeds = sds.get("windows", 0.0), sds.get("seeds", 0.0)
+    half = max(abs(band[0]), abs(band[1]))
+    text = (f"Its spread comes from the windows and the seeds (sd {w:.3f} from the {windows} validation windows per T, "
+            f"{sd_seeds:.3f} from the seeds)")
+    if w <= 0:
+        return text + "."
+    z = 1.96
+    at_zero = windows * (z * w / half) ** 2
+    room = half - abs(slope.value)
+    at_value = windows * (z * w / room) ** 2 if room > 0 else math.inf
+    if z * w >= half:
+        text += (f": with {windows} windows per T the windows alone make the interval wider than the band, so it "
+                 "could not have held however many seeds ran")
+    text += (f"; about {at_zero:,.0f} windows per T would let a flat loss fit the band"
+             + (f", and about {at_value:,.0f} at the measured slope" if math.isfinite(at_value) else "") + ".")
+    return text
 
 
 def exactness_words(slope, ratios) -> str:
@@ -852,7 +889,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         f"honest loss during training uses {ar_cfg.get('windows', 16)} windows at {ar_cfg.get('positions', 'all')} "
         f"positions each, at the end {cfg['diagnostics']['windows']} windows at every position: its intervals are "
         "wider than the teacher-forced loss's on all windows.",
-        f"The intervals: {METHOD}; with {plural(n_seeds, 'seed')} the seed level is what limits them.",
+        f"The intervals: {METHOD}. {limit_text(f)}",
         "CPU, fp32. The mask is removed from every layer at once; a partial leak (one layer, an off-by-one mask) "
         "is not measured here.",
     ]
@@ -865,37 +902,33 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
 
 
 def headline(f: CausalMaskFindings) -> Headline:
-    """The front page's entry (tinygpt.experiments.index): one sentence from the findings."""
+    """The front page's entry (tinygpt.experiments.index): what removing the mask does, then the 1/T law's fate led by
+    what the intervals reject, the premise's verdict, and the predictions' verdicts with their tolerances' history."""
     question = "What does removing the causal mask do to the losses a user watches?"
     m, t = f.main, f.one_over_t
     if m is None:
         return Headline("causal_mask", "What the causal mask prevents", question, "Not measured by these runs.",
                         "curves.png", [])
-    answer = (f"Without it the training loss falls to {m.leaky_train[0]:.3f} (with it {m.causal_train[0]:.3f}): "
-              f"every position but the last can copy its target, and the loss a generating model has (the honest "
-              f"loss) is {m.honest_gap.format(2, signed=True)} nats worse than with the mask")
-    verdicts = []
+    first = (f"Without it the training loss falls to {m.leaky_train[0]:.3f} (with it {m.causal_train[0]:.3f}), because "
+             f"every position but the last can copy its target, while the loss a generating model has (the honest "
+             f"loss) is {m.honest_gap.format(2, signed=True)} nats worse than with the mask.")
+    answer, short, verdicts = first, first, []
     if t is not None:
-        answer += (f"; as the context grows from {t.Ts[0]} to {t.Ts[-1]} the leaky loss falls with exponent "
-                   f"{t.slope.format(2)}, at {min(r.ratio.value for r in t.rows):.2f} to "
-                   f"{max(r.ratio.value for r in t.rows):.2f} times the level L_last / T that copying all but the "
-                   "last position would give")
-        verdicts = [("1. level: leaky loss / (causal last-position loss / T) in its band at every T", t.level_all),
-                    ("2. scaling: the leaky loss's log-log slope in its band", t.slope_verdict),
-                    ("3. premise: the causal last-position loss flat in T (equivalence)", t.premise)]
-    if t is not None and t.premise != "holds":
-        answer += (f"; whether the causal last-position loss is flat in T, the premise of the 1/T law (prediction 3, "
-                   f"an equivalence test), {verb(t.premise)}: its log-log slope is "
-                   f"{t.premise_slope.format(3, signed=True)} against [{t.premise_band[0]:+g}, "
-                   f"{t.premise_band[1]:+g}]")
-    missed = [f"prediction {name.split('.')[0]} {verb(verdict)}" for name, verdict in verdicts[:2]
-              if verdict != "holds"]
-    if missed:
-        answer += "; " + ", ".join(missed)
-    short = (f"Without it the training loss falls to {m.leaky_train[0]:.3f} (with it {m.causal_train[0]:.3f}) while "
-             f"the generating model's loss gets {m.honest_gap.value:+.2f} nats worse"
-             + (f"; the leaky loss falls with context length as T^{t.slope.value:.2f}" if t is not None else "")
-             + " (every verdict: the index).")
-    return Headline("causal_mask", "What the causal mask prevents", question, answer + ".", "curves.png", verdicts,
-                    short=short)
+        exact = exactness_words(t.slope, [r.ratio for r in t.rows])
+        second = (f"As the context grows from {t.Ts[0]} to {t.Ts[-1]}, {exact} (the copying positions keep a small "
+                  f"loss); whether the causal last-position loss is flat in T, the premise of the 1/T law, "
+                  f"{verb(t.premise)} (its log-log slope {t.premise_slope.format(3, signed=True)} against "
+                  f"[{t.premise_band[0]:+g}, {t.premise_band[1]:+g}]).")
+        answer += " " + second
+        short += f" The leaky loss falls as T^{t.slope.format(2)}, not T^-1; the premise {verb(t.premise)}."
+        verdicts = [("1. level: leaky loss / (causal last-position loss / T) in its band at every T (a tolerance "
+                     "set after the first sweep)", t.level_all),
+                    ("2. scaling: the leaky loss's log-log slope in its band (a tolerance set after the first sweep)",
+                     t.slope_verdict),
+                    ("3. premise: the causal last-position loss flat in T (an equivalence test, new seeds)",
+                     t.premise)]
+    status = ("New seeds, the earlier sweeps' validation windows: a rerun on the same evaluation sample, whose "
+              "windows carry most of the spread, not an independent replication.")
+    return Headline("causal_mask", "What the causal mask prevents", question, answer, "curves.png", verdicts,
+                    status, short)
 
