@@ -141,8 +141,11 @@ def test_the_onset_is_the_step_of_the_drop_on_the_raw_series(tmp_path):
 
 
 def test_the_premise_says_how_many_windows_it_would_need():
-    """With windows that make the interval wider than the band, the text says it could not have held, and the
-    windows per T that would let it: N (1.96 sd / room)^2."""
+    """With windows that make the interval wider than the band, the text says it could not have held, the window
+    count below which it cannot hold at all (z sd_windows sqrt(N / n) + z sd_seeds inside the band's half-width, as
+    variances) and counts for 80% power, larger at the measured slope than for a flat loss."""
+    import re
+
     import numpy as np
 
     E = Estimate
@@ -150,5 +153,8 @@ def test_the_premise_says_how_many_windows_it_would_need():
                                           "seeds:a": (np.array([-0.003, 0.003]), 4)})
     text = causal_mask.power_text(slope, (-0.05, 0.05), 256)
     assert "the windows alone make the interval wider than the band, so it could not have held" in text
-    assert f"about {256 * (1.96 * 0.04 / 0.05) ** 2:,.0f} windows per T would let a flat loss fit the band" in text
-    assert f"about {256 * (1.96 * 0.04 / 0.03) ** 2:,.0f} at the measured slope" in text
+    z = 1.959963984540054
+    minimum = 256 * (z * 0.04) ** 2 / (0.05 ** 2 - (z * 0.003) ** 2)
+    assert f"below about {minimum:,.0f} windows per T it cannot hold at all" in text
+    flat, measured = (int(n.replace(",", "")) for n in re.findall(r"about ([\d,]+) (?:would give|if the true)", text))
+    assert minimum < flat < measured

@@ -265,8 +265,8 @@ def test_the_synthetic_sweeps_known_answers(report):
             "at a stability probe; it warned on 12 of the 12 configured causal=true; the no-mask arm is configured "
             "causal=false, so its leak is recorded without a warning) and on 0 of the 6 runs whose mask never "
             "opened, which here are exactly the -inf controls, where in float32 the future-leak signal is zero and "
-            "only the honest-gap rule could fire (0 alarms on the controls (0 of 6 bounds the per-run false-alarm "
-            "rate below 39% at 95% confidence)). Prediction 4: **holds**.") in report
+            "only the honest-gap rule could fire (0 alarms on the controls: a per-run false-alarm rate below 39%, "
+            "one-sided 95%). Prediction 4: **holds**.") in report
     assert "**Confirmatory.** These runs' seeds (1, 2, 3) include none of the seeds" in report
     # the added fill opens at the predicted probe in every seed; its control never leaks
     assert "prediction 3 (the leak opens at the predicted probe or the next, in every seed): **holds**; the leak " \

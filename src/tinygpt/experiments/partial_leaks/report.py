@@ -816,12 +816,12 @@ class Fill:
 
 
 def fill_jumps(runs: list[Run], key: str, seeds: list[FillSeed]) -> list[float]:
-    """Per seed that opened: how far the fill's signal moved between the probe before the opening and the opening
-    (how finely the probes resolve the predicted threshold)."""
+    """Per seed with a predicted opening: how far the fill's signal moved across the predicted crossing (from the
+    probe before it to the probe that crossed): how finely the probes resolve the threshold."""
     out = []
     for r, x in zip(runs, seeds, strict=True):
         steps, signal = taken(r, key)
-        at = np.nonzero(steps == x.observed)[0] if x.observed is not None else []
+        at = np.nonzero(steps == x.predicted)[0] if x.predicted is not None else []
         if len(at) and at[0] > 0:
             out.append(abs(float(signal[at[0]] - signal[at[0] - 1])))
     return out
@@ -1047,7 +1047,7 @@ def alarm_section(rep: Report, f: Alarm) -> None:
               "alarm fired at (per seed)", "signal", "future leak first > tolerance, stability probe",
               "honest-gap rule first met", "loss onset (leaves the control's band)",
               "lead: onset - alarm (± seed sd)", "prediction 4"]
-    bound_words = (f" (0 of {f.n_causal} bounds the per-run false-alarm rate below {f.bound:.0%} at 95% confidence)"
+    bound_words = (f": a per-run false-alarm rate below {f.bound:.0%}, one-sided 95%"
                    if f.false == 0 and f.n_causal else "")
     only_controls = f.closed == f.n_causal
     closed_words = (f"the {f.closed} runs whose mask never opened, which here are exactly the -inf controls, where "
@@ -1100,18 +1100,27 @@ def fill_section(rep: Report, f: Fill, runs: list[Run], out: Path) -> None:
         f"{shown}; the leak opened in {n_open} of {n} seeds"
         + (f", at the predicted probe in {f.at_predicted}, at it or the next in {f.holds}" if n_open else "")
         + (f" ({'; '.join(misses)})" if misses else "")
-        + (f". The probes are {f.probe} steps apart and the {what} moved by {min(jumps):.0f} to {max(jumps):.0f} "
-           f"between the probe before each opening and the opening: the test resolves the threshold to about that, "
-           f"not to the slack of {f.slack:g}" if jumps else "")
+        + (f". The probes are {f.probe} steps apart and the {what} jumped by {min(jumps):.0f} to {max(jumps):.0f} "
+           f"across the predicted crossing: the test resolves the threshold to about that, not to the slack of "
+           f"{f.slack:g}" if jumps else "")
+        + "".join(f"; seed {x.seed} opened at a {what} of {x.signal_at_open:.0f}, "
+                  f"{abs(x.signal_at_open - threshold):.0f} on the closed side of the threshold"
+                  for x in f.seeds if x.verdict == "fails" and math.isfinite(x.signal_at_open)
+                  and (x.signal_at_open <= threshold if rising else x.signal_at_open >= threshold))
         + f"; the -inf control's largest future leak at any probe: {f.ctrl_leak:g}.")
     if arm == "fill_1e4":
         opened = [(s.signal_at_open, s.max_logit) for s in f.seeds
                   if math.isfinite(s.signal_at_open) and s.max_logit is not None]  # margin, max logit
+        past = [(m, x) for m, x in opened if m > threshold]
+        short = [m for m, _ in opened if m <= threshold]
         rep.comparison.append(
-            f"The added fill here opened at mask margins of {min(m for m, _ in opened):.0f} to "
-            f"{max(m for m, _ in opened):.0f}, with max logits of {min(x for _, x in opened):.0f} to "
-            f"{max(x for _, x in opened):.0f}: the additive mechanism, which needs a masked score to beat the "
-            "visible ones by the fill's magnitude." if opened else
+            (f"The added fill here opened in {len(past)} of {len(opened)} seeds at mask margins past its threshold, "
+             f"{min(m for m, _ in past):.0f} to {max(m for m, _ in past):.0f} (max logits "
+             f"{min(x for _, x in past):.0f} to {max(x for _, x in past):.0f}): the additive mechanism, which needs "
+             "a masked score to beat the visible ones by the fill's magnitude" if past else
+             "The added fill never opened here past its threshold")
+            + (f"; {plural(len(short), 'seed')} opened at a margin below it ({', '.join(f'{m:.0f}' for m in short)}), "
+               "against the mechanism as the probe sees it." if short else ".") if opened else
             "The added fill never opened here.")
     else:
         floors = [s.signal_at_open for s in f.seeds if math.isfinite(s.signal_at_open)]
@@ -1267,16 +1276,25 @@ def headline(f: PartialLeaksFindings, runs: list[Run]) -> Headline:
                          + " showed in the loss (indistinguishable from its control)"
                          + ("; at the rates where they open, neither they nor their controls trained" if untrained
                             else ""))
-    parts.append(f"the leak alarm fired on {a.fired_open} of the {a.opened} runs whose mask opened and on "
-                 f"{a.fired_closed} of the {a.closed} whose mask never did (prediction 4 {a.verdict})")
+    controls_only = a.closed == a.n_causal
+    parts.append(f"the leak alarm fired on {a.fired_open} of the {a.opened} runs whose mask opened and "
+                 + (f"raised {'no alarm' if a.fired_closed == 0 else f'{a.fired_closed} alarms'} on the {a.closed} "
+                    "-inf controls (only its honest-gap rule could have fired there)" if controls_only else
+                    f"on {a.fired_closed} of the {a.closed} whose mask never did")
+                 + f" (prediction 4 {a.verdict})")
     for fill in f.fills:
         if fill.arm == "fill_where_1e4":
             parts.append(f"GPT-2's replacing -1e4 fill opened in {fill.n_open} of {len(fill.seeds)} seeds once a "
                          f"row's visible scores fell below it (prediction 5 {fill_word(fill)})")
     if f.onset is not None and f.onset.verdict != "holds":
-        parts.append("the onsets did not line up with the full leak's (prediction 2 " + f.onset.verdict + ": "
-                     + ", ".join(f"{LABELS[r.arm]} at {r.ratio.value:.2f}x" for r in f.onset.rows
-                                 if r.ratio is not None) + ")")
+        rows = [r for r in f.onset.rows if r.ratio is not None]
+        off = [r for r in rows if r.verdict == "fails"]
+        rest = [r for r in rows if r.verdict != "fails"]
+        parts.append(f"prediction 2 (each leak leaves the causal band when the full one does) {f.onset.verdict}: "
+                     + ", ".join(f"{LABELS[r.arm]} at {r.ratio.value:.2f}x" for r in off)
+                     + (" missed it" if off else "")
+                     + ("; " + ", ".join(f"{LABELS[r.arm]} {r.ratio.value:.2f}x ({r.verdict})" for r in rest)
+                        if rest else ""))
     for fill in f.fills:
         if fill.number == 3 and fill_word(fill) != "holds":
             parts.append(f"the added fill opened at the predicted probe or the next in {fill.holds} of "
@@ -1293,14 +1311,23 @@ def headline(f: PartialLeaksFindings, runs: list[Run]) -> Headline:
     verdicts += [(f"{fill.number}. the replacing fill opens where its visible floor says", fill_word(fill))
                  for fill in f.fills if fill.number == 5]
     status = status_text([r.seed for r in runs], list(f.pred.get("seen_seeds") or []))
+    if new_seeds:
+        status += (" Predictions 2, 3 and 5 repeat outcomes the earlier sweeps or the pilot had shown (Threats): on "
+                   "those the new seeds replicate.")
     short = []
     if seen.leaks:
         short.append(f"every structural leak drove the teacher-forced loss to {lo:.0%}-{hi:.0%} of the causal "
                      "model's while generation got worse")
-    short.append(f"the leak alarm caught {a.fired_open} of the {a.opened} runs whose mask opened and "
-                 f"{a.fired_closed} of the {a.closed} whose mask never did")
+    short.append(f"the leak alarm caught {a.fired_open} of the {a.opened} runs whose mask opened and raised "
+                 + (f"no alarm on the {a.closed} -inf controls" if controls_only and a.fired_closed == 0 else
+                    f"{a.fired_closed} alarms on the {a.closed} runs whose mask never opened"))
     if seen.fills and all(x.word == "indistinguishable" for x in seen.fills):
-        short.append("the finite fills never showed in the loss")
+        untrained = all(x.training is not None and x.training.failed == x.training.runs for x in seen.fills)
+        short.append("the finite fills never showed in the loss" + (", at learning rates where neither they nor "
+                                                                    "their controls trained" if untrained else ""))
+    failed = [name.split(".")[0] for name, v in verdicts if v not in ("holds",) and not v.startswith("not tested")]
+    if failed:
+        short.append(f"prediction{'s' if len(failed) > 1 else ''} {' and '.join(failed)} did not hold")
     brief = "; ".join(short)
     return Headline("partial_leaks", "The leaks real code has", question, answer[0].upper() + answer[1:] + ".",
                     "curves.png", verdicts, status, brief[0].upper() + brief[1:] + " (every verdict: the index).")
