@@ -38,3 +38,25 @@ def test_a_sweep_stopped_at_once_kills_its_workers(monkeypatch):
     monkeypatch.setattr(reusable_executor, "_executor", Executor())
     interrupts.stop_workers()
     assert killed == [(101, signal_module.SIGKILL), (102, signal_module.SIGKILL)]
+
+
+def test_a_sweep_stopped_at_once_prints_how_to_continue(tmp_path, monkeypatch, capsys):
+    """The second signal ends the sweep without its table, so the handler prints the continue command itself."""
+    import signal as signal_module
+
+    from omegaconf import OmegaConf
+
+    from tinygpt.runtime import interrupts
+
+    OmegaConf.save(OmegaConf.create({"hydra": {"overrides": {"hydra": ["hydra.mode=MULTIRUN"],
+                                                             "task": ["seed=1,2", "model=tiny"]}}}),
+                   tmp_path / "multirun.yaml")
+    stop = interrupts.SweepStop(tmp_path)
+    stop.signum = signal_module.SIGINT  # the first was recorded
+    monkeypatch.setattr(interrupts, "stop_workers", lambda: None)
+    monkeypatch.setattr(interrupts.os, "kill", lambda pid, sig: None)
+    monkeypatch.setattr(interrupts.signal, "signal", lambda *a: None)
+    stop._handle(signal_module.SIGINT, None)
+    out = capsys.readouterr()
+    assert "SIGINT again: stopped at once" in out.out + out.err
+    assert f"python train.py -m seed=1,2 model=tiny hydra.sweep.dir={tmp_path} ckpt_path=last" in out.out + out.err

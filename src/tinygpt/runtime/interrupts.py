@@ -95,6 +95,14 @@ class SweepStop:
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:  # the second: at once, and the workers with it (else they outlive the sweep)
             stop_workers()
+            try:  # what the table would have said: how to go on (best effort: nothing may keep the stop waiting)
+                from tinygpt.runtime.run_dirs import continue_command
+
+                console.print(f"{signal.Signals(signum).name} again: stopped at once (the running jobs' last "
+                              f"checkpoints stand). Continue with:\n  {continue_command(self.path.parent)}",
+                              soft_wrap=True)
+            except Exception:
+                pass
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return

@@ -193,6 +193,13 @@ def write_run(path, arm, seed, rng, early=False, never=False, opens_after_last_v
             w.writerow([s, *(row.get(k, "") for k in keys)])
 
 
+def write_sweep(root, arms, options=lambda arm, seed: {}, seeds=(1, 2, 3)):
+    """A sweep dir of ``arms`` x ``seeds``, each job written by write_run with ``options(arm, seed)``."""
+    rng = np.random.default_rng(0)
+    for job, (arm, seed) in enumerate((a, s) for a in arms for s in seeds):
+        write_run(root / str(job), arm, seed, rng, **options(arm, seed))
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     """Every arm of BUGS, three seeds each: the sweep dir."""
@@ -284,12 +291,8 @@ def test_the_synthetic_sweeps_known_answers(report):
 def test_a_fill_leak_before_the_predicted_probe_is_explained_with_its_numbers(tmp_path):
     """Seed 2's leak shows at probe 70, before the margin passes the threshold at 90: the prediction fails for it,
     and the report gives the unperturbed windows' future mass and the leak at that probe."""
-    rng = np.random.default_rng(0)
-    job = 0
-    for arm in ("fill_1e4", "fill_inf"):
-        for seed in (1, 2, 3):
-            write_run(tmp_path / "sweep" / str(job), arm, seed, rng, early=(arm == "fill_1e4" and seed == 2))
-            job += 1
+    write_sweep(tmp_path / "sweep", ("fill_1e4", "fill_inf"),
+                lambda arm, seed: {"early": (arm, seed) == ("fill_1e4", 2)})
     (tmp_path / "out").mkdir()
     text = pl.write_report(load_runs([tmp_path / "sweep"]), tmp_path / "out", [tmp_path / "sweep"]).read_text()
     assert ("prediction 3 (the leak opens at the predicted probe or the next, in every seed): **fails**; the leak "
@@ -335,12 +338,8 @@ def test_a_replacing_fill_at_its_own_rate_is_compared_with_the_inf_runs_at_that_
 def test_an_arm_whose_seeds_split_is_named_with_its_count(tmp_path):
     """The replacing fill opens in seeds 1 and 3 but not 2: its seeds split between outcomes, and the report says so
     beside the arm table (the glossary's "Split seeds")."""
-    rng = np.random.default_rng(0)
-    job = 0
-    for arm in ("fill_where_1e4", "fill_inf"):
-        for seed in (1, 2, 3):
-            write_run(tmp_path / "sweep" / str(job), arm, seed, rng, never=(arm == "fill_where_1e4" and seed == 2))
-            job += 1
+    write_sweep(tmp_path / "sweep", ("fill_where_1e4", "fill_inf"),
+                lambda arm, seed: {"never": (arm, seed) == ("fill_where_1e4", 2)})
     runs = load_runs([tmp_path / "sweep"])
     assert pl.split_arms(pl.compute(runs)) == [("fill_where_1e4", "opened", 2, 3)]
     (tmp_path / "out").mkdir()
