@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 import os
 import signal
+import warnings
 
 import lightning as L
 import pytest
@@ -240,8 +241,13 @@ def test_a_last_checkpoint_behind_its_runs_record_is_not_resumed_over_it(tmp_pat
     assert checkpoint_step(last) == 2  # read without torch: the refusal comes from the checks before any import
     with pytest.raises(ConfigError, match=r"is at step 2, but its run's summary.json records 4 steps"):
         check_values(tiny_cfg(out, corpus_file, cache_dir, 6, "ckpt_path=last"), out)
-    summary = run_phases.train(tiny_cfg(tmp_path / "new", corpus_file, cache_dir, 6, f"ckpt_path={last}"))
+    capsys.readouterr()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        summary = run_phases.train(tiny_cfg(tmp_path / "new", corpus_file, cache_dir, 6, f"ckpt_path={last}"))
     assert summary["steps"] == 6 and summary["resumed_from"]
+    assert "note: resuming from another run's checkpoint" in capsys.readouterr().out.replace("\n", "")
+    assert not [w for w in seen if "dirpath has changed" in str(w.message)]  # said plainly instead
 
 
 def test_a_resumed_run_logs_to_the_same_wandb_run(tmp_path, corpus_file, cache_dir, own_signal_handlers,

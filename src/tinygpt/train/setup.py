@@ -24,7 +24,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from tinygpt.model.gpt import Block, GPTConfig
-from tinygpt.runtime.resume_record import check_last_is_latest, check_resume_config
+from tinygpt.runtime.resume_record import check_last_is_latest, check_resume_config, run_dir_of
 from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
 from tinygpt.runtime.console import out as console
 from tinygpt.runtime.console import set_quiet
@@ -176,6 +176,12 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
             quiet_resume(out_dir)
         callbacks = [build(f"callbacks.{k}", c) for k, c in (cfg.get("callbacks") or {}).items()
                      if c is not None]  # callbacks.<name>=null switches one off, as ~callbacks.<name> does
+        elsewhere = ckpt_path is not None and run_dir_of(ckpt_path).resolve() != Path(out_dir).resolve()
+        if elsewhere and any(isinstance(c, ModelCheckpoint) for c in callbacks):  # Lightning's warning, said plainly
+            warnings.filterwarnings("ignore", message=r"The dirpath has changed from .* won't be reloaded\. Only "
+                                                      r"`best_model_path` will be reloaded\.")
+            console.print(f"note: resuming from another run's checkpoint ({run_dir_of(ckpt_path)}): this run's best "
+                          "checkpoint is chosen among its own validations from here on.", soft_wrap=True)
         if ckpt_path is not None and not any(isinstance(c, ModelCheckpoint) for c in callbacks):
             console.print("note: callbacks.model_checkpoint is off: this session saves no checkpoint, so the steps it "
                           f"trains after step {int(ckpt.get('global_step') or 0)} cannot be resumed from.",
