@@ -41,7 +41,8 @@ def test_a_sweep_stopped_at_once_kills_its_workers(monkeypatch):
 
 
 def test_a_sweep_stopped_at_once_prints_how_to_continue(tmp_path, monkeypatch, capsys):
-    """The second signal ends the sweep without its table, so the handler prints the continue command itself."""
+    """The second signal ends the sweep without its table, so the handler prints the continue command itself (the
+    one the sweep's table would print: SweepReport hands it over)."""
     import signal as signal_module
 
     from omegaconf import OmegaConf
@@ -51,7 +52,9 @@ def test_a_sweep_stopped_at_once_prints_how_to_continue(tmp_path, monkeypatch, c
     OmegaConf.save(OmegaConf.create({"hydra": {"overrides": {"hydra": ["hydra.mode=MULTIRUN"],
                                                              "task": ["seed=1,2", "model=tiny"]}}}),
                    tmp_path / "multirun.yaml")
-    stop = interrupts.SweepStop(tmp_path)
+    from tinygpt.runtime.run_dirs import continue_command
+
+    stop = interrupts.SweepStop(tmp_path, continue_with=lambda: continue_command(tmp_path))
     stop.signum = signal_module.SIGINT  # the first was recorded
     monkeypatch.setattr(interrupts, "stop_workers", lambda: None)
     monkeypatch.setattr(interrupts.os, "kill", lambda pid, sig: None)

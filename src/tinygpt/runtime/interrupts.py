@@ -19,6 +19,7 @@ is (rank by rank under DDP), so a resume could repeat or skip part of a step; he
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 import signal
 import subprocess
 from pathlib import Path
@@ -76,9 +77,10 @@ class SweepStop:
 
     current: SweepStop | None = None  # the one installed in this process: a job run here records its signal in it
 
-    def __init__(self, sweep_dir: Path):
+    def __init__(self, sweep_dir: Path, continue_with: Callable[[], str] | None = None):
         self.path = Path(sweep_dir) / STOP_FILE
         self.signum: int | None = None
+        self.continue_with = continue_with  # the command that continues the sweep, said when it stops at once
 
     def install(self) -> None:
         SweepStop.current = self
@@ -96,11 +98,9 @@ class SweepStop:
         if self.signum is not None:  # the second: at once, and the workers with it (else they outlive the sweep)
             stop_workers()
             try:  # what the table would have said: how to go on (best effort: nothing may keep the stop waiting)
-                from tinygpt.runtime.run_dirs import continue_command
-
-                console.print(f"{signal.Signals(signum).name} again: stopped at once (the running jobs' last "
-                              f"checkpoints stand). Continue with:\n  {continue_command(self.path.parent)}",
-                              soft_wrap=True)
+                if self.continue_with is not None:
+                    console.print(f"{signal.Signals(signum).name} again: stopped at once (the running jobs' last "
+                                  f"checkpoints stand). Continue with:\n  {self.continue_with()}", soft_wrap=True)
             except Exception:
                 pass
             signal.signal(signum, signal.SIG_DFL)

@@ -67,12 +67,7 @@ def check_resume_config(path: Path, cfg, skip: tuple[str, ...] = ()) -> None:
     for dotted in (*FIXED_RUN_KEYS, *(f"optim.{k}" for k in FIXED_ON_RESUME)):
         if any(dotted == s or dotted.startswith(f"{s}.") for s in skip):
             continue
-        if ours is None:
-            node = OmegaConf.select(cfg, dotted)
-            new = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-        else:
-            new = _at(ours, dotted)
-        old = _at(theirs, dotted)
+        new, old = _select(cfg, ours, dotted), _at(theirs, dotted)
         if dotted.startswith("optim.") and (old is None or new is None):
             continue  # an optimizer without this setting
         for key, was, now in differences(dotted, old, new):

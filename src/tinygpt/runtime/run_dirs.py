@@ -323,7 +323,7 @@ class SweepReport(Callback):
         # this sweep being continued now, not this one's; left in place it would skip every job again
         (sweep_dir / STOP_FILE).unlink(missing_ok=True)
         if runs_jobs_in_workers(config.hydra.launcher):
-            SweepStop(sweep_dir).install()
+            SweepStop(sweep_dir, continue_with=lambda: continue_command(sweep_dir)).install()
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         from tinygpt.runtime.interrupts import sweep_stop_signal

@@ -505,6 +505,12 @@ class Seen:
     collapsed: list[str]  # arms whose loss collapses next to their control
     healthy: list[str]  # arms indistinguishable from their control
 
+    @property
+    def fills_untrained(self) -> bool:
+        """Every run of every fill arm and of its control failed to train (Experiment 2's rule)."""
+        return bool(self.fills) and all(x.training is not None and x.training.failed == x.training.runs
+                                        for x in self.fills)
+
 
 def seen_findings(arms: dict[str, list[Run]], est: dict, pred: dict, seen: dict[str, str]) -> Seen:
     leaks = []
@@ -694,6 +700,11 @@ class Alarm:
     warned: int  # runs whose mask opened, configured causal=true
     warned_fired: int  # alarms on those
     late: list[str] = field(default_factory=list)  # alarms after the first validation that followed an opening
+
+    @property
+    def closed_are_controls(self) -> bool:
+        """The runs whose mask never opened are exactly the control arms' (no leaky run stayed closed)."""
+        return self.closed == self.n_causal
 
 
 def opened_step(run: Run, open_mass: float) -> int | None:
@@ -1049,10 +1060,9 @@ def alarm_section(rep: Report, f: Alarm) -> None:
               "lead: onset - alarm (± seed sd)", "prediction 4"]
     bound_words = (f": a per-run false-alarm rate below {f.bound:.0%}, one-sided 95%"
                    if f.false == 0 and f.n_causal else "")
-    only_controls = f.closed == f.n_causal
     closed_words = (f"the {f.closed} runs whose mask never opened, which here are exactly the -inf controls, where "
                     "in float32 the future-leak signal is zero and only the honest-gap rule could fire"
-                    if only_controls else
+                    if f.closed_are_controls else
                     f"the {f.closed} runs whose mask never opened (the {f.n_causal} runs of the control arms among "
                     "them)")
     rep.findings.append(
@@ -1269,17 +1279,16 @@ def headline(f: PartialLeaksFindings, runs: list[Run]) -> Headline:
                      f"honest loss got worse (prediction 1 {seen.verdict})")
     if seen.fills:
         quiet = [x for x in seen.fills if x.word == "indistinguishable"]
-        untrained = all(x.training is not None and x.training.failed == x.training.runs for x in seen.fills)
         if quiet:
             parts.append(("neither finite fill" if len(quiet) == len(seen.fills) == 2 else
                           ", ".join(LABELS[x.arm] for x in quiet))
                          + " showed in the loss (indistinguishable from its control)"
-                         + ("; at the rates where they open, neither they nor their controls trained" if untrained
+                         + ("; at the rates where they open, neither they nor their controls trained"
+                            if seen.fills_untrained
                             else ""))
-    controls_only = a.closed == a.n_causal
     parts.append(f"the leak alarm fired on {a.fired_open} of the {a.opened} runs whose mask opened and "
                  + (f"raised {'no alarm' if a.fired_closed == 0 else f'{a.fired_closed} alarms'} on the {a.closed} "
-                    "-inf controls (only its honest-gap rule could have fired there)" if controls_only else
+                    "-inf controls (only its honest-gap rule could have fired there)" if a.closed_are_controls else
                     f"on {a.fired_closed} of the {a.closed} whose mask never did")
                  + f" (prediction 4 {a.verdict})")
     for fill in f.fills:
@@ -1319,12 +1328,12 @@ def headline(f: PartialLeaksFindings, runs: list[Run]) -> Headline:
         short.append(f"every structural leak drove the teacher-forced loss to {lo:.0%}-{hi:.0%} of the causal "
                      "model's while generation got worse")
     short.append(f"the leak alarm caught {a.fired_open} of the {a.opened} runs whose mask opened and raised "
-                 + (f"no alarm on the {a.closed} -inf controls" if controls_only and a.fired_closed == 0 else
+                 + (f"no alarm on the {a.closed} -inf controls" if a.closed_are_controls and a.fired_closed == 0 else
                     f"{a.fired_closed} alarms on the {a.closed} runs whose mask never opened"))
     if seen.fills and all(x.word == "indistinguishable" for x in seen.fills):
-        untrained = all(x.training is not None and x.training.failed == x.training.runs for x in seen.fills)
         short.append("the finite fills never showed in the loss" + (", at learning rates where neither they nor "
-                                                                    "their controls trained" if untrained else ""))
+                                                                    "their controls trained"
+                                                                    if seen.fills_untrained else ""))
     failed = [name.split(".")[0] for name, v in verdicts if v not in ("holds",) and not v.startswith("not tested")]
     if failed:
         short.append(f"prediction{'s' if len(failed) > 1 else ''} {' and '.join(failed)} did not hold")

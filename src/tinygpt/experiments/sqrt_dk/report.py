@@ -177,16 +177,17 @@ def loss_grid(curves: dict[Arm, Curve]) -> list[str]:
     what such a cell's interval is worth."""
     lrs = sorted({x for c in curves.values() for x in c.lrs})
     ordered = sorted(curves.items(), key=lambda kv: (kv[0].control, kv[0].init, kv[0].d_k, kv[0].scale))
+    splits = {a: split_cells(c) for a, c in ordered}
 
-    def cell(c: Curve, x: float) -> str:
+    def cell(a: Arm, c: Curve, x: float) -> str:
         e = next((e for x2, e in zip(c.lrs, c.cells, strict=True) if x2 == x), None)
         if e is None:
             return "-"
-        split = split_cells(c).get(x)
+        split = splits[a].get(x)
         return e.format(3) + (f" ({split[0]} of {split[1]} diverged)" if split else "")
 
-    rows = [[a.label] + [cell(c, x) for x in lrs] for a, c in ordered]
-    n_split = sum(len(split_cells(c)) for _, c in ordered)
+    rows = [[a.label] + [cell(a, c, x) for x in lrs] for a, c in ordered]
+    n_split = sum(len(s) for s in splits.values())
     seeds = min((len(rs) for _, c in ordered for rs in c.runs.values() if rs), default=0)
     bound = 1 - (1 - LEVEL) ** (1 / seeds) if seeds else math.nan
     note = (f"{n_split} cells have seeds that split between diverging and not (marked with their counts): their "
