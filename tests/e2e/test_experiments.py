@@ -239,15 +239,16 @@ def test_partial_leaks_quick_sweep_and_report_on_the_tiny_model(tmp_path, cache_
     run_train(["-m", "experiment=partial_leaks_quick", *TINY, "trainer.max_steps=60", "trainer.val_check_interval=20",
                "data.val_windows=32", "diagnostics.windows=8", "optim.warmup_steps=5", f"data.cache_dir={cache_dir}",
                f"hydra.sweep.dir={sweep}", "logger=csv"])
-    assert len(list(sweep.glob("*/summary.json"))) == 9
-    from tinygpt.experiments.partial_leaks.report import arm_of
+    assert len(list(sweep.glob("*/summary.json"))) == 10
+    from tinygpt.experiments.partial_leaks.report import ARMS, group
     from tinygpt.analysis.sweep import load_runs
 
-    runs = {arm_of(r): r for r in load_runs([sweep])}
+    runs = group(load_runs([sweep]))  # one run (seed) per arm, the -inf control at each fill's rate apart
+    assert set(runs) == set(ARMS) and all(len(arm_runs) == 1 for arm_runs in runs.values()), runs
     for arm in ("no_mask", "off_by_one", "first_layer", "last_layer", "sliding_window"):
-        assert runs[arm].summary["leak_detected_step"] == 20, arm  # the first validation
-    for arm in ("causal", "fill_inf"):
-        assert runs[arm].summary["leak_detected_step"] is None, arm
+        assert runs[arm][0].summary["leak_detected_step"] == 20, arm  # the first validation
+    for arm in ("causal", "fill_inf", "fill_inf_where"):
+        assert runs[arm][0].summary["leak_detected_step"] is None, arm
     out = tmp_path / "report"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "report.py"), "partial_leaks", str(sweep),
                            "--out", str(out)], capture_output=True, text=True, cwd=ROOT)
@@ -258,7 +259,7 @@ def test_partial_leaks_quick_sweep_and_report_on_the_tiny_model(tmp_path, cache_
                     "## finite fill (replacing: GPT-2's masked_bias): when the mask opens (prediction 5)"):
         assert heading in text
     assert (out / "fill.png").is_file() and (out / "fill_where.png").is_file() and (out / "curves.png").is_file()
-    # the alarm replayed on the finished causal runs (the causal and -inf fill arms; the bugged ones are skipped)
+    # the alarm replayed on the finished causal runs (the causal arm and both -inf controls; the bugged ones skipped)
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "alarm_audit.py"), str(sweep)],
                           capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 0 and "alarm audit: 2 causal runs, 0 false alarms" in proc.stdout, proc.stdout
+    assert proc.returncode == 0 and "alarm audit: 3 causal runs, 0 false alarms" in proc.stdout, proc.stdout
