@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -14,6 +15,7 @@ from tinygpt.train.probes.diagnostics import (
     teacher_forced_loss,
 )
 from tinygpt.model.gpt import GPT, GPTConfig
+from tinygpt.train.probes import diagnostics
 
 
 def model(causal=True, backend="sdpa", seed=0):
@@ -349,3 +351,32 @@ def test_honest_losses_decodes_only_up_to_the_last_scored_position(causal, passe
         handle.remove()
     assert calls == ([1] * 5 if causal else [2, 5])
     assert len(calls) == passes
+
+
+def test_count_baselines_by_hand():
+    """Training ids 0 1 0 1 1 (V = 3): unigram counts 2, 3, 0 -> add-one 3, 4, 1 of 8; pairs 01, 10, 01, 11 ->
+    row 0 holds 01 x2 (row total 2 + 3 = 5), row 1 holds 10, 11 (2 + 3 = 5). Window x = [0, 1], y = [1, 2]:
+    unigram -(ln 4/8 + ln 1/8) / 2; bigram pairs 01 (2 + 1 of 5) and 12 (0 + 1 of 5)."""
+    got = diagnostics.count_baselines([0, 1, 0, 1, 1], torch.tensor([[0, 1]]), torch.tensor([[1, 2]]), 3)
+    assert got["unigram_loss"] == pytest.approx(-(math.log(4 / 8) + math.log(1 / 8)) / 2, rel=1e-12)
+    assert got["bigram_loss"] == pytest.approx(-(math.log(3 / 5) + math.log(1 / 5)) / 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("vocab", [65, 50257])
+def test_count_baselines_equal_the_full_bigram_table(vocab):
+    """Against the table itself (V x V counts, built here for a few hundred ids of a small alphabet inside the
+    vocabulary, so GPT-2's size fits): equal to the last bit."""
+    gen = np.random.default_rng(0)
+    alphabet = gen.choice(vocab, size=12, replace=False)
+    ids = alphabet[gen.integers(0, 12, size=400)]
+    x = torch.from_numpy(alphabet[gen.integers(0, 12, size=(3, 16))])
+    y = torch.from_numpy(alphabet[gen.integers(0, 12, size=(3, 16))])
+    index = {int(t): i for i, t in enumerate(alphabet)}  # the table over the alphabet (the rest of a row is 0s)
+    table = np.zeros((12, 12))
+    for a, b in zip(ids[:-1], ids[1:], strict=True):
+        table[index[int(a)], index[int(b)]] += 1
+    rows = table.sum(1) + vocab
+    expect = np.mean([-math.log((table[index[int(a)], index[int(b)]] + 1) / rows[index[int(a)]])
+                      for a, b in zip(x.flatten(), y.flatten(), strict=True)])
+    got = diagnostics.count_baselines(ids, x, y, vocab)
+    assert got["bigram_loss"] == pytest.approx(expect, rel=1e-12)

@@ -118,16 +118,19 @@ def count_baselines(train_ids, x: Tensor, y: Tensor, vocab_size: int) -> dict[st
     unigram (each token's frequency) and bigram (the next token's frequency given the current one), both with
     add-one smoothing. A model that does not beat the unigram baseline has learned only character frequencies.
 
-    The bigram table is never built (GPT-2's 50257 tokens would make it 20 GB): each window's pair is looked up
-    among the training pairs, and its probability (count + 1) / (row count + V) is the table's, to the last bit."""
+    The bigram table is never built (GPT-2's 50257 tokens would make it 20 GB): the training pairs, each as one
+    code, are sorted in place, and a window's pair count is how many codes equal its own (two binary searches), so
+    its probability (count + 1) / (row count + V) is the table's, to the last bit. Nothing else as large as the
+    training ids is allocated (torch.unique's sort and counts were the default run's peak memory)."""
     ids = torch.from_numpy(np.array(train_ids, dtype=np.int64))  # a copy: the cache is a read-only memmap
     uni = torch.bincount(ids, minlength=vocab_size).double() + 1  # (V,)
     x, y = x.cpu().long(), y.cpu().long()
     unigram = -(uni / uni.sum()).log()[y]  # (N, T)
-    seen, counts = torch.unique(ids[:-1] * vocab_size + ids[1:], return_counts=True)  # (P,): each pair as one code
-    query = x * vocab_size + y  # (N, T): row = current token, column = next
-    at = torch.searchsorted(seen, query).clamp_max(len(seen) - 1)  # (N, T)
-    pair = torch.where(seen[at] == query, counts[at], 0).double() + 1  # (N, T): the pair's count, add-one
+    codes = (ids[:-1] * vocab_size).add_(ids[1:]).numpy()  # (P,): each training pair as one code
+    codes.sort()  # in place
+    query = (x * vocab_size + y).numpy()  # (N, T): row = current token, column = next
+    count = np.searchsorted(codes, query, side="right") - np.searchsorted(codes, query, side="left")  # (N, T)
+    pair = torch.from_numpy(count).double() + 1  # (N, T): the pair's count, add-one
     rows = torch.bincount(ids[:-1], minlength=vocab_size).double() + vocab_size  # (V,): each row's total, add-one
     bigram = -(pair / rows[x]).log()  # (N, T)
     return {"unigram_loss": unigram.mean().item(), "bigram_loss": bigram.mean().item()}
