@@ -34,6 +34,32 @@ def test_wandb_still_reads_a_netrc_entry_for_its_host(tmp_path, monkeypatch):
     assert internals.wandb_stored_credentials("https://api.wandb.ai") is True
 
 
+def test_wandb_tells_a_dataframe_apart_without_importing_pandas_once_told_to(tmp_path):
+    """wandb_without_pandas: logging a wandb media value no longer imports pandas, and a DataFrame is still
+    recognised as one (by its type name), in a fresh interpreter where pandas was never imported."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("pandas", reason="without pandas wandb never imports it")
+    code = """
+import sys
+import wandb
+import wandb.util as util
+assert util.pd_available is True, "wandb.util.pd_available is gone or changed: wandb_without_pandas can go"
+from tinygpt.runtime import internals
+internals.wandb_without_pandas()
+run = wandb.init(project="p", mode="offline", dir=sys.argv[1], settings={"quiet": True, "silent": True})
+run.log({"page": wandb.Html("<p>attention</p>"), "loss": 1.0}, step=1)  # what the maps log: media, not numbers
+run.finish()
+assert "pandas" not in sys.modules, "logging a media value imported pandas"
+import pandas
+assert util.is_pandas_data_frame(pandas.DataFrame({"a": [1]})) is True  # still told apart, by its type name
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
 def test_lightning_still_passes_wandb_the_anonymous_setting_we_drop(tmp_path):
     plain = WandbLogger(project="p", save_dir=str(tmp_path), mode="offline")
     assert "anonymous" in plain._wandb_init, ("Lightning's WandbLogger no longer passes anonymous=: "

@@ -7,6 +7,10 @@ loudly, naming the name, when an upgrade removes or changes it; the code here fa
   module (runtime/fast_exit.py), after doing what exiting must do, in the interpreter's own order.
 - ``wandb.sdk.lib.wbauth``: whether wandb has stored credentials, without wandb.login's network call (a run
   without any goes offline at once instead of waiting for a login that cannot happen).
+- ``wandb.util.pd_available``: wandb imports pandas (and pyarrow with it: 61 MiB and about 0.5 s here) the first
+  time a run logs anything but a number or a string, only to ask whether that value is a DataFrame; tinygpt logs
+  none, and wandb's own fallback (the value's type name) answers the same for one. Turned off, a default run's
+  peak memory drops by that much (docs/benchmarks.md).
 - ``WandbLogger._wandb_init``: Lightning always passes wandb.init ``anonymous=``, a setting wandb deprecated and
   warns about on every run; it is taken out before the run starts.
 - ``RichProgressBar._get_train_description``: Lightning labels its bar "Epoch N"; training here is step-based,
@@ -43,6 +47,15 @@ def wandb_stored_credentials(base_url: str) -> bool:
     except ImportError:
         return False
     return bool(wbauth.session_credentials(host=base_url) or wbauth.read_netrc_auth(host=base_url))
+
+
+def wandb_without_pandas() -> None:
+    """wandb tells a DataFrame by its type name rather than by importing pandas to check (the same answer: see the
+    module's docstring). Nothing happens when this wandb lacks the flag."""
+    from wandb import util
+
+    if hasattr(util, "pd_available"):
+        util.pd_available = False
 
 
 def drop_wandb_anonymous(logger) -> None:

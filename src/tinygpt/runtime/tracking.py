@@ -11,7 +11,7 @@ from rich.console import Console
 from tinygpt.runtime import network, wandb_mode
 from tinygpt.runtime.console import is_quiet
 from tinygpt.runtime.errors import ConfigError  # noqa: F401 (re-exported: what choose_mode raises)
-from tinygpt.runtime.internals import drop_wandb_anonymous
+from tinygpt.runtime.internals import drop_wandb_anonymous, wandb_without_pandas
 from tinygpt.runtime.network import REACH_TIMEOUT_S, unreachable  # noqa: F401 (re-exported)
 from tinygpt.runtime.wandb_mode import MODES, has_credentials, requested_mode  # noqa: F401 (re-exported)
 
@@ -47,6 +47,7 @@ class QuietWandbLogger(WandbLogger):
         kwargs.setdefault("settings", {**quiet, "silent": True} if silent else quiet)  # passed on to wandb.init
         super().__init__(*args, **kwargs)
         drop_wandb_anonymous(self)
+        wandb_without_pandas()  # no pandas import to check each image for a DataFrame (runtime/internals.py)
 
 
 def resumed_run_id(ckpt_path: Path, out_dir: Path) -> str | None:
