@@ -10,7 +10,7 @@ import torch
 
 from tinygpt.sampling import fast_linear
 from tinygpt.sampling import generate as gen_module
-from tinygpt.sampling.fast_linear import FastDecodeLinear, use_fast_decode
+from tinygpt.sampling.fast_linear import FastDecodeLinear, split_product, use_fast_decode
 from tinygpt.sampling.generate import CachedStep, generate, greedy_token, next_token_probs
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.model.kv_cache import KVCache
@@ -211,12 +211,40 @@ def test_the_split_is_taken_where_it_was_timed_faster(monkeypatch):
     monkeypatch.setattr(FastDecodeLinear, "speedups", {})
     with threads(2), torch.no_grad():
         speedup = fast_linear.split_speedup(layer.weight)
-        assert speedup > 0 and list(FastDecodeLinear.speedups) == [(2, (1152, 384), torch.float32)]
+        key = (2, ((1152, 384),), torch.float32)
+        assert speedup > 0 and list(FastDecodeLinear.speedups) == [key]
         assert layer.uses_split(x) == (speedup >= FastDecodeLinear.split_margin)
-        monkeypatch.setitem(FastDecodeLinear.speedups, (2, (1152, 384), torch.float32), 1.0)  # no faster
+        monkeypatch.setitem(FastDecodeLinear.speedups, key, 1.0)  # no faster
         assert not layer.uses_split(x)
-        monkeypatch.setitem(FastDecodeLinear.speedups, (2, (1152, 384), torch.float32), 2.7)  # the AMD EPYC's
+        monkeypatch.setitem(FastDecodeLinear.speedups, key, 2.7)  # the AMD EPYC's
         assert layer.uses_split(x)
+
+
+def test_the_split_is_chosen_once_for_all_of_a_models_products(monkeypatch):
+    """use_fast_decode gives every big block Linear the model's group of weights; the split is timed over the
+    group (one token's products in a row, streamed from memory as in decoding: one weight alone sits in cache,
+    where the AMD EPYC's F.linear looked as fast) and taken or left for all of them, the lean step included,
+    whatever a weight timed alone would say."""
+    m = use_fast_decode(GPT(GPTConfig(vocab_size=65, block_size=16, n_layer=2, n_head=4, n_embd=384)).eval())
+    layers = [layer for layer in m.blocks.modules() if isinstance(layer, FastDecodeLinear)]
+    group = layers[0].decode_group
+    assert len(group) == 8 and all(layer.decode_group is group for layer in layers)  # 4 products a block
+    assert [w.data_ptr() for w in group] == [layer.weight.data_ptr() for layer in layers]
+    monkeypatch.setattr(FastDecodeLinear, "speedups", {})
+    with threads(2), torch.no_grad():
+        fast_linear.split_speedup(group)
+        (key,) = FastDecodeLinear.speedups
+        assert key == (2, tuple(tuple(w.shape) for w in group), torch.float32)
+        for weight in group:  # each weight alone: no faster
+            FastDecodeLinear.speedups[(2, (tuple(weight.shape),), torch.float32)] = 1.0
+        FastDecodeLinear.speedups[key] = 2.8  # over the group: the AMD EPYC's
+        assert all(layer.uses_split(torch.zeros(1, layer.in_features)) for layer in layers)
+        cache = KVCache.for_model(m, 1)
+        step = CachedStep.for_model(m, cache)
+        assert all(product is split_product for layer in step.layers for product in (layer[2][0], layer[3][0],
+                                                                                       layer[11][0], layer[13][0]))
+        FastDecodeLinear.speedups[key] = 1.0
+        assert not any(layer.uses_split(torch.zeros(1, layer.in_features)) for layer in layers)
 
 
 def test_the_cache_keeps_keys_and_values_in_one_buffer():

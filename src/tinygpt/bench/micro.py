@@ -271,19 +271,14 @@ def weight_bytes(model: torch.nn.Module) -> int:
 def products_alone_seconds(model: torch.nn.Module, repeats: int = 30) -> float:
     """Seconds for every Linear of ``model`` (the head included) applied to one row, in the model's order, with
     nothing between them: the products of one decoded token without the rest of its work (median of
-    ``repeats`` passes; decode_linear where the model swapped it in)."""
-    import torch.nn.functional as F
-
-    from tinygpt.sampling.fast_linear import FastDecodeLinear, decode_linear
-
+    ``repeats`` passes; each Linear's own forward: the split product where use_fast_decode swapped it in)."""
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     rows = {m.in_features: torch.randn(1, m.in_features) for m in linears}
-    calls = [((decode_linear if type(m) is FastDecodeLinear else F.linear), rows[m.in_features], m.weight, m.bias)
-             for m in linears]
+    calls = [(m.forward, rows[m.in_features]) for m in linears]
 
     def one_token():
-        for f, x, w, b in calls:
-            f(x, w, b)
+        for product, x in calls:
+            product(x)
 
     one_token()
     times = sorted(_timed_call(one_token) for _ in range(repeats))

@@ -648,8 +648,10 @@ DECODE_LEVER_NOTES = [
     "autograd bookkeeping on any op; the tokens are cloned out as a plain tensor); the split products "
     "(`FastDecodeLinear`) run only with two threads or more (with one they cannot use a second core and cost "
     "more than `F.linear`) and only where they were timed faster than `F.linear` on the machine at hand (once "
-    "per process and weight shape): MKL reads a one-row product on one core of an AMD EPYC, where the split "
-    "wins, but on both cores of an Intel Xeon, where it loses. The KV cache "
+    "per process and model, over all of its products in a row, as a token streams them from memory: one weight "
+    "timed alone sits in the cache, where the AMD EPYC's split looked no faster and was left out): MKL reads a "
+    "one-row product on one core of an AMD EPYC, where the split wins, but on both cores of an Intel Xeon, "
+    "where it loses. The KV cache "
     "was already preallocated and written in place (no `torch.cat`), and `torch.compile` is not used (see "
     "the measurements below).",
 ]

@@ -5,7 +5,10 @@ weight, so it is bound by memory, not arithmetic. On some machines ``F.linear`` 
 EPYC) reads the weight on one core; the same product split into two half-weight products and run as one
 ``torch.bmm`` reads it on two. Where the BLAS already reads a one-row product on every core (MKL on an Intel
 Xeon), the split is slower, so it is taken only where it was timed faster on the machine at hand
-(``split_speedup``, once per process and weight shape).
+(``split_speedup``, once per process and model shape). It is timed on all of a model's products in a row, as a
+decoded token runs them: one weight timed alone sits in the last-level cache, where one core reads fast, while a
+token's products stream every weight from memory. Timed one weight at a time, the AMD EPYC's split looked no
+faster (0.7-1.3x per weight, 32 MiB of L3) and was left out; over the 42 MB of `small`'s products it is 2.8x.
 Nothing changes for training (gradients on), for more than ``max_rows`` rows, for weights small enough to sit
 in a core's cache (the split then costs more than it saves), with one torch thread (the split has no second
 core to use, and one thread's ``bmm`` is about half as fast as ``F.linear`` there) or off the CPU. Measured in
@@ -36,19 +39,21 @@ class FastDecodeLinear(nn.Linear):
     min_weight_elements = 1 << 17  # 512 KiB of fp32: below this the weight stays in cache and F.linear wins
     min_threads = 2  # torch threads: with one, bmm's two halves run one after the other, slower than F.linear
     split_margin = 1.25  # the split is taken where it was timed this much faster than F.linear (0: always)
-    speedups: dict = {}  # (threads, weight shape, dtype) -> F.linear's time / the split's, timed once per process
+    speedups: dict = {}  # (threads, the weights' shapes, dtype) -> F.linear's time / the split's, once per process
+    decode_group: tuple = ()  # the weights of the model's products, in order (use_fast_decode sets it)
 
     def uses_split(self, x: Tensor) -> bool:
         """Whether ``forward(x)`` takes the split matrix-vector path."""
-        return uses_split(x, self.weight)
+        return uses_split(x, self.weight, self.decode_group)
 
     def forward(self, x: Tensor) -> Tensor:
-        return decode_linear(x, self.weight, self.bias)
+        return decode_linear(x, self.weight, self.bias, self.decode_group)
 
 
-def uses_split(x: Tensor, weight: Tensor) -> bool:
+def uses_split(x: Tensor, weight: Tensor, group: tuple = ()) -> bool:
     """Whether ``decode_linear(x, weight, ...)`` takes the split matrix-vector path: few rows of a big weight,
-    no gradients, the CPU, two threads or more, and the split timed faster than F.linear on this machine."""
+    no gradients, the CPU, two threads or more, and the split timed faster than F.linear on this machine, over
+    ``group`` (the model's weights whose products a token runs in a row; the weight alone when empty)."""
     if not (
         x.device.type == "cpu"
         and not (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))
@@ -58,33 +63,37 @@ def uses_split(x: Tensor, weight: Tensor) -> bool:
         and torch.get_num_threads() >= FastDecodeLinear.min_threads
     ):
         return False
-    return split_speedup(weight) >= FastDecodeLinear.split_margin
+    return split_speedup(group or (weight,)) >= FastDecodeLinear.split_margin
 
 
-def split_speedup(weight: Tensor, trials: int = 7) -> float:
-    """F.linear's time / the split product's on one row of ``weight`` at the current thread count, timed once per
-    process and weight shape (the two taking turns, medians of ``trials``; a few ms). Whether one-row products
-    use every core is the BLAS's choice, and it differs between machines: MKL's F.linear read a one-row product on
-    one core of a 2-core AMD EPYC (the split, on both, was 2.7x faster) but on both cores of an Intel Xeon (there
-    the split is 2x slower). docs/benchmarks.md shows both paths on the machine that ran it."""
-    key = (torch.get_num_threads(), tuple(weight.shape), weight.dtype)
+def split_speedup(weights: Tensor | tuple, trials: int = 7) -> float:
+    """F.linear's time / the split product's on one row through every weight of ``weights`` in turn (a model's
+    products, as one decoded token runs them; or one weight), at the current thread count, timed once per process
+    and set of shapes (the two taking turns, medians of ``trials``; a few ms for a small model). Whether one-row
+    products use every core is the BLAS's choice, and it differs between machines: MKL's F.linear read a one-row
+    product on one core of a 2-core AMD EPYC (the split, on both, was 2.8x faster over `small`'s products) but on
+    both cores of an Intel Xeon (there the split is 2x slower). docs/benchmarks.md shows both paths on the machine
+    that ran it."""
+    weights = (weights,) if isinstance(weights, Tensor) else tuple(weights)
+    key = (torch.get_num_threads(), tuple(tuple(w.shape) for w in weights), weights[0].dtype)
     if key not in FastDecodeLinear.speedups:
-        x = torch.randn(1, weight.shape[1], dtype=weight.dtype)
+        rows = [torch.randn(1, w.shape[1], dtype=w.dtype) for w in weights]
         times: dict[str, list[float]] = {"linear": [], "split": []}
         with torch.no_grad():
             for _ in range(trials + 1):  # the first round warms up
                 for name, product in (("linear", F.linear), ("split", split_product)):
                     t0 = time.perf_counter()
-                    product(x, weight)
+                    for x, weight in zip(rows, weights, strict=True):
+                        product(x, weight)
                     times[name].append(time.perf_counter() - t0)
         linear, split = (sorted(t[1:])[trials // 2] for t in times.values())
         FastDecodeLinear.speedups[key] = linear / split
     return FastDecodeLinear.speedups[key]
 
 
-def decode_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+def decode_linear(x: Tensor, weight: Tensor, bias: Tensor | None, group: tuple = ()) -> Tensor:
     """``F.linear(x, weight, bias)``, through the split product where ``uses_split`` says so."""
-    if not uses_split(x, weight):
+    if not uses_split(x, weight, group):
         return F.linear(x, weight, bias)
     return split_product(x, weight, bias)
 
@@ -103,8 +112,12 @@ def split_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tens
 
 def use_fast_decode(model: nn.Module) -> nn.Module:
     """Turn every plain ``nn.Linear`` inside the model's blocks into a ``FastDecodeLinear`` (in place; the
-    parameters are the same objects), and return the model. The tied output head is left as it is."""
-    for module in model.blocks.modules():
-        if type(module) is nn.Linear:
-            module.__class__ = FastDecodeLinear
+    parameters are the same objects), and return the model. The tied output head is left as it is. Each gets the
+    group of the big weights among them (``decode_group``), over which the split is timed and chosen for all."""
+    linears = [module for module in model.blocks.modules() if type(module) is nn.Linear]
+    group = tuple(m.weight for m in linears if m.weight.numel() >= FastDecodeLinear.min_weight_elements
+                  and m.weight.shape[0] % 2 == 0)
+    for module in linears:
+        module.__class__ = FastDecodeLinear
+        module.decode_group = group  # a plain attribute: no parameter or buffer is added
     return model

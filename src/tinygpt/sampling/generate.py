@@ -181,7 +181,8 @@ class CachedStep:
         def linear(layer: nn.Linear) -> tuple:
             """(product, weight, bias): F.linear, or the split product where FastDecodeLinear would take it for
             these rows (decided here once, not per token)."""
-            split = type(layer) is FastDecodeLinear and uses_split(rows.expand(-1, layer.in_features), layer.weight)
+            split = type(layer) is FastDecodeLinear and uses_split(rows.expand(-1, layer.in_features), layer.weight,
+                                                                   layer.decode_group)
             return (split_product if split else F.linear), layer.weight, layer.bias
 
         def norm(ln: nn.LayerNorm) -> tuple:
