@@ -312,6 +312,9 @@ def test_benchmark_quick_writes_every_key(tmp_path, corpus_file, cache_dir):
         assert key in r, key
     assert r["reference"].startswith("plain loop") and r["lightning_tokens_per_sec"] > 0 and r["peak_rss_mib"] > 100
     assert 0 < r["startup_s"] < r["wall_s"]
+    floors = r["import_floors"]  # what any program pays first, beside what our run held at its first step
+    assert 0 < floors["import torch"]["peak_rss_mib"] < floors["import lightning"]["peak_rss_mib"]
+    assert floors["import lightning"]["peak_rss_mib"] < r["first_step_peak_rss_mib"] <= r["peak_rss_mib"]
     walls = sorted(rnd["tinygpt"]["wall_s"] for rnd in r["rounds"])  # two alternating rounds, the median on top
     assert len(walls) == 2 and r["wall_s"] == pytest.approx(sum(walls) / 2)
     assert set(r["attention"]) == {"64", "256"} and r["attention"]["64"]["sdpa"]["fwd_bwd_ms"] > 0
@@ -327,6 +330,7 @@ def test_benchmark_quick_writes_every_key(tmp_path, corpus_file, cache_dir):
     assert set(r["refusals"]["train_py"]) == set(REFUSALS) and all(w > 0 for w in r["refusals"]["train_py"].values())
     hydra = r["refusals"]["floors"]["python -c 'import hydra'"]
     assert "## From a typo to its one-line error" in md and "| `python train.py model.n_head=5` | " in md
+    assert "Where the memory goes" in md and "within 1.5 s of `import lightning`" in md
     assert 0 < hydra < r["refusals"]["floors"]["python -c 'import torch'"]
 
 
@@ -388,6 +392,8 @@ def test_benchmark_quick_against_a_nanogpt_checkout(tmp_path, corpus_file, cache
     r = json.loads(out.read_text())
     assert r["reference"] == "nanoGPT train.py" and r["reference_tokens_per_sec"] == pytest.approx(768 / 0.01)
     assert r["reference_val_loss"] == 3.95
+    # its first step began one step (10 ms) before its "iter 0" line, which it prints at once after start-up
+    assert 0 < r["reference_startup_s"] < r["startup_s"]
     pairs = r["side_by_side"]
     assert [(p["tinygpt_core"], p["reference_core"]) for p in pairs] == [(0, 1), (1, 0)]
     assert all(p["tinygpt"]["wall_s"] > 0 and p["reference"]["tokens_per_sec"] > 0 for p in pairs)

@@ -47,6 +47,7 @@ from tinygpt.bench.programs import (
     SWEEP_QUICK,
     debug_fast_wall,
     hf_side_by_side,
+    import_floors,
     kept,
     levers,
     median_of,
@@ -55,6 +56,7 @@ from tinygpt.bench.programs import (
     side_by_side,
     sweep_comparison,
     tinygpt_run,
+    warm_token_cache,
 )
 from tinygpt.runtime.console import fmt
 from tinygpt.runtime.errors import OneLineParser
@@ -146,6 +148,8 @@ def whole_programs(args, steps: int, data_args: list[str], result: dict) -> tupl
         corpus = TextFile(path=args.data) if args.data else Shakespeare()
         dm = TextDataModule(corpus, block_size=64, batch_size=12, cache_dir=args.cache_dir)
         dm.setup()
+    warm_token_cache(data_args, args.cache_dir)  # untimed, as nanoGPT's prepare.py is
+    result["import_floors"] = import_floors(1 if args.quick else 3)
     reference = "nanoGPT train.py" if args.nanogpt else \
         "plain loop (nanoGPT's loop around tinygpt's GPT, in this process)"
     rounds = []
@@ -172,6 +176,7 @@ def whole_programs(args, steps: int, data_args: list[str], result: dict) -> tupl
         "reference_val_loss": ref.get("val_loss"),
         "lightning_tokens_per_sec": ours["tokens_per_sec"], "wall_s": ours["wall_s"],
         "startup_s": ours["startup_s"], "peak_rss_mib": ours["peak_rss_mib"], "val_loss": ours["val_loss"],
+        "reference_startup_s": ref.get("startup_s"), "first_step_peak_rss_mib": ours.get("first_step_peak_rss_mib"),
         "steps": steps,
     })
     return ref, ours

@@ -24,7 +24,8 @@ console = Console()
 
 def kept(pair: dict) -> dict:
     """What the JSON keeps of a pair of runs ({side: run}): each side's wall time, tokens/s, peak and val loss."""
-    return {side: {k: run.get(k) for k in ("wall_s", "tokens_per_sec", "peak_rss_mib", "val_loss")}
+    return {side: {k: run.get(k) for k in ("wall_s", "tokens_per_sec", "peak_rss_mib", "val_loss", "startup_s",
+                                           "first_step_peak_rss_mib")}
             for side, run in pair.items()}
 
 
@@ -38,19 +39,31 @@ def median_of(runs: list[dict]) -> dict:
     return out
 
 
-def timed(cmd: list[str], cwd: Path, env: dict | None = None,
-          cpu: int | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run cmd under /usr/bin/time: (process, wall seconds, peak RSS in MiB). ``cpu``: pinned to that core."""
+def timed(cmd: list[str], cwd: Path, env: dict | None = None, cpu: int | None = None,
+          watch: str | None = None) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run cmd under /usr/bin/time: (process, wall seconds, peak RSS in MiB). ``cpu``: pinned to that core.
+    ``watch``: a regex; the process gets ``seen_at``, the wall clock (time.time()) when a line of its output first
+    matched (its output read as it comes, unbuffered)."""
     pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
-    with tempfile.NamedTemporaryFile("r", suffix=".time") as f:
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as f, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
-        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", f.name, *pin, *cmd], cwd=cwd, capture_output=True,
-                              text=True, env={**os.environ, **(env or {})})
+        child = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", f.name, *pin, *cmd], cwd=cwd, text=True,
+                                 stdout=subprocess.PIPE, stderr=err,
+                                 env={**os.environ, **({"PYTHONUNBUFFERED": "1"} if watch else {}), **(env or {})})
+        lines, seen_at = [], None
+        for line in child.stdout:
+            if seen_at is None and watch and re.match(watch, line):
+                seen_at = time.time()
+            lines.append(line)
+        child.wait()
         wall = time.perf_counter() - t0
-        lines = [line for line in Path(f.name).read_text().splitlines() if line.strip().isdigit()]
+        err.seek(0)
+        proc = subprocess.CompletedProcess(cmd, child.returncode, "".join(lines), err.read())
+        proc.seen_at = seen_at
+        peaks = [line for line in Path(f.name).read_text().splitlines() if line.strip().isdigit()]
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd[:3])} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return proc, wall, int(lines[-1]) / 1024 if lines else float("nan")
+    return proc, wall, int(peaks[-1]) / 1024 if peaks else float("nan")
 
 
 def tinygpt_run(data_args: list[str], steps: int, seed: int, cache_dir: str, extra: list[str] = (),
@@ -66,7 +79,31 @@ def tinygpt_run(data_args: list[str], steps: int, seed: int, cache_dir: str, ext
     return {"tokens_per_sec": tokens_per_step / s["step_seconds_median"],
             "mean_tokens_per_sec": s["tokens_per_sec"], "val_loss": s["val_loss"], "train_loss": s["train_loss"],
             "train_seconds": s["train_seconds"], "wall_s": wall, "peak_rss_mib": peak,
-            "startup_s": s["first_step_unix_time"] - launched}
+            "startup_s": s["first_step_unix_time"] - launched,
+            "first_step_peak_rss_mib": s.get("first_step_peak_rss_mib")}
+
+
+def warm_token_cache(data_args: list[str], cache_dir: str) -> None:
+    """train.py's token cache for ``data_args``, written before any timed run (as nanoGPT's prepare.py runs before
+    its train.py): a timed run then starts as every later run of the same data does. ``debug=fast``: 10 steps."""
+    with tempfile.TemporaryDirectory() as out:
+        timed([sys.executable, str(ROOT / "train.py"), *data_args, "debug=fast", f"data.cache_dir={cache_dir}",
+               f"hydra.run.dir={out}/run"], ROOT)
+
+
+IMPORTS = {"import torch": "import torch", "import lightning": "import lightning"}
+
+
+def import_floors(repeats: int = 3) -> dict:
+    """What any program pays before its first line of work: ``python -c 'import torch'`` (nanoGPT's floor) and
+    ``python -c 'import lightning'`` (any Lightning program's), launch to exit (median of ``repeats``) and peak
+    resident size (the largest)."""
+    out = {}
+    for name, code in IMPORTS.items():
+        runs = [timed([sys.executable, "-c", code], ROOT)[1:] for _ in range(repeats)]
+        out[name] = {"wall_s": sorted(w for w, _ in runs)[len(runs) // 2], "peak_rss_mib": max(m for _, m in runs)}
+        console.print(f"{name}: {out[name]['wall_s']:.2f} s, {out[name]['peak_rss_mib']:.0f} MiB")
+    return out
 
 
 # A small sweep timed both ways: experiment 1's recipe on two arms, causal and leaky, 2 seeds (8 jobs).
@@ -129,12 +166,16 @@ def nanogpt_run(nanogpt: Path, text: Path, steps: int, env: dict | None = None, 
     prepare_nanogpt_data(nanogpt, text)
     with tempfile.TemporaryDirectory() as out:
         args = [a.format(steps=steps) for a in NANOGPT_CPU] + [f"--out_dir={out}"]
-        proc, wall, peak = timed([sys.executable, "train.py", *args], nanogpt, env, cpu)
+        launched = time.time()
+        proc, wall, peak = timed([sys.executable, "train.py", *args], nanogpt, env, cpu, watch=r"iter 0: ")
     iters = [(int(m[1]), float(m[3]) / 1000) for m in map(ITER_LINE.match, proc.stdout.splitlines()) if m]
     times = sorted(dt for i, dt in iters if i > 0)  # iteration 0 includes start-up
     vals = re.findall(r"step \d+: train loss [\d.]+, val loss ([\d.]+)", proc.stdout)
-    return {"tokens_per_sec": 12 * 64 / times[len(times) // 2], "wall_s": wall, "peak_rss_mib": peak,
-            "val_loss": float(vals[-1]) if vals else None}
+    step = times[len(times) // 2]
+    # its first step began one step before its "iter 0" line (its evaluation at iter 0 runs before that step)
+    startup = None if proc.seen_at is None else proc.seen_at - step - launched
+    return {"tokens_per_sec": 12 * 64 / step, "wall_s": wall, "peak_rss_mib": peak,
+            "val_loss": float(vals[-1]) if vals else None, "startup_s": startup}
 
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

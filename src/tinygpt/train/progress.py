@@ -4,6 +4,7 @@ resume) and the step clock (the one throughput meter: tokens/s to the loggers an
 
 from __future__ import annotations
 
+import sys
 import time
 
 from lightning.pytorch.callbacks import RichProgressBar, ThroughputMonitor
@@ -45,6 +46,16 @@ class StepProgressBar(RichProgressBar):
         super().on_train_batch_end(trainer, pl_module, outputs, batch, trainer.global_step - 1)  # shows steps done
 
 
+def peak_rss_mib() -> float | None:
+    """This process's peak resident size so far, in MiB (getrusage; None where it is not kept)."""
+    try:
+        import resource
+    except ImportError:  # not Unix
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 20 if sys.platform == "darwin" else 1 << 10)  # bytes on macOS, KiB on Linux
+
+
 class StepClock(ThroughputMonitor):
     """The one throughput meter: Lightning's ThroughputMonitor (``train/*_per_sec`` and, where the device's peak
     is known, MFU, to the loggers; items = tokens) that also times each training step alone for summary.json:
@@ -57,23 +68,27 @@ class StepClock(ThroughputMonitor):
         super().__init__(batch_size_fn or windows_in, length_fn or tokens_in, **kwargs)
         self.seconds, self.tokens, self._t0 = 0.0, 0, None
         self.first_step_at: float | None = None  # wall clock (time.time()) when the first step began
+        self.first_step_peak_rss_mib: float | None = None  # the process's peak resident size by then (imports, set-up)
         self.step_seconds: list[float] = []
 
     def state_dict(self) -> dict:
         """The time and tokens of the steps so far, kept in the run's checkpoints: a resumed run's figures are the
         whole run's (a run resumed only to finish its end-of-run phase reports the steps it had trained)."""
         return {**super().state_dict(), "seconds": self.seconds, "tokens": self.tokens,
-                "step_seconds": list(self.step_seconds), "first_step_at": self.first_step_at}
+                "step_seconds": list(self.step_seconds), "first_step_at": self.first_step_at,
+                "first_step_peak_rss_mib": self.first_step_peak_rss_mib}
 
     def load_state_dict(self, state: dict) -> None:
         self.seconds = float(state.get("seconds", 0.0))
         self.tokens = int(state.get("tokens", 0))
         self.step_seconds = [float(t) for t in state.get("step_seconds", [])]
         self.first_step_at = state.get("first_step_at")
+        self.first_step_peak_rss_mib = state.get("first_step_peak_rss_mib")
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         if self.first_step_at is None:
             self.first_step_at = time.time()
+            self.first_step_peak_rss_mib = peak_rss_mib()
         self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):

@@ -23,6 +23,7 @@ STATUSES = ("completed", "diverged", "leaky", "interrupted")  # a run's own; "fa
 # its sessions, as the steps were timed), or say how it ran; every other field of a resumed run equals the
 # uninterrupted run's (tests/train/test_end_of_run.py)
 NOT_COMPARABLE = ("tokens_per_sec", "train_seconds", "step_seconds_median", "first_step_unix_time",
+                  "first_step_peak_rss_mib", "peak_rss_mib",
                   "stab_leak_seconds", "leak_alarm_seconds", "resumed_from", "wandb")
 
 # the end-of-run diagnostics copied to the top level (all of them are also under "diagnostics")
@@ -91,6 +92,8 @@ def base_summary(status: str, *, module, trainer, timer, guard, stability, dm, c
     data (vocab size) and the resolved config."""
     import torch  # here: train/cli.py reads this module before torch is imported (train.values)
 
+    from tinygpt.train.progress import peak_rss_mib
+
     if status not in STATUSES:
         raise ValueError(f"summary status {status!r} is not one of {', '.join(STATUSES)}.")
     return {
@@ -107,6 +110,8 @@ def base_summary(status: str, *, module, trainer, timer, guard, stability, dm, c
         "train_seconds": timer.seconds,
         "step_seconds_median": timer.median_step_seconds,
         "first_step_unix_time": timer.first_step_at,  # for the start-up time (scripts/benchmark.py)
+        "first_step_peak_rss_mib": timer.first_step_peak_rss_mib,  # what imports and set-up held (benchmark.py)
+        "peak_rss_mib": peak_rss_mib(),  # this session's process, so far
         "threads": torch.get_num_threads(),
         "world_size": trainer.world_size,
         "n_params": module.model.num_params(),
