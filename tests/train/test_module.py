@@ -184,3 +184,42 @@ def test_a_checkpoint_with_a_setting_this_version_lacks_is_one_sentence(tmp_path
                               "not have; load it with the version that wrote it.")
     write_checkpoint(path, extra={"attention_bug": None})
     assert load_trained(path)[2] == 60
+
+
+def _validated(tmp_path, precision="32-true", **data):
+    """A small module validated once by a Lightning Trainer on the embedded corpus's first windows."""
+    import lightning as L
+
+    from tinygpt.data.datamodule import TextDataModule
+
+    dm = TextDataModule(block_size=16, batch_size=4, val_windows=40, val_batch_size=16, cache_dir=str(tmp_path), **data)
+    dm.prepare_data()
+    dm.setup()
+    torch.manual_seed(0)
+    module = GPTModule(dict(n_layer=2, n_head=2, n_embd=32, block_size=16), dm.vocab_size)
+    trainer = L.Trainer(accelerator="cpu", precision=precision, logger=False, enable_progress_bar=False,
+                        enable_checkpointing=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.validate(module, datamodule=dm, verbose=False)
+    return module, dm
+
+
+def test_the_last_validations_window_losses_are_the_end_of_runs_to_the_bit(tmp_path):
+    """The end of a run takes every window's loss from a validation at its last step instead of scoring the windows
+    again: the same (N, T) float64 values, bit for bit, as diagnostics.window_losses computes on the model, three
+    batches of 16 with a short last one; their mean is the validation's loss."""
+    from tinygpt.train.probes.diagnostics import window_losses
+
+    module, dm = _validated(tmp_path)
+    kept = module.window_losses_of_validation_at(module.trainer.global_step)
+    again = window_losses(module.model, dm.val_x, dm.val_y, dm.val_batch_size)
+    assert kept.shape == again.shape == (40, 16) and kept.dtype == torch.float64
+    assert torch.equal(kept, again)
+    assert kept.mean().item() == pytest.approx(module.last_val_loss, rel=1e-6)
+    assert module.window_losses_of_validation_at(module.trainer.global_step + 1) is None  # not at this step
+
+
+def test_the_window_losses_are_scored_again_where_the_validation_ran_otherwise(tmp_path):
+    """In another precision than full (bfloat16 autocast here) the validation's logits are not the end's:
+    nothing is taken from it."""
+    module, _ = _validated(tmp_path, precision="bf16-mixed")
+    assert module.val_position_losses and module.window_losses_of_validation_at(module.trainer.global_step) is None

@@ -16,6 +16,7 @@ from tinygpt.runtime import checkpoint, run_dirs
 from tinygpt.runtime.errors import ConfigError
 from tinygpt.runtime.old_runs import outdated, refusal
 from tinygpt.train.optim import AdamWCosine, clip_grad_norm_cpu_
+from tinygpt.train.probes.diagnostics import position_losses
 
 
 class GPTModule(L.LightningModule):
@@ -30,6 +31,7 @@ class GPTModule(L.LightningModule):
         self._step_forward = None  # compile_model's compiled forward, for training and validation steps
         self.train_losses: list[torch.Tensor] = []  # detached, kept on device: no sync per step
         self.last_val_loss, self.last_val_step = float("nan"), -1
+        self.val_position_losses: list[torch.Tensor] = []  # the last validation's, (b, T) float64 per batch
 
     def new_model(self) -> GPT:
         """A GPT of this module's config, patched as model.patch says."""
@@ -68,10 +70,25 @@ class GPTModule(L.LightningModule):
         n = self.trainer.log_every_n_steps
         return n == 0 or (self.trainer.global_step + 1) % n == 0 or self.trainer.should_stop
 
+    def on_validation_epoch_start(self):
+        self.val_position_losses = []
+
     def validation_step(self, batch, batch_idx):
         x, y = batch
-        _, loss = self._step(x, y)
+        logits, loss = self._step(x, y)
         self.log("val/loss", loss, prog_bar=True, batch_size=x.shape[0], sync_dist=True)
+        self.val_position_losses.append(position_losses(logits.detach(), y))  # (b, T): for the end of the run
+
+    def window_losses_of_validation_at(self, step: int) -> torch.Tensor | None:
+        """Every validation window's loss at every position, (N, T) float64 on the CPU, from the validation that ran
+        at ``step``, where that is what diagnostics.window_losses would compute on the model now: it ran at this
+        very step, on one process (which sees every window, in order), through the eager model in full precision
+        (the same kernels on the same batches: the same bits, tests/train/test_module.py). Else None."""
+        if (self.last_val_step != step or self.trainer.world_size != 1 or self._step_forward is not None
+                or str(self.trainer.precision) not in ("32-true", "32", "64-true", "64")
+                or not self.val_position_losses):
+            return None
+        return torch.cat(self.val_position_losses).cpu()  # (N, T)
 
     def on_validation_epoch_end(self):
         if not self.trainer.sanity_checking:

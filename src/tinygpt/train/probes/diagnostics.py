@@ -92,6 +92,12 @@ def spread_positions(T: int, n: int) -> list[int]:
     return sorted({round(i * (T - 1) / (n - 1)) for i in range(n)}) if n > 1 else [T - 1]
 
 
+def position_losses(logits: Tensor, y: Tensor) -> Tensor:
+    """(b, T) float64: the cross-entropy of each target y (b, T) under logits (b, T, V), on their device."""
+    ce = F.cross_entropy(logits.double().flatten(0, 1), y.flatten(), reduction="none")  # (b*T,)
+    return ce.view(y.shape)  # (b*T,) -> (b, T)
+
+
 def window_losses(model: GPT, x: Tensor, y: Tensor, batch_size: int = 64, progress=None) -> Tensor:
     """(N, T) float64 teacher-forced cross-entropy of every window n at every position t, on the CPU; x, y: (N, T),
     scored ``batch_size`` windows at a time (``progress``, if given, is called with the windows done after each).
@@ -101,8 +107,7 @@ def window_losses(model: GPT, x: Tensor, y: Tensor, batch_size: int = 64, progre
     with evaluating(model):
         for i in range(0, N, batch_size):
             logits, _ = model(x[i : i + batch_size])  # (b, T, V)
-            ce = F.cross_entropy(logits.double().flatten(0, 1), y[i : i + batch_size].flatten(), reduction="none")
-            out[i : i + batch_size] = ce.view(-1, T).cpu()  # (b*T,) -> (b, T)
+            out[i : i + batch_size] = position_losses(logits, y[i : i + batch_size]).cpu()  # (b, T)
             if progress is not None:
                 progress(min(i + batch_size, N))
     return out
