@@ -19,6 +19,12 @@ from tinygpt.train.optim import AdamWCosine, clip_grad_norm_cpu_
 from tinygpt.train.probes.diagnostics import position_losses
 
 
+def full_precision(trainer: L.Trainer) -> bool:
+    """Whether the trainer computes in float32 or float64 throughout (no autocast): its forwards are then the same
+    arithmetic as a plain model call's."""
+    return str(trainer.precision) in ("32-true", "32", "64-true", "64")
+
+
 class GPTModule(L.LightningModule):
     def __init__(self, model: dict, vocab_size: int, optim: AdamWCosine | None = None):
         """``model``: the model.* settings (``model.patch`` included); ``optim``: the optimizer recipe, built and
@@ -85,8 +91,7 @@ class GPTModule(L.LightningModule):
         very step, on one process (which sees every window, in order), through the eager model in full precision
         (the same kernels on the same batches: the same bits, tests/train/test_module.py). Else None."""
         if (self.last_val_step != step or self.trainer.world_size != 1 or self._step_forward is not None
-                or str(self.trainer.precision) not in ("32-true", "32", "64-true", "64")
-                or not self.val_position_losses):
+                or not full_precision(self.trainer) or not self.val_position_losses):
             return None
         return torch.cat(self.val_position_losses).cpu()  # (N, T)
 

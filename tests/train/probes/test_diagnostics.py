@@ -380,3 +380,20 @@ def test_count_baselines_equal_the_full_bigram_table(vocab):
                       for a, b in zip(x.flatten(), y.flatten(), strict=True)])
     got = diagnostics.count_baselines(ids, x, y, vocab)
     assert got["bigram_loss"] == pytest.approx(expect, rel=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "math"])
+def test_the_attention_statistics_from_the_gradient_probes_forward_are_attention_stats(backend):
+    """The stability probe reads its attention statistics from the forward softmax_gradients keeps (one forward
+    less): the same numbers as attention_stats' own forward, to float rounding (the first layer's exactly: the
+    same input; later layers' residual stream went through the math path there, the model's backend here)."""
+    m, (x, y) = model(backend=backend), batch()
+    kept = []
+    diagnostics.softmax_gradients(m, x, y, layers_out=kept)
+    own, read = attention_stats(m, x), diagnostics.stats_of_layers(kept, True)
+    assert own.keys() == read.keys() and len(kept) == 2
+    for key, value in own.items():
+        assert read[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+        if key.endswith("_per_layer"):
+            assert read[key][0] == value[0], key
+    assert all(not t.requires_grad for layer in kept for t in layer.values())

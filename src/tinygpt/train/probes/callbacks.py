@@ -32,6 +32,7 @@ from tinygpt.train.callback_settings import (
     TextSamplesSettings,
     take,
 )
+from tinygpt.train.module import full_precision
 from tinygpt.train.probes import diagnostics
 from tinygpt.train.probes.diagnostics import evaluating
 
@@ -311,7 +312,15 @@ class StabilityMonitor(ModelInspector):
 
     def look(self, trainer: L.Trainer, module: L.LightningModule, model: GPT) -> None:
         x, y = trainer.datamodule.spread_windows(self.windows)
-        stats = diagnostics.attention_stats(model, x.to(module.device))
+        mech, kept = None, []
+        if self.softmax_gradients:  # the mechanism 1/sqrt(d_k) is argued from, in the precision training uses
+            mech = diagnostics.softmax_gradients(model, x.to(module.device), y.to(module.device),
+                                                 autocast=trainer.precision_plugin.forward_context,
+                                                 layers_out=kept if full_precision(trainer) else None)
+        if len(kept) == len(model.blocks):  # its forward's attention, in full precision: no forward of their own
+            stats = diagnostics.stats_of_layers(kept, model.config.attn.causal)
+        else:
+            stats = diagnostics.attention_stats(model, x.to(module.device))
         metrics = {"train/loss_spikes": float(self.spikes), "stab/max_logit": stats["attn_max_logit"],
                    "stab/entropy": stats["attn_entropy"], "stab/entropy_min": stats["attn_entropy_min"],
                    "stab/mask_margin": stats["attn_mask_margin"], "stab/future_mass": stats["attn_future_mass"],
@@ -325,9 +334,7 @@ class StabilityMonitor(ModelInspector):
                      "future_mass_max", "q_rms", "k_rms"):
             for layer, v in enumerate(stats[f"attn_{name}_per_layer"]):
                 metrics[f"stab/{name}/{layer}"] = v
-        if self.softmax_gradients:  # the mechanism 1/sqrt(d_k) is argued from, in the precision training uses
-            mech = diagnostics.softmax_gradients(model, x.to(module.device), y.to(module.device),
-                                                 autocast=trainer.precision_plugin.forward_context)
+        if mech is not None:
             for name, values in mech.items():
                 for layer, v in enumerate(values):
                     metrics[f"stab/{name}/{layer}"] = v

@@ -172,16 +172,21 @@ def attention_stats(model: GPT, x: Tensor) -> dict[str, float | list[float]]:
     pre-softmax logit, the attention mass on future keys (the weight a query row i puts on keys j > i,
     averaged over heads and rows, and its largest over rows and heads; exactly 0 under the causal mask), and the
     RMS of q and k."""
-    N, T = x.shape
     with evaluating(model):
         probes = model.dissect_attention(x)  # per layer: weights, logits (N, H, T, T); q, k (N, H, T, D)
+    return stats_of_layers(probes, model.config.attn.causal)
+
+
+def stats_of_layers(probes: list[dict[str, Tensor]], causal: bool) -> dict[str, float | list[float]]:
+    """attention_stats from each layer's weights, logits (N, H, T, T), q and k (N, H, T, D), however computed
+    (GPT.dissect_attention, or the forward softmax_gradients keeps)."""
+    T, device = probes[0]["weights"].shape[-1], probes[0]["weights"].device
     maps = [p["weights"] for p in probes]
     logits = [p["logits"] for p in probes]
     qk = [(p["q"], p["k"]) for p in probes]
-    causal = model.config.attn.causal
-    visible = causal_mask(T, T, x.device) if causal else torch.ones(T, T, dtype=torch.bool, device=x.device)
-    future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)  # (T, T): key j > query i
-    past = causal_mask(T, T, x.device)  # (T, T): what a causal mask leaves visible, for the margin
+    visible = causal_mask(T, T, device) if causal else torch.ones(T, T, dtype=torch.bool, device=device)
+    future = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)  # (T, T): key j > query i
+    past = causal_mask(T, T, device)  # (T, T): what a causal mask leaves visible, for the margin
     has_future = ~past.all(-1)  # (T,): every row but the last has a masked key
     layers: dict[str, list[float]] = {k: [] for k in ("entropy", "entropy_min", "max_logit", "future_mass",
                                                        "future_mass_max", "mask_margin", "visible_floor", "q_rms",
@@ -233,7 +238,8 @@ def keeping_attention(model: GPT):
 MECHANISM = ("softmax_gain", "jacobian_trace", "grad_wq", "grad_wk", "raw_qk", "scaled_qk", "scores_inf")
 
 
-def softmax_gradients(model: GPT, x: Tensor, y: Tensor, autocast=nullcontext) -> dict[str, list[float]]:
+def softmax_gradients(model: GPT, x: Tensor, y: Tensor, autocast=nullcontext,
+                      layers_out: list | None = None) -> dict[str, list[float]]:
     """What Vaswani et al.'s argument for 1/sqrt(d_k) is about, per layer, on windows x, y (N, T), in eval mode and
     in the precision training uses (``autocast``: the trainer's forward context):
 
@@ -246,7 +252,9 @@ def softmax_gradients(model: GPT, x: Tensor, y: Tensor, autocast=nullcontext) ->
       dtype: inf where float16 overflows) and the largest |score| as the forward computed it (inf likewise);
       ``scores_inf``: 1.0 when a visible score is not finite, else 0.0.
 
-    Nothing is changed: no parameter's .grad is touched (torch.autograd.grad), the mode is restored."""
+    Nothing is changed: no parameter's .grad is touched (torch.autograd.grad), the mode is restored. ``layers_out``:
+    a list that gets each layer's weights, logits (the scores before the mask), q and k of that forward, detached
+    (what stats_of_layers reads: the stability probe's attention statistics without a forward of their own)."""
     N, T = x.shape
     was_training = model.training
     model.eval()
@@ -256,6 +264,9 @@ def softmax_gradients(model: GPT, x: Tensor, y: Tensor, autocast=nullcontext) ->
     finally:
         model.train(was_training)
     layers = [k[0] for k in kept if k]  # the first forward of each layer that kept its tensors
+    if layers_out is not None:
+        layers_out.extend({"weights": k["weights"].detach(), "logits": k["scores"].detach(), "q": k["q"].detach(),
+                           "k": k["k"].detach()} for k in layers)
     visible = causal_mask(T, T, x.device) if model.config.attn.causal else torch.ones(T, T, dtype=torch.bool,
                                                                                            device=x.device)
     out: dict[str, list[float]] = {name: [] for name in MECHANISM}
