@@ -52,12 +52,19 @@ class DivergenceGuard(L.Callback):
 
 
 @cache
-def _malloc_trim():
+def _glibc():
+    """The C library when it is glibc (it has malloc_trim), else None (macOS, musl)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.malloc_trim
+        libc.malloc_trim, libc.mallopt  # noqa: B018 (glibc's own: an AttributeError elsewhere)
+        return libc
     except (OSError, AttributeError):  # not glibc
         return None
+
+
+def _malloc_trim():
+    libc = _glibc()
+    return None if libc is None else libc.malloc_trim
 
 
 M_ARENA_MAX = -8  # glibc's malloc.h: mallopt's parameter for the most heaps (arenas) threads may use
@@ -65,14 +72,9 @@ M_ARENA_MAX = -8  # glibc's malloc.h: mallopt's parameter for the most heaps (ar
 
 def one_heap_for_all_threads() -> bool:
     """Have glibc's malloc give threads created from now on the main heap instead of heaps of their own; True when
-    glibc took the setting (False elsewhere: no glibc, or no mallopt)."""
-    if _malloc_trim() is None:
-        return False
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    return mallopt(M_ARENA_MAX, 1) == 1
+    glibc took the setting (False elsewhere)."""
+    libc = _glibc()
+    return libc is not None and libc.mallopt(M_ARENA_MAX, 1) == 1
 
 
 def release_free_heap() -> bool:
