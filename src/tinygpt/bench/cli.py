@@ -288,7 +288,7 @@ def main(argv=None) -> int:
         per_step(args, steps, data_args, result)
         efficiency(args, result, ref, ours)
         levers_and_attention(args, data_args, result)
-        result["refusals"] = refusal_times(repeats=1 if args.quick else 3)
+        result["refusals"] = refusal_times(repeats=1 if args.quick else 3, floors=result.get("import_floors"))
         if args.sweep:
             result["sweep"] = sweep_small(args)
     from tinygpt.sampling.fast_linear import FastDecodeLinear

@@ -91,18 +91,15 @@ def warm_token_cache(data_args: list[str], cache_dir: str) -> None:
                f"hydra.run.dir={out}/run"], ROOT)
 
 
-IMPORTS = {"import torch": "import torch", "import lightning": "import lightning"}
-
-
 def import_floors(repeats: int = 3) -> dict:
-    """What any program pays before its first line of work: ``python -c 'import torch'`` (nanoGPT's floor) and
-    ``python -c 'import lightning'`` (any Lightning program's), launch to exit (median of ``repeats``) and peak
-    resident size (the largest)."""
+    """What any program pays before its first line of work, for each of FLOORS (``import torch``: nanoGPT's floor;
+    ``import lightning``: any Lightning program's; ``import hydra``: a refusal's), launch to exit (median of
+    ``repeats``) and peak resident size (the largest), keyed by the code run."""
     out = {}
-    for name, code in IMPORTS.items():
+    for code in FLOORS.values():
         runs = [timed([sys.executable, "-c", code], ROOT)[1:] for _ in range(repeats)]
-        out[name] = {"wall_s": sorted(w for w, _ in runs)[len(runs) // 2], "peak_rss_mib": max(m for _, m in runs)}
-        console.print(f"{name}: {out[name]['wall_s']:.2f} s, {out[name]['peak_rss_mib']:.0f} MiB")
+        out[code] = {"wall_s": sorted(w for w, _ in runs)[len(runs) // 2], "peak_rss_mib": max(m for _, m in runs)}
+        console.print(f"{code}: {out[code]['wall_s']:.2f} s, {out[code]['peak_rss_mib']:.0f} MiB")
     return out
 
 
@@ -242,10 +239,11 @@ FLOORS = {"python -c 'import hydra'": "import hydra", "python -c 'import torch'"
           "python -c 'import lightning'": "import lightning"}
 
 
-def refusal_times(repeats: int = 3) -> dict:
+def refusal_times(repeats: int = 3, floors: dict | None = None) -> dict:
     """The time from a typo to its one-line error: launch to exit of ``python train.py <bad value>`` (exit 2, in a
     scratch dir), the median of ``repeats``, beside the imports that bound it (Hydra's: the floor for any check of
-    a composed config; torch's and Lightning's: what a refusal after them would cost)."""
+    a composed config; torch's and Lightning's: what a refusal after them would cost): ``floors``, import_floors'
+    measures when this run took them, else measured here."""
     def median_wall(cmd: list[str], cwd: str, code: int) -> float:
         walls = []
         for _ in range(repeats):
@@ -260,7 +258,8 @@ def refusal_times(repeats: int = 3) -> dict:
 
     with tempfile.TemporaryDirectory() as scratch:
         refusals = {o: median_wall([sys.executable, str(ROOT / "train.py"), o], scratch, 2) for o in REFUSALS}
-        floors = {name: median_wall([sys.executable, "-c", code], scratch, 0) for name, code in FLOORS.items()}
+        floors = ({cmd: floors[code]["wall_s"] for cmd, code in FLOORS.items()} if floors else
+                  {cmd: median_wall([sys.executable, "-c", code], scratch, 0) for cmd, code in FLOORS.items()})
     for name, wall in {**refusals, **floors}.items():
         console.print(f"{name}: {wall:.2f} s")
     return {"repeats": repeats, "train_py": refusals, "floors": floors}
