@@ -311,16 +311,16 @@ class StabilityMonitor(ModelInspector):
             self.inspect(trainer, module)
 
     def look(self, trainer: L.Trainer, module: L.LightningModule, model: GPT) -> None:
-        x, y = trainer.datamodule.spread_windows(self.windows)
+        x, y = (t.to(module.device) for t in trainer.datamodule.spread_windows(self.windows))
         mech, kept = None, []
         if self.softmax_gradients:  # the mechanism 1/sqrt(d_k) is argued from, in the precision training uses
-            mech = diagnostics.softmax_gradients(model, x.to(module.device), y.to(module.device),
+            mech = diagnostics.softmax_gradients(model, x, y,
                                                  autocast=trainer.precision_plugin.forward_context,
                                                  layers_out=kept if full_precision(trainer) else None)
         if len(kept) == len(model.blocks):  # its forward's attention, in full precision: no forward of their own
             stats = diagnostics.stats_of_layers(kept, model.config.attn.causal)
         else:
-            stats = diagnostics.attention_stats(model, x.to(module.device))
+            stats = diagnostics.attention_stats(model, x)
         metrics = {"train/loss_spikes": float(self.spikes), "stab/max_logit": stats["attn_max_logit"],
                    "stab/entropy": stats["attn_entropy"], "stab/entropy_min": stats["attn_entropy_min"],
                    "stab/mask_margin": stats["attn_mask_margin"], "stab/future_mass": stats["attn_future_mass"],
@@ -328,7 +328,7 @@ class StabilityMonitor(ModelInspector):
                    "stab/visible_floor": stats["attn_visible_floor"]}
         if self.future_leak:  # the perturbation probe at every stability probe too (the leak alarm runs it at every
             t0 = time.perf_counter()  # validation anyway): a leak that opens between validations is dated
-            metrics["stab/future_leak"] = diagnostics.future_leak(model, x.to(module.device))
+            metrics["stab/future_leak"] = diagnostics.future_leak(model, x)
             self.leak_seconds += time.perf_counter() - t0  # its cost (summary.json)
         for name in ("max_logit", "entropy", "entropy_min", "mask_margin", "visible_floor", "future_mass",
                      "future_mass_max", "q_rms", "k_rms"):
