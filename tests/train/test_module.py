@@ -51,7 +51,8 @@ def test_optimizer_and_scheduler_follow_the_schedule():
 
 def test_tail_train_loss_is_mean_of_last_tenth():
     module = GPTModule(model=MODEL, vocab_size=20)
-    module.train_losses = [torch.tensor(float(i)) for i in range(100)]
+    for i in range(100):
+        module.train_losses.append(torch.tensor(float(i)))
     assert module.tail_train_loss(0.1) == pytest.approx(sum(range(90, 100)) / 10)
     assert math.isnan(GPTModule(model=MODEL, vocab_size=20).tail_train_loss())
 

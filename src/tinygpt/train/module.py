@@ -17,6 +17,7 @@ from tinygpt.runtime.errors import ConfigError
 from tinygpt.runtime.old_runs import outdated, refusal
 from tinygpt.train.optim import AdamWCosine, clip_grad_norm_cpu_
 from tinygpt.train.probes.diagnostics import position_losses
+from tinygpt.train.step_losses import StepLosses
 
 
 def full_precision(trainer: L.Trainer) -> bool:
@@ -35,7 +36,7 @@ class GPTModule(L.LightningModule):
         self.config = GPTConfig(vocab_size=vocab_size, **model)
         self.model = self.new_model()
         self._step_forward = None  # compile_model's compiled forward, for training and validation steps
-        self.train_losses: list[torch.Tensor] = []  # detached, kept on device: no sync per step
+        self.train_losses = StepLosses()  # detached, kept on device: no sync per step
         self.last_val_loss, self.last_val_step = float("nan"), -1
         self.val_position_losses: list[torch.Tensor] = []  # the last validation's, (b, T) float64 per batch
 
@@ -106,14 +107,14 @@ class GPTModule(L.LightningModule):
         dm = getattr(self.trainer, "datamodule", None)
         if dm is not None and dm.tokenizer is not None:
             checkpoint["tokenizer"] = dm.tokenizer.to_str()
-        if self.train_losses:
-            checkpoint["train_losses"] = torch.stack(self.train_losses).float().cpu()  # (steps,)
+        if len(self.train_losses):
+            checkpoint["train_losses"] = self.train_losses.all().float().cpu()  # (steps,)
         checkpoint["world_size"] = self.trainer.world_size  # a resume on another count changes the global batch
 
     def on_load_checkpoint(self, checkpoint):
         losses = checkpoint.get("train_losses")
         if losses is not None:
-            self.train_losses = list(losses.to(self.device).unbind(0))
+            self.train_losses = StepLosses(losses.to(self.device))
         moved_checkpoint_dirs(checkpoint, self.trainer)
 
     def configure_optimizers(self):
@@ -144,10 +145,9 @@ class GPTModule(L.LightningModule):
 
     def tail_train_loss(self, fraction: float = 0.1) -> float:
         """Mean teacher-forced training loss over the last ``fraction`` of this run's steps."""
-        if not self.train_losses:
+        if not len(self.train_losses):
             return float("nan")
-        n = max(1, int(len(self.train_losses) * fraction))
-        return torch.stack(self.train_losses[-n:]).float().mean().item()
+        return self.train_losses.tail_mean(max(1, int(len(self.train_losses) * fraction)))
 
 
 def build_model(config: GPTConfig) -> GPT:
