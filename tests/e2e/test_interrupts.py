@@ -166,6 +166,31 @@ def test_a_parallel_sweep_stopped_while_a_worker_sits_idle_stops_cleanly(tmp_pat
     assert [summary_status(sweep / str(j)) for j in range(3)] == ["completed", "interrupted", "completed"]
 
 
+
+@pytest.mark.slow
+def test_a_parallel_sweep_under_timeout_stopped_by_a_signal_to_its_group_stops_cleanly(tmp_path, corpus_file,
+                                                                                        cache_dir):
+    """`timeout` forwards a signal it gets to the command and then to the whole group: the sweep's process gets
+    SIGTERM three times at once. That is one stop (its table and continue command), not a stop at once that the
+    process, killed inside its first message, never printed (a new user's retry: no output at all)."""
+    sweep = tmp_path / "sweep"
+    argv = ["-m", *LONG, "corpus=text_file", f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}",
+            "seed=1,2,3", "trainer.max_steps=2000", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2",
+            f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(["timeout", "300", sys.executable, str(ROOT / "train.py"), *argv], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not all((sweep / j / "train.log").exists() for j in "01") and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143, err[-3000:]
+    assert "again: stopped at once" not in out + err and "Traceback" not in err, err[-3000:]
+    assert "stopped by SIGTERM: 2 interrupted, 1 not started" in err, err[-3000:]
+    assert "ckpt_path=last" in err.split("stopped by SIGTERM")[-1]
+
 def summary_status(job_dir):
     """A job's summary status, or None when it left no summary."""
     path = job_dir / "summary.json"

@@ -67,3 +67,48 @@ def test_a_run_outside_a_parallel_sweep_writes_no_stop_file(tmp_path):
         stop._handle(signal.SIGTERM, None)
     stop.uninstall()
     assert not list(tmp_path.iterdir())
+
+
+def test_the_same_signal_again_at_once_is_the_same_stop_for_a_sweep(tmp_path, monkeypatch):
+    """A signal to a process group reaches the sweep's process two or three times at once (`timeout` forwards its
+    own to the command and to the group): that is one stop, not a stop at once whose message a killed process never
+    printed. The same signal a second later, or another signal, still stops it at once."""
+    from tinygpt.runtime import interrupts
+
+    now = [100.0]
+    monkeypatch.setattr(interrupts.time, "monotonic", lambda: now[0])
+    stopped = []
+    monkeypatch.setattr(interrupts, "stop_workers", lambda: stopped.append("workers"))
+    monkeypatch.setattr(interrupts.os, "kill", lambda pid, sig: stopped.append(sig))
+    start_sweep(tmp_path)
+    handler = signal.getsignal(signal.SIGTERM)
+    handler(signal.SIGTERM, None)
+    now[0] += 0.01
+    handler(signal.SIGTERM, None)
+    assert stopped == [] and sweep_stop_signal(tmp_path) == signal.SIGTERM
+    handler(signal.SIGINT, None)  # another signal: a second one
+    assert stopped == ["workers", signal.SIGINT]
+    stopped.clear()
+    signal.signal(signal.SIGTERM, handler)
+    now[0] += interrupts.ECHO_S  # the same one, later: a second one
+    handler(signal.SIGTERM, None)
+    assert stopped == ["workers", signal.SIGTERM]
+
+
+def test_the_same_signal_again_at_once_is_the_same_stop_for_a_run(monkeypatch):
+    """In training, two SIGTERMs at once end the run after its step (a checkpoint there), not at once."""
+    from tinygpt.runtime import interrupts
+
+    now = [100.0]
+    monkeypatch.setattr(interrupts.time, "monotonic", lambda: now[0])
+    stop = GracefulStop()
+    stop.install()
+    stop.training = True
+    stop._handle(signal.SIGTERM, None)
+    now[0] += 0.2
+    stop._handle(signal.SIGTERM, None)  # not raised: the step finishes and is saved
+    assert stop.signum == signal.SIGTERM and stop.training
+    now[0] += interrupts.ECHO_S
+    with pytest.raises(RunInterrupted):
+        stop._handle(signal.SIGTERM, None)
+    stop.uninstall()

@@ -5,12 +5,13 @@ what needs no torch: the signals, a sweep's stop, the exception)."""
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import lightning as L
 import torch
 
-from tinygpt.runtime.interrupts import (REQUEUE_SIGNAL, SIGNALS, RunInterrupted, SweepStop, console,
+from tinygpt.runtime.interrupts import (REQUEUE_SIGNAL, SIGNALS, RunInterrupted, SweepStop, console, echo,
                                         requeue_slurm_job, slurm_job_id, sweep_stop_signal)
 
 
@@ -21,6 +22,7 @@ class GracefulStop(L.Callback):
 
     def __init__(self):
         self.signum: int | None = None
+        self.first_at = 0.0  # when the first signal came (time.monotonic())
         self.training = False
         self.saved_path: Path | None = None
         self.sweep_dir: Path | None = None  # a parallel sweep's dir: its stop file is polled after every step
@@ -43,6 +45,8 @@ class GracefulStop(L.Callback):
         self._previous = {}
 
     def _handle(self, signum, frame) -> None:
+        if echo(signum, self.signum, self.first_at):  # the first one again (interrupts.ECHO_S)
+            return
         if self.stopping:  # already stopping: a second Ctrl-C must not cut the checkpoint or the summary short
             if not self._noted:
                 self._noted = True
@@ -51,6 +55,8 @@ class GracefulStop(L.Callback):
             return
         if self.signum is None and SweepStop.current is not None:  # a job run in the sweep's process (n_jobs=1):
             SweepStop.current.record(signum)  # the signal stops the whole sweep, as in a parallel one
+        if self.signum is None:
+            self.first_at = time.monotonic()
         if self.signum is not None or not self.training:
             self.signum = signum
             raise RunInterrupted(signum)

@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -29,6 +30,15 @@ from rich.console import Console
 console = Console(stderr=True)
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 REQUEUE_SIGNAL = signal.SIGUSR2  # what submitit asks SLURM to send before the time limit (#SBATCH --signal)
+# The same signal again within this many seconds of the first is the same stop, not a second one: a signal to a
+# process group reaches a process several times at once (`timeout` forwards its own to the command and to the group;
+# a scheduler may signal the group and the process), and a second press of Ctrl-C comes later than this.
+ECHO_S = 1.0
+
+
+def echo(signum: int, first: int | None, first_at: float) -> bool:
+    """Whether ``signum`` arriving now repeats the first signal (``first``, at ``first_at``, time.monotonic())."""
+    return signum == first and time.monotonic() - first_at < ECHO_S
 
 
 def slurm_job_id() -> str | None:
@@ -80,6 +90,7 @@ class SweepStop:
     def __init__(self, sweep_dir: Path, continue_with: Callable[[], str] | None = None):
         self.path = Path(sweep_dir) / STOP_FILE
         self.signum: int | None = None
+        self.first_at = 0.0  # when the first signal came (time.monotonic())
         self.continue_with = continue_with  # the command that continues the sweep, said when it stops at once
 
     def install(self) -> None:
@@ -90,17 +101,19 @@ class SweepStop:
     def record(self, signum: int) -> None:
         """The stop file, once: jobs running stop after their step, jobs not started are skipped."""
         if self.signum is None:
-            self.signum = signum
+            self.signum, self.first_at = signum, time.monotonic()
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(str(int(signum)))
 
     def _handle(self, signum, frame) -> None:
+        if echo(signum, self.signum, self.first_at):  # the first one again (ECHO_S)
+            return
         if self.signum is not None:  # the second: at once, and the workers with it (else they outlive the sweep)
             stop_workers()
             try:  # what the table would have said: how to go on (best effort: nothing may keep the stop waiting)
-                if self.continue_with is not None:
-                    console.print(f"{signal.Signals(signum).name} again: stopped at once (the running jobs' last "
-                                  f"checkpoints stand). Continue with:\n  {self.continue_with()}", soft_wrap=True)
+                if self.continue_with is not None:  # print, not rich: this may interrupt a rich print, whose
+                    print(f"{signal.Signals(signum).name} again: stopped at once (the running jobs' last "  # buffer
+                          f"checkpoints stand). Continue with:\n  {self.continue_with()}", flush=True)  # is lost
             except Exception:
                 pass
             signal.signal(signum, signal.SIG_DFL)
