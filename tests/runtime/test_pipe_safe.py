@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+from tinygpt.runtime import pipe_safe
 from tinygpt.runtime.pipe_safe import PipeSafe
 
 
@@ -36,6 +37,30 @@ def test_a_script_whose_reader_stops_reading_still_finishes(tmp_path):
               "print('x' * 100000, flush=True)\ntime.sleep(0.5)\nfor _ in range(100):\n    print('more', flush=True)\n"
               f"open({str(marker)!r}, 'w').write('yes')\n")
     proc = subprocess.run(f"{sys.executable} -c \"$SCRIPT\" 2>/dev/null | head -c 10 > /dev/null; "
+                          "exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash",
+                          env={**os.environ, "SCRIPT": script}, timeout=60)
+    assert proc.returncode == 0 and marker.read_text() == "yes"
+
+
+def test_when_stderr_closes_too_the_rest_goes_nowhere_and_nothing_raises():
+    err = PipeSafe(ClosedPipe(), fallback=pipe_safe._nowhere)
+    out = PipeSafe(ClosedPipe(), fallback=lambda: err)
+    assert out.write("step 1\n") == len("step 1\n")
+    out.write("step 2\n")
+    out.flush()
+    err.flush()
+    assert out.broken and err.broken
+
+
+def test_a_run_piped_whole_into_head_still_finishes(tmp_path):
+    """`2>&1 | head`: both streams' reader is gone after a few lines (stdout's fallback, stderr, is closed too);
+    the script still writes its file and ends with 0."""
+    marker = tmp_path / "finished"
+    script = ("import sys, time\nfrom tinygpt.runtime.pipe_safe import guard_stdout\nguard_stdout()\n"
+              "print('x' * 100000, flush=True)\ntime.sleep(0.5)\nfor _ in range(100):\n    print('more', flush=True)\n"
+              "    print('note', file=sys.stderr, flush=True)\n"
+              f"open({str(marker)!r}, 'w').write('yes')\n")
+    proc = subprocess.run(f"{sys.executable} -c \"$SCRIPT\" 2>&1 | head -c 10 > /dev/null; "
                           "exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash",
                           env={**os.environ, "SCRIPT": script}, timeout=60)
     assert proc.returncode == 0 and marker.read_text() == "yes"
