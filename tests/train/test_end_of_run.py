@@ -347,3 +347,31 @@ def test_the_progress_bar_counts_the_runs_steps_also_when_resumed(tmp_path, corp
     run_phases.train(tiny_cfg(out, corpus_file, cache_dir, first))
     run_phases.train(tiny_cfg(out, corpus_file, cache_dir, then, "ckpt_path=last"))
     assert seen == [(first, first, first), (then, then, then)]
+
+
+def test_a_resume_that_stretches_the_schedule_trains_its_first_step_at_the_new_rate(tmp_path, corpus_file, cache_dir,
+                                                                                     own_signal_handlers):
+    """The optimizer's state holds the rate the checkpoint's schedule gave its next step; with trainer.max_steps
+    raised (optim.decay_steps with it) the first resumed step trains at the stretched schedule's rate, the one the
+    resume's note announces and summary.json records (it trained at the old one: the newcomer retry's BAD-4)."""
+    import csv
+
+    from tinygpt.train.optim import lr_at
+
+    out = tmp_path / "run"
+
+    def cfg(max_steps, *extra):
+        c = tiny_cfg(out, corpus_file, cache_dir, max_steps, "trainer.log_every_n_steps=1", *extra)
+        c.logger = compose_train(["logger=csv"], out_dir=out).logger
+        return c
+
+    run_phases.train(cfg(4))
+    summary = run_phases.train(cfg(8, "ckpt_path=last"))
+    optim = summary["config"]["optim"]
+    with open(out / "history" / "metrics.csv", newline="") as f:
+        rates = {int(r["step"]): float(r["lr-AdamW/pg1"]) for r in csv.DictReader(f) if r.get("lr-AdamW/pg1")}
+    for step, decay in ((0, 4), (3, 4), (4, 8), (5, 8), (7, 8)):
+        assert rates[step] == pytest.approx(lr_at(step, lr=optim["lr"], min_lr=optim["min_lr"],
+                                                  warmup_steps=optim["warmup_steps"], decay_steps=decay)), step
+    assert lr_at(4, lr=optim["lr"], min_lr=optim["min_lr"], warmup_steps=optim["warmup_steps"], decay_steps=4) != \
+        pytest.approx(rates[4])

@@ -77,6 +77,18 @@ class GPTModule(L.LightningModule):
         n = self.trainer.log_every_n_steps
         return n == 0 or (self.trainer.global_step + 1) % n == 0 or self.trainer.should_stop
 
+    def on_train_start(self):
+        """Each rate at its schedule's value for the step about to train. A fresh run's already is; a resumed one's
+        optimizer state holds the rate its checkpoint's schedule gave, which a raised trainer.max_steps (and with it
+        optim.decay_steps) changes: without this the first resumed step trained at the old rate, the next ones at
+        the new schedule's (the same expression as LambdaLR's, so an unchanged schedule keeps the same bits)."""
+        for config in self.trainer.lr_scheduler_configs:
+            schedule = config.scheduler
+            if isinstance(schedule, torch.optim.lr_scheduler.LambdaLR):
+                for group, base, factor in zip(schedule.optimizer.param_groups, schedule.base_lrs,
+                                               schedule.lr_lambdas, strict=True):
+                    group["lr"] = base * factor(schedule.last_epoch)
+
     def on_validation_epoch_start(self):
         self.val_position_losses = []
 
