@@ -163,8 +163,8 @@ def test_more_validation_windows_than_the_split_holds_is_said_once(corpus_file, 
     assert 0 < n < 10**8
     printed = capsys.readouterr().out.replace("\n", "")
     assert printed.count("note: data.val_windows=100000000") == 1
-    assert (f"note: data.val_windows=100000000, but the validation split holds {n} windows of 16 tokens; all {n} "
-            "are used.") in printed
+    assert (f"note: data.val_windows=100000000, but the validation split holds {n:,} windows of 16 tokens; all {n:,} "
+            "are used at each validation (the end of the run caps its own at diagnostics.max_val_tokens).") in printed
     quiet = make_dm(corpus_file, tmp_path, val_windows=n)
     quiet.setup()
     assert "note:" not in capsys.readouterr().out
