@@ -95,8 +95,28 @@ def test_a_sweep_with_no_result_counts_its_jobs_not_its_runs(tmp_path, capsys):
         "  overrides:\n    task:\n    - experiment=causal_mask\n")
     assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("error: report: none of the 3 jobs completed (interrupted by SIGTERM at step 36 of 800, ...); "
-                   "nothing to report.")
+    assert err == ("error: report: none of the 3 jobs completed (1 interrupted, 2 never started: interrupted by "
+                   "SIGTERM at step 36 of 800, ...); nothing to report.")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_whose_jobs_left_no_summary_at_all_is_reported_by_its_jobs(tmp_path, capsys):
+    """Stopped before any job wrote a summary: the jobs are named by what they are, not 'is it a sweep dir?'."""
+    import shutil
+
+    sweep = causal_sweep(tmp_path / "sweep", status="interrupted")
+    for d in sweep.iterdir():
+        if d.is_dir():
+            (d / "summary.json").unlink(missing_ok=True)
+            if d.name != "0":
+                shutil.rmtree(d)
+    (sweep / "multirun.yaml").write_text(
+        "hydra:\n  sweeper:\n    params:\n      model.attn.causal: true\n      seed: 1,2,3\n"
+        "  overrides:\n    task:\n    - experiment=causal_mask\n")
+    assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: report: none of the 3 jobs completed (1 left nothing, 2 never started: started, "
+                          "but left no summary.json"), err
     assert not (tmp_path / "out").exists()
 
 

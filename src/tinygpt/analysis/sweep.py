@@ -201,7 +201,7 @@ def load_runs(sweep_dirs: list[Path]) -> list[Run]:
             if old:
                 raise ReportError(refusal(summary.parent, old, root))
             runs.append(run)
-    if not runs:
+    if not runs and not jobs_without_runs(sweep_dirs):  # a sweep whose jobs left nothing is the report's to name
         raise ReportError(f"no summary.json under {', '.join(map(str, sweep_dirs))}; is it a sweep dir?")
     return runs
 

@@ -89,9 +89,10 @@ class TextDataModule(L.LightningDataModule):
         self.val_x, self.val_y = fixed_windows(self.val_ids, self.block_size, self.val_windows)
         if len(self.val_x) < self.val_windows and is_rank_zero() and not getattr(self, "_capped_said", False):
             self._capped_said = True  # once, however often set-up runs
-            out.print(f"note: data.val_windows={self.val_windows}, but the validation split holds {len(self.val_x):,} "
-                      f"windows of {self.block_size} tokens; all {len(self.val_x):,} are used at each validation (the end of "
-                      "the run caps its own at diagnostics.max_val_tokens).", soft_wrap=True)
+            n = len(self.val_x)
+            out.print(f"note: data.val_windows={self.val_windows}, but the validation split holds {n:,} windows of "
+                      f"{self.block_size} tokens; all {n:,} are used at each validation (the end of the run caps its "
+                      "own at diagnostics.max_val_tokens).", soft_wrap=True)
 
     def spread_index(self, n: int) -> torch.Tensor:
         """Which n of the fixed validation windows the probes use: spread evenly over the split, (n,)."""

@@ -21,6 +21,7 @@ import functools
 import importlib
 import os
 import shutil
+from collections import Counter
 import sys
 from pathlib import Path
 
@@ -91,10 +92,19 @@ def results(runs: list[Run], unstarted: list[tuple[str, str]] = ()) -> tuple[lis
     kept = [r for r in runs if not r.not_a_result()]
     if not kept:
         whys = [why for _, why in excluded] + [why for _, why in unstarted]
-        jobs = len(runs) + len(unstarted)
-        raise ReportError(f"none of the {plural(jobs, 'job')} completed ({whys[0]}{', ...' if len(whys) > 1 else ''}); "
-                          "nothing to report.")
+        kinds = Counter(job_kind(why) for why in whys)
+        raise ReportError(f"none of the {plural(len(whys), 'job')} completed ("
+                          f"{', '.join(f'{n} {kind}' for kind, n in kinds.items())}: {whys[0]}"
+                          f"{', ...' if len(whys) > 1 else ''}); nothing to report.")
     return kept, excluded
+
+
+def job_kind(why: str) -> str:
+    """What a job that is not a result is, in two words: 'interrupted by SIGTERM at step 36 of 800' -> 'interrupted',
+    'failed (...)' -> 'failed', 'started, but left no summary.json ...' -> 'left nothing', 'never started'."""
+    if why.startswith("started"):
+        return "left nothing"
+    return why if why == "never started" else why.split(" ")[0].rstrip(",")
 
 
 @functools.cache

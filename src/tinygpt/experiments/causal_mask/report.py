@@ -565,8 +565,9 @@ def setup_text(runs: list[Run]) -> str:
     return (
         f"**Setup.** {cfg['model']['n_layer']} layers, {cfg['model']['n_head']} heads, {cfg['model']['n_embd']} "
         f"wide, {cfg['trainer']['max_steps']} steps of AdamW (lr {cfg['optim']['lr']:g}, "
-        f"{cfg['optim']['warmup_steps']} warmup steps, cosine to {cfg['optim']['min_lr']:g}), seeds "
-        f"{', '.join(map(str, seeds))}; the training loss logged {every_steps(cfg['trainer']['log_every_n_steps'])}; "
+        f"{cfg['optim']['warmup_steps']} warmup steps, cosine to {cfg['optim']['min_lr']:g}), "
+        f"{'seed' if len(seeds) == 1 else 'seeds'} {', '.join(map(str, seeds))}; the training loss logged "
+        f"{every_steps(cfg['trainer']['log_every_n_steps'])}; "
         f"validation every {cfg['trainer']['val_check_interval']} steps on {cfg['data']['val_windows']} "
         f"fixed windows, with the honest (autoregressive) loss on {ar_cfg.get('windows', 16)} of them at "
         f"{ar_cfg.get('positions', 'all')} positions each (the curves). At the end: every validation window's "
