@@ -112,3 +112,18 @@ def test_the_same_signal_again_at_once_is_the_same_stop_for_a_run(monkeypatch):
     with pytest.raises(RunInterrupted):
         stop._handle(signal.SIGTERM, None)
     stop.uninstall()
+
+
+def test_the_stop_messages_are_one_line_each_in_a_pipe(tmp_path, capsys, monkeypatch):
+    """Piped (80 columns), the first signal's message is one line to grep, not cut mid-sentence."""
+    from tinygpt.runtime import interrupts
+
+    monkeypatch.setattr(interrupts, "stop_workers", lambda: None)
+    start_sweep(tmp_path)
+    signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+    run = GracefulStop()
+    run.training = True
+    run._handle(signal.SIGINT, None)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("SIGTERM: the running jobs stop") and err[0].endswith("(send it again to stop at once).")
+    assert err[1].startswith("SIGINT: stopping after this step") and err[1].endswith("to stop at once).")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # one-line messages: never cut at 80 columns when piped
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 REQUEUE_SIGNAL = signal.SIGUSR2  # what submitit asks SLURM to send before the time limit (#SBATCH --signal)
 # The same signal again within this many seconds of the first is the same stop, not a second one: a signal to a

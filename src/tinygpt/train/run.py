@@ -154,7 +154,8 @@ def build_module(run: TrainingRun) -> GPTModule:
     module.flops_per_batch = module.model.flops_per_token() * cfg.data.batch_size * cfg.model.block_size
     if cfg.compile:
         module.compile_model()
-    console.print(f"model: {count(module.model.num_params())} parameters, attention {module.config.attn}")
+    console.print(f"model: {count(module.model.num_params())} parameters, attention {module.config.attn}",
+                  soft_wrap=True)
     return module
 
 
