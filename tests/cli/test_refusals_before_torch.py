@@ -28,3 +28,15 @@ def test_a_wrong_ckpt_is_one_line_before_torch(tmp_path, script, extra, what):
     imported = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
     assert "torch" not in imported and "lightning" not in imported
     assert not (tmp_path / "exported").exists()
+
+
+@pytest.mark.parametrize("source", [["--ckpt", "{tmp}/nothing"], ["--init_from", "gpt2"]])
+def test_an_empty_text_for_the_attention_page_is_one_line_before_torch(tmp_path, source):
+    """--text "" was refused only after the model had loaded (5 s): now before torch, whichever model."""
+    args = [a.format(tmp=tmp_path) for a in source]
+    out = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "scripts" / "attention.py"), *args,
+                          "--text", ""], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    errors = [line for line in out.stderr.splitlines() if not line.startswith("import time:")]
+    assert out.returncode == 2 and errors == ["error: attention: --text is empty; give the text to look at."]
+    imported = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" not in imported

@@ -116,9 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--text", required=True, help="the text to look at (clipped to the model's block_size)")
     ap.add_argument("--out", type=Path, default=None, help="the page to write (default: <run dir>/attention/"
                     "<checkpoint>_step<N>_<text hash>.html; with --init_from: outputs/attention/<name>_<text "
-                    "hash>.html)")
+                    "hash>.html; a missing folder is made)")
     ap.add_argument("--png", type=Path, default=None, help="also write one heatmap PNG per layer into this dir")
     args = ap.parse_args(argv)
+    if not args.text:  # refused here, not after the checkpoint's seconds of loading
+        print_error("attention: --text is empty; give the text to look at.")
+        return 2
     if args.init_from:
         return pretrained_main(args)
     ckpt = args.ckpt or find_latest_checkpoint()
