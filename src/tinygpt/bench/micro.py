@@ -312,7 +312,6 @@ def _decode_variant(off: tuple):
     if "inference_mode" in off:  # generate stays under its no_grad
         stack.enter_context(mock.patch.object(gen_module, "_no_autograd", contextlib.nullcontext))
     if "split_any" in off:  # whatever its timing says, at any thread count
-        stack.enter_context(mock.patch.object(FastDecodeLinear, "min_threads", 1))
         stack.enter_context(mock.patch.object(FastDecodeLinear, "split_margin", 0.0))
     if "no_split" in off:
         stack.enter_context(mock.patch.object(FastDecodeLinear, "max_rows", 0))

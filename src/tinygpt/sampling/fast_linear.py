@@ -9,10 +9,11 @@ Xeon), the split is slower, so it is taken only where it was timed faster on the
 decoded token runs them: one weight timed alone sits in the last-level cache, where one core reads fast, while a
 token's products stream every weight from memory. Timed one weight at a time, the AMD EPYC's split looked no
 faster (0.7-1.3x per weight, 32 MiB of L3) and was left out; over the 42 MB of `small`'s products it is 2.8x.
-Nothing changes for training (gradients on), for more than ``max_rows`` rows, for weights small enough to sit
-in a core's cache (the split then costs more than it saves), with one torch thread (the split has no second
-core to use, and one thread's ``bmm`` is about half as fast as ``F.linear`` there) or off the CPU. Measured in
-docs/benchmarks.md.
+The timing decides at every thread count: with one thread the split has no second core, yet on the AMD EPYC its
+``bmm`` still streamed `small`'s products faster than MKL's one-row ``F.linear`` (1.7x over the model, where a
+rule had kept one thread on ``F.linear``). Nothing changes for training (gradients on), for more than
+``max_rows`` rows, for weights small enough to sit in a core's cache (the split then costs more than it saves) or
+off the CPU. Measured in docs/benchmarks.md.
 
 Same math, another summation kernel: the outputs agree with ``F.linear`` to float rounding (~1e-6 relative),
 as F.linear on one row and on a hundred rows already do with each other.
@@ -37,7 +38,6 @@ class FastDecodeLinear(nn.Linear):
 
     max_rows = 8  # rows (B * T) up to which the split product is used
     min_weight_elements = 1 << 17  # 512 KiB of fp32: below this the weight stays in cache and F.linear wins
-    min_threads = 2  # torch threads: with one, bmm's two halves run one after the other, slower than F.linear
     split_margin = 1.25  # the split is taken where it was timed this much faster than F.linear (0: always)
     speedups: dict = {}  # (threads, the weights' shapes, dtype) -> F.linear's time / the split's, once per process
     decode_group: tuple = ()  # the weights of the model's products, in order (use_fast_decode sets it)
@@ -52,7 +52,7 @@ class FastDecodeLinear(nn.Linear):
 
 def uses_split(x: Tensor, weight: Tensor, group: tuple = ()) -> bool:
     """Whether ``decode_linear(x, weight, ...)`` takes the split matrix-vector path: few rows of a big weight,
-    no gradients, the CPU, two threads or more, and the split timed faster than F.linear on this machine, over
+    no gradients, the CPU, and the split timed faster than F.linear on this machine at this thread count, over
     ``group`` (the model's weights whose products a token runs in a row; the weight alone when empty)."""
     if not (
         x.device.type == "cpu"
@@ -60,7 +60,6 @@ def uses_split(x: Tensor, weight: Tensor, group: tuple = ()) -> bool:
         and x.numel() <= FastDecodeLinear.max_rows * x.shape[-1]
         and weight.numel() >= FastDecodeLinear.min_weight_elements
         and weight.shape[0] % 2 == 0
-        and torch.get_num_threads() >= FastDecodeLinear.min_threads
     ):
         return False
     return split_speedup(group or (weight,)) >= FastDecodeLinear.split_margin
