@@ -395,8 +395,7 @@ def _decode_at_memory_limit(arch: dict, threads: int, new_tokens: int, vocab: in
     nbytes = weight_bytes(model)
     dram = streaming_read_gbps(bandwidth_bytes or memory_bytes_for_bandwidth())
     resident = streaming_read_gbps(nbytes, repeats=repeats)
-    levers = {name: off for name, off in DECODE_LEVERS.items()
-              if not (threads < 2 and "no_split" in off)}  # one thread never splits: that row is the first
+    levers = dict(DECODE_LEVERS)  # one thread may split too (its timing decides): every row at every count
     times: dict[str, list[float]] = {name: [] for name in levers}
     outs: dict[str, torch.Tensor] = {}
     for name, off in levers.items():  # warm-up, outside the clock
