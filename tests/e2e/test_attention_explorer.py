@@ -101,7 +101,7 @@ def test_the_script_draws_any_text_through_causal_and_leaky_checkpoints(runs, tm
 @pytest.mark.slow
 @pytest.mark.parametrize("args, says", [
     (["--ckpt", "{tmp}/nowhere", "--text", "hi"], "does not exist"),
-    (["--ckpt", "{causal}", "--text", ""], "has no tokens"),
+    (["--ckpt", "{causal}", "--text", ""], "--text is empty"),
     (["--ckpt", "{tmp}/junk.ckpt", "--text", "hi"], "checkpoint"),
 ])
 def test_bad_input_is_one_line_and_exit_2(runs, tmp_path, args, says):
