@@ -82,17 +82,25 @@ def test_every_job_of_a_half_finished_sweep_is_named(tmp_path, capsys):
         assert f"- `{where}`: {why}" in (tmp_path / "out" / "README.md").read_text()
 
 
-def test_a_sweep_with_no_result_counts_its_jobs_not_its_runs(tmp_path, capsys):
-    """3 jobs, one interrupted and two never started: "none of the 3 jobs", not "none of the 1 runs"."""
+def sweep_of_three_jobs_one_run(tmp_path, summary: bool = True):
+    """A sweep of 3 jobs (seeds 1-3) where only job 0 left a dir, interrupted (with its summary or without)."""
     import shutil
 
     sweep = causal_sweep(tmp_path / "sweep", status="interrupted")
     for d in sweep.iterdir():
         if d.is_dir() and d.name != "0":
             shutil.rmtree(d)
+    if not summary:
+        (sweep / "0" / "summary.json").unlink()
     (sweep / "multirun.yaml").write_text(
         "hydra:\n  sweeper:\n    params:\n      model.attn.causal: true\n      seed: 1,2,3\n"
         "  overrides:\n    task:\n    - experiment=causal_mask\n")
+    return sweep
+
+
+def test_a_sweep_with_no_result_counts_its_jobs_not_its_runs(tmp_path, capsys):
+    """3 jobs, one interrupted and two never started: "none of the 3 jobs", not "none of the 1 runs"."""
+    sweep = sweep_of_three_jobs_one_run(tmp_path)
     assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == ("error: report: none of the 3 jobs completed (1 interrupted, 2 never started: interrupted by "
@@ -102,17 +110,7 @@ def test_a_sweep_with_no_result_counts_its_jobs_not_its_runs(tmp_path, capsys):
 
 def test_a_sweep_whose_jobs_left_no_summary_at_all_is_reported_by_its_jobs(tmp_path, capsys):
     """Stopped before any job wrote a summary: the jobs are named by what they are, not 'is it a sweep dir?'."""
-    import shutil
-
-    sweep = causal_sweep(tmp_path / "sweep", status="interrupted")
-    for d in sweep.iterdir():
-        if d.is_dir():
-            (d / "summary.json").unlink(missing_ok=True)
-            if d.name != "0":
-                shutil.rmtree(d)
-    (sweep / "multirun.yaml").write_text(
-        "hydra:\n  sweeper:\n    params:\n      model.attn.causal: true\n      seed: 1,2,3\n"
-        "  overrides:\n    task:\n    - experiment=causal_mask\n")
+    sweep = sweep_of_three_jobs_one_run(tmp_path, summary=False)
     assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: report: none of the 3 jobs completed (1 left nothing, 2 never started: started, "
