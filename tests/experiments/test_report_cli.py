@@ -103,8 +103,8 @@ def test_a_sweep_with_no_result_counts_its_jobs_not_its_runs(tmp_path, capsys):
     sweep = sweep_of_three_jobs_one_run(tmp_path)
     assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("error: report: none of the 3 jobs completed (1 interrupted, 2 never started: interrupted by "
-                   "SIGTERM at step 36 of 800, ...); nothing to report.")
+    assert err == ("error: report: none of the 3 jobs completed (1 interrupted, 2 never started; the first: "
+                   "interrupted by SIGTERM at step 36 of 800); nothing to report.")
     assert not (tmp_path / "out").exists()
 
 
@@ -113,8 +113,8 @@ def test_a_sweep_whose_jobs_left_no_summary_at_all_is_reported_by_its_jobs(tmp_p
     sweep = sweep_of_three_jobs_one_run(tmp_path, summary=False)
     assert report.main(["causal_mask", str(sweep), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: report: none of the 3 jobs completed (1 left nothing, 2 never started: started, "
-                          "but left no summary.json"), err
+    assert err.startswith("error: report: none of the 3 jobs completed (1 left no summary, 2 never started; the "
+                          "first: started, but left no summary.json"), err
     assert not (tmp_path / "out").exists()
 
 

@@ -94,16 +94,17 @@ def results(runs: list[Run], unstarted: list[tuple[str, str]] = ()) -> tuple[lis
         whys = [why for _, why in excluded] + [why for _, why in unstarted]
         kinds = Counter(job_kind(why) for why in whys)
         raise ReportError(f"none of the {plural(len(whys), 'job')} completed ("
-                          f"{', '.join(f'{n} {kind}' for kind, n in kinds.items())}: {whys[0]}"
-                          f"{', ...' if len(whys) > 1 else ''}); nothing to report.")
+                          f"{', '.join(f'{n} {kind}' for kind, n in kinds.items())}; the first: {whys[0]}); "
+                          "nothing to report.")
     return kept, excluded
 
 
 def job_kind(why: str) -> str:
-    """What a job that is not a result is, in two words: 'interrupted by SIGTERM at step 36 of 800' -> 'interrupted',
-    'failed (...)' -> 'failed', 'started, but left no summary.json ...' -> 'left nothing', 'never started'."""
+    """What a job that is not a result is, in a few words: 'interrupted by SIGTERM at step 36 of 800' ->
+    'interrupted', 'failed (...)' -> 'failed', 'started, but left no summary.json ...' -> 'left no summary',
+    'never started'."""
     if why.startswith("started"):
-        return "left nothing"
+        return "left no summary"
     return why if why == "never started" else why.split(" ")[0].rstrip(",")
 
 
