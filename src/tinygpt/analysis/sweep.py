@@ -182,8 +182,9 @@ def jobs_without_runs(sweep_dirs: list[Path]) -> list[tuple[str, str]]:
     return out
 
 
-def load_runs(sweep_dirs: list[Path]) -> list[Run]:
-    """Every job dir (one holding summary.json) under the given dirs, in a stable order."""
+def load_runs(sweep_dirs: list[Path], unstarted: list[tuple[str, str]] = ()) -> list[Run]:
+    """Every job dir (one holding summary.json) under the given dirs, in a stable order. ``unstarted``: the sweeps'
+    jobs that left no summary (jobs_without_runs): with any, finding no run is the report's to name, not an error."""
     runs = []
     for root in sweep_dirs:
         if not root.exists():
@@ -201,7 +202,7 @@ def load_runs(sweep_dirs: list[Path]) -> list[Run]:
             if old:
                 raise ReportError(refusal(summary.parent, old, root))
             runs.append(run)
-    if not runs and not jobs_without_runs(sweep_dirs):  # a sweep whose jobs left nothing is the report's to name
+    if not runs and not unstarted:
         raise ReportError(f"no summary.json under {', '.join(map(str, sweep_dirs))}; is it a sweep dir?")
     return runs
 

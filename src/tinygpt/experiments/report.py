@@ -212,10 +212,10 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
     if experiment not in experiments():
         raise ReportError(f"experiment {experiment!r} is not one of {', '.join(experiments())}.")
     check_out(out)
-    runs = load_runs(sweeps)
+    unstarted = jobs_without_runs(sweeps)
+    runs = load_runs(sweeps, unstarted)
     refuse_foreign(runs, experiment)
     refuse_mixed(runs, experiment)
-    unstarted = jobs_without_runs(sweeps)
     runs, excluded = results(runs, unstarted)
     excluded = [(str(r.dir), why) for r, why in excluded] + unstarted
     for where, why in excluded:

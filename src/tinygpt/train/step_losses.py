@@ -22,10 +22,9 @@ class StepLosses:
         """``losses``: a (steps,) tensor to continue from (a checkpoint's), kept as the first block."""
         self.blocks: list[torch.Tensor] = []
         self.used = 0  # slots written in the last block
-        self.count = 0
         if losses is not None and len(losses):
             self.blocks.append(losses.clone())  # (steps,)
-            self.used = self.count = len(losses)
+            self.used = len(losses)
 
     def append(self, loss: torch.Tensor) -> None:
         """``loss``: a 0-dim tensor, detached."""
@@ -34,10 +33,9 @@ class StepLosses:
             self.used = 0
         self.blocks[-1][self.used].copy_(loss)
         self.used += 1
-        self.count += 1
 
     def __len__(self) -> int:
-        return self.count
+        return sum(len(block) for block in self.blocks[:-1]) + self.used
 
     def all(self) -> torch.Tensor:
         """Every step's loss in order, (steps,), on the losses' device (an empty tensor before the first step)."""
