@@ -14,17 +14,13 @@ import io
 import os
 import sys
 from collections.abc import Callable
+from functools import cache
 
 
+@cache
 def _nowhere():
     """os.devnull, opened once: where output goes when no stream is left to read it."""
-    global _devnull
-    if _devnull is None:
-        _devnull = open(os.devnull, "w")  # noqa: SIM115 (kept open for the process's life)
-    return _devnull
-
-
-_devnull = None
+    return open(os.devnull, "w")  # noqa: SIM115 (kept open for the process's life)
 
 
 class PipeSafe(io.TextIOBase):
