@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tinygpt.sampling import fast_linear
 from tinygpt.sampling.generate import generate
 from tinygpt.sampling.fast_linear import FastDecodeLinear, use_fast_decode
 from tinygpt.model.gpt import GPT, GPTConfig
@@ -41,6 +42,31 @@ def test_the_split_product_equals_f_linear_to_rounding(shape, bias):
     assert y.shape == expected.shape
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
     assert not torch.equal(layer.weight, torch.zeros_like(layer.weight))  # a real product, not zeros
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8])
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_lean_steps_product_on_prebuilt_blocks_is_the_layers(rows, bias):
+    """lean_product: the split on the weight's halves built once, called per token with the rows alone; the
+    same bits as the layer's forward (the same bmm on the same views), F.linear to rounding; a strided row too."""
+    layer = big_linear(bias)
+    x = torch.randn(rows, 2 * 384)[:, ::2]  # (rows, 384), not contiguous
+    with torch.no_grad():
+        product, weight, b = fast_linear.lean_product(layer, rows)
+        assert product is fast_linear.blocks_product and weight.shape == (2, 576, 384)
+        assert weight.data_ptr() == layer.weight.data_ptr()  # a view: nothing copied
+        y = product(x, weight, b)
+        assert torch.equal(y, layer(x))
+    torch.testing.assert_close(y, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+
+
+def test_the_lean_step_takes_f_linear_where_the_layer_would():
+    small = FastDecodeLinear(128, 384)  # 49k weights: they stay in cache
+    plain = torch.nn.Linear(384, 1152)
+    with torch.no_grad():
+        assert fast_linear.lean_product(small, 1) == (F.linear, small.weight, small.bias)
+        assert fast_linear.lean_product(plain, 1) == (F.linear, plain.weight, plain.bias)
+        assert fast_linear.lean_product(big_linear(False), 9)[0] is F.linear  # more than max_rows rows
 
 
 def test_the_split_is_for_few_rows_of_a_big_weight_without_gradients():

@@ -10,7 +10,7 @@ import torch
 
 from tinygpt.sampling import fast_linear
 from tinygpt.sampling import generate as gen_module
-from tinygpt.sampling.fast_linear import FastDecodeLinear, split_product, use_fast_decode
+from tinygpt.sampling.fast_linear import FastDecodeLinear, blocks_product, use_fast_decode
 from tinygpt.sampling.generate import CachedStep, generate, greedy_token, next_token_probs
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.model.kv_cache import KVCache
@@ -29,10 +29,11 @@ def threads(n: int):
 @contextlib.contextmanager
 def path_before():
     """The decode path before the levers: the modules' forward per token, softmax + multinomial for top_k=1,
-    inference_mode, the split products at any thread count."""
+    no_grad alone, oneDNN's kernels, the split products at any thread count."""
     with mock.patch.object(CachedStep, "for_model", lambda *a, **k: None), \
             mock.patch.object(gen_module, "greedy_token", lambda *a, **k: None), \
             mock.patch.object(gen_module, "_no_autograd", contextlib.nullcontext), \
+            mock.patch.object(gen_module, "_native_kernels", contextlib.nullcontext), \
             mock.patch.object(FastDecodeLinear, "split_margin", 0.0):
         yield
 
@@ -66,14 +67,17 @@ def split_always(monkeypatch):
 @pytest.mark.parametrize("kw", VARIANTS, ids=["default", "math", "qk_norm", "gpt2-like", "scale_at_qk"])
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("fast", [False, True], ids=["linear", "split"])
-def test_the_cached_step_gives_the_models_logits_bit_for_bit(kw, batch, fast, split_always):
+@pytest.mark.parametrize("native", [False, True], ids=["onednn", "native"])
+def test_the_cached_step_gives_the_models_logits_bit_for_bit(kw, batch, fast, native, split_always):
     """Token by token from an empty cache (the first token at position 0 too): every logit and the cache itself
-    equal GPT.forward's with the cache exactly, the split products (2 threads) included."""
+    equal GPT.forward's with the cache exactly, the split products (2 threads) included, with oneDNN's kernels
+    (PyTorch's default) and with PyTorch's own (the decode loop's)."""
     m = opinionated(n_embd=256 if fast else 32, **kw)  # 256 wide: c_attn's weight is big enough to split
     if fast:
         use_fast_decode(m)
     idx = torch.randint(0, 23, (batch, 12), generator=torch.Generator().manual_seed(1))
-    with threads(2), torch.no_grad():
+    kernels = gen_module._native_kernels() if native else contextlib.nullcontext()
+    with threads(2), torch.no_grad(), kernels:
         if fast:
             assert m.blocks[0].attn.c_attn.uses_split(torch.zeros(batch, 256))
         ref, fast_cache = KVCache.for_model(m, batch), KVCache.for_model(m, batch)
@@ -247,8 +251,8 @@ def test_the_split_is_chosen_once_for_all_of_a_models_products(monkeypatch):
         assert all(layer.uses_split(torch.zeros(1, layer.in_features)) for layer in layers)
         cache = KVCache.for_model(m, 1)
         step = CachedStep.for_model(m, cache)
-        assert all(product is split_product for layer in step.layers for product in (layer[2][0], layer[3][0],
-                                                                                       layer[11][0], layer[13][0]))
+        assert all(product is blocks_product for layer in step.layers for product in (layer[2][0], layer[3][0],
+                                                                                        layer[11][0], layer[13][0]))
         FastDecodeLinear.speedups[key] = 1.0
         assert not any(layer.uses_split(torch.zeros(1, layer.in_features)) for layer in layers)
 
@@ -259,6 +263,29 @@ def test_the_cache_keeps_keys_and_values_in_one_buffer():
     assert cache.k.data_ptr() == cache.kv.data_ptr() and cache.v.shape == (2, 1, 2, 4, 3)
     assert cache.kv[1, 0, :, :, 0].eq(1).all() and cache.kv[1, 1, :, :, 0].eq(2).all()
     assert cache.kv[0].eq(0).all() and cache.kv[1, :, :, :, 1:].eq(0).all()
+
+
+def test_the_loop_runs_pytorchs_own_kernels_and_gives_onednn_back_after():
+    """oneDNN is off while the loop runs (its GELU's setup per call costs more than a row's GELU) and on again
+    after, an error included; the logits differ from oneDNN's by float rounding only."""
+    m = opinionated(activation="gelu")
+    seen = []
+    hook = m.register_forward_pre_hook(lambda *_: seen.append(torch.backends.mkldnn.enabled))
+    assert torch.backends.mkldnn.enabled
+    generate(m, torch.tensor([[1, 2]]), 3, top_k=1)
+    assert seen == [False] * 3 and torch.backends.mkldnn.enabled
+    hook.remove()
+    hook = m.register_forward_pre_hook(lambda *_: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        generate(m, torch.tensor([[1, 2]]), 3, top_k=1)
+    assert torch.backends.mkldnn.enabled
+    hook.remove()
+    x = torch.randint(0, 23, (2, 12), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        onednn = m(x)[0]
+        with gen_module._native_kernels():
+            native = m(x)[0]
+    torch.testing.assert_close(native, onednn, rtol=1e-5, atol=1e-5)
 
 
 def test_the_tokens_leave_inference_mode_as_a_plain_tensor():

@@ -15,11 +15,14 @@ tokens only).
 
 Two shortcuts keep every token as it was and only save time: after the prompt, each cached token goes through
 ``CachedStep`` (GPT.forward's arithmetic without the modules' glue; an unpadded batch of a plain GPT), and
-top_k=1 takes its token from ``greedy_token`` (no softmax and draw when the largest logit stands alone).
+top_k=1 takes its token from ``greedy_token`` (no softmax and draw when the largest logit stands alone). The
+loop runs with oneDNN off (``_native_kernels``): PyTorch's own GELU, the same function to float rounding, without
+oneDNN's setup per call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -81,12 +84,28 @@ def generate(
     check_sampling(temperature, top_k)
     if padding_mask is not None:
         check_left_padded(padding_mask, idx)
-    with _no_autograd():  # no autograd bookkeeping on any op; the tokens leave as a plain tensor
+    with _no_autograd(), _native_kernels():  # no autograd bookkeeping; the tokens leave as a plain tensor
         out = _decode(model, idx, max_new_tokens, temperature, top_k, generator, use_cache, padding_mask)
     return out.clone()
 
 
 _no_autograd = torch.inference_mode  # the decode loop's context (no_grad alone does more bookkeeping per op)
+
+
+@contextlib.contextmanager
+def _native_kernels():
+    """PyTorch's own CPU kernels for the decode loop, oneDNN's off: with oneDNN on (PyTorch's default) F.gelu
+    runs a oneDNN primitive, whose setup per call costs more than a row's GELU itself (docs/benchmarks.md: the
+    lever's row). The same function to float rounding (~1 ulp); every path of the loop (the prompt, the cached
+    step, the modules' forward) runs under it, so they still agree bit for bit. ``torch.backends.mkldnn.enabled``
+    is process-wide: it is off while the loop runs (a model training in another thread meanwhile would take
+    PyTorch's kernels too) and restored after, whatever happens."""
+    before = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = before
 
 
 def _decode(model, idx: Tensor, max_new_tokens: int, temperature: float, top_k: int | None,
@@ -152,7 +171,7 @@ class CachedStep:
     @classmethod
     def for_model(cls, model, cache) -> CachedStep | None:
         from tinygpt.model.attention import CausalSelfAttention
-        from tinygpt.sampling.fast_linear import FastDecodeLinear, split_product, uses_split
+        from tinygpt.sampling.fast_linear import FastDecodeLinear, lean_product
         from tinygpt.model.gpt import GPT, MLP, Block
 
         expected = {GPT: ("forward", "_embed"), Block: ("forward",), MLP: ("forward",),
@@ -176,14 +195,10 @@ class CachedStep:
         if any_global_hooks():
             return None
 
-        rows = torch.empty(cache.kv.shape[2], 1, device=cache.kv.device)  # (B, 1): a token per row
+        B = cache.kv.shape[2]  # a token per row
 
-        def linear(layer: nn.Linear) -> tuple:
-            """(product, weight, bias): F.linear, or the split product where FastDecodeLinear would take it for
-            these rows (decided here once, not per token)."""
-            split = type(layer) is FastDecodeLinear and uses_split(rows.expand(-1, layer.in_features), layer.weight,
-                                                                   layer.decode_group)
-            return (split_product if split else F.linear), layer.weight, layer.bias
+        def linear(layer: nn.Linear) -> tuple:  # F.linear or the split, decided and built once, not per token
+            return lean_product(layer, B)
 
         def norm(ln: nn.LayerNorm) -> tuple:
             return ln.normalized_shape, ln.weight, ln.bias, ln.eps
