@@ -28,7 +28,16 @@ def test_the_bound_and_the_levers_are_measured_at_one_thread_and_all(quick_decod
             assert d["threads"] == int(n) and d["weight_bytes"] > 0 and d["bandwidth_gbps"] > 0
             assert d["bound_tokens_per_sec"] == pytest.approx(d["bandwidth_gbps"] * 1e9 / d["weight_bytes"])
             assert d["fraction_of_bound"] == pytest.approx(d["cached_tokens_per_sec"] / d["bound_tokens_per_sec"])
-            assert d["products_alone_ms"] > 0 and d["resident_read_gbps"] > 0
+            assert d["products_alone_ms"] > 0 and d["resident_read_gbps"] > 0 and d["weights_read_alone_ms"] > 0
+            # the bound: the fastest of a read before the timings and one right before and after each round's
+            reads, around = d["reads_gbps"], d["rounds_around"]
+            assert len(reads) == 1 + 2 * d["rounds"] and len(around) == d["rounds"]
+            assert d["bandwidth_gbps"] == max(reads) and [reads[1 + 2 * i] for i in range(d["rounds"])] == [
+                x["read_before_gbps"] for x in around]
+            for x in around:  # each round against the reads right around it
+                assert x["fraction_of_bound"] == pytest.approx(
+                    x["tokens_per_sec"] * d["weight_bytes"] / (1e9 * max(x["read_before_gbps"], x["read_after_gbps"])))
+            assert d["cached_tokens_per_sec"] == pytest.approx(max(x["tokens_per_sec"] for x in around))
             expected = list(DECODE_LEVERS)  # at every thread count (one thread may split too)
             assert list(d["levers"]) == expected
             assert all(v["identical"] for v in d["levers"].values())  # every variant decodes the same tokens
@@ -50,6 +59,10 @@ def test_the_report_renders_the_decode_sections_from_a_partial_run(quick_decode,
     assert f"{small['bound_tokens_per_sec']:,.0f} | {small['cached_tokens_per_sec']:,.0f}" in md
     assert "| none of them (the decode path before) |" in md and "| matrix-vector products |" in md
     assert "Reading it (one thread): on the small model a token's products alone are" in md
+    if "2" in r["decode"]["small (10.7M, context 256)"]:  # two cores or more
+        two = r["decode"]["small (10.7M, context 256)"]["2"]
+        assert (f"What stops the small model at two threads ({two['fraction_of_bound']:.0%} of the bound in this "
+                f"run)") in md and f"its products alone {two['products_alone_ms']:.2f} ms" in md
     without = tmp_path / "without.md"  # no run measured the bound: no such section, the generation table stays
     assert bench_report.main([str(full), "--out", str(without)]) == 0
     assert "## Decoding at the memory limit" not in without.read_text()

@@ -246,11 +246,13 @@ def cache_bytes(level: int = 3) -> int | None:
     return None
 
 
-def streaming_read_gbps(nbytes: int, repeats: int = 5) -> float:
+def streaming_read_gbps(nbytes: int = 0, repeats: int = 5, buffer: torch.Tensor | None = None) -> float:
     """GB/s of one streaming read of ``nbytes`` of fp32 (a tensor's sum, at torch's current thread count), the
-    best of ``repeats`` after a first pass that touches every page."""
-    x = torch.ones(max(nbytes // 4, 1))
-    x.sum()
+    best of ``repeats`` after a first pass that touches every page; or of ``buffer``, made once and read again
+    (no first pass: a read right before and after a timing)."""
+    x = torch.ones(max(nbytes // 4, 1)) if buffer is None else buffer
+    if buffer is None:
+        x.sum()
     best = min(_timed_call(x.sum) for _ in range(repeats))
     return x.numel() * 4 / best / 1e9
 
@@ -271,17 +273,28 @@ def weight_bytes(model: torch.nn.Module) -> int:
 def products_alone_seconds(model: torch.nn.Module, repeats: int = 30) -> float:
     """Seconds for every Linear of ``model`` (the head included) applied to one row, in the model's order, with
     nothing between them: the products of one decoded token without the rest of its work (median of
-    ``repeats`` passes; each Linear's own forward: the split product where use_fast_decode swapped it in)."""
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    rows = {m.in_features: torch.randn(1, m.in_features) for m in linears}
-    calls = [(m.forward, rows[m.in_features]) for m in linears]
+    ``repeats`` passes; each as the lean decode step runs it: the split product on prebuilt blocks where
+    use_fast_decode swapped it in and its timing takes it)."""
+    from tinygpt.sampling.fast_linear import lean_product
 
-    def one_token():
-        for product, x in calls:
-            product(x)
+    calls = [(lean_product(m, 1), torch.randn(1, m.in_features)) for m in model.modules()
+             if isinstance(m, torch.nn.Linear)]
+    return _median_seconds(lambda: [product(x, weight, bias) for (product, weight, bias), x in calls], repeats)
 
-    one_token()
-    times = sorted(_timed_call(one_token) for _ in range(repeats))
+
+@torch.no_grad()
+def weights_read_alone_seconds(model: torch.nn.Module, repeats: int = 30) -> float:
+    """Seconds for reading every Linear's weight of ``model`` once, one weight after another in the model's
+    order (a sum of each, at torch's thread count): the reads of a token's products without their arithmetic,
+    short reads one after another where the bound assumes one long one; no product can stream its weight faster
+    (median of ``repeats`` passes)."""
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    return _median_seconds(lambda: [w.sum() for w in weights], repeats)
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    fn()
+    times = sorted(_timed_call(fn) for _ in range(repeats))
     return times[len(times) // 2]
 
 
@@ -290,9 +303,10 @@ DECODE_LEVERS = {  # name -> what the variant turns off (patched in this process
     "without the lean cached step (GPT.forward per token)": ("step",),
     "without the greedy shortcut (softmax + multinomial per token)": ("greedy",),
     "without inference_mode (no_grad alone)": ("inference_mode",),
+    "without PyTorch's own kernels (oneDNN's GELU, as in training)": ("native",),
     "split products always, at any thread count (as before)": ("split_any",),
     "without the split products (plain F.linear)": ("no_split",),
-    "none of them (the decode path before)": ("step", "greedy", "inference_mode", "split_any"),
+    "none of them (the decode path before)": ("step", "greedy", "inference_mode", "native", "split_any"),
 }
 
 
@@ -311,6 +325,8 @@ def _decode_variant(off: tuple):
         stack.enter_context(mock.patch.object(gen_module, "greedy_token", lambda *a, **k: None))
     if "inference_mode" in off:  # generate stays under its no_grad
         stack.enter_context(mock.patch.object(gen_module, "_no_autograd", contextlib.nullcontext))
+    if "native" in off:
+        stack.enter_context(mock.patch.object(gen_module, "_native_kernels", contextlib.nullcontext))
     if "split_any" in off:  # whatever its timing says, at any thread count
         stack.enter_context(mock.patch.object(FastDecodeLinear, "split_margin", 0.0))
     if "no_split" in off:
@@ -367,11 +383,15 @@ def decode_at_memory_limit(arch: dict, threads: int, new_tokens: int = 255, voca
                            bandwidth_bytes: int | None = None, profile: bool = True, repeats: int = 20) -> dict:
     """Cached greedy decoding at batch 1 against the bound that reading every fp32 weight once per token sets:
     weight bytes / the memory's streaming-read rate (a buffer far larger than the last-level cache, at
-    ``threads`` threads). Also: the same read of a buffer as large as the weights (a cache-resident model can
-    beat the bound), the products alone, each lever turned off in turn (``DECODE_LEVERS``, taking turns for
-    ``rounds`` rounds; best of the rounds; the greedy tokens of every variant must equal the shipped path's)
-    and a profile of one decode; and how much CPU other processes used meanwhile. ``repeats``: of the
-    weights-sized read and of the products alone (the best and the median)."""
+    ``threads`` threads). The rate is read once before and again right before and after each of the shipped
+    path's timed decodes, and the fastest read is the bound: on a virtual machine the rate at two threads can
+    change from one second to the next, and a decode timed in a slow spell held against a bound read in a fast
+    one, or the other way round, measures the host. Also: the same read of a buffer as large as the weights (a
+    cache-resident model can beat the bound), the products alone and the weights read alone in a token's order,
+    each lever turned off in turn (``DECODE_LEVERS``, taking turns for ``rounds`` rounds; best of the rounds;
+    the greedy tokens of every variant must equal the shipped path's) and a profile of one decode; and how much
+    CPU other processes used meanwhile. ``repeats``: of the weights-sized read (the best) and of the products
+    and the weights alone (the median)."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -393,29 +413,43 @@ def _decode_at_memory_limit(arch: dict, threads: int, new_tokens: int, vocab: in
     new_tokens = min(new_tokens, arch["block_size"] - 1)
     prompt = torch.randint(0, vocab, (1, 1), generator=torch.Generator().manual_seed(0))
     nbytes = weight_bytes(model)
-    dram = streaming_read_gbps(bandwidth_bytes or memory_bytes_for_bandwidth())
+    buffer = torch.ones(max((bandwidth_bytes or memory_bytes_for_bandwidth()) // 4, 1))  # read around each timing
+    reads = [streaming_read_gbps(buffer=buffer)]
     resident = streaming_read_gbps(nbytes, repeats=repeats)
     levers = dict(DECODE_LEVERS)  # one thread may split too (its timing decides): every row at every count
+    shipped = next(iter(levers))
     times: dict[str, list[float]] = {name: [] for name in levers}
     outs: dict[str, torch.Tensor] = {}
     for name, off in levers.items():  # warm-up, outside the clock
         with _decode_variant(off):
             outs[name] = generate(model, prompt, new_tokens, top_k=1)
+    timings = []  # the shipped path's rounds: (read before, tokens/s, read after)
     for _ in range(rounds):
         for name, off in levers.items():
+            if name == shipped:
+                before = streaming_read_gbps(repeats=1, buffer=buffer)
             with _decode_variant(off):
                 times[name].append(_timed_call(lambda: generate(model, prompt, new_tokens, top_k=1)))
-    shipped = next(iter(levers))
+            if name == shipped:
+                timings.append((before, new_tokens / times[name][-1], streaming_read_gbps(repeats=1, buffer=buffer)))
+                reads += [before, timings[-1][-1]]
+    del buffer
     tokens_per_sec = {name: new_tokens / min(t) for name, t in times.items()}
+    dram = max(reads)  # the fastest read of the run: the highest bound, the lowest fraction
     bound = dram * 1e9 / nbytes
     products = products_alone_seconds(model, repeats=repeats + 10)
+    reads_alone = weights_read_alone_seconds(model, repeats=repeats + 10)
     return {
         "arch": arch, "threads": threads, "new_tokens": new_tokens, "rounds": rounds, "weight_bytes": nbytes,
         "llc_bytes": cache_bytes(3),
         "bandwidth_bytes": bandwidth_bytes or memory_bytes_for_bandwidth(), "bandwidth_gbps": dram,
+        "reads_gbps": reads, "rounds_around": [{"read_before_gbps": b, "tokens_per_sec": t, "read_after_gbps": a,
+                                                "fraction_of_bound": t * nbytes / (max(b, a) * 1e9)}
+                                               for b, t, a in timings],
         "resident_read_gbps": resident, "bound_tokens_per_sec": bound,
         "cached_tokens_per_sec": tokens_per_sec[shipped], "fraction_of_bound": tokens_per_sec[shipped] / bound,
         "ms_per_token": 1000 / tokens_per_sec[shipped], "products_alone_ms": 1000 * products,
+        "weights_read_alone_ms": 1000 * reads_alone,
         "levers": {name: {"tokens_per_sec": tps, "fraction_of_bound": tps / bound,
                           "identical": bool(torch.equal(outs[name], outs[shipped]))}
                    for name, tps in tokens_per_sec.items()},

@@ -557,9 +557,12 @@ def decode_lines(r: dict, others) -> list[str]:
     for name, n in cols:
         d = dec[name][n]
         before = d["levers"][BEFORE]
+        reads = d.get("reads_gbps") or [d["bandwidth_gbps"]]
+        around = ", ".join(f"{x['fraction_of_bound']:.0%}" for x in d.get("rounds_around", [])) or "-"
         rows.append(f"| {name} | {n} | {d['weight_bytes'] / 1e6:.1f} | {d['bandwidth_gbps']:.1f} | "
+                    f"{min(reads):.1f}-{max(reads):.1f} | "
                     f"{d['bound_tokens_per_sec']:,.0f} | {d['cached_tokens_per_sec']:,.0f} | "
-                    f"{d['fraction_of_bound']:.0%} | >= 60%: {mark(d['fraction_of_bound'] >= 0.6)} | "
+                    f"{d['fraction_of_bound']:.0%} | {around} | >= 60%: {mark(d['fraction_of_bound'] >= 0.6)} | "
                     f"{before['tokens_per_sec']:,.0f} ({before['fraction_of_bound']:.0%}) | "
                     f"{d['cached_tokens_per_sec'] / before['tokens_per_sec']:.2f}x | "
                     f"{fmt(d.get('other_processes_cores'), '.2f')} |")
@@ -569,17 +572,21 @@ def decode_lines(r: dict, others) -> list[str]:
         "A cached token multiplies every weight by one row: 2 FLOPs per weight read, so a token cannot come faster "
         "than the memory reads the weights. The bound: the weights' bytes (every parameter once, in fp32; the tied "
         "embedding once, as the token reads it as the head; the position table whole, though a token reads one row "
-        "of it) / the memory's streaming-read rate, the best of 5 sums of a "
-        f"{first['bandwidth_bytes'] / 2**30:.1f} GiB fp32 tensor ({llc(first)}) at the decode's thread count. "
-        "Cached greedy decoding at batch 1 from a 1-token prompt to the end of the context, the best of "
+        "of it) / the memory's streaming-read rate: sums of a "
+        f"{first['bandwidth_bytes'] / 2**30:.1f} GiB fp32 tensor ({llc(first)}) at the decode's thread count, "
+        + ("read once before the timings and again right before and after each timed decode of the shipped path, "
+           "the fastest read of them all setting the bound (the highest bound, the lowest fraction): on a virtual "
+           "machine the rate can move from one second to the next. "
+           if first.get("reads_gbps") else "the best of 5 sums. ")
+        + "Cached greedy decoding at batch 1 from a 1-token prompt to the end of the context, the best of "
         f"{first['rounds']} rounds in which the variants below take turns; `before` is the decode path with all of "
-        "them off (the modules' forward per token, softmax + multinomial, no_grad without inference_mode, the split "
-        "products at any thread count), in the same process; its greedy tokens equal the shipped path's."
-        + source_note(path, src),
+        "them off (the modules' forward per token, softmax + multinomial, no_grad without inference_mode, oneDNN's "
+        "kernels, the split products at any thread count), in the same process; its greedy tokens equal the "
+        "shipped path's. `each round` is each timed decode against the reads right around it." + source_note(path, src),
         "",
-        "| model | threads | weights MB | read GB/s | bound tokens/s | cached tokens/s | of the bound | target | "
-        "before: tokens/s (of the bound) | speedup | other processes (cores) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | threads | weights MB | read GB/s (fastest) | reads seen GB/s | bound tokens/s | cached tokens/s | "
+        "of the bound | each round | target | before: tokens/s (of the bound) | speedup | other processes (cores) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         "The last column is the CPU that other processes used during each row's measurements, on average: on this "
@@ -611,7 +618,8 @@ def decode_lines(r: dict, others) -> list[str]:
                 "" if lever == SHIPPED else f" ({v['tokens_per_sec'] / d['cached_tokens_per_sec']:.2f})"))
         same = all(dec[name][n]["levers"][lever]["identical"] for name, n in cols if lever in dec[name][n]["levers"])
         lines.append(f"| {lever} | " + " | ".join(cells) + f" | {same} |")
-    lines += ["", *profile_lines(dec, cols), *decode_findings(dec), "", *DECODE_LEVER_NOTES, ""]
+    lines += ["", *profile_lines(dec, cols), *decode_findings(dec), "", *what_stops_two_threads(dec), "",
+              *DECODE_LEVER_NOTES, ""]
     return lines
 
 
@@ -646,6 +654,35 @@ def decode_findings(dec: dict) -> list[str]:
         "memory bound covers; that is why it stays below 60% of a bound it is nowhere near. "
         + split_at_one_thread(short[big_name], big['levers'][SPLIT_ALWAYS]['tokens_per_sec'] /
                               big['cached_tokens_per_sec']),
+    ]
+
+
+def what_stops_two_threads(dec: dict) -> list[str]:
+    """For the small model at two threads: its token split into the products alone (as the lean step runs them)
+    and the rest, the same weights read alone in the same order (sums: no arithmetic), and what a token would
+    reach at the run's bound if its products read as fast as that; every figure from the run."""
+    d = next((by["2"] for name, by in dec.items() if name.startswith("small") and "2" in by), None)
+    if d is None or d.get("weights_read_alone_ms") is None:
+        return []
+    nbytes, token, products = d["weight_bytes"], d["ms_per_token"], d["products_alone_ms"]
+    alone, rest = d["weights_read_alone_ms"], d["ms_per_token"] - d["products_alone_ms"]
+    reads = d.get("reads_gbps") or [d["bandwidth_gbps"]]
+    bound_ms = 1000 / d["bound_tokens_per_sec"]
+    ceiling = bound_ms / (alone + rest)
+    moved = (f"the memory's read at two threads moved between {min(reads):.1f} and {max(reads):.1f} GB/s within "
+             "the run, and the bound is the fastest; " if max(reads) > 1.25 * min(reads) else "")
+    return [
+        f"What stops the small model at two threads ({d['fraction_of_bound']:.0%} of the bound in this run): "
+        f"{moved}a token took {token:.2f} ms, its products alone {products:.2f} ms ({nbytes / products / 1e6:.1f} "
+        f"GB/s: `torch.bmm` over the weights' halves, the fastest one-row product torch has on this CPU) and the "
+        f"rest (attention, LayerNorm, GELU, the cache writes, the Python between ops) {rest:.2f} ms. The same "
+        f"weights read alone in the same order, a sum of each and no arithmetic, took {alone:.2f} ms "
+        f"({nbytes / alone / 1e6:.1f} GB/s) against the bound's {bound_ms:.2f} ms"
+        + (f" (faster than the bound: part of the {nbytes / 1e6:.0f} MB stays in the last-level cache between "
+           "tokens)" if alone < bound_ms else "")
+        + f". Products that streamed as fast as those reads, with the rest as it is, would reach {ceiling:.0%} of "
+        "the bound: the kernels' gap to a plain read and the per-op cost of eager PyTorch between them are what "
+        "is left, not the memory.",
     ]
 
 
@@ -706,13 +743,16 @@ DECODE_LEVER_NOTES = [
     "into the preallocated cache; the greedy shortcut (`greedy_token`) takes top_k=1's token from a top-2 when the "
     "largest logit stands alone (softmax over the top 1 is then exactly one-hot, so multinomial could only draw "
     "it; ties and non-finite logits still sample as before); the loop runs under `torch.inference_mode` (no "
-    "autograd bookkeeping on any op; the tokens are cloned out as a plain tensor); the split products "
-    "(`FastDecodeLinear`) run only with two threads or more (with one they cannot use a second core and cost "
-    "more than `F.linear`) and only where they were timed faster than `F.linear` on the machine at hand (once "
-    "per process and model, over all of its products in a row, as a token streams them from memory: one weight "
-    "timed alone sits in the cache, where the AMD EPYC's split looked no faster and was left out): MKL reads a "
-    "one-row product on one core of an AMD EPYC, where the split wins, but on both cores of an Intel Xeon, "
-    "where it loses. The KV cache "
+    "autograd bookkeeping on any op; the tokens are cloned out as a plain tensor) and with oneDNN off "
+    "(`torch.backends.mkldnn.enabled`, restored after): oneDNN computes GELU through a primitive whose setup per "
+    "call costs more than a row's GELU, and PyTorch's own kernel gives the same function to float rounding (every "
+    "path of the loop takes it, so they agree bit for bit); the split products (`FastDecodeLinear`) compute a "
+    "one-row product as one `torch.bmm` over the weight's two row halves, on views the lean step builds once, and "
+    "run only where they were timed faster than `F.linear` on the machine at hand, at the thread count in use "
+    "(once per process and model, over all of its products in a row, as a token streams them from memory: one "
+    "weight timed alone sits in the cache, where the AMD EPYC's split looked no faster): MKL reads a one-row "
+    "`F.linear` on one core of an AMD EPYC and slower than its batched product even there, so the split wins at "
+    "one thread and two; on an Intel Xeon MKL reads it on both cores and the split loses. The KV cache "
     "was already preallocated and written in place (no `torch.cat`), and `torch.compile` is not used (see "
     "the measurements below).",
 ]
