@@ -29,6 +29,7 @@ def test_the_bound_and_the_levers_are_measured_at_one_thread_and_all(quick_decod
             assert d["bound_tokens_per_sec"] == pytest.approx(d["bandwidth_gbps"] * 1e9 / d["weight_bytes"])
             assert d["fraction_of_bound"] == pytest.approx(d["cached_tokens_per_sec"] / d["bound_tokens_per_sec"])
             assert d["products_alone_ms"] > 0 and d["resident_read_gbps"] > 0 and d["weights_read_alone_ms"] > 0
+            assert d["products_in_cache_ms"] > 0
             # the bound: the fastest of a read before the timings and one right before and after each round's
             reads, around = d["reads_gbps"], d["rounds_around"]
             assert len(reads) == 1 + 2 * d["rounds"] and len(around) == d["rounds"]
@@ -63,6 +64,7 @@ def test_the_report_renders_the_decode_sections_from_a_partial_run(quick_decode,
         two = r["decode"]["small (10.7M, context 256)"]["2"]
         assert (f"What stops the small model at two threads ({two['fraction_of_bound']:.0%} of the bound in this "
                 f"run)") in md and f"its products alone {two['products_alone_ms']:.2f} ms" in md
+        assert f"so that the weight sits in the cache, took {two['products_in_cache_ms']:.2f} ms" in md
     without = tmp_path / "without.md"  # no run measured the bound: no such section, the generation table stays
     assert bench_report.main([str(full), "--out", str(without)]) == 0
     assert "## Decoding at the memory limit" not in without.read_text()
@@ -77,3 +79,41 @@ def test_a_recorded_command_is_shown_without_the_measuring_machines_paths():
     assert portable(recorded) == ("python scripts/benchmark.py --nanogpt ../nanoGPT --data <Tiny Shakespeare's "
                                   "input.txt> --out b.json")
     assert portable("python scripts/benchmark.py --data my.txt") == "python scripts/benchmark.py --data my.txt"
+
+
+def _round(read_before, tokens_per_sec, read_after=None):
+    return {"read_before_gbps": read_before, "tokens_per_sec": tokens_per_sec,
+            "read_after_gbps": read_before if read_after is None else read_after}
+
+
+@pytest.mark.parametrize("rounds, verdict", [
+    ([_round(30, 700), _round(60, 705)], "does not follow"),  # the read doubled, the tokens did not move
+    ([_round(30, 700), _round(60, 600)], "does not follow"),  # they fell
+    ([_round(60, 1000), _round(30, 500)], "follows"),  # in step with the read, the fast round first
+    ([_round(30, 500), _round(60, 760)], "follows"),  # half the read's rise or more
+    ([_round(30, 500), _round(60, 700)], "partly"),
+    ([_round(30, 700, 60), _round(31, 705), _round(33, 702)], "does not follow"),  # a round's read: the faster
+    ([_round(50, 700), _round(55, 800)], None),  # reads too steady to tell
+    ([_round(30, 700)], None),  # one round
+])
+def test_whether_the_decode_follows_the_memorys_rate(rounds, verdict):
+    from tinygpt.bench.report import memory_following
+
+    got = memory_following(rounds)
+    assert (got if got is None else got[0]) == verdict
+    if verdict is not None:
+        assert f"the decode {'partly follows' if verdict == 'partly' else verdict} the memory's rate" in got[1]
+
+
+def test_the_floor_paragraph_names_the_in_cache_products_and_whether_the_memory_sets_the_pace():
+    d = {"weight_bytes": 43_000_000, "ms_per_token": 1.4, "products_alone_ms": 0.9, "weights_read_alone_ms": 0.5,
+         "products_in_cache_ms": 0.6, "reads_gbps": [34.0, 65.0], "bound_tokens_per_sec": 65e9 / 43e6,
+         "fraction_of_bound": 0.47, "llc_bytes": 32 * 2**20,
+         "rounds_around": [_round(34.0, 720), _round(65.0, 700)]}
+    (text,) = bench_report.what_stops_two_threads({"small (10.7M, context 256)": {"2": d}})
+    bound_ms = 43e6 / 65e9 * 1000  # 0.66 ms; the rest: 1.4 - 0.9 = 0.5 ms
+    assert f"would reach {bound_ms / (0.5 + 0.5):.0%} of the bound" in text  # reads alone + the rest
+    assert f"took 0.60 ms for a token's products ({43e6 / 0.6e-3 / 1e9:.1f} GB/s)" in text
+    assert (f"a token would reach {bound_ms / (0.6 + 0.5):.0%} of the bound, and a model of 43 MB against a "
+            "32 MiB") in text
+    assert "from 34.0 to 65.0 GB/s (1.91x)" in text and "the decode does not follow the memory's rate" in text

@@ -5,6 +5,7 @@ their ratios), the attention math path against the fused kernel, KV-cache genera
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -283,6 +284,23 @@ def products_alone_seconds(model: torch.nn.Module, repeats: int = 30) -> float:
 
 
 @torch.no_grad()
+def products_in_cache_seconds(model: torch.nn.Module, repeats: int = 30, calls: int = 10) -> float:
+    """Seconds for every Linear of ``model`` applied to one row as the lean decode step runs it, each product
+    timed on its own weight ``calls`` times in a row, so that its weight sits in the cache (the median of
+    ``repeats`` such runs, per call), summed over the Linears: a token's products without waiting on the
+    memory, the kernels' own arithmetic rate. A decode of a model larger than the last-level cache cannot
+    run its products this fast; one whose products alone take longer than the bound is stopped by the kernels."""
+    from tinygpt.sampling.fast_linear import lean_product
+
+    total = 0.0
+    for m in (m for m in model.modules() if isinstance(m, torch.nn.Linear)):
+        (product, weight, bias), x = lean_product(m, 1), torch.randn(1, m.in_features)
+        run = functools.partial(product, x, weight, bias)
+        total += _median_seconds(lambda run=run: [run() for _ in range(calls)], repeats) / calls
+    return total
+
+
+@torch.no_grad()
 def weights_read_alone_seconds(model: torch.nn.Module, repeats: int = 30) -> float:
     """Seconds for reading every Linear's weight of ``model`` once, one weight after another in the model's
     order (a sum of each, at torch's thread count): the reads of a token's products without their arithmetic,
@@ -439,6 +457,7 @@ def _decode_at_memory_limit(arch: dict, threads: int, new_tokens: int, vocab: in
     bound = dram * 1e9 / nbytes
     products = products_alone_seconds(model, repeats=repeats + 10)
     reads_alone = weights_read_alone_seconds(model, repeats=repeats + 10)
+    in_cache = products_in_cache_seconds(model, repeats=repeats + 10)
     return {
         "arch": arch, "threads": threads, "new_tokens": new_tokens, "rounds": rounds, "weight_bytes": nbytes,
         "llc_bytes": cache_bytes(3),
@@ -449,7 +468,7 @@ def _decode_at_memory_limit(arch: dict, threads: int, new_tokens: int, vocab: in
         "resident_read_gbps": resident, "bound_tokens_per_sec": bound,
         "cached_tokens_per_sec": tokens_per_sec[shipped], "fraction_of_bound": tokens_per_sec[shipped] / bound,
         "ms_per_token": 1000 / tokens_per_sec[shipped], "products_alone_ms": 1000 * products,
-        "weights_read_alone_ms": 1000 * reads_alone,
+        "weights_read_alone_ms": 1000 * reads_alone, "products_in_cache_ms": 1000 * in_cache,
         "levers": {name: {"tokens_per_sec": tps, "fraction_of_bound": tps / bound,
                           "identical": bool(torch.equal(outs[name], outs[shipped]))}
                    for name, tps in tokens_per_sec.items()},

@@ -671,6 +671,15 @@ def what_stops_two_threads(dec: dict) -> list[str]:
     ceiling = bound_ms / (alone + rest)
     moved = (f"the memory's read at two threads moved between {min(reads):.1f} and {max(reads):.1f} GB/s within "
              "the run, and the bound is the fastest; " if max(reads) > 1.25 * min(reads) else "")
+    in_cache = d.get("products_in_cache_ms")
+    cached = "" if in_cache is None else (
+        f" Each product run again and again on its own weight, so that the weight sits in the cache, took "
+        f"{in_cache:.2f} ms for a token's products ({nbytes / in_cache / 1e6:.1f} GB/s): the kernels' own "
+        f"arithmetic rate, without waiting on the memory; at that rate, with the rest as it is, a token would "
+        f"reach {bound_ms / (in_cache + rest):.0%} of the bound, and a model of {nbytes / 1e6:.0f} MB "
+        + (f"against a {d['llc_bytes'] / 2**20:,.0f} MiB last-level cache " if d.get("llc_bytes") else "")
+        + "cannot keep its weights there.")
+    following = memory_following(d.get("rounds_around") or [])
     return [
         f"What stops the small model at two threads ({d['fraction_of_bound']:.0%} of the bound in this run): "
         f"{moved}a token took {token:.2f} ms, its products alone {products:.2f} ms ({nbytes / products / 1e6:.1f} "
@@ -682,8 +691,36 @@ def what_stops_two_threads(dec: dict) -> list[str]:
            "tokens)" if alone < bound_ms else "")
         + f". Products that streamed as fast as those reads, with the rest as it is, would reach {ceiling:.0%} of "
         "the bound: the kernels' gap to a plain read and the per-op cost of eager PyTorch between them are what "
-        "is left, not the memory.",
+        "is left, not the memory." + cached + ("" if following is None else " " + following[1]),
     ]
+
+
+def memory_following(rounds: list[dict], steady: float = 1.25) -> tuple[str, str] | None:
+    """Whether a decode's token rate followed the memory's read rate across its timed rounds (each round: its
+    tokens/s and the reads right before and after it; the faster of the two is the round's read): "follows"
+    when, from the round with the slowest read to the one with the fastest, the token rate rose by at least
+    half as much as the read did; "does not follow" when it rose by under a tenth (or fell) while the read rose
+    by ``steady``x or more; "partly" between. None when the reads were too steady to tell (under ``steady``x
+    apart) or there are fewer than two rounds. Returns (verdict, the sentence saying it with the figures)."""
+    if len(rounds) < 2:
+        return None
+    read = [max(r["read_before_gbps"], r["read_after_gbps"]) for r in rounds]
+    slow, fast = min(range(len(rounds)), key=read.__getitem__), max(range(len(rounds)), key=read.__getitem__)
+    read_ratio = read[fast] / read[slow]
+    if read_ratio < steady:
+        return None
+    rate_ratio = rounds[fast]["tokens_per_sec"] / rounds[slow]["tokens_per_sec"]
+    if rate_ratio >= 1 + 0.5 * (read_ratio - 1):
+        verdict, meaning = "follows", "its speed is the memory's"
+    elif rate_ratio < 1.1:
+        verdict, meaning = "does not follow", "the memory is not what stops it"
+    else:
+        verdict, meaning = "partly", "the memory sets part of its time"
+    return verdict, (
+        f"Across the rounds the read right around a timed decode went from {read[slow]:.1f} to {read[fast]:.1f} "
+        f"GB/s ({read_ratio:.2f}x) and the token rate from {rounds[slow]['tokens_per_sec']:,.0f} to "
+        f"{rounds[fast]['tokens_per_sec']:,.0f} tokens/s ({rate_ratio:.2f}x): the decode "
+        + ("partly follows" if verdict == "partly" else verdict) + f" the memory's rate; {meaning}.")
 
 
 def split_at_one_thread(model: str, ratio: float) -> str:
@@ -714,8 +751,9 @@ def profile_lines(dec: dict, cols) -> list[str]:
         "Where a token's time goes, shipped path: torch.profiler over one decode, each op's own time per token in "
         "groups (us), then the rest of the profiled wall time (the Python between ops, torch's dispatcher, the "
         "profiler's own bookkeeping). The profiler slows every op, most of all the many small ones; the last rows are "
-        "without it: all of a token's products alone, one after another with nothing between them, and the whole "
-        "token.",
+        "without it: all of a token's products alone, one after another with nothing between them (where the run "
+        "measured it, the same products each repeated on its own weight, which then sits in the cache), and the "
+        "whole token.",
         "",
         "| us per token | " + " | ".join(f"{name.split(' (')[0]}, {n} thr." for name, n in with_profile) + " |",
         "|---|" + "---|" * len(with_profile),
@@ -728,6 +766,11 @@ def profile_lines(dec: dict, cols) -> list[str]:
                                          for name, n in with_profile) + " |",
         "| products alone, unprofiled | " + " | ".join(f"{1000 * dec[name][n]['products_alone_ms']:,.0f}"
                                                      for name, n in with_profile) + " |",
+    ]
+    if all(dec[name][n].get("products_in_cache_ms") for name, n in with_profile):  # runs since 2026-12-05
+        lines.append("| products alone, each weight in the cache, unprofiled | " + " | ".join(
+            f"{1000 * dec[name][n]['products_in_cache_ms']:,.0f}" for name, n in with_profile) + " |")
+    lines += [
         "| token, unprofiled | " + " | ".join(f"{1000 * dec[name][n]['ms_per_token']:,.0f}"
                                              for name, n in with_profile) + " |",
         "",
