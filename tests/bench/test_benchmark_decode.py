@@ -109,11 +109,16 @@ def test_the_floor_paragraph_names_the_in_cache_products_and_whether_the_memory_
     d = {"weight_bytes": 43_000_000, "ms_per_token": 1.4, "products_alone_ms": 0.9, "weights_read_alone_ms": 0.5,
          "products_in_cache_ms": 0.6, "reads_gbps": [34.0, 65.0], "bound_tokens_per_sec": 65e9 / 43e6,
          "fraction_of_bound": 0.47, "llc_bytes": 32 * 2**20,
-         "rounds_around": [_round(34.0, 720), _round(65.0, 700)]}
+         "rounds_around": [_round(34.0, 720), _round(65.0, 700)],
+         "profile": {"groups_us_per_token": {"matrix-vector products": 800.0, "attention kernel": 170.0,
+                                             "LayerNorm": 45.0, "GELU": 35.0, "residual adds": 25.0,
+                                             "outside the ops (Python, dispatch, profiler)": 380.0}}}
     (text,) = bench_report.what_stops_two_threads({"small (10.7M, context 256)": {"2": d}})
     bound_ms = 43e6 / 65e9 * 1000  # 0.66 ms; the rest: 1.4 - 0.9 = 0.5 ms
     assert f"would reach {bound_ms / (0.5 + 0.5):.0%} of the bound" in text  # reads alone + the rest
     assert f"took 0.60 ms for a token's products ({43e6 / 0.6e-3 / 1e9:.1f} GB/s)" in text
     assert (f"a token would reach {bound_ms / (0.6 + 0.5):.0%} of the bound, and a model of 43 MB against a "
             "32 MiB") in text
+    assert (f"took 0.28 ms a token as profiled: the products alone plus those, with no Python, dispatch, views or "
+            f"cache writes at all, would be 1.18 ms, {bound_ms / 1.175:.0%} of the bound") in text  # 0.9 + 0.275
     assert "from 34.0 to 65.0 GB/s (1.91x)" in text and "the decode does not follow the memory's rate" in text

@@ -657,6 +657,9 @@ def decode_findings(dec: dict) -> list[str]:
     ]
 
 
+REST_KERNELS = ("attention kernel", "LayerNorm", "GELU", "residual adds")  # profile groups a token cannot skip
+
+
 def what_stops_two_threads(dec: dict) -> list[str]:
     """For the small model at two threads: its token split into the products alone (as the lean step runs them)
     and the rest, the same weights read alone in the same order (sums: no arithmetic), and what a token would
@@ -679,19 +682,26 @@ def what_stops_two_threads(dec: dict) -> list[str]:
         f"reach {bound_ms / (in_cache + rest):.0%} of the bound, and a model of {nbytes / 1e6:.0f} MB "
         + (f"against a {d['llc_bytes'] / 2**20:,.0f} MiB last-level cache " if d.get("llc_bytes") else "")
         + "cannot keep its weights there.")
+    groups = (d.get("profile") or {}).get("groups_us_per_token") or {}
+    kernels = sum(groups.get(g, 0.0) for g in REST_KERNELS) / 1000  # ms
+    floor = "" if not kernels else (
+        f" The rest's own kernels ({', '.join(REST_KERNELS)}) took {kernels:.2f} ms a token as profiled: the "
+        f"products alone plus those, with no Python, dispatch, views or cache writes at all, would be "
+        f"{products + kernels:.2f} ms, {bound_ms / (products + kernels):.0%} of the bound.")
     following = memory_following(d.get("rounds_around") or [])
     return [
         f"What stops the small model at two threads ({d['fraction_of_bound']:.0%} of the bound in this run): "
         f"{moved}a token took {token:.2f} ms, its products alone {products:.2f} ms ({nbytes / products / 1e6:.1f} "
-        f"GB/s: `torch.bmm` over the weights' halves, the fastest one-row product torch has on this CPU) and the "
-        f"rest (attention, LayerNorm, GELU, the cache writes, the Python between ops) {rest:.2f} ms. The same "
+        f"GB/s: `torch.bmm` over the weights' halves, the fastest of torch's one-row products measured while "
+        f"building, below) and the rest (attention, LayerNorm, GELU, the cache writes, the Python between ops) "
+        f"{rest:.2f} ms. The same "
         f"weights read alone in the same order, a sum of each and no arithmetic, took {alone:.2f} ms "
         f"({nbytes / alone / 1e6:.1f} GB/s) against the bound's {bound_ms:.2f} ms"
         + (f" (faster than the bound: part of the {nbytes / 1e6:.0f} MB stays in the last-level cache between "
            "tokens)" if alone < bound_ms else "")
         + f". Products that streamed as fast as those reads, with the rest as it is, would reach {ceiling:.0%} of "
         "the bound: the kernels' gap to a plain read and the per-op cost of eager PyTorch between them are what "
-        "is left, not the memory." + cached + ("" if following is None else " " + following[1]),
+        "is left, not the memory." + cached + floor + ("" if following is None else " " + following[1]),
     ]
 
 
