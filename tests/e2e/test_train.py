@@ -331,6 +331,9 @@ def test_benchmark_quick_writes_every_key(tmp_path, corpus_file, cache_dir):
     hydra = r["refusals"]["floors"]["python -c 'import hydra'"]
     assert "## From a typo to its one-line error" in md and "| `python train.py model.n_head=5` | " in md
     assert "Where the memory goes" in md and "within 1.5 s of `import lightning`" in md
+    (pair,) = r["startup_pairs"]  # --quick: one floor and one start-up, taken in turn
+    assert 0 < pair["import_lightning_s"] and 0 < pair["startup_s"]
+    assert "one pair, the floor timed right before" in md
     assert 0 < hydra < r["refusals"]["floors"]["python -c 'import torch'"]
 
 

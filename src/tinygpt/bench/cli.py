@@ -48,6 +48,7 @@ from tinygpt.bench.programs import (
     debug_fast_wall,
     hf_side_by_side,
     import_floors,
+    startup_pairs,
     kept,
     levers,
     median_of,
@@ -150,6 +151,7 @@ def whole_programs(args, steps: int, data_args: list[str], result: dict) -> tupl
         dm.setup()
     warm_token_cache(data_args, args.cache_dir)  # untimed, as nanoGPT's prepare.py is
     result["import_floors"] = import_floors(1 if args.quick else 3)
+    result["startup_pairs"] = startup_pairs(data_args, args.seed, args.cache_dir, 1 if args.quick else 3)
     reference = "nanoGPT train.py" if args.nanogpt else \
         "plain loop (nanoGPT's loop around tinygpt's GPT, in this process)"
     rounds = []

@@ -103,6 +103,21 @@ def import_floors(repeats: int = 3) -> dict:
     return out
 
 
+def startup_pairs(data_args: list[str], seed: int, cache_dir: str, repeats: int = 3) -> list[dict]:
+    """Launch to the first training step of ``python train.py`` (a 2-step run of the default recipe) right after
+    ``python -c 'import lightning'`` launch to exit, ``repeats`` times in turn: the start-up's cost over any
+    Lightning program's floor, each pair measured within seconds of itself (a single start-up and a floor taken
+    minutes apart differed by the machine's drift, up to ~0.5 s here)."""
+    pairs = []
+    for _ in range(repeats):
+        floor = timed([sys.executable, "-c", "import lightning"], ROOT)[1]
+        pairs.append({"import_lightning_s": floor,
+                      "startup_s": tinygpt_run(data_args, 2, seed, cache_dir)["startup_s"]})
+        console.print(f"start-up: import lightning {floor:.2f} s, train.py to its first step "
+                      f"{pairs[-1]['startup_s']:.2f} s")
+    return pairs
+
+
 # A small sweep timed both ways: experiment 1's recipe on two arms, causal and leaky, 2 seeds (8 jobs).
 SWEEP = ["experiment=causal_mask", "arm/causal_mask=shakespeare_t64,random_t64", "model.attn.causal=true,false",
          "seed=1,2"]
