@@ -122,3 +122,19 @@ def test_the_floor_paragraph_names_the_in_cache_products_and_whether_the_memory_
     assert (f"took 0.28 ms a token as profiled: the products alone plus those, with no Python, dispatch, views or "
             f"cache writes at all, would be 1.18 ms, {bound_ms / 1.175:.0%} of the bound") in text  # 0.9 + 0.275
     assert "from 34.0 to 65.0 GB/s (1.91x)" in text and "the decode does not follow the memory's rate" in text
+
+
+def test_the_floor_paragraph_of_a_slow_read_run_is_also_taken_against_the_fastest_read_of_its_type():
+    from pathlib import Path
+
+    d = {"weight_bytes": 43_000_000, "ms_per_token": 1.3, "products_alone_ms": 0.9, "weights_read_alone_ms": 0.7,
+         "reads_gbps": [35.0, 36.0], "bandwidth_gbps": 36.0, "bound_tokens_per_sec": 36e9 / 43e6,
+         "fraction_of_bound": 0.92, "profile": {"groups_us_per_token": {"attention kernel": 200.0, "GELU": 50.0}}}
+    dec = {"small (10.7M, context 256)": {"2": d}}
+    (text,) = bench_report.what_stops_two_threads(dec, (64.0, Path("fast.json")))
+    fast_ms = 43e6 / 64e9 * 1000  # 0.67 ms
+    assert (f"against the fastest read recorded on it (64.0 GB/s, `fast.json`; a bound of {fast_ms:.2f} ms) this "
+            f"token is at {fast_ms / 1.3:.0%}, and the products alone plus the rest's kernels at "
+            f"{fast_ms / 1.15:.0%}.") in text
+    (same,) = bench_report.what_stops_two_threads(dec, (40.0, Path("near.json")))  # not 1.25x faster: not said
+    assert "fastest read recorded" not in same

@@ -482,21 +482,29 @@ def machine_rows(runs: list[tuple[Path | None, dict]]) -> list[str]:
             "|---|---|---|---|---|---|---|", *rows, ""]
 
 
+def small_at_two(run: dict) -> dict | None:
+    """The small model's decode at two threads in a run, or None."""
+    return next((by["2"] for name, by in (run.get("decode") or {}).items() if name.startswith("small") and "2" in by),
+                None)
+
+
+def fastest_read(runs: list[tuple[Path | None, dict]]) -> tuple[float, Path | None] | None:
+    """The fastest memory read any of ``runs`` saw around the small model's decode at two threads, and its JSON."""
+    seen = [(max(d.get("reads_gbps") or [d["bandwidth_gbps"]]), p) for p, r in runs if (d := small_at_two(r))]
+    return max(seen, key=lambda x: x[0]) if seen else None
+
+
 def decode_cell(dec: list[tuple[Path | None, dict]], moved: float = 1.25) -> str:
     """The decoding target on one machine type: the small model at two threads in its newest JSON against that
     run's bound; and, where an earlier run of the type read the memory ``moved``x faster or more (a virtual
     machine's read rate moves within minutes), the same token rate against that fastest read, whose mark then
     decides: a token rate met only while the memory was slow is not met."""
-    def small_at_two(run: dict) -> dict | None:
-        return next((by["2"] for name, by in run["decode"].items() if name.startswith("small") and "2" in by), None)
-
     path, run = dec[-1]
     small = small_at_two(run)
     if small is None:
         return "-"
     cell = f"{small['fraction_of_bound']:.0%} (`{(path or Path('this run')).name}`)"
-    seen = [(max(d.get("reads_gbps") or [d["bandwidth_gbps"]]), p) for p, r in dec if (d := small_at_two(r))]
-    fastest, where = max(seen, key=lambda x: x[0])
+    fastest, where = fastest_read(dec)
     if fastest < moved * small["bandwidth_gbps"]:
         return cell + f": {mark(small['fraction_of_bound'] >= 0.6)}"
     fraction = small["cached_tokens_per_sec"] * small["weight_bytes"] / (fastest * 1e9)
@@ -651,7 +659,9 @@ def decode_lines(r: dict, others) -> list[str]:
                 "" if lever == SHIPPED else f" ({v['tokens_per_sec'] / d['cached_tokens_per_sec']:.2f})"))
         same = all(dec[name][n]["levers"][lever]["identical"] for name, n in cols if lever in dec[name][n]["levers"])
         lines.append(f"| {lever} | " + " | ".join(cells) + f" | {same} |")
-    lines += ["", *profile_lines(dec, cols), *decode_findings(dec), "", *what_stops_two_threads(dec), "",
+    same_type = [(p, run) for p, run in [*others, (path, src)] if machine_type(run) == machine_type(src)]
+    lines += ["", *profile_lines(dec, cols), *decode_findings(dec), "",
+              *what_stops_two_threads(dec, fastest_read(same_type)), "",
               *DECODE_LEVER_NOTES, ""]
     return lines
 
@@ -693,10 +703,13 @@ def decode_findings(dec: dict) -> list[str]:
 REST_KERNELS = ("attention kernel", "LayerNorm", "GELU", "residual adds")  # profile groups a token cannot skip
 
 
-def what_stops_two_threads(dec: dict) -> list[str]:
+def what_stops_two_threads(dec: dict, fastest: tuple[float, Path | None] | None = None,
+                           slow_by: float = 1.25) -> list[str]:
     """For the small model at two threads: its token split into the products alone (as the lean step runs them)
     and the rest, the same weights read alone in the same order (sums: no arithmetic), and what a token would
-    reach at the run's bound if its products read as fast as that; every figure from the run."""
+    reach at the run's bound if its products read as fast as that; every figure from the run. ``fastest``: the
+    fastest read recorded on the machine type and its JSON (fastest_read); where it beat this run's by ``slow_by``x
+    or more, the token and the floor against it too (on a VM the read moves within minutes)."""
     d = next((by["2"] for name, by in dec.items() if name.startswith("small") and "2" in by), None)
     if d is None or d.get("weights_read_alone_ms") is None:
         return []
@@ -722,6 +735,13 @@ def what_stops_two_threads(dec: dict) -> list[str]:
         f"products alone plus those, with no Python, dispatch, views or cache writes at all, would be "
         f"{products + kernels:.2f} ms, {bound_ms / (products + kernels):.0%} of the bound.")
     following = memory_following(d.get("rounds_around") or [])
+    if fastest is not None and fastest[0] >= slow_by * d["bandwidth_gbps"]:
+        fast_ms = nbytes / (fastest[0] * 1e9) * 1000
+        floor += (f" This run's reads were slow for this machine type: against the fastest read recorded on it "
+                  f"({fastest[0]:.1f} GB/s, `{(fastest[1] or Path('this run')).name}`; a bound of {fast_ms:.2f} ms) "
+                  f"this token is at {fast_ms / token:.0%}"
+                  + (f", and the products alone plus the rest's kernels at {fast_ms / (products + kernels):.0%}"
+                     if kernels else "") + ".")
     return [
         f"What stops the small model at two threads ({d['fraction_of_bound']:.0%} of the bound in this run): "
         f"{moved}a token took {token:.2f} ms, its products alone {products:.2f} ms ({nbytes / products / 1e6:.1f} "
