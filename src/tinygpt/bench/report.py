@@ -482,10 +482,9 @@ def machine_rows(runs: list[tuple[Path | None, dict]]) -> list[str]:
             "|---|---|---|---|---|---|---|", *rows, ""]
 
 
-def small_at_two(run: dict) -> dict | None:
-    """The small model's decode at two threads in a run, or None."""
-    return next((by["2"] for name, by in (run.get("decode") or {}).items() if name.startswith("small") and "2" in by),
-                None)
+def small_at_two(decode: dict) -> dict | None:
+    """The small model's decode at two threads in a run's ``decode`` results, or None."""
+    return next((by["2"] for name, by in decode.items() if name.startswith("small") and "2" in by), None)
 
 
 def fastest_read(runs: list[tuple[Path | None, dict]], threads: str = "2") -> tuple[float, Path | None] | None:
@@ -508,7 +507,7 @@ def decode_cell(dec: list[tuple[Path | None, dict]]) -> str:
     """The decoding target on one machine type: the small model at two threads in its newest JSON, judged
     against the faster of that run's read and the fastest recorded on the type at two threads (``judged``)."""
     path, run = dec[-1]
-    small = small_at_two(run)
+    small = small_at_two(run["decode"])
     if small is None:
         return "-"
     fastest = fastest_read(dec)
@@ -726,7 +725,7 @@ def what_stops_two_threads(dec: dict, fastest: tuple[float, Path | None] | None 
     the same weights read alone in the same order (sums: no arithmetic), the products with each weight in the
     cache, and the rest's kernels as profiled, each as the fraction of the bound a token would reach; whether the
     token rate followed the memory's read across the rounds. Every figure from the run."""
-    d = next((by["2"] for name, by in dec.items() if name.startswith("small") and "2" in by), None)
+    d = small_at_two(dec)
     if d is None or d.get("weights_read_alone_ms") is None:
         return []
     nbytes, token, products = d["weight_bytes"], d["ms_per_token"], d["products_alone_ms"]
