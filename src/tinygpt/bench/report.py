@@ -475,8 +475,8 @@ def machine_rows(runs: list[tuple[Path | None, dict]]) -> list[str]:
     return ["## The decided targets on each machine type", "",
             "The CPU model is not ours to choose: each row is the newest JSON in `docs/records/benchmark/` measured on "
             "that type (side by side: both programs at once, one core and one thread each, the cores swapped; the "
-            "wall ratio's target holds per pair, so the worst pair is marked; decoding: judged against the fastest memory "
-            "read recorded on the type, as in \"Decoding at the memory limit\").", "",
+            "wall ratio's target holds per pair, so the worst pair is marked; decoding: judged against the fastest "
+            "memory read recorded on the type, as in \"Decoding at the memory limit\").", "",
             "| machine type | side-by-side JSON | tokens/s vs nanoGPT, median (pairs) | wall vs nanoGPT, median "
             "(pairs) | peak memory vs nanoGPT, median (pairs) | start to first step (median), its cost over `import "
             "lightning` (target: 1.5 s at most) | cached decoding of `small`, 2 threads, of the weight-read bound |",
