@@ -278,8 +278,7 @@ def products_alone_seconds(model: torch.nn.Module, repeats: int = 30) -> float:
     use_fast_decode swapped it in and its timing takes it)."""
     from tinygpt.sampling.fast_linear import lean_product
 
-    calls = [(lean_product(m, 1), torch.randn(1, m.in_features)) for m in model.modules()
-             if isinstance(m, torch.nn.Linear)]
+    calls = [(lean_product(m, 1), torch.randn(1, m.in_features)) for m in _linears(model)]
     return _median_seconds(lambda: [product(x, weight, bias) for (product, weight, bias), x in calls], repeats)
 
 
@@ -288,12 +287,12 @@ def products_in_cache_seconds(model: torch.nn.Module, repeats: int = 30, calls: 
     """Seconds for every Linear of ``model`` applied to one row as the lean decode step runs it, each product
     timed on its own weight ``calls`` times in a row, so that its weight sits in the cache (the median of
     ``repeats`` such runs, per call), summed over the Linears: a token's products without waiting on the
-    memory, the kernels' own arithmetic rate. A decode of a model larger than the last-level cache cannot
+    memory, the most the product kernels do from the cache. A decode of a model larger than the last-level cache cannot
     run its products this fast; one whose products alone take longer than the bound is stopped by the kernels."""
     from tinygpt.sampling.fast_linear import lean_product
 
     total = 0.0
-    for m in (m for m in model.modules() if isinstance(m, torch.nn.Linear)):
+    for m in _linears(model):
         (product, weight, bias), x = lean_product(m, 1), torch.randn(1, m.in_features)
         run = functools.partial(product, x, weight, bias)
         total += _median_seconds(lambda run=run: [run() for _ in range(calls)], repeats) / calls
@@ -306,8 +305,13 @@ def weights_read_alone_seconds(model: torch.nn.Module, repeats: int = 30) -> flo
     order (a sum of each, at torch's thread count): the reads of a token's products without their arithmetic,
     short reads one after another where the bound assumes one long one; no product can stream its weight faster
     (median of ``repeats`` passes)."""
-    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    weights = [m.weight for m in _linears(model)]
     return _median_seconds(lambda: [w.sum() for w in weights], repeats)
+
+
+def _linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    """Every Linear of ``model`` (the head included), in the order a token runs them."""
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
 def _median_seconds(fn, repeats: int) -> float:
