@@ -112,6 +112,20 @@ class Run:
             raise ReportError(refusal(path, old, self.dir))
         return arrays
 
+    def started(self) -> float | None:
+        """When the job began: its config.yaml's file time (None without one)."""
+        path = self.dir / "config.yaml"
+        return path.stat().st_mtime if path.exists() else None
+
+    def ended(self) -> float:
+        """When the job ended: its summary.json's file time."""
+        return (self.dir / "summary.json").stat().st_mtime
+
+    def window_means(self) -> np.ndarray:
+        """(windows,): each validation window's final teacher-forced loss, averaged over its positions (what a kept
+        record holds of the windows: tinygpt.analysis.records)."""
+        return window_measure(self, "mean")
+
     def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         steps, values = self.history.get(key, ([], []))
         return np.asarray(steps), np.asarray(values, dtype=float)
@@ -313,6 +327,6 @@ def seed_ids(runs: list[Run]) -> tuple[int, ...]:
 
 def sweep_wall_seconds(runs: list[Run]) -> float:
     """From the first job's config.yaml to the last job's summary.json (file times)."""
-    starts = [(r.dir / "config.yaml").stat().st_mtime for r in runs if (r.dir / "config.yaml").exists()]
-    ends = [(r.dir / "summary.json").stat().st_mtime for r in runs]
+    starts = [t for r in runs if (t := r.started()) is not None]
+    ends = [r.ended() for r in runs]
     return max(ends) - min(starts) if starts else float("nan")

@@ -212,8 +212,18 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
     if experiment not in experiments():
         raise ReportError(f"experiment {experiment!r} is not one of {', '.join(experiments())}.")
     check_out(out)
-    unstarted = jobs_without_runs(sweeps)
-    runs = load_runs(sweeps, unstarted)
+    from tinygpt.analysis import records
+
+    module = importlib.import_module(f"tinygpt.experiments.{experiment}.report")
+    kept = [s for s in sweeps if records.is_records(s)]
+    if kept and len(kept) != len(sweeps) or len(kept) > 1:
+        raise ReportError("give one records file (runs.json.gz) alone, or sweep dirs; not both or several.")
+    if kept:
+        runs, sweeps, unstarted = records.load(kept[0])
+        sweeps = [Path(s) for s in sweeps]
+    else:
+        unstarted = jobs_without_runs(sweeps)
+        runs = load_runs(sweeps, unstarted)
     refuse_foreign(runs, experiment)
     refuse_mixed(runs, experiment)
     runs, excluded = results(runs, unstarted)
@@ -228,8 +238,11 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None) -> tuple
                   f"(--out docs/experiments/{experiment} to replace it anyway)", file=sys.stderr)
     made = [p for p in (out, *out.parents) if not p.exists()]  # what a failed report must not leave behind
     out.mkdir(parents=True, exist_ok=True)
-    module = importlib.import_module(f"tinygpt.experiments.{experiment}.report")
+    reads = getattr(module, "KEEP", None)  # a report that declares what it reads is written from its kept records
     try:
+        if reads is not None and not kept:
+            saved = records.save(out / records.FILE, runs, reads, [str(s) for s in sweeps], excluded)
+            runs = records.load(saved)[0]
         path = module.write_report(runs, out, sweeps)
     except BaseException:
         if made:
