@@ -1,0 +1,250 @@
+"""Experiment 2, design 3's report (docs/experiments/sqrt_dk_stability/DESIGN.md): does 1/sqrt(d_k) help stability,
+as the learning rate at which training stops working? Every number comes from the runs' kept records
+(tinygpt.analysis.records: ``KEEP`` is what this report reads), every verdict word from
+tinygpt.experiments.sqrt_dk_stability.edge, every sentence from report.md's blocks.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from tinygpt.analysis.figures import finish_axes, markdown_table, save
+from tinygpt.analysis.records import Reads
+from tinygpt.analysis.stats import LEVEL, Estimate
+from tinygpt.analysis.sweep import ReportError, Run, predictions, sweep_wall_seconds
+from tinygpt.analysis.templates import plural, prose
+from tinygpt.experiments.index import Headline
+from tinygpt.experiments.sqrt_dk_stability import numbers
+from tinygpt.experiments.sqrt_dk_stability.numbers import LABELS, Arm, Verdict
+
+ROOT = Path(__file__).resolve().parents[4]
+NAME = "sqrt_dk_stability"
+KEEP = Reads(summary=("status", "diverged", "divergence", "val_loss", "vocab_size", "steps", "diagnostics",
+                      "train_seconds"),
+             history=("train/loss", "val/loss", "stab/max_logit", "stab/jacobian_trace"))
+STATEMENTS = {  # each prediction as DESIGN.md states it
+    "Q1": "positive control: qk-layernorm raises the scaled arm's edge",
+    "S1": "the factor raises the rate at which training stops working (the unscaled edge is lower)",
+    "S2": "by the reparametrisation's amount, log10(d_k^(1/4))",
+    "S3": "dose response: the edge moves by -1/2 decade per decade of scale",
+}
+CRITERIA = {
+    "Q1": lambda p: "interval above 0",
+    "S1": lambda p: "interval below 0",
+    "S2": lambda p: f"interval inside {p['shift_none']:+.3f} +- {p['shift_band']:g}",
+    "S3": lambda p: f"interval inside {p['slope']:+.2f} +- {p['slope_band']:g}",
+}
+
+
+def design_commit() -> str:
+    """The commit that added design 3's DESIGN.md (before the runs), from git where the checkout has it."""
+    try:
+        out = subprocess.run(["git", "log", "--format=%h", "--diff-filter=A", "--",
+                              "docs/experiments/sqrt_dk_stability/DESIGN.md"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=10, check=False).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    return f"commit {out[-1]}" if out else "its first commit"
+
+
+def rate(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def edge_text(a: Arm, est: Estimate) -> str:
+    """An arm's edge as a rate with its interval, 'at least' / 'at most' where a seed's edge is a bound."""
+    if not math.isfinite(est.lo):
+        return f"{rate(10 ** est.value)} (no interval: one seed)"
+    bound = {1: "at least ", -1: "at most ", 2: "a bound both ways: "}.get(a.edges.censored, "")
+    return f"{bound}{rate(10 ** est.value)} [{rate(10 ** est.lo)}, {rate(10 ** est.hi)}]"
+
+
+def bounds_text(a: Arm) -> str:
+    hi, lo = int(a.edges.high.sum()), int(a.edges.low.sum())
+    parts = ([f"{hi} trained at the top rate"] if hi else []) + ([f"{lo} failed at the lowest"] if lo else [])
+    return ", ".join(parts) or "none"
+
+
+def edges_table(found: dict[str, Arm]) -> str:
+    rows = []
+    for name, a in found.items():
+        est = numbers.edge_estimate(a)
+        per_seed = ", ".join(f"{rate(10 ** v)}" for v in a.edges.values)
+        shift = numbers.shift(found, name).format(3, signed=True) if name != "sqrt" and "sqrt" in found else "-"
+        rows.append([LABELS[name], edge_text(a, est), est.format(3), per_seed, bounds_text(a), shift])
+    return markdown_table(["arm", "edge (lr)", "edge (log10 lr)", "per seed (lr)", "seeds whose edge is a bound",
+                           "shift from 1/sqrt(d_k) (decades)"], rows)
+
+
+def predictions_table(found: list[Verdict], pred: dict) -> str:
+    rows = [[v.key, STATEMENTS[v.key], f"{v.what}: {v.estimate.format(3, signed=True)}", CRITERIA[v.key](pred),
+             f"**{v.verdict}**"] for v in found]
+    missing = [k for k in STATEMENTS if k not in {v.key for v in found}]
+    rows += [[k, STATEMENTS[k], "its arms did not run", CRITERIA[k](pred), "not tested"] for k in missing]
+    return markdown_table(["", "prediction", "measure", "holds when", "verdict"], rows)
+
+
+def outcomes_table(found: dict[str, Arm]) -> str:
+    rates = sorted({x for a in found.values() for x in a.rates})
+
+    def cell(a: Arm, x: float) -> str:
+        if x not in a.rates:
+            return "-"
+        i = a.rates.index(x)
+        k, n = int(a.failed[:, i].sum()), a.failed.shape[0]
+        finite = a.losses[:, i][np.isfinite(a.losses[:, i])]
+        loss = f"{finite.mean():.2f}" if len(finite) else "diverged"
+        return f"{k}/{n} ({loss})"
+
+    return markdown_table(["arm"] + [rate(x) for x in rates],
+                          [[LABELS[n]] + [cell(a, x) for x in rates] for n, a in found.items()])
+
+
+def sensitivity_table(found: dict[str, Arm]) -> tuple[str, float]:
+    rows, initial = [], math.nan
+    for name, a in found.items():
+        est, initial = numbers.sensitivity(a)
+        rows.append([LABELS[name], est.format(3)])
+    return markdown_table(["arm", "LR sensitivity (nats)"], rows), initial
+
+
+def median_range(values: list[float]) -> str:
+    v = [x for x in values if math.isfinite(x)]
+    if not v:
+        return "-"
+    return f"{statistics.median(v):.3g} ({min(v):.3g}-{max(v):.3g}, {len(v)})"
+
+
+def mechanism_table(found: dict[str, Arm]) -> str:
+    rows = []
+    for name, a in found.items():
+        side = numbers.at_the_edge(a)
+        rows.append([LABELS[name]] + [median_range([numbers.last_probe(r, key) for r in side[kind]])
+                                      for key in ("stab/max_logit", "stab/jacobian_trace")
+                                      for kind in ("trained", "failed")])
+    return markdown_table(["arm", "largest logit: trained", "largest logit: failed", "Jacobian trace: trained",
+                           "Jacobian trace: failed"], rows)
+
+
+def fig_edges(found: dict[str, Arm], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, (name, a) in enumerate(found.items()):
+        color = f"C{i}"
+        ax1.plot(a.rates, a.failed.mean(0), "o-", color=color, label=LABELS[name])
+        ax1.axvline(10 ** numbers.edge_estimate(a).value, color=color, ls=":", lw=1)
+        finite = np.isfinite(a.losses)
+        mean = np.where(finite, a.losses, 0).sum(0) / np.maximum(finite.sum(0), 1)
+        mean[~finite.any(0)] = np.nan  # a rate where every seed diverged has no loss to plot
+        ax2.plot(a.rates, mean, "o-", color=color, label=LABELS[name])
+    for ax in (ax1, ax2):
+        ax.set_xscale("log")
+    finish_axes(ax1, "learning rate", "fraction of seeds that failed", "where training stops working (dotted: edges)")
+    finish_axes(ax2, "learning rate", "final validation loss (mean over seeds)", "loss against rate", legend=False)
+    return save(fig, path)
+
+
+def answer(words: dict[str, Verdict], found: dict[str, Arm]) -> dict[str, str]:
+    """The answer block's sentences, each from a verdict."""
+    s1 = words.get("S1")
+    if s1 is None:
+        stability = "not tested (the scaled or the unscaled arm did not run)"
+    elif s1.verdict == "holds":
+        stability = (f"yes (S1 holds): without the factor training stops working {-s1.estimate.value:.2f} decades "
+                     f"lower (edge(unscaled) - edge(1/sqrt(d_k)) = {s1.estimate.format(2, signed=True)} decades), so "
+                     f"with the factor the usable rates reach {10 ** -s1.estimate.value:.2g}x higher")
+    elif s1.verdict == "fails":
+        stability = f"no (S1 fails): without the factor training works up to higher rates ({s1.estimate.format(2)})"
+    else:
+        stability = f"not shown (S1 undecided at the {LEVEL:.0%} level: {s1.estimate.format(2)} decades)"
+    size = "; ".join(f"{k} {words[k].verdict} ({words[k].what} {words[k].estimate.format(2, signed=True)})"
+                     for k in ("S2", "S3") if k in words) or "not tested"
+    q1 = words.get("Q1")
+    if q1 is None:
+        control = "not tested (the qk-layernorm arm did not run)"
+    elif q1.verdict == "holds":
+        control = f"yes (Q1 holds: {q1.estimate.format(2, signed=True)} decades)"
+    else:
+        control = (f"no (Q1 {q1.verdict}: {q1.estimate.format(2, signed=True)} decades): qk-layernorm did not raise "
+                   "the scaled arm's edge, so at this budget logit growth is not shown to set it")
+    return {"stability": stability, "size": size, "control": control}
+
+
+def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
+    pred = predictions(runs, NAME)
+    missing = [k for k in ("failed_to_train", "shift_none", "shift_band", "slope", "slope_band") if k not in pred]
+    if missing:
+        raise ReportError(f"these runs carry no {missing[0]} prediction; rerun the sweep at this version.")
+    found = numbers.arms(runs, float(pred["failed_to_train"]))
+    verdicts = numbers.verdicts(found, pred)
+    words = {v.key: v for v in verdicts}
+    cfg = runs[0].config
+    fig_edges(found, out / "edges.png")
+    step = next(iter(found.values())).edges.step
+    seeds = sorted({r.seed for r in runs})
+    rates = sorted({x for a in found.values() for x in a.rates})
+    sens, initial = sensitivity_table(found)
+    diag = [r.summary["diagnostics"] for r in runs]
+    lines = [
+        prose(NAME, "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
+              design=design_commit()), "",
+        prose(NAME, "setup", dk=numbers.d_k(runs[0]), n_layer=cfg["model"]["n_layer"],
+              block=cfg["model"]["block_size"], batch=cfg["data"]["batch_size"], steps=cfg["trainer"]["max_steps"],
+              warmup=cfg["optim"]["warmup_steps"], min_lr=f"{cfg['optim']['min_lr']:g}",
+              clip=cfg["trainer"]["gradient_clip_val"], arms=", ".join(LABELS[n] for n in found),
+              lrs=", ".join(rate(x) for x in rates), per_decade=f"{1 / step:.0f}", seeds=", ".join(map(str, seeds)),
+              wall=f"{sweep_wall_seconds(runs) / 60:.1f}"), "",
+        prose(NAME, "answer", **answer(words, found)), "",
+        "## Predictions", "", predictions_table(verdicts, pred), "",
+        prose(NAME, "terms", val=cfg["data"]["val_windows"], fraction=float(pred["failed_to_train"]),
+              unigram=f"{statistics.median(float(d['unigram_loss']) for d in diag):.2f}",
+              bigram=f"{statistics.median(float(d['bigram_loss']) for d in diag):.2f}", level=f"{LEVEL:.0%}"), "",
+        "## Where training stops working", "", "![edges](edges.png)", "",
+        edges_table(found), "",
+        prose(NAME, "outcomes", n_seeds=len(seeds)), "",
+        outcomes_table(found), "",
+        "## Beside the verdicts", "",
+        prose(NAME, "sensitivity", n_rates=len(rates), initial=f"{initial:.3f}", level=f"{LEVEL:.0%}"), "",
+        sens, "",
+        prose(NAME, "mechanism", n_layer=cfg["model"]["n_layer"], windows=cfg["callbacks"]["stability"]["windows"]),
+        "", mechanism_table(found), "",
+        prose(NAME, "threats", steps=cfg["trainer"]["max_steps"], dk=numbers.d_k(runs[0]),
+              n_layer=cfg["model"]["n_layer"], step=f"{step:.3f}", n_seeds=len(seeds), dof=len(seeds) - 1), "",
+        prose(NAME, "literature"), "",
+    ]
+    path = out / "README.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    headline(verdicts, pred).write(out)
+    return path
+
+
+def headline(found: list[Verdict], pred: dict) -> Headline:
+    """The front page's entry: the answer to "does 1/sqrt(d_k) help stability?" from S1, with S2 and Q1 beside it."""
+    words = {v.key: v for v in found}
+    s1, s2, q1 = words.get("S1"), words.get("S2"), words.get("Q1")
+    if s1 is not None and s1.verdict == "holds":
+        answer = (f"Yes, in a practitioner's terms: at d_k = 256 and GPT-2's init, training without the factor stops "
+                  f"working at a learning rate {-s1.estimate.value:.2f} decades lower than with it "
+                  f"({s1.estimate.format(2, signed=True)}; S1 holds)")
+    elif s1 is not None and s1.verdict == "fails":
+        answer = f"No: without the factor training works up to higher rates ({s1.estimate.format(2)} decades; S1 fails)"
+    else:
+        answer = "Not shown: the edge's shift is undecided" + (f" ({s1.estimate.format(2)} decades)" if s1 else "")
+    if s2 is not None:
+        answer += (f"; the size the Adam reparametrisation predicts, log10(d_k^(1/4)) = {-pred['shift_none']:.2f} "
+                   f"decades: S2 {s2.verdict}")
+    if q1 is not None:
+        answer += f"; qk-layernorm moves the scaled edge by {q1.estimate.format(2, signed=True)} decades (Q1 {q1.verdict})"
+    return Headline(NAME, "Where 1/sqrt(d_k) moves the edge of stability",
+                    "Does 1/sqrt(d_k) help stability: up to what learning rate does training still work with it and "
+                    "without it?", answer + ".", "edges.png",
+                    [(f"{k}: {STATEMENTS[k]}", words[k].verdict) for k in STATEMENTS if k in words])
