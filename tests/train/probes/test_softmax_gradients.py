@@ -131,3 +131,35 @@ def test_the_probe_at_start_is_a_setting_and_only_for_a_fresh_run(monkeypatch):
         monkeypatch.setattr(mon, "inspect", lambda trainer, module, mon=mon, seen=seen: seen.append(mon._at))
         mon.on_train_start(SimpleNamespace(global_step=step), None)
         assert seen == expected and mon._at is None
+
+
+def test_the_gradients_at_w_q_and_w_k_are_the_query_and_key_rows_of_a_plain_backward():
+    """Known answer, by another route: loss.backward() on the same forward, c_attn's weight gradient split into its
+    query, key and value rows; the probe's grad_wq and grad_wk are the first two rows' norms, not the values'."""
+    m = model(8, layers=1).double()
+    x, y = windows()
+    r = softmax_gradients(m, x, y)
+    m.eval()
+    _, loss = m(x, y)
+    loss.backward()
+    g = m.blocks[0].attn.c_attn.weight.grad  # (3C, C): rows of W_Q, W_K, W_V
+    assert r["grad_wq"][0] == pytest.approx(g[:8].norm().item(), rel=1e-9)
+    assert r["grad_wk"][0] == pytest.approx(g[8:16].norm().item(), rel=1e-9)
+    assert abs(r["grad_wk"][0] - g[16:].norm().item()) > 1e-3 * g[16:].norm().item()  # the value rows differ
+
+
+@pytest.mark.parametrize("scale", [0.25, 1.0])
+def test_the_raw_product_is_q_dot_k_before_the_scale_and_the_scaled_score_is_after_it(scale):
+    """Known answer, by another route: q and k from c_attn applied to ln_1 of the embeddings (layer 0) by hand, the
+    largest |q.k| over visible pairs; the probe's raw_qk is it, its scaled_qk is it times the scale (0.25: not the
+    raw product; 1.0: the same)."""
+    m = model(8, scale=scale, layers=1).double()
+    x, y = windows()
+    r = softmax_gradients(m, x, y)
+    with torch.no_grad():
+        h = m.blocks[0].ln_1(m.wte(x) + m.wpe(torch.arange(16)))  # (N, T, C)
+        q, k, _ = m.blocks[0].attn.c_attn(h).split(8, dim=2)  # (N, T, C) each, one head: D = C
+        qk = (q @ k.transpose(-2, -1)).abs()  # (N, T, T)
+        largest = qk.masked_fill(~torch.ones(16, 16, dtype=torch.bool).tril(), 0).max().item()
+    assert r["raw_qk"][0] == pytest.approx(largest, rel=1e-6)  # the probe reports float32
+    assert r["scaled_qk"][0] == pytest.approx(scale * largest, rel=1e-6)
