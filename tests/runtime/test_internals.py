@@ -99,3 +99,23 @@ def test_torch_still_keeps_module_hooks_where_the_decode_step_looks():
         finally:
             handle.remove()
     assert not internals.any_global_hooks()
+
+
+def test_torch_still_has_the_dispatch_mode_that_sees_every_matrix_product():
+    """float16_products.Float16Products subclasses it: inside such a mode, a product (forward and backward) reaches
+    __torch_dispatch__ as an aten op."""
+    import torch
+
+    base = internals.torch_dispatch_mode()
+    assert base is not None, "torch.utils._python_dispatch.TorchDispatchMode is gone"
+    seen = []
+
+    class Seen(base):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    a = torch.randn(3, 4, requires_grad=True)
+    with Seen():
+        (a @ torch.randn(4, 2)).sum().backward()
+    assert torch.ops.aten.mm.default in seen and seen.count(torch.ops.aten.mm.default) >= 2  # forward and backward

@@ -15,6 +15,9 @@ loudly, naming the name, when an upgrade removes or changes it; the code here fa
   warns about on every run; it is taken out before the run starts.
 - ``RichProgressBar._get_train_description``: Lightning labels its bar "Epoch N"; training here is step-based,
   one endless epoch, and there is no public hook for the label.
+- ``torch.utils._python_dispatch.TorchDispatchMode``: float16 products on a CPU computed as a GPU computes them
+  (train/float16_products.py) need every matrix product caught below autograd, the backward's too; torch has no
+  public class for that. Without it a float16 run on the CPU uses torch's own (slow, reference) float16 kernel.
 - torch modules' ``_forward_hooks`` / ``_forward_pre_hooks`` and the global hook registries: the lean decode step
   (sampling/generate.py, ``CachedStep``) skips the modules' forward, so it must not run where a hook would have.
 """
@@ -91,3 +94,13 @@ def any_global_hooks() -> bool:
 
     return bool(getattr(torch_module, "_global_forward_hooks", None)
                 or getattr(torch_module, "_global_forward_pre_hooks", None))
+
+
+def torch_dispatch_mode() -> type | None:
+    """torch's TorchDispatchMode, the base of a mode that sees every op below autograd; None when this torch lacks
+    it."""
+    try:
+        from torch.utils._python_dispatch import TorchDispatchMode
+    except ImportError:
+        return None
+    return TorchDispatchMode

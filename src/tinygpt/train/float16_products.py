@@ -16,14 +16,17 @@ whole scope (run.RunScope), only when it trains in float16 on the CPU.
 from __future__ import annotations
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from tinygpt.runtime.internals import torch_dispatch_mode
+
+DISPATCH_MODE = torch_dispatch_mode()  # None where this torch lacks it: float16 products then run torch's own kernel
 
 aten = torch.ops.aten
 # what F.linear, torch.matmul and @ become on the CPU, forward and backward
 PRODUCTS = frozenset({aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default})
 
 
-class Float16Products(TorchDispatchMode):
+class Float16Products(DISPATCH_MODE or object):
     """Inside it, a matrix product with a float16 input is computed in float32 and rounded to float16."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -39,4 +42,4 @@ def wanted(trainer) -> bool:
     from lightning.pytorch.plugins import MixedPrecision
 
     plugin = trainer.precision_plugin
-    return isinstance(plugin, MixedPrecision) and plugin.device == "cpu" and plugin.precision == "16-mixed"
+    return DISPATCH_MODE is not None and isinstance(plugin, MixedPrecision) and plugin.device == "cpu" and plugin.precision == "16-mixed"
