@@ -44,9 +44,7 @@ def test_every_option_composes_under_the_schema_with_no_key_unset(overrides):
     assert isinstance(cfg.model.n_layer, int) and isinstance(cfg.optim.lr, float)
 
 
-@pytest.mark.parametrize("experiment, owner", [("causal_mask", "causal_mask"), ("causal_mask_quick", "causal_mask"),
-                                               ("partial_leaks", "partial_leaks"), ("sqrt_dk", "sqrt_dk"),
-                                               ("sqrt_dk_fp16", "sqrt_dk")])
+@pytest.mark.parametrize("experiment, owner", [(c, e.name) for e in experiments().values() for c in e.configs])
 def test_each_experiments_predictions_are_typed_by_its_own_folder(experiment, owner):
     cfg = composed([f"experiment={experiment}"])
     assert OmegaConf.get_type(cfg.prediction) is schema_of(experiments()[owner].prediction)
