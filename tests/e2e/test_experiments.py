@@ -206,6 +206,26 @@ def test_sqrt_dk_quick_sweep_and_report(tmp_path, cache_dir, corpus_file):
     assert len(rows) >= 4 and all("nan" not in row for row in rows[:2])  # the mechanism at init, read from the probe
 
 
+@pytest.mark.slow
+def test_sqrt_dk_stability_quick_sweep_and_report(tmp_path, cache_dir, corpus_file):
+    """experiment=sqrt_dk_stability_quick shrunk: scaled and unscaled at three rates, one of them absurd (it diverges:
+    a failed run). The report reads every run, keeps their records beside it and regenerates from them."""
+    sweep = tmp_path / "sweep"
+    run_train(["-m", "experiment=sqrt_dk_stability_quick", *TINY, "model.n_layer=1", "corpus=text_file",
+               f"corpus.path={corpus_file}", f"data.cache_dir={cache_dir}", "logger=csv", "trainer.max_steps=30",
+               "trainer.val_check_interval=15", "optim.warmup_steps=3", "callbacks.stability.every_n_steps=10",
+               "optim.lr=1e-3,1e-2,1e-1", f"hydra.sweep.dir={sweep}"])
+    assert len(list(sweep.glob("*/summary.json"))) == 6
+    out = tmp_path / "report"
+    assert report.main(["sqrt_dk_stability", str(sweep), "--out", str(out)]) == 0  # in-process
+    text = (out / "README.md").read_text()
+    assert "| S1 |" in text and "| Q1 |" in text and "not tested" in text  # Q1 and S3 need arms this sweep lacks
+    assert (out / "edges.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / "runs.json.gz").is_file()
+    again = tmp_path / "again"
+    assert report.main(["sqrt_dk_stability", str(out / "runs.json.gz"), "--out", str(again)]) == 0
+    assert (again / "README.md").read_bytes() == (out / "README.md").read_bytes()
+
+
 def test_a_sweep_experiment_without_m_says_it_runs_one_job():
     from tinygpt.train.cli import one_job_of_a_sweep
 

@@ -26,19 +26,16 @@ def d_k(run: Run) -> int:
 
 
 def arm_of(run: Run) -> str:
-    """sqrt | mid | none | qknorm, from the run's attention settings: the scale factor times sqrt(d_k) (1, 4, d_k^(1/2))
-    and qk_norm."""
+    """sqrt | mid | none | qknorm, from the run's attention settings: the scale by name (sqrt_dk, none), or a number
+    that is 4/sqrt(d_k) (the midpoint), and qk_norm."""
     attn = run.config["model"]["attn"]
-    times = scale_factor(attn["scale"], d_k(run)) * math.sqrt(d_k(run))
-    if attn.get("qk_norm"):
-        if math.isclose(times, 1.0):
-            return "qknorm"
-    elif math.isclose(times, 1.0):
-        return "sqrt"
-    elif math.isclose(times, 4.0):
-        return "mid"
-    elif math.isclose(times, math.sqrt(d_k(run))):
+    scale, norm = attn["scale"], bool(attn.get("qk_norm"))
+    if scale == "sqrt_dk":
+        return "qknorm" if norm else "sqrt"
+    if scale == "none" and not norm:
         return "none"
+    if not norm and scale != "inv_dk" and math.isclose(scale_factor(scale, d_k(run)) * math.sqrt(d_k(run)), 4.0):
+        return "mid"
     raise ReportError(f"{run.dir} is not an arm of design 3 (scale {attn['scale']!r}, qk_norm {attn.get('qk_norm')}).")
 
 
