@@ -183,3 +183,16 @@ def at_the_edge(a: Arm) -> dict[str, list[Run]]:
         if above:
             out["failed"].append(row[min(above)])
     return out
+
+
+def above_bigram(run: Run) -> bool:
+    """Post hoc (not in the design): the run's final loss is not below its own bigram loss (or it diverged): it
+    learned no more than a bigram table does."""
+    loss = final_loss(run)
+    return not math.isfinite(loss) or loss >= float(run.summary["diagnostics"]["bigram_loss"])
+
+
+def bigram_edges(found: dict[str, Arm]) -> dict[str, edge.Edges]:
+    """Post hoc: per arm, the edge (the same estimator) of the rate at which the final loss reaches the bigram loss."""
+    return {n: edge.edges(np.log10(a.rates), np.array([[above_bigram(r) for r in row] for row in a.runs]),
+                          tuple(a.seeds)) for n, a in found.items()}

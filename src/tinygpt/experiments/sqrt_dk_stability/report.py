@@ -19,7 +19,7 @@ from tinygpt.analysis.stats import LEVEL, Estimate
 from tinygpt.analysis.sweep import ReportError, Run, predictions, sweep_wall_seconds
 from tinygpt.analysis.templates import plural, prose
 from tinygpt.experiments.index import Headline
-from tinygpt.experiments.sqrt_dk_stability import numbers
+from tinygpt.experiments.sqrt_dk_stability import edge, numbers
 from tinygpt.experiments.sqrt_dk_stability.numbers import LABELS, Arm, Verdict
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -131,6 +131,21 @@ def mechanism_table(found: dict[str, Arm]) -> str:
                            "Jacobian trace: failed"], rows)
 
 
+def bigram_table(found: dict[str, Arm]) -> str:
+    """Post hoc: the rate at which each arm's final loss reaches the bigram loss, with its shift from 1/sqrt(d_k)."""
+    parts = numbers.bigram_edges(found)
+    rows = []
+    for name, e in parts.items():
+        est = edge.combination({name: e}, {name: 1})
+        bound = {1: "at least ", -1: "at most ", 2: "a bound both ways: "}.get(e.censored, "")
+        shift = (edge.combination({name: e, "sqrt": parts["sqrt"]}, {name: 1, "sqrt": -1}).format(3, signed=True)
+                 if name != "sqrt" and "sqrt" in parts else "-")
+        rows.append([LABELS[name], f"{bound}{rate(10 ** est.value)} [{rate(10 ** est.lo)}, {rate(10 ** est.hi)}]"
+                     if math.isfinite(est.lo) else f"{bound}{rate(10 ** est.value)}", shift])
+    return markdown_table(["arm", "final loss reaches the bigram loss at (lr)", "shift from 1/sqrt(d_k) (decades)"],
+                          rows)
+
+
 def fig_edges(found: dict[str, Arm], path: Path) -> Path:
     import matplotlib
 
@@ -213,6 +228,8 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         prose(NAME, "outcomes", n_seeds=len(seeds)), "",
         outcomes_table(found), "",
         "## Beside the verdicts", "",
+        prose(NAME, "bigram", bigram=f"{statistics.median(float(d['bigram_loss']) for d in diag):.2f}"), "",
+        bigram_table(found), "",
         prose(NAME, "sensitivity", n_rates=len(rates), initial=f"{initial:.3f}", level=f"{LEVEL:.0%}"), "",
         sens, "",
         prose(NAME, "mechanism", n_layer=cfg["model"]["n_layer"], windows=cfg["callbacks"]["stability"]["windows"]),
