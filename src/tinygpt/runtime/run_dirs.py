@@ -4,7 +4,6 @@ ends a sweep. The two classes are Hydra callbacks (configs/hydra/default.yaml)."
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import shutil
@@ -19,6 +18,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.runtime.errors import ConfigError, config_composed, print_error, swept_mistake
+from tinygpt.runtime.resume_record import ENDED, read_summary
 from tinygpt.runtime.writable import cannot_write
 
 LAST = "last.ckpt"  # the checkpoint a run resumes from, in <run>/checkpoints/
@@ -273,7 +273,7 @@ class RunDirGuard(Callback):
                 changed = changed_sweep(sweep_dir, config)
                 if changed:
                     _fail(changed)
-                print(f"continuing the sweep in {sweep_dir}: completed jobs are skipped, interrupted ones resume "
+                print(f"continuing the sweep in {sweep_dir}: ended jobs ({', '.join(ENDED)}) are skipped, interrupted ones resume "
                       "from their checkpoint, the others start.", file=sys.stderr, flush=True)
                 return
             _fail(f"hydra.sweep.dir={str(sweep_dir)!r} already holds a sweep's runs; choose another dir (the "
@@ -304,9 +304,12 @@ def job_row(job_dir: Path, stopped: bool = False) -> dict:
     if (job_dir / ERROR_FILE).exists():
         row.update(status="failed", error=(job_dir / ERROR_FILE).read_text().strip())
     elif (job_dir / "summary.json").exists():
-        s = json.loads((job_dir / "summary.json").read_text())
-        row.update(status=s.get("status") or ("diverged" if s.get("diverged") else "completed"),
-                   val_loss=s.get("val_loss"))
+        s, damaged = read_summary(job_dir / "summary.json")
+        if s is None:
+            row.update(status="unreadable", error=f"its summary.json cannot be read ({damaged})")
+        else:
+            row.update(status=s.get("status") or ("diverged" if s.get("diverged") else "completed"),
+                       val_loss=s.get("val_loss"))
     return row
 
 
@@ -416,7 +419,7 @@ def print_sweep_table(sweep_dir: Path, signum: int | None, workers: bool, exit: 
 
         counts = {s: sum(r["status"] == s for r in rows) for s in ("interrupted", "not started")}
         console.print(f"[bold yellow]stopped by {signal.Signals(signum).name}[/]: {counts['interrupted']} "
-                      f"interrupted, {counts['not started']} not started. Continue the whole sweep (completed jobs "
+                      f"interrupted, {counts['not started']} not started. Continue the whole sweep (ended jobs "
                       f"skipped, interrupted ones resumed, the others started):\n  {continue_command(sweep_dir)}",
                       soft_wrap=True)
         if exit:
@@ -467,8 +470,8 @@ def checkpoint_in(d: Path) -> Path:
     if found is not None:
         return found
     summary = d / "summary.json"
-    if summary.is_file():
-        s = json.loads(summary.read_text())
+    s, _ = read_summary(summary)
+    if s is not None:
         raise FileNotFoundError(f"{d} is a run dir without a checkpoint (status {s.get('status')!r} at step "
                                 f"{s.get('steps')}: it stopped before its first checkpoint); pass another run.")
     jobs = sorted(p.parent.parent.name for p in d.glob(f"*/checkpoints/{LAST}"))
