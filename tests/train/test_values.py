@@ -152,6 +152,10 @@ def test_a_forced_online_wandb_without_credentials_is_refused_before_torch(tmp_p
                                              "null for Lightning's default)."),
     ("data.tokenizer=word", "data.tokenizer='word' is not one of char, bpe, pretrained."),
     ("data.bpe_vocab_size=-5", "data.bpe_vocab_size=-5 must be a positive integer."),
+    ("data.tokenizer=bpe data.bpe_vocab_size=1", "data.bpe_vocab_size=1 is too small for byte-level BPE: it needs at "
+                                                 "least 257 (256 bytes + <|endoftext|>)."),  # had taken 9-10 s
+    ("corpus=random_tokens corpus.n_tokens=100000000000", "corpus.n_tokens=100000000000 draws 931.3 GiB of token "
+                                                          "ids at once, more than the "),  # had been numpy's, after 9 s
     ("callbacks.text_samples.final_only=maybe", "callbacks.text_samples.final_only='maybe' must be true or false."),
     ("callbacks.stability.future_leak=1", "callbacks.stability.future_leak=1 must be true or false."),
     ("callbacks.model_checkpoint.monitor=val/los", "callbacks.model_checkpoint.monitor='val/los' is not a metric a "
@@ -286,6 +290,24 @@ def test_a_gpu_asked_for_on_a_linux_machine_without_a_gpu_driver_is_refused_befo
     values.check_gpu_visible(OmegaConf.create({"accelerator": "auto"}))  # auto falls back to the CPU
     monkeypatch.setattr(values, "GPU_DRIVER_FILES", ("/",))  # a driver: torch decides at set-up
     values.check_gpu_visible(OmegaConf.create({"accelerator": "gpu"}))
+
+
+def test_a_corpus_too_short_for_its_splits_is_refused_before_tokenizing(tmp_path):
+    """A 5-byte corpus had been refused after torch and the tokenizer (9.4 s); the files' sizes bound the tokens."""
+    from helpers import compose_train
+    from tinygpt.train.values import check_values
+
+    short = tmp_path / "short.txt"
+    short.write_text("hello")
+    cfg = compose_train(["corpus=text_file", f"corpus.path={short}"], out_dir=tmp_path)
+    with pytest.raises(ConfigError) as err:
+        check_values(cfg, tmp_path)
+    assert str(err.value) == (
+        f"corpus.path='{short}' holds 5 bytes, too few for a training and a validation split of data.block_size + 2 "
+        "= 66 tokens each (a token is at least one byte); use a larger corpus or a smaller block_size.")
+    short.write_text("hello!")  # 6 bytes may make two splits of 3 tokens: left to the tokenized splits
+    check_values(compose_train(["corpus=text_file", f"corpus.path={short}", "model.block_size=1",
+                                "data.block_size=1"], out_dir=tmp_path), tmp_path)
 
 
 def test_a_corpus_file_of_another_encoding_is_refused_before_torch(tmp_path):
