@@ -141,9 +141,10 @@ def test_a_run_dir_names_one_checkpoint_for_ckpt_path_and_for_the_clis(tmp_path)
     --ckpt <run dir> (the CLIs) take the same file, and refuse a dir without one, each in its own sentence."""
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    torch.save({}, run / "last.ckpt")  # a torch archive (the CLIs check that much before importing torch)
+    ckpt = {"state_dict": {}, "hyper_parameters": {}}  # its layout: what the CLIs check before importing torch
+    torch.save(ckpt, run / "last.ckpt")
     assert run_dirs.checkpoint_file(run) == run_dirs.resolve_ckpt_path(str(run), tmp_path) == run / "last.ckpt"
-    torch.save({}, run_dirs.last_path_in(run))
+    torch.save(ckpt, run_dirs.last_path_in(run))
     assert run_dirs.checkpoint_file(run) == run_dirs.resolve_ckpt_path(str(run), tmp_path) == \
         run / "checkpoints" / "last.ckpt"
     (tmp_path / "empty").mkdir()

@@ -407,7 +407,7 @@ def test_a_resume_that_changes_the_learning_rate_is_refused_from_the_runs_record
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    torch.save({"global_step": 4}, run / "checkpoints" / "last.ckpt")
+    torch.save({"global_step": 4, "state_dict": {}, "hyper_parameters": {}}, run / "checkpoints" / "last.ckpt")
     recorded = compose_train([], out_dir=run)
     OmegaConf.save(OmegaConf.to_container(recorded, resolve=True), run / "config.yaml")
     ckpt = str(run / "checkpoints" / "last.ckpt")
@@ -432,7 +432,7 @@ def test_a_resume_that_changes_the_learning_rate_is_refused_from_the_runs_record
     with pytest.raises(ConfigError, match=r"is at step 4, but its run's summary.json records 2000 steps"):
         (run / "summary.json").write_text('{"status": "completed", "steps": 2000}')  # the checkpoint is behind:
         check_values(compose_train(["ckpt_path=last"], out_dir=run), run)  # said truly, not "already at 2000"
-    torch.save({"global_step": 2000}, run / "checkpoints" / "last.ckpt")
+    torch.save({"global_step": 2000, "state_dict": {}, "hyper_parameters": {}}, run / "checkpoints" / "last.ckpt")
     (run / "summary.json").write_text('{"status": "completed", "steps": 2000}')  # a run that ended at max_steps
     with pytest.raises(ConfigError, match=r"is already at step 2000, not before trainer.max_steps=2000; raise"):
         check_values(compose_train(["ckpt_path=last"], out_dir=run), run)

@@ -159,15 +159,24 @@ class _StepReader(pickle.Unpickler):
         return None
 
 
-def checkpoint_step(path: Path) -> int | None:
-    """The global_step a Lightning checkpoint records, read from its archive's pickle without torch (a few ms, where
-    torch.load needs torch and Lightning, seconds); None when the archive is not one this can read."""
+def archive_pickle(archive: zipfile.ZipFile) -> str | None:
+    """The name of a torch archive's pickle (``<name>/data.pkl``, what torch.save writes); None when it has none."""
+    return next((n for n in archive.namelist() if n.count("/") == 1 and n.endswith("/data.pkl")), None)
+
+
+def checkpoint_record(path: Path) -> Any:
+    """What a torch archive's pickle holds, every class and tensor a stub, read without torch (a few ms, where
+    torch.load needs torch, seconds; nothing is imported or run); None when it cannot be read so."""
     try:
         with zipfile.ZipFile(path) as archive:
-            name = next(n for n in archive.namelist() if n.count("/") == 1 and n.endswith("/data.pkl"))
-            record = _StepReader(archive.open(name)).load()
-    except Exception:  # anything unexpected: set-up reads the step with torch and checks it again
+            return _StepReader(archive.open(archive_pickle(archive))).load()
+    except Exception:  # anything unexpected: torch reads it at set-up and says what is wrong
         return None
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The global_step a Lightning checkpoint records (checkpoint_record); None when it cannot be read so."""
+    record = checkpoint_record(path)
     step = record.get("global_step") if isinstance(record, dict) else None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 

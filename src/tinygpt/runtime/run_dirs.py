@@ -3,6 +3,7 @@ ends a sweep. The two classes are Hydra callbacks (configs/hydra/default.yaml)."
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
 import os
@@ -18,7 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.runtime.errors import ConfigError, config_composed, print_error, swept_mistake
-from tinygpt.runtime.resume_record import ENDED, read_summary
+from tinygpt.runtime.resume_record import ENDED, archive_pickle, checkpoint_record, read_summary
 from tinygpt.runtime.writable import cannot_write
 
 LAST = "last.ckpt"  # the checkpoint a run resumes from, in <run>/checkpoints/
@@ -251,6 +252,9 @@ class RunDirGuard(Callback):
                     resolve_ckpt_path(str(ckpt), run_dir)
                 except (ConfigError, FileNotFoundError) as err:
                     _fail(str(err))
+            if last_checkpoint_in(run_dir) is None:  # killed before its first checkpoint: nothing to resume
+                _fail(f"hydra.run.dir={str(run_dir)!r} already holds a run, which left no checkpoint to resume; choose "
+                      f"another dir (the default is unique), or delete {run_dir} to start it over there.")
             _fail(
                 f"hydra.run.dir={str(run_dir)!r} already holds a run; choose another dir (the default is unique) "
                 "or resume that run with ckpt_path=last."
@@ -449,6 +453,11 @@ def resolve_ckpt_path(value: str | None, run_dir: Path) -> Path | None:
     if str(value) == "last":
         path = last_path_in(run_dir)
         if not path.is_file():
+            if holds_run(run_dir):  # it is the run (killed before its first checkpoint, or it saved none)
+                raise ConfigError(
+                    f"ckpt_path=last but the run in hydra.run.dir={str(run_dir)!r} left no checkpoint ({path} does "
+                    "not exist: it stopped before its first one, or saved none), so there is nothing to resume; start "
+                    f"it over without ckpt_path=last, in another hydra.run.dir or after deleting {run_dir}.")
             raise ConfigError(
                 f"ckpt_path=last but {path} does not exist; set hydra.run.dir to the run to resume "
                 "(the one that printed the resume command)."
@@ -457,8 +466,10 @@ def resolve_ckpt_path(value: str | None, run_dir: Path) -> Path | None:
     path = Path(value).expanduser()
     found = last_checkpoint_in(path) if path.is_dir() else path
     if found is None or not found.is_file():
+        near = "" if path.exists() or not difflib.get_close_matches(str(value), ["last"], n=1, cutoff=0.6) else \
+            " (did you mean last?)"
         raise ConfigError(
-            f"ckpt_path={str(value)!r} is not a checkpoint file or a run dir holding checkpoints/last.ckpt."
+            f"ckpt_path={str(value)!r} is not a checkpoint file or a run dir holding checkpoints/last.ckpt{near}."
         )
     return found
 
@@ -495,7 +506,21 @@ def checkpoint_file(path: str | Path) -> Path:
 
 
 def check_archive(path: str | Path) -> None:
-    """Nothing when ``path`` is a zip archive, what torch.save writes; else one sentence (ConfigError)."""
+    """Nothing when ``path`` is a torch archive (a zip holding ``<name>/data.pkl``, what torch.save writes) whose
+    pickle, read without torch, is a train.py checkpoint's dict (or cannot be read so: torch says why at set-up);
+    else one sentence (ConfigError). A zip of other files had been refused only after torch, in 16 s."""
     if not zipfile.is_zipfile(path):
         raise ConfigError(f"checkpoint {str(path)!r} is not a readable checkpoint (not a torch archive: truncated, "
                           "or another kind of file).")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            torch_archive = archive_pickle(archive) is not None
+    except (OSError, zipfile.BadZipFile):
+        torch_archive = False
+    if not torch_archive:
+        raise ConfigError(f"checkpoint {str(path)!r} is not a readable checkpoint (a zip archive, but not one torch "
+                          "wrote: it holds no data.pkl).")
+    record = checkpoint_record(Path(path))
+    if record is not None and (not isinstance(record, dict) or "state_dict" not in record
+                               or "hyper_parameters" not in record):
+        raise ConfigError(f"checkpoint {str(path)!r} was not written by train.py (no state_dict/hyper_parameters).")
