@@ -18,7 +18,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from tinygpt.cli.sample import add_model_source, find_latest_checkpoint, token_ids
+from tinygpt.cli.sample import add_model_source, check_pretrained, find_latest_checkpoint, token_ids
 from tinygpt.data.tokenizer import UNK, decode, encode
 from tinygpt.pictures.plots import LayerPlotter, token_label
 from tinygpt.runtime.errors import ConfigError, OneLineParser, print_error
@@ -187,6 +187,7 @@ def pretrained_main(args: argparse.Namespace) -> int:
                        f"the default page {out} (pass --out to write it elsewhere)", force=args.force)
         if args.png is not None:
             check_writable(args.png, f"--png={args.png}", directory=True)
+        check_pretrained(args.init_from)  # a name the Hub cannot serve now: said before torch
         from tinygpt.train.init_from import load_model
 
         model, tok, pre = load_model(args.init_from)
