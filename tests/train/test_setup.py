@@ -37,7 +37,7 @@ BAD = [  # (overrides, the exact sentence)
     (["trainer.precision=bf17"], "bf17"),
     (["seed=-1"], "seed=-1 must be an integer in [0, 2**32)."),
     (["optim.warmup_steps=-5"], "optim.warmup_steps=-5 must be >= 0."),
-    (["optim.lr=0"], "optim.lr=0.0 must be > 0."),
+    (["optim.lr=0"], "optim.lr=0 must be > 0."),
     (["optim.min_lr=0.1"], "optim.min_lr=0.1 must be in [0, optim.lr] = [0, 0.001]."),  # lr is fine: not blamed
     (["optim.decay_steps=0"], "optim.decay_steps=0 must be >= 1."),
     (["optim.betas=[0.9]"], "optim.betas=[0.9] must be two numbers in [0, 1)."),
