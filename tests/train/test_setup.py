@@ -279,6 +279,17 @@ def test_a_run_that_ends_inside_its_warmup_says_it_never_reaches_the_rate():
     assert warmup_note(AdamWCosine(lr=1e-3, min_lr=1e-4, warmup_steps=19, decay_steps=20), 20) is None
 
 
+def test_debug_fast_does_not_tell_the_user_to_lower_its_own_warmup():
+    """debug=fast's 10 steps under the default 100 warmup steps had printed the note asking the user to lower them."""
+    from hydra.utils import instantiate
+
+    from helpers import compose_train
+    from tinygpt.train.setup import warmup_note
+
+    cfg = compose_train(["debug=fast"])
+    assert warmup_note(instantiate(cfg.optim), cfg.trainer.max_steps) is None
+
+
 def test_more_cpu_processes_than_cores_is_said_with_the_global_batch(monkeypatch):
     """trainer.devices=4 on a 2-core CPU started 4 DDP processes without a word (global batch 48, another run)."""
     from omegaconf import OmegaConf

@@ -332,6 +332,7 @@ def test_a_corpus_file_of_another_encoding_is_refused_before_torch(tmp_path):
     (["model.n_head=2,5"], "error: model.n_embd=128 must be divisible by model.n_head=5."),
     (["model.n_head=2,4", "model.n_embd=64,30"], "error: model.n_embd=30 must be divisible by model.n_head=4."),
     (["seed=1,2", "optim.lr=1e-3,-1"], "error: optim.lr=-1 must be > 0."),
+    (["model.dropout=0.1,1.5"], "error: model.dropout=1.5 must be in [0, 1)."),  # as docs/configuring.md says
 ])
 def test_a_swept_value_out_of_range_stops_the_sweep_before_any_job(tmp_path, args, line):
     """Each job's swept values are checked with the shared ones (the retry saw job 0 train while job 1 failed on its

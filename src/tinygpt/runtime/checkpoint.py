@@ -32,8 +32,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             torch.save(checkpoint, tmp)
             os.replace(tmp, path)
         except (OSError, RuntimeError) as err:  # torch's C++ writer reports a full disk as a RuntimeError
+            why = write_failure(path, err)  # while the partial file still fills the disk (removed, it frees it)
             _remove(tmp)
-            raise CheckpointWriteError(write_failure(path, err)) from err
+            raise CheckpointWriteError(why) from err
         finally:
             _remove(tmp)
 
@@ -153,8 +154,9 @@ def check_resume_model(ckpt: dict, path: Path, state_dict: dict[str, torch.Tenso
         )
     if tokenizer_json is not None and theirs_tok != tokenizer_json:
         raise ConfigError(
-            f"ckpt_path={str(path)!r} was trained with another tokenizer than this run's data "
-            f"(same vocab size {vocab_size}, different symbols); resume on the data it was trained on."
+            f"ckpt_path={str(path)!r} was trained with another tokenizer than this run's data makes (same vocab "
+            f"size {vocab_size}, different symbols: the corpus was edited or replaced, or tokenized otherwise); resume "
+            "on the data it was trained on."
         )
 
 
