@@ -59,6 +59,23 @@ def test_an_existing_file_as_png_dir_is_refused_before_the_page_is_written(run, 
     assert not page.exists() and (tmp_path / "taken").read_text() == "mine"
 
 
+def test_an_out_file_that_is_not_an_attention_page_is_kept_unless_forced(run, tmp_path, capsys):
+    """--out notes.txt had replaced the user's file with the page; a page this script wrote is replaced, as is any
+    file with --force."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    code, out, err = attention(capsys, "--ckpt", run, "--text", "1 2 3", "--out", notes)
+    assert code == 2 and out == ""
+    assert one_error(err) == (f"error: attention: --out={notes} is an existing file that is not an attention page; "
+                              "give a new file name, or --force to replace it.")
+    assert notes.read_text() == "my notes" and not (run / "attention").exists()
+    page = tmp_path / "page.html"
+    assert attention(capsys, "--ckpt", run, "--text", "1 2 3", "--out", page)[0] == 0
+    assert attention(capsys, "--ckpt", run, "--text", "3 2 1", "--out", page)[0] == 0  # its own page: replaced
+    assert attention(capsys, "--ckpt", run, "--text", "1 2 3", "--out", notes, "--force")[0] == 0
+    assert b'id="tinygpt-explorer"' in notes.read_bytes()
+
+
 @pytest.mark.parametrize("text, says", [
     ("3 14 999", "token id 999 in --text '3 14 999' is outside this checkpoint's vocabulary of 64 tokens; give ids "
                  "from 0 to 63."),

@@ -166,7 +166,7 @@ def test_a_bad_sampling_argument_is_refused_before_torch(bad, message, tmp_path)
 
     from helpers import ROOT
 
-    torch.save({"state_dict": {}}, tmp_path / "model.ckpt")
+    torch.save({"state_dict": {}, "hyper_parameters": {}}, tmp_path / "model.ckpt")
     out = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "scripts" / "sample.py"), "--ckpt",
                           str(tmp_path / "model.ckpt"), *bad], capture_output=True, text=True, timeout=60,
                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})

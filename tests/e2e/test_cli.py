@@ -111,6 +111,19 @@ def test_a_key_of_an_option_the_run_did_not_choose_names_that_option(tmp_path, a
     assert not out.exists()
 
 
+def test_a_key_of_another_option_than_the_one_chosen_is_not_told_to_add_it(monkeypatch):
+    """corpus=shakespeare corpus.path=...: the run chose its corpus on purpose; "add corpus=text_file before it" had
+    read as if it had chosen none (in-process: the sentence is made from the command line)."""
+    from tinygpt.runtime.errors import key_message
+
+    monkeypatch.setattr("sys.argv", ["train.py", "corpus=shakespeare", "corpus.path=/tmp/my.txt"])
+    assert key_message("corpus.path", None, ["corpus=text_file"]) == (
+        "corpus.path is a setting of corpus=text_file, not of corpus=shakespeare, which this run chose; leave "
+        "corpus.path out, or choose corpus=text_file instead.")
+    monkeypatch.setattr("sys.argv", ["train.py", "corpus.path=/tmp/my.txt"])
+    assert key_message("corpus.path", None, ["corpus=text_file"]).endswith("add corpus=text_file before it.")
+
+
 def test_a_key_of_an_option_only_some_jobs_of_a_sweep_choose_says_so(tmp_path):
     """-m corpus=text_file,shakespeare corpus.path=...: one job did choose corpus=text_file ('this run did not choose'
     had read as false)."""

@@ -383,3 +383,55 @@ def test_the_report_commands_help_and_refusals_import_no_torch_or_scipy(argv):
     assert out.returncode == (0 if argv == ["--help"] else 2)
     imported = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
     assert "tinygpt.experiments.report" in imported and not imported & {"torch", "scipy", "matplotlib", "lightning"}
+
+
+def test_a_dir_whose_summary_is_not_a_runs_is_refused_in_one_line(tmp_path, capsys):
+    """A summary.json some other program wrote (no status, no config) had crashed the report: KeyError: 'config'."""
+    sweep = causal_sweep(tmp_path / "sweep")
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    (stranger / "summary.json").write_text(json.dumps({"accuracy": 0.9}))
+    assert report.main(["causal_mask", str(sweep), str(stranger), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: report: {stranger / 'summary.json'} is not a train.py run's summary (it has no status or config); "
+        "give the dirs of train.py's runs or sweeps.")
+    assert not (tmp_path / "out").exists()
+    (stranger / "summary.json").write_text(json.dumps({"status": "completed"}))
+    assert report.main(["causal_mask", str(stranger)]) == 2
+    assert capsys.readouterr().err.strip().endswith("(it has no config); give the dirs of train.py's runs or sweeps.")
+
+
+@pytest.mark.parametrize("given", ["twice", "spelled otherwise", "a job dir too"])
+def test_each_run_counts_once_however_the_given_dirs_overlap(tmp_path, capsys, given):
+    """The same sweep dir given twice (or a sweep and one of its job dirs) had been '12 runs of 12 jobs', every arm
+    resting on twice its seeds, with intervals to match: silently wrong statistics."""
+    sweep = causal_sweep(tmp_path / "sweep")
+    once = report.write("causal_mask", [sweep], tmp_path / "once")
+    capsys.readouterr()
+    other = {"twice": sweep, "spelled otherwise": tmp_path / "sweep" / ".." / "sweep", "a job dir too": sweep / "3"}
+    path, n, jobs = report.write("causal_mask", [sweep, other[given]], tmp_path / "twice")
+    assert (n, jobs) == (once[1], once[2]) == (6, 6)
+    assert path.read_text().replace("twice", "once") == once[0].read_text()
+
+
+def test_an_out_holding_a_users_files_is_refused_unless_forced(tmp_path, capsys):
+    """--out into a dir of the user's own had replaced its README.md and curves.png without a word; a report's own
+    dir is rewritten, and --force writes into any (the user's other files stay)."""
+    sweep = causal_sweep(tmp_path / "sweep")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "README.md").write_text("my notes")
+    (mine / "curves.png").write_bytes(b"my plot")
+    (mine / "keep.txt").write_text("mine too")
+    assert report.main(["causal_mask", str(sweep), "--out", str(mine)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: report: --out {mine} holds files this script did not write (README.md, curves.png, keep.txt); give "
+        "a new or empty directory, or --force to write the report over the files of the same names in it.")
+    assert (mine / "README.md").read_text() == "my notes" and (mine / "curves.png").read_bytes() == b"my plot"
+    assert sorted(p.name for p in mine.iterdir()) == ["README.md", "curves.png", "keep.txt"]
+    assert report.main(["causal_mask", str(sweep), "--out", str(mine), "--force"]) == 0
+    assert report.report_dir(mine) and (mine / "keep.txt").read_text() == "mine too"
+    assert report.main(["causal_mask", str(sweep), "--out", str(mine)]) == 0  # now a report's own dir: rewritten
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert report.main(["causal_mask", str(sweep), "--out", str(empty)]) == 0

@@ -44,6 +44,28 @@ def test_torchs_cxx_stream_error_on_a_full_disk_is_named_as_a_full_disk(tmp_path
     assert ": 3 MiB free); no earlier checkpoint exists, unchanged." in str(err.value)
 
 
+def test_a_full_disk_is_measured_while_the_partial_file_still_fills_it(tmp_path, monkeypatch):
+    """The partial file was removed before the free space was read, so a disk the write had filled showed room again
+    and the sentence quoted torch's 'unexpected pos' instead of naming the full disk."""
+    from pathlib import Path
+
+    def fills_the_disk(obj, f):
+        Path(f).write_bytes(b"partial")
+        raise RuntimeError("[enforce fail at inline_container.cc:595] . unexpected pos 0 vs 64")
+
+    def usage(p):  # 2 MiB free while the partial file is there, 900 once it is gone
+        full = any(tmp_path.glob(".last.ckpt.tmp-*"))
+        return type("U", (), {"free": (2 if full else 900) * 2**20})()
+
+    monkeypatch.setattr(checkpoint.torch, "save", fills_the_disk)
+    monkeypatch.setattr("shutil.disk_usage", usage)
+    with pytest.raises(checkpoint.CheckpointWriteError) as err:
+        checkpoint.AtomicCheckpointIO().save_checkpoint({"w": 1}, tmp_path / "last.ckpt")
+    assert str(err.value) == (f"could not write checkpoint {tmp_path / 'last.ckpt'} (no space left on the disk holding "
+                              f"{tmp_path}: 2 MiB free); no earlier checkpoint exists, unchanged.")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_checkpoint_dir_that_cannot_be_made_is_a_failed_write_not_a_traceback(tmp_path):
     """The dir is made inside the write's own error handling (it was made before it: a PermissionError or
     NotADirectoryError escaped as a traceback at the first save)."""
@@ -141,9 +163,10 @@ def test_a_run_dir_names_one_checkpoint_for_ckpt_path_and_for_the_clis(tmp_path)
     --ckpt <run dir> (the CLIs) take the same file, and refuse a dir without one, each in its own sentence."""
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    torch.save({}, run / "last.ckpt")  # a torch archive (the CLIs check that much before importing torch)
+    ckpt = {"state_dict": {}, "hyper_parameters": {}}  # its layout: what the CLIs check before importing torch
+    torch.save(ckpt, run / "last.ckpt")
     assert run_dirs.checkpoint_file(run) == run_dirs.resolve_ckpt_path(str(run), tmp_path) == run / "last.ckpt"
-    torch.save({}, run_dirs.last_path_in(run))
+    torch.save(ckpt, run_dirs.last_path_in(run))
     assert run_dirs.checkpoint_file(run) == run_dirs.resolve_ckpt_path(str(run), tmp_path) == \
         run / "checkpoints" / "last.ckpt"
     (tmp_path / "empty").mkdir()

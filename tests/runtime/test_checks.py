@@ -45,3 +45,15 @@ def test_a_parameter_count_keeps_its_digits_below_a_million():
 
     assert [count(n) for n in (0, 85_632, 999_999, 1_000_000, 10_745_088, 124_439_808, 1_557_611_200)] == [
         "0", "85,632", "999,999", "1.0M", "10.7M", "124M", "1,558M"]
+
+
+def test_a_number_is_echoed_as_the_user_writes_it():
+    """optim.lr=-1 had been echoed as -1.0 and 1e12 as 1000000000000.0 (the config's float type made them so)."""
+    from tinygpt.runtime.checks import as_written
+
+    written = {-1.0: "-1", 1e12: "1e12", -2.5e12: "-2.5e12", 0.001: "0.001", 3e-5: "3e-5", 0.0: "0", 1.5: "1.5",
+               100000.0: "100000", 2.5e15: "2.5e15"}
+    assert {v: as_written(v) for v in written} == written
+    assert as_written(float("nan")) == "nan" and as_written("x") == "'x'" and as_written(3) == "3"
+    for value in written:
+        assert float(as_written(value)) == value

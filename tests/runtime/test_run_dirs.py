@@ -346,3 +346,68 @@ def test_a_signal_after_the_runs_handlers_but_before_its_first_step_leaves_no_ru
     assert not run_dirs.discard_unstarted_run("train.log") and run.is_dir()
     (run / "notes.txt").unlink()
     assert run_dirs.discard_unstarted_run("train.log") and not (tmp_path / "runs").exists()
+
+
+def test_an_archive_that_is_not_a_train_py_checkpoint_is_refused_from_its_layout(tmp_path):
+    """A zip of other files as ckpt_path had been refused only after torch and Lightning (16 s): the archive's layout
+    and its pickle, read without torch, say it is not a checkpoint; a real one passes."""
+    import zipfile
+
+    import torch
+
+    from helpers import write_checkpoint
+    from tinygpt.runtime.errors import ConfigError
+    from tinygpt.runtime.run_dirs import check_archive
+
+    other = tmp_path / "notes.zip"
+    with zipfile.ZipFile(other, "w") as z:
+        z.writestr("notes/a.txt", "hello")
+    with pytest.raises(ConfigError) as err:
+        check_archive(other)
+    assert str(err.value) == (f"checkpoint {str(other)!r} is not a readable checkpoint (a zip archive, but not one "
+                              "torch wrote: it holds no data.pkl).")
+    weights = tmp_path / "weights.pt"
+    torch.save({"weights": torch.zeros(2)}, weights)
+    with pytest.raises(ConfigError) as err:
+        check_archive(weights)
+    assert str(err.value) == f"checkpoint {str(weights)!r} was not written by train.py (no state_dict/hyper_parameters)."
+    write_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    check_archive(tmp_path / "run" / "checkpoints" / "last.ckpt")
+
+
+def test_a_run_killed_before_its_first_checkpoint_is_no_dead_end(tmp_path, capsys):
+    """kill -9 before the first checkpoint leaves a run dir without one: ckpt_path=last had said "set hydra.run.dir to
+    the run to resume" (it is that run) and a plain start "resume that run with ckpt_path=last"; now each says there
+    is no checkpoint and how to start over."""
+    from tinygpt.runtime.errors import ConfigError
+    from tinygpt.runtime.run_dirs import RunDirGuard, resolve_ckpt_path
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 1\n")  # set-up had written it: a run, killed before it saved anything
+    with pytest.raises(ConfigError) as err:
+        resolve_ckpt_path("last", run)
+    assert str(err.value) == (
+        f"ckpt_path=last but the run in hydra.run.dir='{run}' left no checkpoint ({run}/checkpoints/last.ckpt does "
+        "not exist: it stopped before its first one, or saved none), so there is nothing to resume; start it over "
+        f"without ckpt_path=last, in another hydra.run.dir or after deleting {run}.")
+    with pytest.raises(ConfigError, match=r"^ckpt_path=last but .* does not exist; set hydra.run.dir to the run to "):
+        resolve_ckpt_path("last", tmp_path / "elsewhere")  # no run there: the dir is the mistake
+    config = OmegaConf.create({"ckpt_path": None, "hydra": {"run": {"dir": str(run)}}})
+    with pytest.raises(SystemExit) as stopped:
+        RunDirGuard().on_run_start(config)
+    assert stopped.value.code == 2 and capsys.readouterr().err.strip() == (
+        f"error: hydra.run.dir='{run}' already holds a run, which left no checkpoint to resume; choose another dir "
+        f"(the default is unique), or delete {run} to start it over there.")
+
+
+@pytest.mark.parametrize("value, hint", [("lst", " (did you mean last?)"), ("latest", " (did you mean last?)"),
+                                         ("best", "")])
+def test_a_mistyped_last_is_named(tmp_path, value, hint):
+    from tinygpt.runtime.errors import ConfigError
+    from tinygpt.runtime.run_dirs import resolve_ckpt_path
+
+    with pytest.raises(ConfigError) as err:
+        resolve_ckpt_path(value, tmp_path)
+    assert str(err.value) == (f"ckpt_path={value!r} is not a checkpoint file or a run dir holding "
+                              f"checkpoints/last.ckpt{hint}.")

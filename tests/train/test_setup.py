@@ -37,7 +37,7 @@ BAD = [  # (overrides, the exact sentence)
     (["trainer.precision=bf17"], "bf17"),
     (["seed=-1"], "seed=-1 must be an integer in [0, 2**32)."),
     (["optim.warmup_steps=-5"], "optim.warmup_steps=-5 must be >= 0."),
-    (["optim.lr=0"], "optim.lr=0.0 must be > 0."),
+    (["optim.lr=0"], "optim.lr=0 must be > 0."),
     (["optim.min_lr=0.1"], "optim.min_lr=0.1 must be in [0, optim.lr] = [0, 0.001]."),  # lr is fine: not blamed
     (["optim.decay_steps=0"], "optim.decay_steps=0 must be >= 1."),
     (["optim.betas=[0.9]"], "optim.betas=[0.9] must be two numbers in [0, 1)."),
@@ -277,6 +277,17 @@ def test_a_run_that_ends_inside_its_warmup_says_it_never_reaches_the_rate():
         "note: optim.warmup_steps=100 is not below trainer.max_steps=20: the rate never reaches optim.lr=0.001 (it "
         "peaks at 0.000198 at the last step); lower optim.warmup_steps to train at the rate you set.")
     assert warmup_note(AdamWCosine(lr=1e-3, min_lr=1e-4, warmup_steps=19, decay_steps=20), 20) is None
+
+
+def test_debug_fast_does_not_tell_the_user_to_lower_its_own_warmup():
+    """debug=fast's 10 steps under the default 100 warmup steps had printed the note asking the user to lower them."""
+    from hydra.utils import instantiate
+
+    from helpers import compose_train
+    from tinygpt.train.setup import warmup_note
+
+    cfg = compose_train(["debug=fast"])
+    assert warmup_note(instantiate(cfg.optim), cfg.trainer.max_steps) is None
 
 
 def test_more_cpu_processes_than_cores_is_said_with_the_global_batch(monkeypatch):

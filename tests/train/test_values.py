@@ -152,6 +152,10 @@ def test_a_forced_online_wandb_without_credentials_is_refused_before_torch(tmp_p
                                              "null for Lightning's default)."),
     ("data.tokenizer=word", "data.tokenizer='word' is not one of char, bpe, pretrained."),
     ("data.bpe_vocab_size=-5", "data.bpe_vocab_size=-5 must be a positive integer."),
+    ("data.tokenizer=bpe data.bpe_vocab_size=1", "data.bpe_vocab_size=1 is too small for byte-level BPE: it needs at "
+                                                 "least 257 (256 bytes + <|endoftext|>)."),  # had taken 9-10 s
+    ("corpus=random_tokens corpus.n_tokens=100000000000", "corpus.n_tokens=100000000000 draws 931.3 GiB of token "
+                                                          "ids at once, more than the "),  # had been numpy's, after 9 s
     ("callbacks.text_samples.final_only=maybe", "callbacks.text_samples.final_only='maybe' must be true or false."),
     ("callbacks.stability.future_leak=1", "callbacks.stability.future_leak=1 must be true or false."),
     ("callbacks.model_checkpoint.monitor=val/los", "callbacks.model_checkpoint.monitor='val/los' is not a metric a "
@@ -210,7 +214,7 @@ def test_a_sweep_refuses_a_value_its_jobs_share_before_any_job_or_dir(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "seed=1,2", "optim.lr=-1"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120, env={**os.environ, "WANDB_MODE": "offline"})
     assert out.returncode == 2 and out.stderr.strip() == (
-        "error: optim.lr=-1.0 must be > 0."), out.stderr
+        "error: optim.lr=-1 must be > 0."), out.stderr
     assert not (tmp_path / "multirun").exists()
 
 
@@ -288,6 +292,24 @@ def test_a_gpu_asked_for_on_a_linux_machine_without_a_gpu_driver_is_refused_befo
     values.check_gpu_visible(OmegaConf.create({"accelerator": "gpu"}))
 
 
+def test_a_corpus_too_short_for_its_splits_is_refused_before_tokenizing(tmp_path):
+    """A 5-byte corpus had been refused after torch and the tokenizer (9.4 s); the files' sizes bound the tokens."""
+    from helpers import compose_train
+    from tinygpt.train.values import check_values
+
+    short = tmp_path / "short.txt"
+    short.write_text("hello")
+    cfg = compose_train(["corpus=text_file", f"corpus.path={short}"], out_dir=tmp_path)
+    with pytest.raises(ConfigError) as err:
+        check_values(cfg, tmp_path)
+    assert str(err.value) == (
+        f"corpus.path='{short}' holds 5 bytes, too few for a training and a validation split of data.block_size + 2 "
+        "= 66 tokens each (a token is at least one byte); use a larger corpus or a smaller block_size.")
+    short.write_text("hello!")  # 6 bytes may make two splits of 3 tokens: left to the tokenized splits
+    check_values(compose_train(["corpus=text_file", f"corpus.path={short}", "model.block_size=1",
+                                "data.block_size=1"], out_dir=tmp_path), tmp_path)
+
+
 def test_a_corpus_file_of_another_encoding_is_refused_before_torch(tmp_path):
     """Its first MiB is decoded when the config is checked (the retry measured 10 s and Lightning's INFO lines
     before the sentence); a bad byte further in is found as the file is read, with the same sentence."""
@@ -309,7 +331,8 @@ def test_a_corpus_file_of_another_encoding_is_refused_before_torch(tmp_path):
 @pytest.mark.parametrize("args, line", [
     (["model.n_head=2,5"], "error: model.n_embd=128 must be divisible by model.n_head=5."),
     (["model.n_head=2,4", "model.n_embd=64,30"], "error: model.n_embd=30 must be divisible by model.n_head=4."),
-    (["seed=1,2", "optim.lr=1e-3,-1"], "error: optim.lr=-1.0 must be > 0."),
+    (["seed=1,2", "optim.lr=1e-3,-1"], "error: optim.lr=-1 must be > 0."),
+    (["model.dropout=0.1,1.5"], "error: model.dropout=1.5 must be in [0, 1)."),  # as docs/configuring.md says
 ])
 def test_a_swept_value_out_of_range_stops_the_sweep_before_any_job(tmp_path, args, line):
     """Each job's swept values are checked with the shared ones (the retry saw job 0 train while job 1 failed on its
@@ -385,7 +408,7 @@ def test_a_resume_that_changes_the_learning_rate_is_refused_from_the_runs_record
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    torch.save({"global_step": 4}, run / "checkpoints" / "last.ckpt")
+    torch.save({"global_step": 4, "state_dict": {}, "hyper_parameters": {}}, run / "checkpoints" / "last.ckpt")
     recorded = compose_train([], out_dir=run)
     OmegaConf.save(OmegaConf.to_container(recorded, resolve=True), run / "config.yaml")
     ckpt = str(run / "checkpoints" / "last.ckpt")
@@ -410,7 +433,7 @@ def test_a_resume_that_changes_the_learning_rate_is_refused_from_the_runs_record
     with pytest.raises(ConfigError, match=r"is at step 4, but its run's summary.json records 2000 steps"):
         (run / "summary.json").write_text('{"status": "completed", "steps": 2000}')  # the checkpoint is behind:
         check_values(compose_train(["ckpt_path=last"], out_dir=run), run)  # said truly, not "already at 2000"
-    torch.save({"global_step": 2000}, run / "checkpoints" / "last.ckpt")
+    torch.save({"global_step": 2000, "state_dict": {}, "hyper_parameters": {}}, run / "checkpoints" / "last.ckpt")
     (run / "summary.json").write_text('{"status": "completed", "steps": 2000}')  # a run that ended at max_steps
     with pytest.raises(ConfigError, match=r"is already at step 2000, not before trainer.max_steps=2000; raise"):
         check_values(compose_train(["ckpt_path=last"], out_dir=run), run)

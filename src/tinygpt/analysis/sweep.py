@@ -170,12 +170,25 @@ def corpus_source(config: dict) -> str:
     return next((source for source, kind in CORPORA.items() if kind.__name__ == name), name)
 
 
+def distinct_dirs(dirs: Sequence[Path]) -> list[Path]:
+    """The given run or sweep dirs, each run once: a dir given twice (however it is written), or one inside another
+    given dir (a sweep and one of its job dirs), is dropped; the others keep their order and spelling."""
+    resolved = [Path(d).resolve() for d in dirs]
+    out, seen = [], set()
+    for d, r in zip(dirs, resolved, strict=True):
+        if r in seen or any(r != o and r.is_relative_to(o) for o in resolved):
+            continue
+        seen.add(r)
+        out.append(Path(d))
+    return out
+
+
 def jobs_without_runs(sweep_dirs: list[Path]) -> list[tuple[str, str]]:
     """Every job of the given sweeps that left no summary.json, as (where, why): a job dir with error.txt (failed,
     with its error), a job dir with nothing a run leaves (started, then killed before it wrote anything), and a job
     the sweep's multirun.yaml defines that has no dir at all (never started), named by its overrides."""
     out = []
-    for root in sweep_dirs:
+    for root in distinct_dirs(sweep_dirs):
         dirs = job_dirs(root)
         done = set()
         for d in dirs:
@@ -199,17 +212,25 @@ def jobs_without_runs(sweep_dirs: list[Path]) -> list[tuple[str, str]]:
 def load_runs(sweep_dirs: list[Path], unstarted: list[tuple[str, str]] = ()) -> list[Run]:
     """Every job dir (one holding summary.json) under the given dirs, in a stable order. ``unstarted``: the sweeps'
     jobs that left no summary (jobs_without_runs): with any, finding no run is the report's to name, not an error."""
-    runs = []
+    runs, seen = [], set()
     for root in sweep_dirs:
         if not root.exists():
             raise ReportError(f"{root} does not exist.")
+    for root in distinct_dirs(sweep_dirs):  # each run once, however the given dirs overlap
         for summary in sorted(root.rglob("summary.json")):
+            if summary.resolve() in seen:
+                continue
+            seen.add(summary.resolve())
             try:
-                data = json.loads(summary.read_text())
+                data = json.loads(summary.read_bytes().decode("utf-8"))
             except (json.JSONDecodeError, UnicodeDecodeError) as err:  # a job killed while writing it, a copy cut short
                 data = {"status": f"unreadable ({summary.name}: {err})", "config": {}}
             if not isinstance(data, dict) or not isinstance(data.get("config", {}), dict):
                 data = {"status": f"unreadable ({summary.name}: not a run's summary)", "config": {}}
+            missing = [k for k in ("status", "config") if k not in data]
+            if missing:  # a summary.json some other program wrote: a stranger's dir, not a run to exclude
+                raise ReportError(f"{summary} is not a train.py run's summary (it has no {' or '.join(missing)}); "
+                                  "give the dirs of train.py's runs or sweeps.")
             run = Run(summary.parent, data)
             run.history = read_history(summary.parent / "history" / "metrics.csv")
             old = outdated(data, data["config"] if "config" in data else None) or outdated(run.history)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from tinygpt.cli.sample import add_model_source, find_latest_checkpoint, token_ids
+from tinygpt.cli.sample import add_model_source, check_pretrained, find_latest_checkpoint, token_ids
 from tinygpt.data.tokenizer import UNK, decode, encode
 from tinygpt.pictures.plots import LayerPlotter, token_label
 from tinygpt.runtime.errors import ConfigError, OneLineParser, print_error
@@ -81,17 +81,32 @@ def weights_of(model: GPT, ids: list[int]) -> torch.Tensor:
     return torch.cat(maps).float()
 
 
-def check_writable(path: Path, what: str, directory: bool = False) -> None:
+def check_writable(path: Path, what: str, directory: bool = False, force: bool = False) -> None:
     """One sentence, naming the path as ``what``, unless ``path`` can be written as a file (``directory``: as a
     folder of files); checked before any work by creating and removing a temporary file in the nearest folder that
-    exists, so nothing is left behind."""
+    exists, so nothing is left behind. An existing file is replaced only when it is a page this script (or a run)
+    wrote, or with ``force`` (a user's notes.txt had been replaced without a word)."""
     if directory and path.exists() and not path.is_dir():
         raise ConfigError(f"{what} is an existing file; give a directory for the PNGs.")
     if not directory and path.is_dir():
         raise ConfigError(f"{what} is a directory; give the page's file name, e.g. {path / 'attention.html'}.")
+    if not directory and not force and path.is_file() and not explorer_page(path):
+        raise ConfigError(f"{what} is an existing file that is not an attention page; give a new file name, or "
+                          "--force to replace it.")
     reason = cannot_write_into(path if directory else path.parent)
     if reason:
         raise ConfigError(f"{what} cannot be written: {reason}; give a path in a writable directory.")
+
+
+PAGE_MARK = b'id="tinygpt-explorer"'  # the div tinygpt.pictures.explorer.write draws into (that module imports torch)
+
+
+def explorer_page(path: Path) -> bool:
+    """Whether ``path`` is an attention page (this script's, or a run's attention/explorer.html)."""
+    try:
+        return PAGE_MARK in path.read_bytes()
+    except OSError:
+        return False
 
 
 def default_page(ckpt: Path, step: int, text: str) -> Path:
@@ -117,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="the page to write (default: <run dir>/attention/"
                     "<checkpoint>_step<N>_<text hash>.html; with --init_from: outputs/attention/<name>_<text "
                     "hash>.html; a missing folder is made)")
+    ap.add_argument("--force", action="store_true", help="replace an --out file that is not an attention page")
     ap.add_argument("--png", type=Path, default=None, help="also write one heatmap PNG per layer into this dir")
     args = ap.parse_args(argv)
     if not args.text:  # refused here, not after the checkpoint's seconds of loading
@@ -133,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:  # every path checked before torch is imported
         if args.out is not None:
-            check_writable(args.out, f"--out={args.out}")
+            check_writable(args.out, f"--out={args.out}", force=args.force)
         if args.png is not None:
             check_writable(args.png, f"--png={args.png}", directory=True)
         path = checkpoint_file(ckpt)
@@ -168,9 +184,10 @@ def pretrained_main(args: argparse.Namespace) -> int:
     out = args.out or pretrained_page(args.init_from, args.text)
     try:
         check_writable(out, f"--out={args.out}" if args.out is not None else
-                       f"the default page {out} (pass --out to write it elsewhere)")
+                       f"the default page {out} (pass --out to write it elsewhere)", force=args.force)
         if args.png is not None:
             check_writable(args.png, f"--png={args.png}", directory=True)
+        check_pretrained(args.init_from)  # a name the Hub cannot serve now: said before torch
         from tinygpt.train.init_from import load_model
 
         model, tok, pre = load_model(args.init_from)

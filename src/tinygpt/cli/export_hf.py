@@ -23,9 +23,11 @@ from pathlib import Path
 
 from tinygpt.data import hf_tokenizer
 from tinygpt.data.tokenizer import UNK
-from tinygpt.model.config import patch_names
+from tinygpt.model.config import GPTConfig, patch_names
+from tinygpt.model.hf_config import hf_config
 from tinygpt.runtime import run_dirs
 from tinygpt.runtime.errors import ConfigError, OneLineParser, first_line, print_error
+from tinygpt.runtime.resume_record import checkpoint_record
 from tinygpt.runtime.writable import cannot_write_into
 
 # torch, safetensors, the GPT and the checkpoint reader are imported where they are used, so that --help and a
@@ -52,6 +54,31 @@ def check_out(out: Path, force: bool) -> None:
         raise ConfigError(f"--out={out} cannot be written: {reason}; give a path in a writable directory.")
 
 
+def expressible(cfg: GPTConfig) -> dict:
+    """GPT-2's config.json fields for the model settings; one sentence for an option GPT-2 cannot express (qk_norm,
+    another scale, no causal mask: hf_config; a model.patch)."""
+    config = hf_config(cfg)
+    if cfg.patch:
+        raise ConfigError(f"model.patch={patch_names(cfg.patch)} has no GPT-2 equivalent (a patch changes the built "
+                          "model; GPT-2's is the plain one); such a model cannot be written as GPT-2.")
+    return config
+
+
+def check_expressible(path: Path) -> None:
+    """``expressible`` on the checkpoint's own model settings, read from its pickle without torch (every class a
+    stub, nothing run): a causal=false or patched run is refused in a second, not after loading it (7-8 s). Settings
+    that cannot be read so are left to the load, which names what is wrong with them."""
+    record = checkpoint_record(path)
+    hp = record.get("hyper_parameters") if isinstance(record, dict) else None
+    if not isinstance(hp, dict) or not isinstance(hp.get("model"), dict):
+        return
+    try:
+        cfg = GPTConfig(vocab_size=hp.get("vocab_size") or 1, **hp["model"])
+    except (TypeError, ValueError):
+        return
+    expressible(cfg)
+
+
 def gpt2_files(ckpt: dict, where: str) -> dict[str, bytes]:
     """A train.py checkpoint as the files of a GPT2LMHeadModel dir (name -> contents); one sentence naming the first
     option GPT-2 cannot express, or what makes the checkpoint unreadable as a model."""
@@ -70,10 +97,7 @@ def gpt2_files(ckpt: dict, where: str) -> dict[str, bytes]:
         raise
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(f"{where} holds no model settings tinygpt can build ({first_line(err)}).") from None
-    config = hf_gpt2.hf_config(cfg)  # refuses qk_norm, another scale, no causal mask
-    if cfg.patch:
-        raise ConfigError(f"model.patch={patch_names(cfg.patch)} has no GPT-2 equivalent (a patch changes the built "
-                          "model; GPT-2's is the plain one); such a model cannot be written as GPT-2.")
+    config = expressible(cfg)
     with torch.device("meta"):  # shapes only: the checkpoint's tensors are assigned, nothing is initialised
         model = GPT(cfg)
     try:
@@ -135,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = run_dirs.checkpoint_file(args.ckpt)  # a wrong path or file refused before torch is imported
         check_out(args.out, args.force)
+        check_expressible(path)  # so is a model GPT-2 cannot express
         from tinygpt.runtime import checkpoint
 
         ckpt = checkpoint.load(path)

@@ -117,6 +117,39 @@ def crop_note(n_tokens: int, block_size: int) -> str | None:
             f"sees only its last {block_size}")
 
 
+def check_pretrained(source: str) -> None:
+    """--init_from checked before torch, as train.py checks init_from: a local dir's config.json must be GPT-2's, and a
+    Hub name the Hub cannot serve now must be in the cache (it had been said after torch, in 9-12 s)."""
+    from tinygpt.model.hf_config import read_settings
+    from tinygpt.runtime.hub import cached_when_hub_unusable, local_model_dir
+
+    local = local_model_dir(source, key="--init_from")
+    if local is None:
+        cached_when_hub_unusable(source, key="--init_from")
+    else:
+        read_settings(local, where=f"--init_from={source!r}")
+
+
+def check_prompts(ckpt: Path, prompts: list[str]) -> None:
+    """Each prompt as the checkpoint's tokenizer (or its vocabulary of ids) takes it, read from the checkpoint's
+    pickle without torch: an empty prompt, or text for a token-id model, is one sentence before the model loads (it
+    had been after, in 7-8 s). A checkpoint that cannot be read so is left to the load."""
+    from tinygpt.runtime.resume_record import checkpoint_record
+
+    record = checkpoint_record(ckpt)
+    hp = record.get("hyper_parameters") if isinstance(record, dict) else None
+    vocab = hp.get("vocab_size") if isinstance(hp, dict) else None
+    if not isinstance(vocab, int) or not isinstance(record.get("tokenizer"), (str, type(None))):
+        return
+    tok = None
+    if record.get("tokenizer"):
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_str(record["tokenizer"])
+    for prompt in prompts:
+        prompt_ids(tok, prompt, vocab)
+
+
 def add_model_source(ap: argparse.ArgumentParser) -> None:
     """--ckpt or --init_from, one of them: where the CLIs' model comes from."""
     source = ap.add_mutually_exclusive_group()
@@ -161,13 +194,18 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.seed <= MAX_SEED - args.num_samples:
         ap.error(f"--seed={args.seed} must be a whole number from 0 to {MAX_SEED - args.num_samples} (torch's seeds "
                  "are unsigned 64-bit; sample i uses --seed + i).")
-    if not args.init_from:
-        from tinygpt.runtime.run_dirs import checkpoint_file
+    try:  # a wrong path, file, model name or prompt refused before torch is imported
+        if args.init_from:
+            check_pretrained(args.init_from)
+            if "" in prompts:  # any tokenizer makes no tokens of it
+                raise ValueError("the prompt '' encodes to no tokens; give a non-empty prompt.")
+        else:
+            from tinygpt.runtime.run_dirs import checkpoint_file
 
-        try:
-            ckpt = checkpoint_file(ckpt)  # a wrong path or file refused before torch is imported
-        except (FileNotFoundError, ConfigError) as e:
-            ap.error(str(e))
+            ckpt = checkpoint_file(ckpt)
+            check_prompts(ckpt, prompts)
+    except (FileNotFoundError, ConfigError, ValueError) as e:
+        ap.error(str(e))
     from tinygpt.sampling.checks import check_sampling
 
     try:  # before torch: a bad value is refused at once

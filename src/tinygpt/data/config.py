@@ -36,10 +36,22 @@ class DataConfig:
         for key in ("batch_size", "block_size", "val_windows", "val_batch_size", "bpe_vocab_size"):
             positive_int(f"data.{key}", getattr(self, key))
         one_of("data.tokenizer", self.tokenizer, (*TOKENIZERS, PRETRAINED))
+        check_bpe_vocab(self.tokenizer, self.bpe_vocab_size)
         check_tokenizer_choice(self.tokenizer, self.tokenizer_dir)
         if not isinstance(self.cache_dir, str) or not self.cache_dir.strip():
             raise ValueError(f"data.cache_dir={self.cache_dir!r} must name a directory for the token caches (the "
                              "default is data/cache).")
+
+
+BPE_MIN_VOCAB = 257  # byte-level BPE starts from the 256 bytes and adds <|endoftext|>
+
+
+def check_bpe_vocab(kind: str, bpe_vocab_size: int) -> None:
+    """data.bpe_vocab_size leaves byte-level BPE room for its 256 bytes and <|endoftext|> (checked here, before
+    torch, and again when the tokenizer is built)."""
+    if kind == "bpe" and bpe_vocab_size < BPE_MIN_VOCAB:
+        raise ValueError(f"data.bpe_vocab_size={bpe_vocab_size} is too small for byte-level BPE: it needs at least "
+                         f"{BPE_MIN_VOCAB} (256 bytes + <|endoftext|>).")
 
 
 def check_tokenizer_choice(kind: str, tokenizer_dir: str | None) -> None:

@@ -270,6 +270,11 @@ class TextFile(TextCorpus):
     def text(self, cache_root: Path, scratch: Path) -> str:
         return read_text_files(self.path)
 
+    def most_tokens(self) -> int:
+        """An upper bound on the tokens the text can make, from the files' sizes (nothing read): every token, of
+        any tokenizer, is at least one byte, and the files are joined by one newline each."""
+        return sum(Path(p).expanduser().stat().st_size for p in self.path) + len(self.path) - 1
+
 
 @dataclass
 class HfHub(TextCorpus):
@@ -312,8 +317,12 @@ class RandomTokens(Corpus):
     def text(self, cache_root: Path, scratch: Path) -> None:
         return None  # token ids, drawn when the cache is built
 
+    def draw_bytes(self) -> int:
+        """The memory token_ids takes at its peak: the int64 draw and its uint16 (or int32) copy."""
+        return self.n_tokens * (8 + (2 if self.vocab_size <= 65536 else 4))
+
     def token_ids(self) -> np.ndarray:
-        """(n_tokens,) ids, uint16 while the vocabulary fits."""
+        """(n_tokens,) ids, uint16 while the vocabulary fits (the peak: draw_bytes)."""
         import numpy as np
 
         rng = np.random.default_rng(self.seed)

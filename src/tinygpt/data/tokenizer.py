@@ -18,7 +18,8 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from tinygpt.data.config import PRETRAINED, TOKENIZERS, check_tokenizer_choice  # declared with the data settings
+from tinygpt.data.config import (PRETRAINED, TOKENIZERS, check_bpe_vocab,  # declared with the data settings
+                                 check_tokenizer_choice)
 from tinygpt.runtime.checks import one_of, positive_int
 
 UNK = "<unk>"
@@ -97,11 +98,7 @@ class TokenizerSpec:
         positive_int("data.bpe_vocab_size", bpe_vocab_size)
         one_of("data.tokenizer", kind, (*TOKENIZERS, PRETRAINED))
         pretrained = read_pretrained(kind, tokenizer_dir)
-        if kind == "bpe" and bpe_vocab_size < 257:
-            raise ValueError(
-                f"data.bpe_vocab_size={bpe_vocab_size} is too small for byte-level BPE: it needs at least 257 "
-                "(256 bytes + <|endoftext|>)."
-            )
+        check_bpe_vocab(kind, bpe_vocab_size)
         return cls(kind, bpe_vocab_size, pretrained)
 
     @property

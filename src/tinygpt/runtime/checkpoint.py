@@ -4,7 +4,6 @@ any work starts (readable, not past max_steps, same model shape, same tokenizer)
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pickle
 from pathlib import Path
@@ -16,7 +15,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from tinygpt.runtime.errors import CheckpointWriteError, ConfigError, first_line
 from tinygpt.runtime.old_runs import outdated, refusal
 from tinygpt.runtime.resume_record import (ENDED, FIXED_ON_RESUME, already_at, differences, optimizer_changed,
-                                          run_dir_of)
+                                          read_summary, run_dir_of)
 from tinygpt.runtime.run_dirs import LAST, check_archive, last_path_in
 
 
@@ -33,8 +32,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             torch.save(checkpoint, tmp)
             os.replace(tmp, path)
         except (OSError, RuntimeError) as err:  # torch's C++ writer reports a full disk as a RuntimeError
+            why = write_failure(path, err)  # while the partial file still fills the disk (removed, it frees it)
             _remove(tmp)
-            raise CheckpointWriteError(write_failure(path, err)) from err
+            raise CheckpointWriteError(why) from err
         finally:
             _remove(tmp)
 
@@ -128,11 +128,8 @@ def check_resume_names(ckpt: dict, path: Path) -> None:
 def run_ended(path: Path) -> bool:
     """Whether the run whose checkpoint this is (``<run dir>/checkpoints/<file>``) ended: its summary.json says
     completed, diverged or leaky, not interrupted or failed."""
-    try:
-        status = json.loads((run_dir_of(path) / "summary.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        return False
-    return status in ENDED
+    record, _ = read_summary(run_dir_of(path) / "summary.json")
+    return record is not None and record.get("status") in ENDED
 
 
 def check_resume_model(ckpt: dict, path: Path, state_dict: dict[str, torch.Tensor], model: dict,
@@ -157,8 +154,9 @@ def check_resume_model(ckpt: dict, path: Path, state_dict: dict[str, torch.Tenso
         )
     if tokenizer_json is not None and theirs_tok != tokenizer_json:
         raise ConfigError(
-            f"ckpt_path={str(path)!r} was trained with another tokenizer than this run's data "
-            f"(same vocab size {vocab_size}, different symbols); resume on the data it was trained on."
+            f"ckpt_path={str(path)!r} was trained with another tokenizer than this run's data makes (same vocab "
+            f"size {vocab_size}, different symbols: the corpus was edited or replaced, or tokenized otherwise); resume "
+            "on the data it was trained on."
         )
 
 

@@ -17,6 +17,21 @@ def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def as_written(value) -> str:
+    """A value as a user writes it on the command line: a float as the shortest number that reads back the same
+    (-1, not -1.0, which the config's float type made of it; 1e12, not 1000000000000.0); anything else as repr."""
+    if not isinstance(value, float) or not math.isfinite(value):
+        return repr(value)
+    text = repr(value)  # the shortest digits that read back the same
+    if "e" not in text and text.endswith(".0"):
+        text = text[:-2]
+        digits = text.lstrip("-").rstrip("0")
+        zeros = len(text.lstrip("-")) - len(digits)
+        if zeros >= 7:  # 1000000000000 -> 1e12
+            text = f"{'-' * (value < 0)}{digits[0]}{'.' * (len(digits) > 1)}{digits[1:]}e{zeros + len(digits) - 1}"
+    return text.replace("e+", "e").replace("e-0", "e-")
+
+
 def positive_int(key: str, value, why: str = "") -> int:
     """``value`` when it is an integer >= 1; else ``<key>=<value> must be a positive integer<why>.``"""
     if not is_int(value) or value < 1:

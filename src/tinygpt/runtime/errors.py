@@ -246,6 +246,10 @@ def key_message(key: str, near: str | None, owners: list[str] | None = None) -> 
     if owners and swept and ("-m" in sys.argv[1:] or "--multirun" in sys.argv[1:]):  # some jobs choose it
         return (f"{key} is a setting of {' and '.join(owners)}, which not every job of this sweep chooses; sweep "
                 f"it only with {owners[0]}, and the other options in a sweep of their own.")
+    chosen = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith(f"{group}=") and "," not in a), None)
+    if owners and chosen:  # another option of the group chosen on purpose: not told to add one it did not want
+        return (f"{key} is a setting of {' and '.join(owners)}, not of {group}={chosen}, which this run chose; leave "
+                f"{key} out, or choose {owners[0]} instead.")
     if owners:
         return (f"{key} is a setting of {' and '.join(owners)}, which this run did not choose; add "
                 f"{owners[0]} before it.")

@@ -104,7 +104,25 @@ def _select(cfg, resolved: dict | None, dotted: str):
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
-ENDED = ("completed", "diverged", "leaky")  # a run that ran its course (an interrupted or failed one may resume)
+# the statuses that end a run, the one list of them: a run that ran its course (completed; diverged: the guard stopped
+# it; leaky: the leak alarm's action=stop did) is never resumed by ckpt_path=last, and a continued sweep skips it; an
+# interrupted or failed run may resume
+ENDED = ("completed", "diverged", "leaky")
+
+
+def read_summary(path: Path) -> tuple[dict | None, str | None]:
+    """A run's summary.json as (its record, None); (None, why) for a file that is not one a run wrote whole (not
+    UTF-8, cut short, not JSON, not an object: a job killed while writing it, a damaged copy); (None, None) without
+    the file. Never raises: whoever reads a run's record decides what a damaged one means."""
+    try:
+        record = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None, f"{path.name}: {type(err).__name__}: {err}"
+    if not isinstance(record, dict):
+        return None, f"{path.name}: a JSON {type(record).__name__}, not a run's summary"
+    return record, None
 
 
 def check_resume_steps(path: Path, max_steps) -> None:
@@ -113,11 +131,10 @@ def check_resume_steps(path: Path, max_steps) -> None:
     summary = run_dir_of(path) / "summary.json"
     if path.name != "last.ckpt" or not summary.is_file() or not isinstance(max_steps, int):
         return
-    try:
-        record = json.loads(summary.read_text())
-    except (OSError, ValueError):
+    record, _ = read_summary(summary)
+    if record is None:
         return
-    steps = record.get("steps") if isinstance(record, dict) else None
+    steps = record.get("steps")
     if record.get("status") in ENDED and isinstance(steps, int) and steps >= max_steps:
         raise ConfigError(already_at(path, steps, max_steps))
 
@@ -142,15 +159,24 @@ class _StepReader(pickle.Unpickler):
         return None
 
 
-def checkpoint_step(path: Path) -> int | None:
-    """The global_step a Lightning checkpoint records, read from its archive's pickle without torch (a few ms, where
-    torch.load needs torch and Lightning, seconds); None when the archive is not one this can read."""
+def archive_pickle(archive: zipfile.ZipFile) -> str | None:
+    """The name of a torch archive's pickle (``<name>/data.pkl``, what torch.save writes); None when it has none."""
+    return next((n for n in archive.namelist() if n.count("/") == 1 and n.endswith("/data.pkl")), None)
+
+
+def checkpoint_record(path: Path) -> Any:
+    """What a torch archive's pickle holds, every class and tensor a stub, read without torch (a few ms, where
+    torch.load needs torch, seconds; nothing is imported or run); None when it cannot be read so."""
     try:
         with zipfile.ZipFile(path) as archive:
-            name = next(n for n in archive.namelist() if n.count("/") == 1 and n.endswith("/data.pkl"))
-            record = _StepReader(archive.open(name)).load()
-    except Exception:  # anything unexpected: set-up reads the step with torch and checks it again
+            return _StepReader(archive.open(archive_pickle(archive))).load()
+    except Exception:  # anything unexpected: torch reads it at set-up and says what is wrong
         return None
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The global_step a Lightning checkpoint records (checkpoint_record); None when it cannot be read so."""
+    record = checkpoint_record(path)
     step = record.get("global_step") if isinstance(record, dict) else None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 

@@ -3,8 +3,8 @@ ends a sweep. The two classes are Hydra callbacks (configs/hydra/default.yaml)."
 
 from __future__ import annotations
 
+import difflib
 import itertools
-import json
 import math
 import os
 import shutil
@@ -19,6 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.runtime.errors import ConfigError, config_composed, print_error, swept_mistake
+from tinygpt.runtime.resume_record import ENDED, archive_pickle, checkpoint_record, read_summary
 from tinygpt.runtime.writable import cannot_write
 
 LAST = "last.ckpt"  # the checkpoint a run resumes from, in <run>/checkpoints/
@@ -251,6 +252,9 @@ class RunDirGuard(Callback):
                     resolve_ckpt_path(str(ckpt), run_dir)
                 except (ConfigError, FileNotFoundError) as err:
                     _fail(str(err))
+            if last_checkpoint_in(run_dir) is None:  # killed before its first checkpoint: nothing to resume
+                _fail(f"hydra.run.dir={str(run_dir)!r} already holds a run, which left no checkpoint to resume; choose "
+                      f"another dir (the default is unique), or delete {run_dir} to start it over there.")
             _fail(
                 f"hydra.run.dir={str(run_dir)!r} already holds a run; choose another dir (the default is unique) "
                 "or resume that run with ckpt_path=last."
@@ -273,7 +277,7 @@ class RunDirGuard(Callback):
                 changed = changed_sweep(sweep_dir, config)
                 if changed:
                     _fail(changed)
-                print(f"continuing the sweep in {sweep_dir}: completed jobs are skipped, interrupted ones resume "
+                print(f"continuing the sweep in {sweep_dir}: ended jobs ({', '.join(ENDED)}) are skipped, interrupted ones resume "
                       "from their checkpoint, the others start.", file=sys.stderr, flush=True)
                 return
             _fail(f"hydra.sweep.dir={str(sweep_dir)!r} already holds a sweep's runs; choose another dir (the "
@@ -304,9 +308,12 @@ def job_row(job_dir: Path, stopped: bool = False) -> dict:
     if (job_dir / ERROR_FILE).exists():
         row.update(status="failed", error=(job_dir / ERROR_FILE).read_text().strip())
     elif (job_dir / "summary.json").exists():
-        s = json.loads((job_dir / "summary.json").read_text())
-        row.update(status=s.get("status") or ("diverged" if s.get("diverged") else "completed"),
-                   val_loss=s.get("val_loss"))
+        s, damaged = read_summary(job_dir / "summary.json")
+        if s is None:
+            row.update(status="unreadable", error=f"its summary.json cannot be read ({damaged})")
+        else:
+            row.update(status=s.get("status") or ("diverged" if s.get("diverged") else "completed"),
+                       val_loss=s.get("val_loss"))
     return row
 
 
@@ -416,7 +423,7 @@ def print_sweep_table(sweep_dir: Path, signum: int | None, workers: bool, exit: 
 
         counts = {s: sum(r["status"] == s for r in rows) for s in ("interrupted", "not started")}
         console.print(f"[bold yellow]stopped by {signal.Signals(signum).name}[/]: {counts['interrupted']} "
-                      f"interrupted, {counts['not started']} not started. Continue the whole sweep (completed jobs "
+                      f"interrupted, {counts['not started']} not started. Continue the whole sweep (ended jobs "
                       f"skipped, interrupted ones resumed, the others started):\n  {continue_command(sweep_dir)}",
                       soft_wrap=True)
         if exit:
@@ -446,6 +453,11 @@ def resolve_ckpt_path(value: str | None, run_dir: Path) -> Path | None:
     if str(value) == "last":
         path = last_path_in(run_dir)
         if not path.is_file():
+            if holds_run(run_dir):  # it is the run (killed before its first checkpoint, or it saved none)
+                raise ConfigError(
+                    f"ckpt_path=last but the run in hydra.run.dir={str(run_dir)!r} left no checkpoint ({path} does "
+                    "not exist: it stopped before its first one, or saved none), so there is nothing to resume; start "
+                    f"it over without ckpt_path=last, in another hydra.run.dir or after deleting {run_dir}.")
             raise ConfigError(
                 f"ckpt_path=last but {path} does not exist; set hydra.run.dir to the run to resume "
                 "(the one that printed the resume command)."
@@ -454,8 +466,10 @@ def resolve_ckpt_path(value: str | None, run_dir: Path) -> Path | None:
     path = Path(value).expanduser()
     found = last_checkpoint_in(path) if path.is_dir() else path
     if found is None or not found.is_file():
+        near = "" if path.exists() or not difflib.get_close_matches(str(value), ["last"], n=1, cutoff=0.6) else \
+            " (did you mean last?)"
         raise ConfigError(
-            f"ckpt_path={str(value)!r} is not a checkpoint file or a run dir holding checkpoints/last.ckpt."
+            f"ckpt_path={str(value)!r} is not a checkpoint file or a run dir holding checkpoints/last.ckpt{near}."
         )
     return found
 
@@ -467,8 +481,8 @@ def checkpoint_in(d: Path) -> Path:
     if found is not None:
         return found
     summary = d / "summary.json"
-    if summary.is_file():
-        s = json.loads(summary.read_text())
+    s, _ = read_summary(summary)
+    if s is not None:
         raise FileNotFoundError(f"{d} is a run dir without a checkpoint (status {s.get('status')!r} at step "
                                 f"{s.get('steps')}: it stopped before its first checkpoint); pass another run.")
     jobs = sorted(p.parent.parent.name for p in d.glob(f"*/checkpoints/{LAST}"))
@@ -492,7 +506,21 @@ def checkpoint_file(path: str | Path) -> Path:
 
 
 def check_archive(path: str | Path) -> None:
-    """Nothing when ``path`` is a zip archive, what torch.save writes; else one sentence (ConfigError)."""
+    """Nothing when ``path`` is a torch archive (a zip holding ``<name>/data.pkl``, what torch.save writes) whose
+    pickle, read without torch, is a train.py checkpoint's dict (or cannot be read so: torch says why at set-up);
+    else one sentence (ConfigError). A zip of other files had been refused only after torch, in 16 s."""
     if not zipfile.is_zipfile(path):
         raise ConfigError(f"checkpoint {str(path)!r} is not a readable checkpoint (not a torch archive: truncated, "
                           "or another kind of file).")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            torch_archive = archive_pickle(archive) is not None
+    except (OSError, zipfile.BadZipFile):
+        torch_archive = False
+    if not torch_archive:
+        raise ConfigError(f"checkpoint {str(path)!r} is not a readable checkpoint (a zip archive, but not one torch "
+                          "wrote: it holds no data.pkl).")
+    record = checkpoint_record(Path(path))
+    if record is not None and (not isinstance(record, dict) or "state_dict" not in record
+                               or "hyper_parameters" not in record):
+        raise ConfigError(f"checkpoint {str(path)!r} was not written by train.py (no state_dict/hyper_parameters).")

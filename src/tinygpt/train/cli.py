@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import signal
@@ -26,6 +25,7 @@ from omegaconf import DictConfig, open_dict
 from tinygpt.runtime.errors import (CheckpointWriteError, ConfigError, first_line, full_traceback_requested,
                                    print_error, switch_mistake)
 from tinygpt.runtime.pipe_safe import guard_stdout
+from tinygpt.runtime.resume_record import ENDED, read_summary
 from tinygpt.runtime.interrupts import RunInterrupted, keep_idle_workers_alive, sweep_stop_signal
 from tinygpt.runtime.run_dirs import (ERROR_FILE, discard_refused_run, discard_unstarted_run, in_parallel_sweep,
                                       print_sweep_table)
@@ -99,21 +99,27 @@ def run_task(cfg: DictConfig) -> float:
 
 
 def continued_job(cfg: DictConfig, hc) -> float | None:
-    """One job of a sweep continued in place (ckpt_path=last): a job that finished is skipped (its val loss
-    returned); one with a checkpoint resumes from it; one without (never started, or stopped before its first
-    checkpoint) starts afresh. None: go on and train."""
+    """One job of a sweep continued in place (ckpt_path=last): a job that ended (a status of ENDED: completed,
+    diverged, leaky) is skipped (its val loss returned); one with a checkpoint resumes from it; one without (never
+    started, or stopped before its first checkpoint) starts afresh. A summary.json that cannot be read (a job killed
+    while writing it, a damaged copy) is named, and the job resumes from its checkpoint or starts afresh, as one
+    that never wrote it. None: go on and train."""
     out = Path(hc.runtime.output_dir)
-    summary = out / "summary.json"
     label = job_label(hc)
-    if summary.exists():
-        s = json.loads(summary.read_text())
-        if s.get("status") in ("completed", "diverged"):
-            print(f"{label}: already {s['status']}, skipped", file=sys.stderr, flush=True)
-            return s.get("val_loss") if s.get("val_loss") is not None else math.nan
+    record, damaged = read_summary(out / "summary.json")
+    if record is not None and record.get("status") in ENDED:
+        print(f"{label}: already {record['status']}, skipped", file=sys.stderr, flush=True)
+        loss = record.get("val_loss")
+        return float(loss) if isinstance(loss, (int, float)) and not isinstance(loss, bool) else math.nan
     (out / ERROR_FILE).unlink(missing_ok=True)  # a job that failed before runs again
     from tinygpt.runtime.run_dirs import last_path_in
 
-    if not last_path_in(out).exists():
+    resumes = last_path_in(out).exists()
+    if damaged:
+        print(f"note: {label}: its summary.json cannot be read ({damaged}); "
+              + ("it resumes from its last checkpoint." if resumes else "it has no checkpoint, so it starts afresh."),
+              file=sys.stderr, flush=True)
+    if not resumes:
         with open_dict(cfg):
             cfg.ckpt_path = None  # nothing to resume: this job starts
     return None

@@ -87,6 +87,16 @@ def check_floor(model: dict, batch_size: int) -> None:
             "anyway.")
 
 
+def check_draw(n_tokens: int, need: int) -> None:
+    """random_tokens draws its ids at once, in the machine's memory (``need`` bytes at the peak): a ConfigError, before
+    torch, when that exceeds the machine's available memory (it had been numpy's 'Unable to allocate' after 9 s)."""
+    have = machine_bytes()
+    if have is not None and need > have[0]:
+        raise ConfigError(
+            f"corpus.n_tokens={n_tokens} draws {need / 2**30:,.1f} GiB of token ids at once, more than the "
+            f"{have[0] / 2**30:,.1f} GiB of {have[1]}; lower corpus.n_tokens, or check_memory=false to try anyway.")
+
+
 def check(model: dict, vocab_size: int, batch_size: int, accelerator: str | None) -> None:
     """A ConfigError (one line) when the estimate exceeds what the device has; ``check_memory=false`` skips it."""
     p, need = training_bytes(model, vocab_size, batch_size)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tinygpt.runtime.checks import is_int, is_number, true_or_false
+from tinygpt.runtime.checks import as_written, is_int, is_number, true_or_false
 
 if TYPE_CHECKING:
     from torch import nn
@@ -65,15 +65,15 @@ class AdamWCosine:
             if not is_int(value):
                 raise ValueError(f"optim.{key}={value!r} must be an integer number of steps.")
         if not lr > 0:
-            raise ValueError(f"optim.lr={lr} must be > 0.")
+            raise ValueError(f"optim.lr={as_written(lr)} must be > 0.")
         if not 0 <= min_lr <= lr:
-            raise ValueError(f"optim.min_lr={min_lr} must be in [0, optim.lr] = [0, {lr}].")
+            raise ValueError(f"optim.min_lr={as_written(min_lr)} must be in [0, optim.lr] = [0, {as_written(lr)}].")
         if warmup_steps < 0:
             raise ValueError(f"optim.warmup_steps={warmup_steps} must be >= 0.")
         if decay_steps < 1:
             raise ValueError(f"optim.decay_steps={decay_steps} must be >= 1.")
         if weight_decay < 0:
-            raise ValueError(f"optim.weight_decay={weight_decay} must be >= 0.")
+            raise ValueError(f"optim.weight_decay={as_written(weight_decay)} must be >= 0.")
         if not (len(betas) == 2 and all(is_number(b) and 0 <= b < 1 for b in betas)):
             raise ValueError(f"optim.betas={list(betas)!r} must be two numbers in [0, 1).")
         true_or_false("optim.fused_adam", fused_adam)

@@ -23,7 +23,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.data.config import TOKENIZERS, DataConfig
-from tinygpt.data.corpus import HfHub, TextCorpus, hub_reachable_or_cached
+from tinygpt.data.corpus import HfHub, RandomTokens, TextCorpus, TextFile, hub_reachable_or_cached
 from tinygpt.model.config import GPTConfig
 from tinygpt.model.hf_config import read_settings
 from tinygpt.runtime.checks import is_int, is_number, positive_int
@@ -253,6 +253,8 @@ def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
                 memory.check_floor(model, int(cfg.data.batch_size))
         build("optim", cfg.optim)
         corpus = build("corpus", cfg.corpus)
+        if cfg.check_memory and isinstance(corpus, RandomTokens):
+            memory.check_draw(corpus.n_tokens, corpus.draw_bytes())
         data = OmegaConf.to_container(cfg.data, resolve=True)
         if not isinstance(corpus, TextCorpus) and data.get("tokenizer", "char") != "char":  # it would be ignored
             raise ConfigError(f"data.tokenizer={data['tokenizer']!r} tokenizes a text corpus, and "
@@ -260,7 +262,14 @@ def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
         data.pop("_target_", None)
         if requested(cfg) is not None:  # init_from sets both (its set-up names a conflict)
             data.update(tokenizer=TOKENIZERS[0], tokenizer_dir=None)
-        DataConfig(**data)
+        settings = DataConfig(**data)
+        if isinstance(corpus, TextFile) and requested(cfg) is None:  # too short for its splits: said before tokenizing
+            most, need = corpus.most_tokens(), settings.block_size + 2
+            if most < 2 * need:
+                named = repr(corpus.path[0]) if len(corpus.path) == 1 else f"{len(corpus.path)} files"
+                raise ConfigError(f"corpus.path={named} holds {most} bytes, too few for a training and a validation "
+                                  f"split of data.block_size + 2 = {need} tokens each (a token is at least one byte); "
+                                  "use a larger corpus or a smaller block_size.")
         cache_dir = Path(str(data.get("cache_dir", "data/cache"))).expanduser()
         reason = cannot_write_into(cache_dir)
         if reason:  # the token cache is written before the first step
