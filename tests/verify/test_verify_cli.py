@@ -54,7 +54,7 @@ def user(tmp_path, monkeypatch):
 def test_a_correct_module_passes_with_a_table(user, capsys):
     assert cli.main(["user_attn:MyAttention", "--arg", "n_embd=32", "--arg", "n_head=4"]) == 0
     out = capsys.readouterr().out
-    assert "causality" in out and "6 of 6 checks passed" in out
+    assert "causality" in out and "7 of 7 checks passed" in out
 
 
 @pytest.mark.parametrize("target", ["user_attn:make", "user_attn.py:attention",
@@ -121,7 +121,28 @@ def test_a_bad_argument_is_one_line_and_exit_2(user, capsys, argv, message):
 def test_python_m_tinygpt_verify_runs_as_a_command(user):
     out = subprocess.run([sys.executable, "-m", "tinygpt.verify", "user_attn.py:attention"], capture_output=True,
                          text=True, cwd=user, timeout=300)
-    assert out.returncode == 0 and "6 of 6 checks passed" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 0 and "7 of 7 checks passed" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_file_that_imports_its_sibling_runs_from_another_folder(user, capsys):
+    """As Python makes a script's folder importable, the target file's folder is (the first version said "not
+    installed" for a sibling import unless run from that folder)."""
+    (user / "pkg").mkdir()
+    (user / "pkg" / "helpers.py").write_text(USER_CODE)
+    (user / "pkg" / "model.py").write_text("from helpers import MyAttention\n\ndef make():\n    return "
+                                          "MyAttention(32, 4)\n")
+    assert cli.main(["pkg/model.py:make", "--only", "batch"]) == 0, capsys.readouterr()
+
+
+def test_the_command_runs_with_torch_alone(user, capsys, monkeypatch):
+    """Without rich and PyYAML (a venv holding torch alone): a plain table, and --arg values read as literals."""
+    for name in ("rich", "rich.console", "rich.table", "yaml"):
+        monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
+    assert cli.main(["user_attn:MyAttention", "--arg", "n_embd=32", "--arg", "n_head=4", "--only", "batch"]) == 0
+    out = capsys.readouterr().out
+    assert "batch" in out and "1 of 1 checks passed" in out, out
+    assert cli.constructor_args(["n=4", "flag=false", "fill=-1e4", "name=x"], None) == {
+        "n": 4, "flag": False, "fill": -1e4, "name": "x"}
 
 
 def test_an_argument_yaml_reads_as_text_is_read_as_a_number():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from tinygpt.verify.result import CheckFailed, Result, VerifyError
+from tinygpt.verify.result import LISTENERS, CheckFailed, Result, VerifyError, computes_in
 from tinygpt.verify.settings import Settings
 
 __all__ = ["CheckFailed", "Result", "Settings", "VerifyError", "check", "names", "run"]
@@ -40,11 +40,16 @@ def subject(factory: Callable[[], object], settings: Settings):
         f = function_checks.Function(made, settings)
         q = torch.zeros(1, 1, 2, 4, dtype=torch.float64)  # (B, H, T, D)
         f(q, q, q, function_checks.causal(2))  # the call fits, or one sentence
+        q, k, v = function_checks.qkv(torch.Generator().manual_seed(settings.seed), 8)
+        f.work = computes_in(lambda: f(q, k, v, function_checks.causal(8)))  # float32 inside: checked in float32
         return f, function_checks.CHECKS
 
     module = module_checks.Module(made, width_of(made, settings), settings)
     module_checks.check_interfaces(made, settings)
-    module.copy()(module.inputs(torch.Generator().manual_seed(settings.seed), 2, 1))  # the call fits, or one sentence
+    gen = torch.Generator().manual_seed(settings.seed)
+    module.copy()(module.inputs(gen, 2, 1))  # the call fits, or one sentence
+    x = module.inputs(gen, 2, 2)
+    module.work = computes_in(lambda: module.copy()(x))  # float32 inside: checked in float32
     return module, {n: module_checks.CHECKS[n] for n in module_checks.applicable(settings)}
 
 
@@ -53,12 +58,15 @@ def names(factory: Callable[[], object], **settings) -> list[str]:
     return list(subject(factory, Settings(**settings))[1])
 
 
-def run(factory: Callable[[], object], only: list[str] | None = None, *, progress=None, **settings) -> list[Result]:
+def run(factory: Callable[[], object], only: list[str] | None = None, *, progress=None, notes=None, **settings
+        ) -> list[Result]:
     """Every applicable check (or ``only`` those), each on a fresh object from ``factory`` made under the same seed:
     the Results in order. ``settings`` are Settings' fields (level, width, vocab, max_len, scale, mask, padding,
     kv_cache, strict_16bit, seed). An exception the attention raises inside a check is that check's failure (a
     16-bit one a warning); one that stops every check (a call that does not fit) is a VerifyError.
-    ``progress(result, seconds)`` is told as each check ends. The caller's random state is left as it was."""
+    ``progress(result, seconds)`` is told as each check ends, ``notes(message, always)`` a long check's progress as
+    it goes (``always``: a notice such as a cost said before it starts). The caller's random state is left as it
+    was."""
     import torch
 
     s = Settings(**settings)
@@ -77,10 +85,15 @@ def run(factory: Callable[[], object], only: list[str] | None = None, *, progres
             thing, _ = subject(factory, s)
             start = time.perf_counter()
             try:
+                if notes:
+                    LISTENERS.append(notes)
                 results.append(fn(thing, torch.Generator().manual_seed(s.seed)))
             except VerifyError as err:  # the attention raised inside this check: its verdict, the others go on
                 lenient = name == "16-bit" and not s.strict_16bit  # 16 bits: a finding, as an overflow is
                 results.append(Result(name, "warn" if lenient else "fail", "raised", str(err)))
+            finally:
+                if notes:
+                    LISTENERS.remove(notes)
             if progress:
                 progress(results[-1], time.perf_counter() - start)
     return results

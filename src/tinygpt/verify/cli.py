@@ -4,7 +4,8 @@
     tinygpt-verify attn.py:attention              # a function (q, k, v, mask) -> out, against the formula itself
 
 Exit status 0 when every check passes (a 16-bit warning included, unless --strict-16bit), 1 when one fails, 2 for
-a bad argument (a target that does not import, a call that does not fit), in one line.
+a bad argument (a target that does not import, a call that does not fit), in one line. A check that runs long says
+how far it is on stderr. Needs torch alone (rich draws the table where it is installed, PyYAML reads --args).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from tinygpt.runtime.errors import OneLineParser, print_error
@@ -34,14 +36,17 @@ def parser() -> OneLineParser:
     p.add_argument("--level", choices=LEVELS, default="auto", help="what to check it as (default: detected)")
     p.add_argument("--width", type=int, help="the module's input width C (default: read from the module)")
     p.add_argument("--vocab", type=int, help="the module takes token ids in [0, VOCAB) (a whole language model)")
-    p.add_argument("--max-len", type=int, default=Settings.max_len, help="the longest sequence tried (default 128)")
+    p.add_argument("--max-len", type=int, default=Settings.max_len,
+                   help=f"the longest sequence causality and the KV cache try (default {Settings.max_len}; every "
+                        "length up to 64 is tried, random ones beyond; a long one's cost is said before it starts)")
     p.add_argument("--scale", type=float, help="the function's factor on q k^T (default 1/sqrt(head_dim))")
     p.add_argument("--mask", choices=MASKS, default="keep",
                    help="the function's mask: keep = True where a query may attend (default), hide = True where not")
     p.add_argument("--padding", metavar="KEYWORD", help="the module's keyword for a (B, T) bool mask, True = real")
     p.add_argument("--kv-cache", metavar="METHOD",
                    help="the module's method step(x_new, cache) -> (y_new, cache): cache None at first, x_new one or "
-                        "more new tokens (the check prefills 5, then adds one at a time)")
+                        "more new tokens (the check decodes one at a time, and after a prefill of 5 in steps of 2, "
+                        "3 and 16)")
     p.add_argument("--only", action="append", metavar="CHECK", help="run only this check (repeatable)")
     p.add_argument("--strict-16bit", action="store_true", help="a 16-bit finding fails instead of warning")
     p.add_argument("--seed", type=int, default=0)
@@ -51,8 +56,13 @@ def parser() -> OneLineParser:
 
 def constructor_args(given: list[str], path: Path | None) -> dict:
     """--args FILE's mapping, then each --arg key=value (a value read as YAML: 4 is an int, false a bool)."""
-    import yaml
-
+    try:
+        import yaml
+    except ImportError:  # torch alone: --arg values read as Python literals, --args needs PyYAML
+        yaml = None
+        if path is not None:
+            raise ValueError(f"--args {path}: reading a YAML file needs PyYAML (pip install pyyaml), or give each "
+                             "argument with --arg key=value.") from None
     args = {}
     if path is not None:
         try:
@@ -67,6 +77,9 @@ def constructor_args(given: list[str], path: Path | None) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key.isidentifier():
             raise ValueError(f"--arg {item!r} must be key=value with key a Python name (--arg n_head=4).")
+        if yaml is None:
+            args[key] = literal(value)
+            continue
         try:
             args[key] = yaml.safe_load(value)
         except yaml.YAMLError:
@@ -77,6 +90,36 @@ def constructor_args(given: list[str], path: Path | None) -> dict:
             except ValueError:
                 pass
     return args
+
+
+def literal(value: str):
+    """A --arg value without PyYAML: true/false/null (any case), an int, a float, or the text itself."""
+    words = {"true": True, "false": False, "null": None, "none": None, "~": None}
+    if value.lower() in words:
+        return words[value.lower()]
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+class Progress:
+    """A long check's progress on stderr: a line once a check has run 3 s, then at most one each 5 s (a notice,
+    such as a long --max-len's cost, at once)."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream, self.start, self.last = stream, time.perf_counter(), 0.0
+
+    def ended(self, result, seconds: float) -> None:
+        self.start, self.last = time.perf_counter(), 0.0
+
+    def note(self, message: str, always: bool = False) -> None:
+        now = time.perf_counter()
+        if always or (now - self.start > 3 and now - self.last > 5):
+            print(f"tinygpt-verify: {message} ({now - self.start:.0f} s)", file=self.stream, flush=True)
+            self.last = now
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,15 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     from tinygpt.verify.result import VerifyError
     from tinygpt.verify.target import factory_of, load
 
-    from rich.console import Console
-
-    piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")  # piped: not squeezed to 80, unless asked
-    console = Console(stderr=opts.json, width=160 if piped else None)  # None: the terminal's, or COLUMNS
+    progress = Progress()
     try:
         factory = factory_of(load(opts.target), args)
-        with console.status(f"checking {opts.target}") as status:
-            results = run(factory, opts.only, progress=lambda r, s: status.update(f"{r.check}: {r.verdict}"),
-                          **settings.__dict__)
+        results = run(factory, opts.only, progress=progress.ended, notes=progress.note, **settings.__dict__)
     except VerifyError as err:
         print_error(f"tinygpt-verify: {err}")
         return 2
@@ -109,25 +147,35 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"target": opts.target, "passed": all(r.ok for r in results),
                           "results": [r.as_dict() for r in results]}, indent=1))
     else:
-        show(console, opts.target, results)
+        show(opts.target, results)
     return 0 if all(r.ok for r in results) else 1
 
 
-def show(console, target: str, results) -> None:
-    from rich.table import Table
-
-    colour = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+def show(target: str, results) -> None:
+    """The table (rich's, where it is installed; plain text with torch alone) and a line of what passed."""
+    failed = [r.check for r in results if not r.ok]
+    line = f"{len(results) - len(failed)} of {len(results)} checks passed"
+    for word, verdict in (("failed", "fail"), ("warnings", "warn"), ("not applicable", "n/a")):
+        named = [r.check for r in results if r.verdict == verdict]
+        line += f"; {word}: {', '.join(named)}" if named else ""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        print(f"tinygpt-verify {target}")
+        for r in results:
+            print(f"  {r.check:13} {r.verdict:5} {r.measured}" + (f"\n  {'':13} {'':5} {r.why}" if r.why else ""))
+        print(line)
+        return
+    piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")  # piped: not squeezed to 80, unless asked
+    console = Console(width=160 if piped else None)  # None: the terminal's, or COLUMNS
+    colour = {"pass": "green", "warn": "yellow", "fail": "bold red", "n/a": "dim"}
     table = Table(title=f"tinygpt-verify {target}", title_justify="left")
     for column in ("check", "verdict", "measured", "what failed, and where"):
         table.add_column(column, overflow="fold")
     for r in results:
         table.add_row(r.check, f"[{colour[r.verdict]}]{r.verdict}[/]", r.measured, r.why)
     console.print(table)
-    failed = [r.check for r in results if not r.ok]
-    warned = [r.check for r in results if r.verdict == "warn"]
-    line = f"{len(results) - len(failed)} of {len(results)} checks passed"
-    line += f"; failed: {', '.join(failed)}" if failed else ""
-    line += f"; warnings: {', '.join(warned)}" if warned else ""
     console.print(line)
 
 

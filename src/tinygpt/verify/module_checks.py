@@ -1,7 +1,9 @@
 """The checks of an attention *module* ``x -> y``: x (B, T, C) (or token ids (B, T) with ``vocab``), y (B, T, ...).
 Its math is not visible from outside, so these check its behaviour: the future never moves the past, each position
 sees itself and its past, sequences do not mix, padding (where the module takes a mask), the KV cache (where it
-has one), gradients and 16-bit. Everything but the 16-bit check runs in float64 on a copy, in eval mode (dropout off).
+has one), gradients and 16-bit. Everything but the 16-bit check runs on a copy in eval mode, in float64, or in
+float32 where the module computes in float32 whatever it is given (a softmax in float32: result.computes_in), each
+judged against its precision's rounding.
 """
 
 from __future__ import annotations
@@ -9,11 +11,12 @@ from __future__ import annotations
 import copy
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from tinygpt.verify.result import TOL64, Result, VerifyError, described, relative_change
-from tinygpt.verify.settings import Settings
+from tinygpt.verify.result import Result, VerifyError, described, precision, relative_change, tell, tolerance
+from tinygpt.verify.settings import Settings, lengths_tried
 
 FP16_MAX = 65504.0  # float16's largest finite value
 SCALES = (1.0, 1e4)  # input scales: ordinary, and large enough that scores outgrow a finite fill such as -1e4
@@ -23,14 +26,25 @@ class Module:
     """The user's module, called as module(x) (and module(x, <padding>=mask)), its output's first element taken
     when it returns a tuple."""
 
-    def __init__(self, module: nn.Module, width: int, settings: Settings):
+    def __init__(self, module: nn.Module, width: int, settings: Settings, work: torch.dtype = torch.float64):
         self.module, self.width, self.settings = module.eval(), width, settings
+        self.work = work  # the precision the checks run in: float64, or float32 where the module computes in it
         self.name = type(module).__name__
 
-    def copy(self, dtype=torch.float64) -> Module:
-        return Module(copy.deepcopy(self.module).to(dtype), self.width, self.settings)
+    @property
+    def tol(self) -> float:
+        return tolerance(self.work)
 
-    def inputs(self, gen: torch.Generator, b: int, t: int, scale: float = 1.0, dtype=torch.float64) -> Tensor:
+    @property
+    def precision(self) -> str:
+        return precision(self.work)
+
+    def copy(self, dtype: torch.dtype | None = None) -> Module:
+        """A copy in ``dtype`` (default: the precision the checks run in), its inputs made in that dtype."""
+        return Module(copy.deepcopy(self.module).to(dtype or self.work), self.width, self.settings, dtype or self.work)
+
+    def inputs(self, gen: torch.Generator, b: int, t: int, scale: float = 1.0, dtype=None) -> Tensor:
+        dtype = dtype or self.work
         if self.settings.vocab:
             return torch.randint(0, self.settings.vocab, (b, t), generator=gen)  # (B, T) token ids
         return torch.randn(b, t, self.width, generator=gen, dtype=dtype) * scale  # (B, T, C)
@@ -41,12 +55,13 @@ class Module:
             return (x + torch.randint(1, self.settings.vocab, x.shape, generator=gen)) % self.settings.vocab
         return torch.randn(x.shape, generator=gen, dtype=x.dtype) * scale
 
-    def __call__(self, x: Tensor, grad: bool = False, **kwargs) -> Tensor:
-        if self.module.training:
-            torch.manual_seed(self.settings.seed)  # dropout draws the same masks for inputs of the same shape
+    def __call__(self, x: Tensor, grad: bool = False, reseed: bool = True, **kwargs) -> Tensor:
+        if reseed:  # dropout (on in train mode, or left on in eval) draws the same masks for inputs of one shape
+            torch.manual_seed(self.settings.seed)
         try:
-            with torch.set_grad_enabled(grad):
-                y = self.module(x, **kwargs)
+            with torch.set_grad_enabled(grad):  # copies: a module that changes its input in place (x += pos) is
+                y = self.module(x.clone(), **{k: v.clone() if isinstance(v, Tensor) else v  # not a leak
+                                              for k, v in kwargs.items()})
         except Exception as err:
             what = "token ids" if self.settings.vocab else "x"
             shapes = any(w in str(err) for w in ("mat1 and mat2", "normalized_shape", "size of tensor a"))
@@ -112,40 +127,144 @@ def first_of(y):
     return y[0] if isinstance(y, (tuple, list)) and y else y
 
 
-def lengths(longest: int) -> list[int]:
-    return sorted({t for t in (2, 8, 33, 64, longest) if 2 <= t <= longest})
+class NoDropout(TorchFunctionMode):
+    """Dropout off while a module runs (its train-mode path otherwise kept): the causality check sends the cuts of
+    one length in one batched call, whose rows would draw different dropout masks."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func in DROPOUTS:
+            return args[0] if args else kwargs["input"]
+        if func is F.scaled_dot_product_attention:
+            args, kwargs = args[:4], {**kwargs, "dropout_p": 0.0}
+        elif func is F.multi_head_attention_forward:
+            args, kwargs = args, {**kwargs, "training": False}
+        return func(*args, **kwargs)
+
+
+DROPOUTS = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout, torch.dropout}
+CELLS = 2**19  # (cut, T, T) score cells per batched call of the causality check: tens of MB at most
+
+
+def leak(m: Module, t: int, scale: float, gen: torch.Generator) -> tuple[int, int, float, Tensor, Tensor] | None:
+    """(cut, position, amount, x, x2): the first past output that moved when the tokens from ``cut`` on changed, at
+    length ``t``; None when none did. The cuts go in batched calls (each confirmed alone before it is reported: a
+    module that mixes the batch is the batch check's finding, not a leak)."""
+    x = m.inputs(gen, 2, t, scale)
+    base = m(x)
+    limit = m.tol * finite_max(base)
+    cuts = list(range(1, t))
+    per_call = max(1, CELLS // (t * t))
+    start = 0
+    while start < len(cuts):
+        chunk = cuts[start : start + per_call]
+        xs = x.repeat(len(chunk), *([1] * (x.dim() - 1)))  # (2 * cuts, T, ...)
+        for n, cut in enumerate(chunk):
+            xs[2 * n : 2 * n + 2, cut:] = m.fresh(xs[2 * n : 2 * n + 2, cut:], gen, scale)
+        try:
+            ys = m(xs) if len(chunk) > 1 else None
+        except VerifyError:  # a module that takes a batch of 2 only (a cache sized for it): one cut at a time
+            per_call, ys = 1, None
+        for n, cut in enumerate(chunk):
+            x2 = xs[2 * n : 2 * n + 2]
+            if ys is not None and past_moved(ys[2 * n : 2 * n + 2], base, cut, limit) is None:
+                continue
+            alone = past_moved(m(x2), base, cut, limit)
+            if alone is not None:
+                return cut, *alone, x, x2
+        start += len(chunk)
+    return None
+
+
+def past_moved(y: Tensor, base: Tensor, cut: int, limit) -> tuple[int, float] | None:
+    """(position, amount) of the first output before ``cut`` that moved past ``limit`` (non-finite counts)."""
+    moved = change(y[:, :cut], base[:, :cut]).flatten(2).amax(dim=(0, 2))  # (cut,)
+    if (moved <= limit).all():
+        return None
+    i = int(torch.nonzero(~(moved <= limit))[0])
+    return i, float(moved[i])
+
+
+def check_deterministic(m: Module, gen: torch.Generator) -> Result:
+    """The same input twice in eval mode gives the same output: randomness (dropout left on in eval) is named as
+    randomness; the other checks reseed before each call, so it is not read as a leak or as batch mixing."""
+    m64 = m.copy()
+    x = m64.inputs(gen, 2, min(16, m.settings.max_len))
+    first, second = m64(x, reseed=False), m64(x, reseed=False)
+    moved = relative_change(second, first)
+    if moved > m.tol:
+        return Result("deterministic", "fail", f"two calls differ by {moved:.2g}",
+                      f"the same input twice in eval mode gives different outputs: {m.name} is random in eval mode "
+                      "(dropout left on: a dropout_p or F.dropout that ignores self.training?); the other checks "
+                      "reseed before each call, so this is not read as a leak.")
+    return Result("deterministic", "pass", f"the same input twice gives the same output ({m.precision})")
 
 
 def check_causality(m: Module, gen: torch.Generator) -> Result:
-    """Changing every token after a cut leaves every output before it unchanged, for every cut, at each length
-    tried up to the longest the module takes, at an ordinary and a large input scale (float64), in eval mode and
-    in train mode (a training path of its own, with dropout drawing the same masks for the compared inputs). On a
-    leak, the submodule whose past output first moved is named: where the leak enters a stacked model."""
+    """Changing every token after a cut leaves every output before it unchanged, for every cut: in eval mode at every
+    length from 2 to 64, random ones up to the longest the module takes and that longest, at an ordinary input
+    scale (and a large one at lengths 2, 8, 33 and the longest, where a finite fill is outgrown); in train mode
+    (dropout off: a training path of its own) at those four; then float16 and bfloat16 copies at 2, 8 and 33, where
+    a leak confined to the 16-bit path is a leak. On a leak, the submodule whose past output first moved is named:
+    where the leak enters a stacked model."""
     m64 = m.copy()
     longest, stopped = m64.longest(gen)
-    cuts = 0
-    for mode in ("eval", "train"):
-        m64.module.train(mode == "train")
-        for t in lengths(longest):
-            for scale in SCALES if not m.settings.vocab else (1.0,):
-                x = m64.inputs(gen, 2, t, scale)
-                base = m64(x)
-                limit = TOL64 * finite_max(base)
-                for cut in range(1, t):
-                    x2 = x.clone()
-                    x2[:, cut:] = m64.fresh(x2[:, cut:], gen, scale)
-                    moved = change(m64(x2)[:, :cut], base[:, :cut]).flatten(2).amax(dim=(0, 2))  # (cut,)
-                    cuts += 1
-                    if not (moved <= limit).all():
-                        i = int(torch.nonzero(~(moved <= limit))[0])
-                        later = spans(seen_later(m64, x, i, gen, scale))
-                        return Result("causality", "fail", f"position {i} moved by {float(moved[i]):.2g}",
-                                      f"at T={t}, changing the tokens from position {cut} on moved the output at "
-                                      f"position {i} (input scale {scale:g}, {mode} mode): position {i} sees "
-                                      f"{later or 'a later one'}" + entry(m64, x, x2, cut) + ".")
-    scales = "" if m.settings.vocab else f", input scales {', '.join(f'{s:g}' for s in SCALES)}"
-    return Result("causality", "pass", f"no past output moved over {cuts} cuts (T up to {longest}{scales}; eval "
-                                       f"and train mode){stopped}")
+    tried = lengths_tried(longest, m.settings.seed)
+    anchors = sorted({t for t in (2, 8, 33) if t < longest} | {longest})
+    scales = SCALES if not m.settings.vocab else (1.0,)
+    plan = [("eval", t, s, m64) for t in tried for s in (scales if t in anchors else (1.0,))]
+    plan += [("train", t, s, m64) for t in anchors for s in scales]
+    low = [t for t in (2, 8, 33) if t <= longest]
+    plan += [(str(d).removeprefix("torch."), t, 1.0, d) for d in (torch.float16, torch.bfloat16) for t in low]
+    announce(m64, plan, longest)
+    skipped = ""
+    with NoDropout():
+        for n, (mode, t, scale, which) in enumerate(plan):
+            tell(f"causality: {mode}, T={t} ({n + 1} of {len(plan)})")
+            if not isinstance(which, Module):  # a 16-bit copy, in eval mode
+                try:
+                    which = m.copy(which)
+                    which.module.eval()
+                    found = leak(which, t, scale, gen)
+                except VerifyError:
+                    skipped = f"; {mode} skipped: it raises there (the 16-bit check says where)"
+                    continue
+            else:
+                which.module.train(mode == "train")
+                found = leak(which, t, scale, gen)
+            if found:
+                cut, i, amount, x, x2 = found
+                later = spans(seen_later(which, x, i, gen, scale))
+                work = str(m.work).removeprefix("torch.")
+                where = (f"{mode} mode" if mode in ("eval", "train") else f"in {mode}, eval mode; in {work} it is "
+                         "causal: the leak is on the 16-bit path")
+                return Result("causality", "fail", f"position {i} moved by {amount:.2g}",
+                              f"at T={t}, changing the tokens from position {cut} on moved the output at "
+                              f"position {i} (input scale {scale:g}, {where}): position {i} sees "
+                              f"{later or 'a later one'}" + entry(which, x, x2, cut) + ".")
+    shown = "" if m.settings.vocab else f", input scales {', '.join(f'{s:g}' for s in SCALES)}"
+    return Result("causality", "pass", f"no past output moved, every cut at {len(tried)} lengths (2-"
+                                       f"{min(64, longest)} all, up to {longest}{shown}; eval and train mode; "
+                                       f"{m.precision}; float16 and bfloat16 at T={', '.join(map(str, low))})"
+                                       f"{stopped}{skipped}")
+
+
+def announce(m: Module, plan, longest: int) -> None:
+    """Before a long causality check starts, what it will cost: one batched pass at the longest length timed, times
+    the passes planned (said where it comes to more than a few seconds)."""
+    if longest < 256:
+        return
+    import time
+
+    x = m.inputs(torch.Generator().manual_seed(0), 2 * max(1, min(longest - 1, CELLS // (longest * longest))), longest)
+    start = time.perf_counter()
+    with torch.no_grad():
+        m(x)
+    each = time.perf_counter() - start
+    timed = x.shape[0] // 2 * longest * longest  # the cut x T x T cells of the pass timed
+    passes = sum((t - 1) * t * t for _, t, _, _ in plan) / timed  # each pass costs about its cells
+    tell(f"causality up to T={longest}: about {each * passes:.0f} s ({len(plan)} lengths and modes, every cut; "
+         "--max-len sets the longest)", always=True)
 
 
 def finite_max(y: Tensor) -> Tensor:
@@ -169,7 +288,7 @@ def seen_later(m: Module, x: Tensor, i: int, gen: torch.Generator, scale: float)
     for j in range(i + 1, x.shape[1]):
         x2 = x.clone()
         x2[:, j : j + 1] = m.fresh(x[:, j : j + 1], gen, scale)
-        if change(m(x2)[:, i], base).max() > TOL64 * finite_max(base):
+        if change(m(x2)[:, i], base).max() > m.tol * finite_max(base):
             seen.append(j)
     return seen
 
@@ -210,7 +329,7 @@ def entry(m: Module, x: Tensor, x2: Tensor, cut: int) -> str:
         arg2, out2 = seen[1].get(name, (None, None))
         if arg is None or arg2 is None or out2 is None:
             continue
-        if relative_change(arg2[:, :cut], arg[:, :cut]) <= TOL64 < relative_change(out2[:, :cut], out[:, :cut]):
+        if relative_change(arg2[:, :cut], arg[:, :cut]) <= m.tol < relative_change(out2[:, :cut], out[:, :cut]):
             return f"; the leak arises in {name}"
     return f"; the leak arises in {m.name}'s own forward" if names else ""
 
@@ -267,10 +386,10 @@ def check_batch(m: Module, gen: torch.Generator) -> Result:
     x2 = x.clone()
     x2[1] = m64.fresh(x[1:2], gen)[0]
     moved = relative_change(m64(x2)[[0, 2]], base[[0, 2]])
-    if moved > TOL64:
+    if moved > m.tol:
         return Result("batch", "fail", f"neighbours moved by {moved:.2g}",
                       "changing sequence 1 of the batch moved the outputs of sequences 0 and 2: sequences are mixed.")
-    return Result("batch", "pass", "no neighbour moved (float64)")
+    return Result("batch", "pass", f"no neighbour moved ({m.precision})")
 
 
 def check_padding(m: Module, gen: torch.Generator) -> Result:
@@ -283,25 +402,42 @@ def check_padding(m: Module, gen: torch.Generator) -> Result:
     real[0, : t // 3] = False  # left padding
     real[2, t - t // 4 :] = False  # right padding
     y = m64(x, **{key: real})
-    if not torch.isfinite(y).all():
-        return Result("padding", "fail", f"{int((~torch.isfinite(y)).sum())} non-finite outputs",
-                      "a padded query that sees no real key (left padding) gives a non-finite output.")
     x2 = x.clone()
     x2[~real] = m64.fresh(x[~real][None], gen)[0]
+    if not torch.isfinite(y).all():
+        return Result("padding", "fail", f"{int((~torch.isfinite(y)).sum())} non-finite outputs",
+                      "a padded query that sees no real key (left padding) gives a non-finite output."
+                      + inverted(m64, x, x2, real))
     moved = relative_change(m64(x2, **{key: real})[real], y[real])
-    if moved > TOL64:
+    if moved > m.tol:
         return Result("padding", "fail", f"real outputs moved by {moved:.2g}",
-                      "changing the padded tokens moved the real tokens' outputs: a real query sees padded keys.")
+                      "changing the padded tokens moved the real tokens' outputs: a real query sees padded keys."
+                      + inverted(m64, x, x2, real))
     plain = relative_change(y[1], m64(x[1:2])[0])
-    if plain > TOL64:
+    if plain > m.tol:
         return Result("padding", "fail", f"unpadded sequence moved by {plain:.2g}",
                       "a sequence whose mask is all real differs from the same sequence without a mask.")
     return Result("padding", "pass", "padded tokens invisible, all outputs finite, an all-real mask = none")
 
 
+def inverted(m: Module, x: Tensor, x2: Tensor, real: Tensor) -> str:
+    """' With the mask inverted ...': when the module, given ~mask, hides the padded tokens (it reads True as
+    padding, as torch's key_padding_mask does); '' when it does not either way."""
+    key = m.settings.padding
+    try:
+        y, y2 = m(x, **{key: ~real}), m(x2, **{key: ~real})
+    except VerifyError:
+        return ""
+    if torch.isfinite(y[real]).all() and relative_change(y2[real], y[real]) <= m.tol:
+        return (f" Given the mask inverted (~mask) it hides them: {m.name} reads True as padding (torch's "
+                f"key_padding_mask convention), while {key} here is True for a real token; wrap it to pass ~mask.")
+    return ""
+
+
 def check_kv_cache(m: Module, gen: torch.Generator) -> Result:
-    """Decoding with the module's cache, one token at a time and after a prefill of 5, equals the whole sequence at
-    once (float64), over every position up to the longest the module takes (max_len at most)."""
+    """Decoding with the module's cache equals the whole sequence at once, over every position up to the longest the
+    module takes (max_len at most): after a prefill of 1, one token at a time; and after a prefill of 5, steps of
+    2, 3 and 16 tokens (chunked prefill, speculative decoding), then one at a time."""
     m64, method = m.copy(), m.settings.kv_cache
     step = getattr(m64.module, method, None)
     if not callable(step):
@@ -311,24 +447,42 @@ def check_kv_cache(m: Module, gen: torch.Generator) -> Result:
     x = m64.inputs(gen, 2, t)
     full = m64(x)
     worst = 0.0
-    for first in (1, 5):
-        cache, parts = None, []
+    for name, sizes in schedules(t):
+        cache, parts, bounds, a = None, [], [], 0
+        for size in sizes:
+            bounds.append((a, a + size))
+            a += size
         try:
             with torch.no_grad():
-                for a, b in [(0, first)] + [(i, i + 1) for i in range(first, t)]:
-                    y, cache = step(x[:, a:b], cache)
+                for a, b in bounds:
+                    torch.manual_seed(m.settings.seed)
+                    y, cache = step(x[:, a:b].clone(), cache)  # a copy: x is not the module's to change
                     parts.append(first_of(y))
         except Exception as err:
-            raise VerifyError(f"{m.name}.{method}(x_new, cache) raised {described(err)}") from None
+            raise VerifyError(f"{m.name}.{method}(x_new, cache) with {b - a} new token{'s' * (b - a > 1)} after "
+                              f"{a} cached ({name}) raised {described(err)}") from None
         decoded = torch.cat(parts, dim=1)
         worst = max(worst, relative_change(decoded, full))
-        if worst > TOL64:
-            pos = int(((decoded - full).abs().flatten(2).amax(dim=(0, 2)) > TOL64 * full.abs().max()).nonzero()[0])
+        if worst > m.tol:
+            pos = int(((decoded - full).abs().flatten(2).amax(dim=(0, 2)) > m.tol * full.abs().max()).nonzero()[0])
+            a, b = next((a, b) for a, b in bounds if a <= pos < b)
+            inside = f" (the step of {b - a} tokens at positions {a}-{b - 1})" if b - a > 1 and a else ""
             return Result("kv-cache", "fail", f"relative error {worst:.2g}",
-                          f"decoding with the cache (a prefill of {first}, then one token at a time) differs from the "
-                          f"whole sequence from position {pos} on.")
-    return Result("kv-cache", "pass", f"cached decoding of {t} tokens = the whole sequence (relative error "
-                                      f"{worst:.1e})")
+                          f"decoding with the cache ({name}) differs from the whole sequence from position {pos} "
+                          f"on{inside}.")
+    return Result("kv-cache", "pass", f"cached decoding of {t} tokens = the whole sequence, one token at a time and "
+                                      f"in steps of 2, 3 and 16 (relative error {worst:.1e}; {m.precision})")
+
+
+def schedules(t: int) -> list[tuple[str, list[int]]]:
+    """How the KV check feeds a sequence of ``t`` tokens: (its description, the sizes of the successive steps)."""
+    chunked, left = [], t
+    for size in (5, 2, 3, 16):
+        if left > 0:
+            chunked.append(min(size, left))
+            left -= chunked[-1]
+    return [("a prefill of 1, then one token at a time", [1] * t),
+            ("a prefill of 5, then steps of 2, 3 and 16 tokens, then one at a time", chunked + [1] * left)]
 
 
 def check_gradients(m: Module, gen: torch.Generator) -> Result:
@@ -357,7 +511,7 @@ def check_gradients(m: Module, gen: torch.Generator) -> Result:
                           f"the backward pass{' with the padding mask' if kwargs else ''} gives non-finite gradients "
                           f"for {', '.join(bad[:3])}{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}.")
     padded = ", with padding" if len(runs) > 1 else ""
-    return Result("gradients", "pass", f"{len(grads)} gradients finite (float64{padded})")
+    return Result("gradients", "pass", f"{len(grads)} gradients finite ({m.precision}{padded})")
 
 
 class ScoreWatch(TorchFunctionMode):
@@ -457,6 +611,7 @@ def verdict(settings: Settings) -> str:
 
 
 CHECKS = {
+    "deterministic": check_deterministic,
     "causality": check_causality,
     "sees-itself": check_sees_itself,
     "sees-past": check_sees_past,

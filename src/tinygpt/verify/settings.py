@@ -40,3 +40,17 @@ class Settings:
             value = getattr(self, key)
             if value is not None and not (isinstance(value, str) and value.isidentifier()):
                 raise ValueError(f"{key}={value!r} must be a Python name (the module's keyword or method).")
+
+
+EVERY = 64  # causality tries every length up to this one (a leak at one length alone is found)...
+BEYOND = 8  # ...and this many random lengths between it and the longest, and the longest itself
+
+
+def lengths_tried(longest: int, seed: int = 0) -> list[int]:
+    """The lengths causality tries: every one from 2 to 64, 8 drawn (by ``seed``) between 64 and ``longest``, and
+    ``longest`` itself."""
+    import random
+
+    beyond = range(EVERY + 1, longest)
+    drawn = random.Random(seed).sample(beyond, min(BEYOND, len(beyond)))
+    return sorted({*range(2, min(EVERY, longest) + 1), *drawn, longest})

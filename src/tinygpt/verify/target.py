@@ -35,6 +35,9 @@ def load(spec: str) -> object:
         path = Path(where)
         if not path.is_file():
             raise VerifyError(f"target {spec!r}: there is no file {where}.")
+        folder = str(path.resolve().parent)  # importable, as Python makes a script's folder: its sibling modules
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
         module_spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules.setdefault(path.stem, module)
