@@ -119,6 +119,13 @@ def open_terms(parts: Mapping[str, Edges], weights: Mapping[str, float]) -> list
     return out
 
 
+def bound_word(parts: Mapping[str, Edges], weights: Mapping[str, float]) -> str:
+    """'' for a combination of edges inside the grid; 'at least ' / 'at most ' when a censored edge makes it a bound
+    on that side, 'a bound either way: ' when censored edges pull both ways."""
+    terms = set(open_terms(parts, weights))
+    return "" if not terms else "at least " if terms == {1} else "at most " if terms == {-1} else "a bound either way: "
+
+
 def side(parts: Mapping[str, Edges], weights: Mapping[str, float], expected: int) -> tuple[str, Estimate]:
     """A combination predicted on the ``expected`` side of 0: holds when its interval lies there and no censored arm
     could carry it back, fails when it lies on the other side (likewise), undecided otherwise."""

@@ -70,12 +70,20 @@ def bounds_text(a: Arm) -> str:
     return ", ".join(parts) or "none"
 
 
+def shift_text(parts: dict[str, edge.Edges], name: str) -> str:
+    """An arm's edge minus the scaled arm's, with its interval, 'at least' / 'at most' where a censored edge makes it
+    a bound."""
+    weights = {name: 1, "sqrt": -1}
+    return edge.bound_word(parts, weights) + edge.combination(parts, weights).format(3, signed=True)
+
+
 def edges_table(found: dict[str, Arm]) -> str:
     rows = []
     for name, a in found.items():
         est = numbers.edge_estimate(a)
         per_seed = ", ".join(f"{rate(10 ** v)}" for v in a.edges.values)
-        shift = numbers.shift(found, name).format(3, signed=True) if name != "sqrt" and "sqrt" in found else "-"
+        shift = (shift_text({n: found[n].edges for n in found}, name) if name != "sqrt" and "sqrt" in found
+                 else "-")
         rows.append([LABELS[name], edge_text(a, est), est.format(3), per_seed, bounds_text(a), shift])
     return markdown_table(["arm", "edge (lr)", "edge (log10 lr)", "per seed (lr)", "seeds whose edge is a bound",
                            "shift from 1/sqrt(d_k) (decades)"], rows)
@@ -138,8 +146,7 @@ def bigram_table(found: dict[str, Arm]) -> str:
     for name, e in parts.items():
         est = edge.combination({name: e}, {name: 1})
         bound = {1: "at least ", -1: "at most ", 2: "a bound both ways: "}.get(e.censored, "")
-        shift = (edge.combination({name: e, "sqrt": parts["sqrt"]}, {name: 1, "sqrt": -1}).format(3, signed=True)
-                 if name != "sqrt" and "sqrt" in parts else "-")
+        shift = shift_text(parts, name) if name != "sqrt" and "sqrt" in parts else "-"
         rows.append([LABELS[name], f"{bound}{rate(10 ** est.value)} [{rate(10 ** est.lo)}, {rate(10 ** est.hi)}]"
                      if math.isfinite(est.lo) else f"{bound}{rate(10 ** est.value)}", shift])
     return markdown_table(["arm", "final loss reaches the bigram loss at (lr)", "shift from 1/sqrt(d_k) (decades)"],
@@ -168,6 +175,11 @@ def fig_edges(found: dict[str, Arm], path: Path) -> Path:
     return save(fig, path)
 
 
+def q1_bound(found: dict[str, Arm]) -> str:
+    """'at least ' where the qk-layernorm arm's edge is a bound (some seed trained at the top rate)."""
+    return edge.bound_word({n: found[n].edges for n in ("qknorm", "sqrt")}, {"qknorm": 1, "sqrt": -1})
+
+
 def answer(words: dict[str, Verdict], found: dict[str, Arm]) -> dict[str, str]:
     """The answer block's sentences, each from a verdict."""
     s1 = words.get("S1")
@@ -187,7 +199,7 @@ def answer(words: dict[str, Verdict], found: dict[str, Arm]) -> dict[str, str]:
     if q1 is None:
         control = "not tested (the qk-layernorm arm did not run)"
     elif q1.verdict == "holds":
-        control = f"yes (Q1 holds: {q1.estimate.format(2, signed=True)} decades)"
+        control = f"yes (Q1 holds: {q1_bound(found)}{q1.estimate.format(2, signed=True)} decades)"
     else:
         control = (f"no (Q1 {q1.verdict}: {q1.estimate.format(2, signed=True)} decades): qk-layernorm did not raise "
                    "the scaled arm's edge, so at this budget logit growth is not shown to set it")
@@ -240,11 +252,11 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     ]
     path = out / "README.md"
     path.write_text("\n".join(lines), encoding="utf-8")
-    headline(verdicts, pred).write(out)
+    headline(verdicts, pred, q1_bound(found) if {"qknorm", "sqrt"} <= set(found) else "").write(out)
     return path
 
 
-def headline(found: list[Verdict], pred: dict) -> Headline:
+def headline(found: list[Verdict], pred: dict, q1_bound: str = "") -> Headline:
     """The front page's entry: the answer to "does 1/sqrt(d_k) help stability?" from S1, with S2 and Q1 beside it."""
     words = {v.key: v for v in found}
     s1, s2, q1 = words.get("S1"), words.get("S2"), words.get("Q1")
@@ -260,8 +272,12 @@ def headline(found: list[Verdict], pred: dict) -> Headline:
         answer += (f"; the size the Adam reparametrisation predicts, log10(d_k^(1/4)) = {-pred['shift_none']:.2f} "
                    f"decades: S2 {s2.verdict}")
     if q1 is not None:
-        answer += f"; qk-layernorm moves the scaled edge by {q1.estimate.format(2, signed=True)} decades (Q1 {q1.verdict})"
+        answer += (f"; qk-layernorm moves the scaled edge by {q1_bound}{q1.estimate.format(2, signed=True)} decades "
+                   f"(Q1 {q1.verdict})")
     return Headline(NAME, "Where 1/sqrt(d_k) moves the edge of stability",
                     "Does 1/sqrt(d_k) help stability: up to what learning rate does training still work with it and "
                     "without it?", answer + ".", "edges.png",
-                    [(f"{k}: {STATEMENTS[k]}", words[k].verdict) for k in STATEMENTS if k in words])
+                    [(f"{k}: {STATEMENTS[k]}", words[k].verdict) for k in STATEMENTS if k in words],
+                    status="Design 3, committed before its runs, on seeds no earlier run used. S1's direction was known "
+                           "from design 2's grid (a replication on new seeds); S2's and S3's sizes come from the "
+                           "argument, and Q1 was not informed by any run.")
