@@ -92,3 +92,19 @@ def test_the_start_up_is_judged_on_pairs_taken_in_turn_where_the_run_took_them()
                                                             **r})]) if line.startswith("| AMD")][0]
     assert "5.9 s (+0.6 s over `import lightning`, the median of 3 pairs taken in turn" in row
     assert startup_over_floor({"startup_s": 6.0}) is None  # no floor measured
+
+
+def test_the_refusals_section_names_the_untimed_cases_and_why_some_refusals_wait_for_torch():
+    """The refusals table gains the cases moved before torch (timed from the benchmark's next run on) and a table of
+    the refusals that must wait for torch, each with why (docs/benchmarks.md is generated: this is its source)."""
+    from tinygpt.bench.programs import REFUSALS
+    from tinygpt.bench.report import AFTER_TORCH, refusal_lines
+
+    walls = {o: 0.55 for o in REFUSALS[:6]}
+    floors = {"python -c 'import hydra'": 0.15, "python -c 'import torch'": 1.2, "python -c 'import lightning'": 5.0}
+    text = "\n".join(refusal_lines({"refusals": {"repeats": 3, "train_py": walls, "floors": floors}}, []))
+    assert "| `python train.py model.n_head=5` | 0.55 s | +0.40 s |" in text
+    assert ("not timed in this run (the benchmark times them from its next run on): `python train.py "
+            "data.tokenizer=bpe data.bpe_vocab_size=1`") in text and "`python train.py ckpt_path=notes.zip`." in text
+    assert "| refusal | why it needs torch |" in text and len(AFTER_TORCH) >= 3
+    assert all(f"| {what} | {why} |" in text for what, why in AFTER_TORCH)

@@ -94,7 +94,7 @@ def test_a_hub_name_sample_cannot_reach_is_one_line_before_torch(tmp_path):
                           "gpt2"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
     errors = [line for line in out.stderr.splitlines() if not line.startswith("import time:")]
     assert out.returncode == 2 and errors == [
-        "error: scripts/sample.py: --init_from='gpt2' is not a local directory, the Hugging Face Hub cannot be used "
+        "error: scripts/sample.py: init_from='gpt2' is not a local directory, the Hugging Face Hub cannot be used "
         "(https://huggingface.co: HF_HUB_OFFLINE is set) and its cache has no copy; pass a local model dir "
         "(config.json, model.safetensors or pytorch_model.bin, and tokenizer.json or vocab.json + merges.txt)."], \
         out.stderr[-2000:]

@@ -41,7 +41,7 @@ BAD = [  # (overrides, the exact sentence)
     (["optim.min_lr=0.1"], "optim.min_lr=0.1 must be in [0, optim.lr] = [0, 0.001]."),  # lr is fine: not blamed
     (["optim.decay_steps=0"], "optim.decay_steps=0 must be >= 1."),
     (["optim.betas=[0.9]"], "optim.betas=[0.9] must be two numbers in [0, 1)."),
-    (["optim.weight_decay=-1"], "optim.weight_decay=-1.0 must be >= 0."),  # typed: a float
+    (["optim.weight_decay=-1"], "optim.weight_decay=-1 must be >= 0."),  # a float, echoed as written
     (["diagnostics.windows=0"], "diagnostics.windows=0 must be a positive integer (validation windows to probe)."),
     (["data.val_batch_size=0"], "data.val_batch_size=0 must be a positive integer."),
     (["data.batch_size=0"], "data.batch_size=0 must be a positive integer."),

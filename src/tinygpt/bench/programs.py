@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -249,7 +250,9 @@ def levers(data_args: list[str], steps: int, seed: int, cache_dir: str, quick: b
 
 
 REFUSALS = ("model.n_head=5", "trainer.max_steps=-1", "data.batch_size=0", "callbacks.leak_alarm.action=shout",
-            "ckpt_path=/nonexistent", "init_from=/nonexistent")  # bad values, each refused in one line, exit 2
+            "ckpt_path=/nonexistent", "init_from=/nonexistent", "data.tokenizer=bpe data.bpe_vocab_size=1",
+            "corpus=random_tokens corpus.n_tokens=100000000000", "corpus=text_file corpus.path=five.txt",
+            "ckpt_path=notes.zip")  # bad values, each refused in one line, exit 2 (the files: made in the scratch dir)
 FLOORS = {"python -c 'import hydra'": "import hydra", "python -c 'import torch'": "import torch",
           "python -c 'import lightning'": "import lightning"}
 
@@ -272,7 +275,11 @@ def refusal_times(repeats: int = 3, floors: dict | None = None) -> dict:
         return sorted(walls)[len(walls) // 2]
 
     with tempfile.TemporaryDirectory() as scratch:
-        refusals = {o: median_wall([sys.executable, str(ROOT / "train.py"), o], scratch, 2) for o in REFUSALS}
+        Path(scratch, "five.txt").write_text("hello")  # a corpus too short for any split
+        with zipfile.ZipFile(Path(scratch, "notes.zip"), "w") as z:  # a zip that is not a checkpoint
+            z.writestr("notes/a.txt", "hello")
+        refusals = {o: median_wall([sys.executable, str(ROOT / "train.py"), *o.split()], scratch, 2)
+                    for o in REFUSALS}
         floors = ({cmd: floors[code]["wall_s"] for cmd, code in FLOORS.items()} if floors else
                   {cmd: median_wall([sys.executable, "-c", code], scratch, 0) for cmd, code in FLOORS.items()})
     for name, wall in {**refusals, **floors}.items():

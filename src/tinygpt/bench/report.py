@@ -14,6 +14,7 @@ import re
 import statistics
 from pathlib import Path
 
+from tinygpt.bench.programs import REFUSALS
 from tinygpt.runtime.console import fmt
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout that holds docs/
@@ -320,6 +321,7 @@ def refusal_lines(r: dict, others) -> list[str]:
     rows = [f"| `python train.py {o}` | {w:.2f} s | {w - hydra:+.2f} s |" for o, w in walls.items()]
     rows += [f"| `{name}` | {w:.2f} s | {w - hydra:+.2f} s |" for name, w in floors.items()]
     worst = max(walls.values()) - hydra
+    unmeasured = [o for o in REFUSALS if o not in walls]
     return [
         "## From a typo to its one-line error",
         "",
@@ -334,7 +336,31 @@ def refusal_lines(r: dict, others) -> list[str]:
         "|---|---|---|",
         *rows,
         "",
+        *([f"Refused before torch too, not timed in this run (the benchmark times them from its next run on): "
+           f"{', '.join(f'`python train.py {o}`' for o in unmeasured)}.", ""] if unmeasured else []),
+        "Refusals that wait for torch, and why: each answer is something only torch (or Lightning) can read. Every "
+        "other refusal of train.py and the scripts (a checkpoint's layout, settings and step, a prompt's tokens, a "
+        "run's config.yaml, a Hub name the Hub cannot serve) comes before torch is imported.",
+        "",
+        "| refusal | why it needs torch |",
+        "|---|---|",
+        *[f"| {what} | {why} |" for what, why in AFTER_TORCH],
+        "",
     ]
+
+
+# the refusals that must wait for torch (docs/benchmarks.md, "From a typo to its one-line error"): (what, why)
+AFTER_TORCH = [
+    ("`trainer=gpu` (or `sample.py --device cuda`) where a GPU driver is installed but no GPU can be used",
+     "whether a device can be used is torch's answer (`torch.cuda.is_available()`, the MPS backend); a machine with "
+     "no GPU driver at all is refused before torch"),
+    ("a model too large for the GPU's memory (`check_memory`)",
+     "the GPU's memory is read through `torch.cuda`; on the CPU the estimate's floor is checked before torch"),
+    ("`ckpt_path=` (or `--ckpt`) a checkpoint whose weights do not fit the model, or whose archive is cut short "
+     "inside its tensors",
+     "the tensors' shapes and bytes are read by `torch.load`; the archive's layout, settings and step are read "
+     "before it"),
+]
 
 
 def sweep_lines(r: dict, earlier) -> list[str]:

@@ -123,11 +123,11 @@ def check_pretrained(source: str) -> None:
     from tinygpt.model.hf_config import read_settings
     from tinygpt.runtime.hub import cached_when_hub_unusable, local_model_dir
 
-    local = local_model_dir(source, key="--init_from")
+    local = local_model_dir(source)  # named init_from=..., as the load names it
     if local is None:
-        cached_when_hub_unusable(source, key="--init_from")
+        cached_when_hub_unusable(source)
     else:
-        read_settings(local, where=f"--init_from={source!r}")
+        read_settings(local, where=f"init_from={source!r}")
 
 
 def check_prompts(ckpt: Path, prompts: list[str]) -> None:
