@@ -87,7 +87,7 @@ def test_a_failure_exits_1_and_json_says_where(user, capsys):
      "multiplied (2x7 and 32x96) (is its input width 7? give --width)."),
     (["user_attn:make", "--padding", "mask"], "MyAttention.forward has no keyword mask (it takes x)"),
     (["user_attn:make", "--kv-cache", "step"], "MyAttention has no method step"),
-    (["user_attn:make", "--only", "formula"], "no check 'formula' at the module level; its checks are: causality, "),
+    (["user_attn:make", "--only", "formula"], "no check 'formula' at the module level; its checks are: deterministic, causality, "),
     (["user_attn:not_attention"], "the function called as f(q, k, v, mask) with q, k, v (1, 1, 2, 4) and mask (2, 2) "
                                   "raised TypeError: "),
     (["user_attn:math"], "math is a Python module, not an attention"),
@@ -128,8 +128,8 @@ def test_a_file_that_imports_its_sibling_runs_from_another_folder(user, capsys):
     """As Python makes a script's folder importable, the target file's folder is (the first version said "not
     installed" for a sibling import unless run from that folder)."""
     (user / "pkg").mkdir()
-    (user / "pkg" / "helpers.py").write_text(USER_CODE)
-    (user / "pkg" / "model.py").write_text("from helpers import MyAttention\n\ndef make():\n    return "
+    (user / "pkg" / "sibling_parts.py").write_text(USER_CODE)  # a name no other test module has
+    (user / "pkg" / "model.py").write_text("from sibling_parts import MyAttention\n\ndef make():\n    return "
                                           "MyAttention(32, 4)\n")
     assert cli.main(["pkg/model.py:make", "--only", "batch"]) == 0, capsys.readouterr()
 

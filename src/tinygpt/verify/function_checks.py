@@ -151,9 +151,9 @@ def variant_of(cases, tol: float) -> str:
         if relative_change(out, formula(q, k, v, keep & window(t, w, True), scale)) <= max(tol, 1e-9):
             for both in (False, True):
                 if fits(w=w, both=both):
-                    side = "either side of each query" if both else "each query's last"
-                    return (f"a sliding window of {w} keys ({side} {w}, itself included; the window's size is its "
-                            "author's to check)")
+                    side = f"the keys less than {w} away on either side" if both else f"each query's last {w}"
+                    return (f"a sliding window ({side}, itself included; the window's size is its author's to "
+                            "check)")
             break
     for cap in CAPS:
         if fits(cap=cap, both=False):

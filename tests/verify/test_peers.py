@@ -1,0 +1,119 @@
+"""Issue 56's peer battery as known answers: local copies of the patterns practitioners' attentions use (a softmax
+in float32, inputs changed in place, windows, soft caps, tiled kernels) must fail no check, and the bugs the first
+version let through (a fixed scale, a tiled kernel without its rescale, a square mask or is_causal with a cache,
+a leak at one length, a leak on the 16-bit path, dropout left on in eval) fail the check that should catch each,
+with a sentence that names it."""
+
+import pytest
+
+from tests.verify import peers
+from tests.verify.planted import Handmade
+from tinygpt import verify
+
+QUICK = {"max_len": 24}  # past every length listed below and quick; the formula check goes to T=128 on its own
+CACHED = {"padding": "padding_mask", "kv_cache": "step", "max_len": 30}  # 30: past the steps 5, 2, 3, 16
+
+
+def failed(factory, **settings) -> dict[str, str]:
+    """check -> its sentence, for the checks that failed."""
+    return {r.check: r.why for r in verify.run(factory, **settings) if r.verdict == "fail"}
+
+
+def result(factory, check: str, **settings):
+    (r,) = verify.run(factory, [check], **settings)
+    return r
+
+
+@pytest.mark.parametrize("factory, settings", [
+    (lambda: peers.llama_softmax, QUICK),  # float32 softmax, the dtype's lowest value as the fill
+    (lambda: peers.llama_idiom, QUICK),  # softmax(x.float()).type_as(x)
+    (lambda: peers.scales_in_place, QUICK),  # q.mul_(scale)
+    (lambda: peers.tiled, QUICK),  # a flash-style kernel, its rescale right
+    (peers.PositionInPlace, QUICK),  # x += pos
+    (peers.Float32Softmax, CACHED),  # x-transformers' float32 softmax with a cache and padding
+], ids=["llama-softmax-fn", "llama-idiom-fn", "in-place-fn", "tiled-fn", "in-place-module", "float32-softmax"])
+def test_correct_peers_fail_no_check(factory, settings):
+    results = verify.run(factory, **settings)
+    assert not [r for r in results if r.verdict == "fail"], results
+
+
+def test_a_float32_softmax_is_judged_in_float32_and_says_so():
+    """Given float64, these compute in float32: checked in float32 (where their fill is float32's), the tolerance
+    named in the number."""
+    kv = result(peers.Float32Softmax, "kv-cache", **CACHED)
+    assert kv.verdict == "pass" and "float32, the precision it computes in (tolerance 1e-05)" in kv.measured, kv
+    formula = result(lambda: peers.llama_idiom, "formula")
+    assert formula.verdict == "pass" and "float32" in formula.measured, formula
+    assert "float64" in result(Handmade, "batch").measured
+
+
+@pytest.mark.parametrize("factory, check, words", [
+    (lambda: peers.fixed_scale, "formula", "at T=128, head size 64; it equals the formula with a fixed scale 1/4"),
+    (lambda: lambda q, k, v, m: peers.tiled(q, k, v, m, rescale=False), "formula", "at T=128"),
+    (lambda: peers.assumes_causal, "formula", "under the random mask"),  # the random mask is what finds it
+    (lambda: peers.mixes_next_sequence, "batch", "sequences are mixed"),  # sequence 1 moves sequence 2 only
+])
+def test_function_bugs_fail_their_check(factory, check, words):
+    r = result(factory, check, **QUICK)
+    assert r.verdict == "fail" and words in r.why, r
+
+
+@pytest.mark.parametrize("factory, words", [
+    (lambda: peers.sliding_window, "a sliding window (each query's last 4, itself included"),
+    (lambda: peers.soft_capped, "the scores soft-capped at 50"),
+])
+def test_the_formula_does_not_apply_to_a_variant_and_padding_compares_it_with_itself(factory, words):
+    results = {r.check: r for r in verify.run(factory, **QUICK)}
+    assert results["formula"].verdict == "n/a" and words in results["formula"].why, results["formula"]
+    assert results["padding"].verdict == "pass" and "the function on the unpadded" in results["padding"].measured
+    assert not [r for r in results.values() if r.verdict == "fail"], results
+
+
+@pytest.mark.parametrize("factory, words", [
+    (peers.SquareMaskCache, "raised"),  # meta-llama/llama#899: (T_new, T_new) against T_k keys
+    (peers.CausalFlagCache, "(the step of 2 tokens at positions 5-6)"),  # pytorch/executorch#21749
+])
+def test_a_multi_token_step_after_a_prefill_is_checked(factory, words):
+    r = result(factory, "kv-cache", kv_cache="step", max_len=30)
+    assert r.verdict == "fail" and words in r.why and "a prefill of 5, then steps of 2, 3 and 16" in r.why, r
+
+
+def test_a_leak_at_one_length_alone_is_found():
+    """Every length up to 64 is tried (the first version tried 2, 8, 33, 64 and the longest), and the longest."""
+    at_23 = failed(lambda: peers.LeaksAtLength(leaks=lambda t: t == 23), only=["causality"], **QUICK)
+    assert "at T=23," in at_23["causality"] and "position 0 sees position 1" in at_23["causality"], at_23
+    longest = failed(lambda: peers.LeaksAtLength(leaks=lambda t: t == 30), only=["causality"], max_len=30)
+    assert "at T=30," in longest["causality"], longest  # the longest length is among those tried
+
+
+def test_the_longest_length_is_tried_past_every_length_up_to_64():
+    """Past 64 the lengths are drawn at random; the longest is always among them."""
+    longest = failed(lambda: peers.LeaksAtLength(leaks=lambda t: t == 80), only=["causality"], max_len=80)
+    assert "at T=80," in longest["causality"], longest
+
+
+@pytest.mark.slow  # up to T=128
+def test_a_leak_at_lengths_past_64_is_found_at_random_lengths():
+    leaky = lambda: peers.LeaksAtLength(leaks=lambda t: t > 64 and t % 64)  # noqa: E731  not at 64 or 128
+    assert "causality" in failed(leaky, only=["causality"], max_len=128)
+
+
+def test_dropout_left_on_in_eval_is_named_as_randomness_not_a_leak():
+    results = {r.check: r for r in verify.run(peers.DropoutInEval, ["deterministic", "causality", "batch"], **QUICK)}
+    assert results["deterministic"].verdict == "fail" and "random in eval mode" in results["deterministic"].why
+    assert results["causality"].verdict == "pass" and results["batch"].verdict == "pass", results
+
+
+def test_a_leak_on_the_16_bit_path_is_a_leak():
+    r = result(peers.LeaksIn16Bit, "causality", **QUICK)
+    assert r.verdict == "fail" and "in float16, eval mode" in r.why and "position 0 sees position 1" in r.why, r
+
+
+def test_a_module_that_mixes_the_next_sequence_fails_batch():
+    r = result(peers.MixesNextSequence, "batch", **QUICK)
+    assert r.verdict == "fail" and "sequences are mixed" in r.why, r
+
+
+def test_a_padding_mask_read_as_true_is_padding_is_named():
+    r = result(peers.PadTrue, "padding", padding="padding_mask", max_len=12)
+    assert r.verdict == "fail" and "reads True as padding (torch's key_padding_mask convention)" in r.why, r
