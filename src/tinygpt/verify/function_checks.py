@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from tinygpt.runtime.errors import first_line
-from tinygpt.verify.result import Result, VerifyError, described, precision, relative_change, tolerance
+from tinygpt.verify.result import Result, VerifyError, WorksIn, described, relative_change, tolerance
 from tinygpt.verify.settings import Settings, lengths_tried
 
 B, H, D = 2, 2, 16
@@ -25,20 +25,12 @@ CASES = ((1, 16), (5, 8), (33, 16), (33, 64), (128, 8), (128, 64))  # (T, head s
 CAPS = (5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 100.0)  # soft caps in use (Gemma 2: 50, Grok: 30)
 
 
-class Function:
+class Function(WorksIn):
     """The user's function, called in the convention it was declared with, on copies of its inputs."""
 
     def __init__(self, fn, settings: Settings):
         self.fn, self.settings = fn, settings
         self.work = torch.float64  # the precision its checks run in: float32 where it computes in float32
-
-    @property
-    def tol(self) -> float:
-        return tolerance(self.work)
-
-    @property
-    def precision(self) -> str:
-        return precision(self.work)
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, keep: Tensor, reseed: bool = True) -> Tensor:
         mask = keep if self.settings.mask == "keep" else ~keep

@@ -15,14 +15,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from tinygpt.verify.result import Result, VerifyError, described, precision, relative_change, tell, tolerance
+from tinygpt.verify.result import Result, VerifyError, WorksIn, described, relative_change, tell
 from tinygpt.verify.settings import Settings, lengths_tried
 
 FP16_MAX = 65504.0  # float16's largest finite value
 SCALES = (1.0, 1e4)  # input scales: ordinary, and large enough that scores outgrow a finite fill such as -1e4
 
 
-class Module:
+class Module(WorksIn):
     """The user's module, called as module(x) (and module(x, <padding>=mask)), its output's first element taken
     when it returns a tuple."""
 
@@ -30,14 +30,6 @@ class Module:
         self.module, self.width, self.settings = module.eval(), width, settings
         self.work = work  # the precision the checks run in: float64, or float32 where the module computes in it
         self.name = type(module).__name__
-
-    @property
-    def tol(self) -> float:
-        return tolerance(self.work)
-
-    @property
-    def precision(self) -> str:
-        return precision(self.work)
 
     def copy(self, dtype: torch.dtype | None = None) -> Module:
         """A copy in ``dtype`` (default: the precision the checks run in), its inputs made in that dtype."""

@@ -64,6 +64,21 @@ def precision(dtype: torch.dtype) -> str:
     return name if dtype == torch.float64 else f"{name}, the precision it computes in (tolerance {tolerance(dtype):g})"
 
 
+class WorksIn:
+    """A checked target's working precision: ``work`` (float64, or float32 where it computes in float32), the
+    tolerance its checks allow and the words for it beside a measured number."""
+
+    work: torch.dtype = torch.float64
+
+    @property
+    def tol(self) -> float:
+        return tolerance(self.work)
+
+    @property
+    def precision(self) -> str:
+        return precision(self.work)
+
+
 class Downcasts(TorchFunctionMode):
     """While an attention runs on float64 inputs, whether any op turns a float64 tensor into a narrower float (a
     softmax in float32, x.float(), .type_as): then it computes in float32 whatever it is given, and its checks
