@@ -187,6 +187,13 @@ def fig_edges(found: dict[str, Arm], path: Path) -> Path:
     return save(fig, path)
 
 
+def baseline(runs: list[Run], key: str) -> float:
+    """The median over the runs of a count baseline's loss (unigram_loss, bigram_loss: the same windows in every run);
+    a run that diverged before its end-of-run diagnostics has none."""
+    values = [float(d[key]) for r in runs if key in (d := r.summary.get("diagnostics") or {})]
+    return statistics.median(values) if values else math.nan
+
+
 def size_words(shift: Estimate, predicted: float) -> str:
     """Whether the measured shift's interval excludes the predicted one, and on which side."""
     if predicted < shift.lo:
@@ -214,7 +221,7 @@ def reading(found: dict[str, Arm], runs: list[Run], pred: dict, words: dict[str,
         out["size"] = size_words(s1, predicted)
         best = {n: float(np.nanmin(np.where(np.isfinite(a.losses), a.losses, np.nan).mean(0))) for n, a in found.items()}
         out["best"] = ", ".join(f"{LABELS[n]} {v:.2f}" for n, v in best.items())
-        bigram = statistics.median(float(r.summary["diagnostics"]["bigram_loss"]) for r in runs)
+        bigram = baseline(runs, "bigram_loss")
         beat = [r for row in found["none"].runs for r in row if not numbers.above_bigram(r)]
         out["none_beats_bigram"] = f"{len(beat)} of {found['none'].failed.size}"
         out["bigram"] = f"{bigram:.2f}"
@@ -284,7 +291,6 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     seeds = sorted({r.seed for r in runs})
     rates = sorted({x for a in found.values() for x in a.rates})
     sens, initial = sensitivity_table(found)
-    diag = [r.summary["diagnostics"] for r in runs]
     lines = [
         prose(NAME, "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
               design=design_commit()), "",
@@ -299,14 +305,14 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         *([prose(NAME, "reading", **reading(found, runs, pred, words)), ""] if {"none", "sqrt", "qknorm"} <= set(found)
           else []),
         prose(NAME, "terms", val=cfg["data"]["val_windows"], fraction=float(pred["failed_to_train"]),
-              unigram=f"{statistics.median(float(d['unigram_loss']) for d in diag):.2f}",
-              bigram=f"{statistics.median(float(d['bigram_loss']) for d in diag):.2f}", level=f"{LEVEL:.0%}"), "",
+              unigram=f"{baseline(runs, 'unigram_loss'):.2f}",
+              bigram=f"{baseline(runs, 'bigram_loss'):.2f}", level=f"{LEVEL:.0%}"), "",
         "## Where training stops working", "", "![edges](edges.png)", "",
         edges_table(found), "",
         prose(NAME, "outcomes", n_seeds=len(seeds)), "",
         outcomes_table(found), "",
         "## Beside the verdicts", "",
-        prose(NAME, "bigram", bigram=f"{statistics.median(float(d['bigram_loss']) for d in diag):.2f}"), "",
+        prose(NAME, "bigram", bigram=f"{baseline(runs, 'bigram_loss'):.2f}"), "",
         bigram_table(found), "",
         prose(NAME, "sensitivity", n_rates=len(rates), initial=f"{initial:.3f}", level=f"{LEVEL:.0%}"), "",
         sens, "",
