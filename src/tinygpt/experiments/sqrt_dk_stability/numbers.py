@@ -141,11 +141,6 @@ def edge_estimate(a: Arm) -> Estimate:
     return edge.combination({a.name: a.edges}, {a.name: 1})
 
 
-def shift(found: dict[str, Arm], name: str) -> Estimate:
-    """An arm's edge minus the scaled arm's, paired by seed."""
-    return edge.combination({n: found[n].edges for n in (name, "sqrt")}, {name: 1, "sqrt": -1})
-
-
 def seed_interval(values: np.ndarray) -> Estimate:
     """A mean over seeds with its t-interval (S - 1 degrees of freedom)."""
     v = np.asarray(values, dtype=np.float64)
