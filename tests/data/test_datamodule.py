@@ -9,6 +9,7 @@ import torch
 from tinygpt.data import corpus
 from tinygpt.data import cache, datamodule
 from tinygpt.data.cache import chunk_lines, split_text
+from tinygpt.data.config import DataConfig
 from tinygpt.data.datamodule import TextDataModule
 from tinygpt.data.windows import RandomWindows, fixed_windows
 from tinygpt.data.tokenizer import decode, encode, train_tokenizer
@@ -76,6 +77,27 @@ def test_fixed_validation_windows_cover_the_split():
     assert x[0, 0] == 0 and y[-1, -1] == 100
     x2, _ = fixed_windows(ids, block_size=10, max_windows=3)
     assert x2.shape == (3, 10)
+
+
+def test_end_aligned_windows_end_on_the_same_tokens_at_every_context_length():
+    ids = np.arange(1000, dtype=np.uint16)  # token i is i: a window's last target names itself
+    lasts = {}
+    for T in (16, 32, 64):
+        x, y = fixed_windows(ids, block_size=T, max_windows=20, end_aligned=64)
+        assert x.shape == (20, T) and torch.equal(y[:, :-1], x[:, 1:])  # y is x shifted by one
+        assert torch.equal(y[:, -1] - x[:, 0], torch.full((20,), T))  # the window holds T inputs before its target
+        lasts[T] = y[:, -1]
+    assert torch.equal(lasts[16], lasts[64]) and torch.equal(lasts[32], lasts[64])  # paired: the same last tokens
+    assert lasts[64][0] == 64 and lasts[64][-1] == 999  # spread over tokens L..end
+    # start-aligned (the default) the last targets move with T: the comparison this option exists to avoid
+    assert not torch.equal(fixed_windows(ids, 16, 20)[1][:, -1], fixed_windows(ids, 64, 20)[1][:, -1])
+
+
+def test_end_aligned_windows_refuse_a_span_shorter_than_the_context():
+    with pytest.raises(ValueError, match=r"data.val_end_aligned=32 is shorter than data.block_size=64"):
+        fixed_windows(np.arange(1000), block_size=64, max_windows=8, end_aligned=32)
+    with pytest.raises(ValueError, match=r"data.val_end_aligned=32 is shorter than data.block_size=64"):
+        DataConfig(block_size=64, val_end_aligned=32)
 
 
 def make_dm(corpus_file, cache_dir, **kw):

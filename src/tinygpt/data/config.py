@@ -26,6 +26,7 @@ class DataConfig:
     batch_size: int = 12  # training windows per step and process
     val_batch_size: int = 64  # validation windows per forward pass (memory only)
     val_windows: int = 1024  # fixed, evenly spaced validation windows
+    val_end_aligned: int | None = None  # null: windows start evenly spaced; L: same last tokens at block_size <= L
     cache_dir: str = "data/cache"  # where the token caches are kept
     seed: int = 1337  # the training windows' random stream
     overfit: bool = False  # debug: repeat one batch
@@ -35,6 +36,12 @@ class DataConfig:
             raise ValueError(f"data.train_fraction={self.train_fraction!r} must be between 0 and 1.")
         for key in ("batch_size", "block_size", "val_windows", "val_batch_size", "bpe_vocab_size"):
             positive_int(f"data.{key}", getattr(self, key))
+        if self.val_end_aligned is not None:
+            positive_int("data.val_end_aligned", self.val_end_aligned)
+            if self.val_end_aligned < self.block_size:
+                raise ValueError(f"data.val_end_aligned={self.val_end_aligned} is shorter than data.block_size="
+                                 f"{self.block_size}; it must be at least the context the windows are laid out for "
+                                 "(or null: windows aligned at their start).")
         one_of("data.tokenizer", self.tokenizer, (*TOKENIZERS, PRETRAINED))
         check_bpe_vocab(self.tokenizer, self.bpe_vocab_size)
         check_tokenizer_choice(self.tokenizer, self.tokenizer_dir)

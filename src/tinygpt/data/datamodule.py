@@ -39,6 +39,7 @@ class TextDataModule(L.LightningDataModule):
                                if self.corpus.needs_tokenizer else None)
         self.train_fraction, self.block_size = c.train_fraction, c.block_size
         self.batch_size, self.val_batch_size, self.val_windows = c.batch_size, c.val_batch_size, c.val_windows
+        self.val_end_aligned = c.val_end_aligned
         self.cache_root, self.seed, self.overfit = Path(c.cache_dir).expanduser(), c.seed, c.overfit
         self.tokenizer = None
         self.train_ids = self.val_ids = None
@@ -86,7 +87,8 @@ class TextDataModule(L.LightningDataModule):
                     f"the {split} split has {len(ids)} tokens, fewer than data.block_size + 2 = "
                     f"{self.block_size + 2}; use a larger corpus or a smaller block_size."
                 )
-        self.val_x, self.val_y = fixed_windows(self.val_ids, self.block_size, self.val_windows)
+        self.val_x, self.val_y = fixed_windows(self.val_ids, self.block_size, self.val_windows,
+                                                 self.val_end_aligned)
         if len(self.val_x) < self.val_windows and is_rank_zero() and not getattr(self, "_capped_said", False):
             self._capped_said = True  # once, however often set-up runs
             n = len(self.val_x)

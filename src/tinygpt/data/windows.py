@@ -52,9 +52,27 @@ class RandomWindows(IterableDataset):
             step += 1
 
 
-def fixed_windows(ids: np.ndarray, block_size: int, max_windows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Evenly spaced, non-overlapping windows over the whole split (all of them if they fit)."""
-    n_all = (len(ids) - 1) // block_size
-    n = min(n_all, max_windows)
-    starts = np.linspace(0, len(ids) - block_size - 1, n).astype(np.int64)
-    return windows_at(ids, starts, block_size)
+def fixed_windows(ids: np.ndarray, block_size: int, max_windows: int,
+                  end_aligned: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Evenly spaced validation windows over the whole split.
+
+    ``end_aligned`` None: windows start evenly spaced from the split's first token, non-overlapping (all of them
+    if they fit); the last position of each scores a token that depends on block_size. ``end_aligned`` L (at least
+    block_size): the windows' last targets are evenly spaced over the split's tokens L .. end, wherever the window
+    starts, so at every block_size up to L window i ends on the same token: runs at different context lengths
+    score the same last tokens (a paired comparison). Up to (len - 1 - L) // L + 1 such windows have last targets
+    at least L apart; more (at most one per token) overlap."""
+    if end_aligned is None:
+        n_all = (len(ids) - 1) // block_size
+        n = min(n_all, max_windows)
+        starts = np.linspace(0, len(ids) - block_size - 1, n).astype(np.int64)
+        return windows_at(ids, starts, block_size)
+    if end_aligned < block_size:
+        raise ValueError(f"data.val_end_aligned={end_aligned} is shorter than data.block_size={block_size}; it must "
+                         "be at least the context the windows are laid out for.")
+    n = min(len(ids) - end_aligned, max_windows)  # one window per last target at most
+    if n < 1:
+        raise ValueError(f"data.val_end_aligned={end_aligned} leaves no window in a validation split of {len(ids)} "
+                         "tokens; use a smaller value.")
+    ends = np.linspace(end_aligned, len(ids) - 1, n).astype(np.int64)  # (n,) index of each window's last target
+    return windows_at(ids, ends - block_size, block_size)  # the window starting at e - T ends its targets at e

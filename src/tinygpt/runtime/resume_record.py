@@ -23,7 +23,8 @@ FIXED_ON_RESUME = ("lr", "min_lr", "warmup_steps", "betas", "weight_decay")
 # as it was; the validation windows define val/loss, which the run's curve and its best checkpoint compare across
 # the resume)
 FIXED_RUN_KEYS = ("seed", "model", "corpus", "data.tokenizer", "data.bpe_vocab_size", "data.train_fraction",
-                  "data.block_size", "data.batch_size", "data.overfit", "data.val_windows")
+                  "data.block_size", "data.batch_size", "data.overfit", "data.val_windows",
+                  "data.val_end_aligned")
 
 
 # how the steps after the checkpoint are taken: a resume that changed one would train its later steps otherwise than
