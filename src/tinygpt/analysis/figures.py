@@ -58,7 +58,7 @@ def explorers(runs: dict[str, object], out: Path) -> list[str]:
     ``plotly_copy(out)``; returns Markdown links to them (the runs without saved weights are left out)."""
     links = []
     for name, run in runs.items():
-        steps = explorer.load_steps(run.dir / "attention")
+        steps = run.attention_steps()
         if not steps:
             continue
         slug = "_".join("".join(c if c.isalnum() else " " for c in name).split())

@@ -20,6 +20,7 @@ import gzip
 import json
 import math
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,11 +34,19 @@ FORMAT = 1  # the records' layout; a file of another layout is refused
 @dataclass(frozen=True)
 class Reads:
     """What a report reads of each run: ``summary`` keys (the config is always kept), ``history`` series (exact
-    names), and whether it reads each validation window's mean loss."""
+    names, or a prefix ending in "/" for every series under it), whether it reads each validation window's mean loss, which other per-window measures
+    (sweep.WINDOW_MEASURES: 'last', 'copy', 'probe', 'honest'), whether the loss at each position averaged over the
+    windows, which diagnostics.npz arrays whole (small ones: 'honest_window_position', 'probe_index'), and of which
+    runs the saved attention maps and last text sample (``pictured``: the runs -> those the figures and explorers
+    draw)."""
 
     summary: tuple[str, ...]
     history: tuple[str, ...]
     window_means: bool = True
+    window_measures: tuple[str, ...] = ()
+    position_means: bool = False
+    arrays: tuple[str, ...] = ()
+    pictured: Callable[[list[Run]], list[Run]] | None = None
 
 
 class KeptRun(Run):
@@ -73,6 +82,33 @@ class KeptRun(Run):
             raise ReportError(f"the record of {self.dir} keeps no window losses.")
         return np.array([_float(v) for v in means], dtype=np.float64)
 
+    def window_measure(self, what: str = "mean") -> np.ndarray:
+        if what == "mean":
+            return self.window_means()
+        kept = self._record.get("window_measures", {})
+        if what not in kept:
+            raise ReportError(f"the record of {self.dir} keeps no per-window {what!r} loss (its report's KEEP does "
+                              "not name it).")
+        return np.array([_float(v) for v in kept[what]], dtype=np.float64)
+
+    def position_means(self) -> np.ndarray:
+        if self._record.get("position_means") is None:
+            raise ReportError(f"the record of {self.dir} keeps no loss by position.")
+        return np.array([_float(v) for v in self._record["position_means"]], dtype=np.float64)
+
+    def windows(self, key: str = "val_window_position") -> np.ndarray | None:
+        arrays = self._record.get("arrays", {})
+        if key not in arrays:
+            raise ReportError(f"the record of {self.dir} keeps no {key!r} array (its report's KEEP does not name it).")
+        return None if arrays[key] is None else np.array(arrays[key], dtype=np.float64)
+
+    def attention_steps(self) -> list[tuple[int, np.ndarray, list[str]]]:
+        return [(step, np.array(w, dtype=np.float32), list(labels))
+                for step, w, labels in self._record.get("attention", [])]
+
+    def last_sample(self) -> str | None:
+        return self._record.get("sample")
+
 
 def _float(v) -> float:
     """JSON has no NaN or inf: they are kept as strings ('nan', 'inf', '-inf')."""
@@ -92,23 +128,40 @@ def _jsonable(v):
     return v
 
 
-def record(run: Run, reads: Reads) -> dict:
-    """One run reduced to what ``reads`` names."""
+def _short32(a) -> list:
+    """float32 values as the shortest decimals that give them back (the arrays diagnostics.npz and the attention
+    maps hold are float32): a third of float64's digits, and the same float32 once read back."""
+    return np.vectorize(lambda x: float(str(np.float32(x))), otypes=[object])(np.asarray(a, np.float32)).tolist()
+
+
+def record(run: Run, reads: Reads, pictured: bool = False) -> dict:
+    """One run reduced to what ``reads`` names (``pictured``: its attention maps and last sample too)."""
     summary = {k: run.summary[k] for k in (*reads.summary, "config") if k in run.summary}
-    history = {k: run.history[k] for k in reads.history if k in run.history}
+    history = {k: v for k, v in run.history.items()
+               if any(k == h or (h.endswith("/") and k.startswith(h)) for h in reads.history)}  # "val/": each val/*
     out = {"dir": f"{run.dir.parent.name}/{run.dir.name}", "experiment": run.experiment,
            "overrides": run.overrides, "swept": sorted(run.swept_keys), "summary": summary, "history": history,
            "started": run.started(), "ended": run.ended()}
+    v = run.windows()
     if reads.window_means:
-        v = run.windows()
         out["window_means"] = None if v is None else [float(x) for x in v.mean(1)]
+    if reads.window_measures and v is not None:
+        out["window_measures"] = {w: [float(x) for x in run.window_measure(w)] for w in reads.window_measures}
+    if reads.position_means:
+        out["position_means"] = None if v is None else [float(x) for x in v.mean(0)]
+    if reads.arrays:
+        out["arrays"] = {k: None if run.windows(k) is None else _short32(run.windows(k)) for k in reads.arrays}
+    if pictured:
+        out["attention"] = [[step, _short32(w), labels] for step, w, labels in run.attention_steps()]
+        out["sample"] = run.last_sample()
     return _jsonable(out)
 
 
 def save(path: Path, runs: list[Run], reads: Reads, sweeps: list[str], excluded: list[tuple[str, str]]) -> Path:
     """Write the records of ``runs`` (and the sweeps' names and the excluded jobs, as the report lists them)."""
+    pictured = reads.pictured(runs) if reads.pictured is not None else []
     data = {"format": FORMAT, "sweeps": [str(s) for s in sweeps], "excluded": [list(e) for e in excluded],
-            "runs": [record(r, reads) for r in runs]}
+            "runs": [record(r, reads, r in pictured) for r in runs]}
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
     path.write_bytes(gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0))
     return path

@@ -264,6 +264,12 @@ def in_range(est: Estimate, lo: float, hi: float) -> str:
     return "undecided"
 
 
+def post_hoc(verdict: str) -> str:
+    """A verdict against a band set after numbers of the kind it judges were known (a tolerance, not a blind
+    prediction): 'within tolerance (post hoc)', 'outside tolerance (post hoc)' or 'undecided (post hoc)'."""
+    return {"holds": "within tolerance", "fails": "outside tolerance", "undecided": "undecided"}[verdict] + " (post hoc)"
+
+
 def verb(verdict: str) -> str:
     """A verdict as a verb phrase: 'holds', 'fails', 'is undecided at the 95% level'."""
     return {"holds": "holds", "fails": "fails", "undecided": f"is undecided at the {LEVEL:.0%} level"}[verdict]

@@ -124,7 +124,33 @@ class Run:
     def window_means(self) -> np.ndarray:
         """(windows,): each validation window's final teacher-forced loss, averaged over its positions (what a kept
         record holds of the windows: tinygpt.analysis.records)."""
-        return window_measure(self, "mean")
+        return self.window_measure("mean")
+
+    def window_measure(self, what: str = "mean") -> np.ndarray:
+        """(windows,): one of the run's per-window measures (WINDOW_MEASURES) from its diagnostics.npz."""
+        v = self.windows()  # (N, T)
+        if v is None:
+            raise ReportError(f"{self.dir} has no diagnostics.npz (run before the per-window diagnostics); rerun "
+                              "the sweep at this version.")
+        if what == "honest":
+            return self.windows("honest_window_position").mean(1)
+        if what == "probe":
+            return v[self.windows("probe_index").astype(int)].mean(1)
+        return {"mean": v.mean(1), "last": v[:, -1], "copy": v[:, :-1].mean(1)}[what]
+
+    def position_means(self) -> np.ndarray:
+        """(T,): the final teacher-forced loss at each position, averaged over the validation windows."""
+        return self.windows().mean(0)
+
+    def window_count(self) -> int:
+        """How many validation windows the run's end-of-run losses cover."""
+        return len(self.window_means())
+
+    def attention_steps(self) -> list[tuple[int, np.ndarray, list[str]]]:
+        """Every saved attention map: (step, weights (L, H, T, T) float32, labels), by step (none: [])."""
+        from tinygpt.pictures import explorer
+
+        return explorer.load_steps(self.dir / "attention")
 
     def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         steps, values = self.history.get(key, ([], []))
@@ -132,11 +158,11 @@ class Run:
 
     def attention(self) -> dict | None:
         """The last saved attention weights: {"weights": (n_layer, H, T, T), "labels": [...], "step"}."""
-        files = sorted((self.dir / "attention").glob("step*.npz"))
-        if not files:
+        steps = self.attention_steps()
+        if not steps:
             return None
-        with np.load(files[-1]) as z:
-            return {"weights": z["weights"], "labels": list(z["labels"]), "step": int(files[-1].stem[4:])}
+        step, weights, labels = steps[-1]
+        return {"weights": weights, "labels": labels, "step": step}
 
     def last_sample(self) -> str | None:
         path = self.dir / "samples.jsonl"
@@ -268,16 +294,8 @@ PROBE_MEASURES = ("probe", "honest")  # the measures on the probe windows; the o
 
 
 def window_measure(run: Run, what: str = "mean") -> np.ndarray:
-    """(windows,): one of the run's per-window measures (WINDOW_MEASURES) from its diagnostics.npz."""
-    v = run.windows()  # (N, T)
-    if v is None:
-        raise ReportError(f"{run.dir} has no diagnostics.npz (run before the per-window diagnostics); rerun the "
-                          "sweep at this version.")
-    if what == "honest":
-        return run.windows("honest_window_position").mean(1)
-    if what == "probe":
-        return v[run.windows("probe_index").astype(int)].mean(1)
-    return {"mean": v.mean(1), "last": v[:, -1], "copy": v[:, :-1].mean(1)}[what]
+    """(windows,): one of the run's per-window measures (WINDOW_MEASURES): ``run.window_measure``."""
+    return run.window_measure(what)
 
 
 def per_window(runs: list[Run], what: str) -> np.ndarray:

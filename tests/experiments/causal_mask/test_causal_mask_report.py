@@ -26,21 +26,26 @@ def cm_config(T, causal, seed):
                            "onset_fraction": 0.5, "drop_from": 0.75, "drop_to": 0.25}}
 
 
-def causal_mask_sweep(root, last_loss, seed_sd=0.0):
+def causal_mask_sweep(root, last_loss, seed_sd=0.0, window_sd=0.3, end_aligned=None):
     """Causal runs: 2.0 at every position, ``last_loss(T)`` at the last. Leaky runs: 0 where the target is in the
     window, the same last-position loss as the causal model's, so leaky loss = last_loss(T) / T exactly; their
-    training loss drops from 2.5 to 0.05 at step 300."""
+    training loss drops from 2.5 to 0.05 at step 300. Each window's last token has its own difficulty (sd
+    ``window_sd``): drawn anew at each T for start-aligned windows, the same at every T for end-aligned ones
+    (``end_aligned``: data.val_end_aligned), whose last tokens are the same."""
     rng = np.random.default_rng(0)
     steps = np.arange(800)
     job = 0
+    shared = rng.normal(0, window_sd, N) if end_aligned else None  # the same last tokens at every T
     for T in (16, 32, 64):
-        window_effect = rng.normal(0, 0.3, N)  # the same windows for both arms at this T
+        window_effect = shared if end_aligned else rng.normal(0, window_sd, N)  # both arms' windows at this T
         for causal in (True, False):
             for seed in (1, 2, 3):
                 w = np.full((N, T), 2.0) if causal else np.zeros((N, T))
                 w[:, -1] = last_loss(T) + window_effect + rng.normal(0, 0.01, N) + rng.normal(0, seed_sd)
                 train = np.full(800, 2.0) if causal else np.where(steps < 300, 2.5, 0.05)
-                write_run(root / str(job), config=cm_config(T, causal, seed), windows=w, train_loss=train,
+                config = cm_config(T, causal, seed)
+                config["data"]["val_end_aligned"] = end_aligned
+                write_run(root / str(job), config=config, windows=w, train_loss=train,
                           summary={"train_loss": float(train[-80:].mean())})
                 job += 1
     return load_runs([root])
@@ -158,3 +163,29 @@ def test_the_premise_says_how_many_windows_it_would_need():
     assert f"below about {minimum:,.0f} windows per T it cannot hold at all" in text
     flat, measured = (int(n.replace(",", "")) for n in re.findall(r"about ([\d,]+) (?:would give|if the true)", text))
     assert minimum < flat < measured
+
+
+def test_end_aligned_windows_pair_the_premise_across_context_lengths(tmp_path):
+    """The same last tokens at every T (end-aligned windows, one window draw for all T): a token's difficulty
+    cancels out of the premise's slope, and its interval narrows from one that cannot decide to one that holds.
+    The same per-token spread drawn anew at each T (start-aligned) leaves the premise undecided."""
+    paired = causal_mask.compute(causal_mask_sweep(tmp_path / "end", lambda T: 2.4, window_sd=1.4,
+                                                   end_aligned=64)).one_over_t
+    unpaired = causal_mask.compute(causal_mask_sweep(tmp_path / "start", lambda T: 2.4, window_sd=1.4)).one_over_t
+    width = {k: t.premise_slope.hi - t.premise_slope.lo for k, t in (("paired", paired), ("unpaired", unpaired))}
+    assert width["paired"] < width["unpaired"] / 5
+    assert paired.premise == "holds" and unpaired.premise == "undecided"
+
+
+def test_the_headline_marks_the_post_hoc_tolerances(tmp_path):
+    """Predictions 1 and 2 were judged against bands set after the first sweep: the index calls them within or
+    outside tolerance (post hoc), never 'holds'; the premise, written before its sweep, keeps its plain verdict."""
+    exact = causal_mask.headline(causal_mask.compute(causal_mask_sweep(tmp_path / "exact", lambda T: 2.4)))
+    assert [v for _, v in exact.verdicts] == ["within tolerance (post hoc)", "within tolerance (post hoc)", "holds"]
+    flat = causal_mask.headline(causal_mask.compute(causal_mask_sweep(tmp_path / "flat", lambda T: 2.4 * T / 16)))
+    assert [v for _, v in flat.verdicts] == ["within tolerance (post hoc)", "outside tolerance (post hoc)", "fails"]
+    assert "end-aligned" not in exact.status
+    aligned = causal_mask.compute(causal_mask_sweep(tmp_path / "end", lambda T: 2.4, end_aligned=64))
+    assert f"New seeds and new validation windows ({N} a context length, end-aligned" in \
+        causal_mask.headline(aligned).status
+

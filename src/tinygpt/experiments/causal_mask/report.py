@@ -37,6 +37,7 @@ from tinygpt.analysis.stats import (
     combine,
     in_range,
     loglog_slope,
+    post_hoc,
     resolution,
     slope_estimate,
     smooth,
@@ -110,20 +111,28 @@ def diag(run: Run, key: str):
 # ----------------------------------------------------------------------------- per-window samples
 
 
+def windows_key(label: str, T: int, runs: list[Run]) -> str:
+    """Which validation windows the runs scored: runs of one dataset and context length share theirs
+    (fixed_windows); end-aligned windows (data.val_end_aligned) end on the same tokens at every T, so the runs of
+    every T share one window draw (a paired comparison across T)."""
+    aligned = (runs[0].config.get("data") or {}).get("val_end_aligned")
+    return f"{label}/end{aligned}" if aligned else f"{label}/T{T}"
+
+
 def arm_samples(arms) -> dict:
     """Every per-window measure of every arm (sweep.WINDOW_MEASURES), as bootstrap samples: {(label, T, causal,
-    what): Sample}. Runs of one dataset and context length share their validation windows (fixed_windows)."""
+    what): Sample}, the windows keyed by ``windows_key``."""
     out = {}
     for (label, T), by_causal in arms.items():
         for c, rs in by_causal.items():
-            for what, sample in window_samples(rs, f"{label}/T{T}", seeds=f"{label}/T{T}/{c}").items():
+            for what, sample in window_samples(rs, windows_key(label, T, rs), seeds=f"{label}/T{T}/{c}").items():
                 out[(label, T, c, what)] = sample
     return out
 
 
 def n_windows(runs: list[Run]) -> int:
     """How many validation windows a run's end-of-run losses cover."""
-    return len(runs[0].windows())
+    return runs[0].window_count()
 
 
 # ----------------------------------------------------------------------------- figures
@@ -187,10 +196,10 @@ def fig_loss_by_position(by_causal, title: str, path: Path) -> Path:
         rs = by_causal.get(c)
         if not rs:
             continue
-        tf = np.stack([r.windows().mean(0) for r in rs])  # (seeds, T): each seed's mean over windows
+        tf = np.stack([r.position_means() for r in rs])  # (seeds, T): each seed's mean over windows
         ar = np.stack([r.windows("honest_window_position").mean(0) for r in rs])  # (seeds, P)
         at = np.asarray(diag(rs[0], "honest_at"))
-        n_all, n_probe = len(rs[0].windows()), len(rs[0].windows("probe_index"))
+        n_all, n_probe = rs[0].window_count(), len(rs[0].windows("probe_index"))
         for rows, t, style, what in ((tf, np.arange(tf.shape[1]), "-o", f"teacher-forced, {n_all} windows"),
                                      (ar, at, "--", f"autoregressive, {n_probe} probe windows")):
             ax.plot(t, rows.mean(0), style, color=COLORS[c], ms=2.5, lw=1.3, label=f"{LABELS[c]}: {what}")
@@ -538,7 +547,7 @@ def onset_text(o: Onset) -> str:
 def arm_table(arms, est) -> str:
     first = next(iter(arms.values()))
     some = next(iter(first.values()))[0]
-    n_all, n_probe = len(some.windows()), len(some.windows("probe_index"))
+    n_all, n_probe = some.window_count(), len(some.windows("probe_index"))
     header = ["data", "T", "attention", "seeds", "train loss (± seed sd)",
               f"val loss, teacher-forced ({n_all} windows)", f"honest loss, autoregressive ({n_probe} windows)",
               "future leak (± seed sd)", f"future attention mass ({n_probe} windows, ± seed sd)",
@@ -725,7 +734,7 @@ def one_over_t_section(rep: Report, f: OneOverT, out: Path) -> None:
         "would keep growing with T; whether it sets the floor at the context lengths of real models is not "
         f"measured here (T <= {max(Ts)}).",
         "",
-        prose("causal_mask", "history"),
+        prose("causal_mask", "history", n_windows=f"{rows[0].windows:,}"),
         "",
         markdown_table(["T", f"leaky val loss, probe windows ({f.n_probe})",
                         "leaky val loss / (its own last-position loss / T)"],
@@ -880,6 +889,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     f = compute(runs)
     arms, pred = f.arms, f.pred
     cfg = runs[0].config
+    n_win = f.main.n_windows if f.main is not None else runs[0].window_count()
     ar_cfg = (cfg.get("callbacks") or {}).get("honest_loss") or {}
     header = [prose("causal_mask", "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
                     lo=pred["level_ratio"][0], hi=pred["level_ratio"][1]), "",
@@ -897,7 +907,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     sections = header + ["## Finding", ""] + ([f"- {x}" for x in rep.findings] if rep.findings else [
         "None: these runs hold no corpus with both a masked and an unmasked arm, which every finding compares "
         "(run `python train.py -m experiment=causal_mask`, or a sweep over `model.attn.causal=true,false`)."]) + [""]
-    sections += [prose("causal_mask", "changes")] + [f"- {c}" for c in rep.changes]
+    sections += [prose("causal_mask", "changes", n_windows=f"{n_win:,}")] + [f"- {c}" for c in rep.changes]
     sections += [""] + rep.sections
     sections += ["## How this compares with the published cases", "", prose("causal_mask", "literature") + "\n"]
     sections += [f"- {c}" for c in rep.comparison] + [""]
@@ -912,12 +922,24 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         "CPU, fp32. The mask is removed from every layer at once; a partial leak (one layer, an off-by-one mask) "
         "is not measured here.",
     ]
-    sections += [prose("causal_mask", "threats"), ""]
+    sections += [prose("causal_mask", "threats", n_windows=f"{n_win:,}"), ""]
     sections += ["## Limits", ""] + [f"- {x}" for x in rep.limits] + [""]
     path = out / "README.md"
     path.write_text("\n".join(sections))
     headline(f).write(out)
     return path
+
+
+def status_words(f: CausalMaskFindings) -> str:
+    """What kind of evidence this sweep is, from its runs' configs: end-aligned windows (the premise's design since
+    issue 55) or the earlier sweeps' start-aligned ones."""
+    some = next(rs[0] for by_c in f.arms.values() for rs in by_c.values() if rs)
+    aligned = (some.config.get("data") or {}).get("val_end_aligned")
+    if aligned:
+        return (f"New seeds and new validation windows ({some.window_count():,} a context length, end-aligned: the "
+                "premise compares the same last tokens at every T), both chosen before the sweep (DESIGN.md).")
+    return ("New seeds, the earlier sweeps' validation windows: a rerun on the same evaluation sample, whose "
+            "windows carry most of the spread, not an independent replication.")
 
 
 def headline(f: CausalMaskFindings) -> Headline:
@@ -945,13 +967,12 @@ def headline(f: CausalMaskFindings) -> Headline:
                   f"{max(ratios) - 1:.0%} above the predicted level; whether the causal model's last-position loss "
                   f"is flat in T (the law's premise) {verb(t.premise)}.")
         verdicts = [("1. level: leaky loss / (causal last-position loss / T) in its band at every T (a tolerance "
-                     "set after the first sweep)", t.level_all),
+                     "set after the first sweep)", post_hoc(t.level_all)),
                     ("2. scaling: the leaky loss's log-log slope in its band (a tolerance set after the first sweep)",
-                     t.slope_verdict),
+                     post_hoc(t.slope_verdict)),
                     ("3. premise: the causal last-position loss flat in T (an equivalence test, new seeds)",
                      t.premise)]
-    status = ("New seeds, the earlier sweeps' validation windows: a rerun on the same evaluation sample, whose "
-              "windows carry most of the spread, not an independent replication.")
+    status = status_words(f)
     return Headline("causal_mask", "What the causal mask prevents", question, answer, "curves.png", verdicts,
                     status, short)
 

@@ -58,6 +58,8 @@ from tinygpt.experiments.partial_leaks.onset import exceedances, false_onsets, l
 STRUCTURAL = ("no_mask", "off_by_one", "first_layer", "last_layer", "sliding_window")  # leaky in the mask itself
 ARMS = ("causal", *STRUCTURAL, "fill_1e4", "fill_where_1e4", "fill_inf", "fill_inf_where")
 CONTROLS = ("causal", "fill_inf", "fill_inf_where")  # the arms with the production mask
+SUMMARY = ("status", "steps", "interrupted", "train_loss", "val_loss", "vocab_size", "future_leak", "attn_future_mass",
+           "attn_entropy", "leak_detected_step", "leak_signal", "diagnostics")
 LEAKY = (*STRUCTURAL, "fill_1e4", "fill_where_1e4")
 FILL_PANEL = ("fill_inf", "fill_inf_where", "fill_1e4", "fill_where_1e4")  # the figures' second panel
 LABELS = {
@@ -91,6 +93,15 @@ def arm_of(run: Run) -> str:
     if not cfg["model"]["attn"]["causal"]:
         return "no_mask"
     return "fill_inf" if cfg["model"]["attn"]["scale"] == "none" else "causal"
+
+
+EXPLORED = ("causal", "off_by_one", "last_layer", "fill_1e4", "fill_where_1e4")  # the arms with an explorer page
+
+
+def explored(runs: list[Run]) -> list[Run]:
+    """The runs whose attention maps the report draws: the first seed of each EXPLORED arm."""
+    arms = group(runs)
+    return [arms[a][0] for a in EXPLORED if a in arms]
 
 
 def lr_of(run: Run) -> float:
@@ -363,7 +374,7 @@ def fig_positions(arms: dict[str, list[Run]], path: Path) -> Path:
     for ax, names in ((axes[0], [a for a in ("causal", *STRUCTURAL) if a in arms]),
                       (axes[1], [a for a in FILL_PANEL if a in arms])):
         for a in names:
-            tf = np.mean([r.windows().mean(0) for r in arms[a]], axis=0)  # (T,)
+            tf = np.mean([r.position_means() for r in arms[a]], axis=0)  # (T,)
             ar = np.mean([r.windows("honest_window_position").mean(0) for r in arms[a]], axis=0)
             ax.plot(np.arange(len(tf)), tf, color=COLORS[a], label=LABELS[a])
             ax.plot(np.arange(len(ar)), ar, color=COLORS[a], ls="--", lw=0.8)
@@ -936,7 +947,7 @@ def compute(runs: list[Run]) -> PartialLeaksFindings:
 def arm_table(f: PartialLeaksFindings) -> str:
     """The headline table: every arm at the end."""
     some = next(iter(f.arms.values()))[0]
-    n_val, n_probe = len(some.windows()), len(some.windows("honest_window_position"))
+    n_val, n_probe = some.window_count(), len(some.windows("honest_window_position"))
     rows = [[LABELS[e.arm], str(e.seeds), fmt_pm(*e.train), e.loss.format(), e.honest.format(),
              e.honest_gap.format(signed=True), e.ratio.format() if e.ratio else "—", e.seen or "—",
              fmt_pm(*e.future_leak, 2), fmt_pm(*e.future_mass, 3)] for e in f.ends]
@@ -1228,8 +1239,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     fig_honest(arms, out / "honest.png")
     fig_positions(arms, out / "positions.png")
     fig_future_mass(arms, out / "future_mass.png")
-    links = explorers({LABELS[a]: arms[a][0] for a in ("causal", "off_by_one", "last_layer", "fill_1e4",
-                                                       "fill_where_1e4") if a in arms}, out)
+    links = explorers({LABELS[a]: arms[a][0] for a in EXPLORED if a in arms}, out)
     if links:
         rep.sections += ["Attention at the end, interactive (first seed): " + ", ".join(links) + ".", ""]
     sections = header + ["## Findings", ""] + [f"- {x}" for x in rep.findings] + [""]

@@ -44,10 +44,13 @@ def float32_arms(runs: list[Run]) -> dict[Arm, dict[float, list[Run]]]:
 
 
 def window_count(runs: list[Run]) -> int:
-    r = next((r for r in runs if r.windows() is not None), None)
-    if r is None:
-        raise ReportError("no run has diagnostics.npz: rerun the sweep at this version.")
-    return len(r.windows())
+    """How many validation windows the runs' end-of-run losses cover (a diverged run has none: the first that has)."""
+    for r in runs:
+        try:
+            return r.window_count()
+        except ReportError:
+            continue
+    raise ReportError("no run has diagnostics.npz: rerun the sweep at this version.")
 
 
 def scalar(values: list[float], ids: tuple, name: str) -> Sample:
