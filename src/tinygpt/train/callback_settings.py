@@ -84,6 +84,7 @@ class StabilityMonitorSettings:
     future_leak: bool = False
     softmax_gradients: bool = True
     at_start: bool = True
+    train_batch_qk: bool = False
 
     def __post_init__(self):
         for key in ("every_n_steps", "windows", "spike_window"):
@@ -94,6 +95,7 @@ class StabilityMonitorSettings:
         true_or_false("callbacks.stability.future_leak", self.future_leak)
         true_or_false("callbacks.stability.softmax_gradients", self.softmax_gradients)
         true_or_false("callbacks.stability.at_start", self.at_start)
+        true_or_false("callbacks.stability.train_batch_qk", self.train_batch_qk)
 
 
 @dataclass

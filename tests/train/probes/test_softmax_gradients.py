@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tinygpt.model.gpt import GPT, GPTConfig
-from tinygpt.train.probes.diagnostics import softmax_gradients
+from tinygpt.train.probes.diagnostics import batch_qk, softmax_gradients
 
 
 def model(d, scale="sqrt_dk", init="unit", heads=1, layers=2, **attn):
@@ -163,3 +163,25 @@ def test_the_raw_product_is_q_dot_k_before_the_scale_and_the_scaled_score_is_aft
         largest = qk.masked_fill(~torch.ones(16, 16, dtype=torch.bool).tril(), 0).max().item()
     assert r["raw_qk"][0] == pytest.approx(largest, rel=1e-6)  # the probe reports float32
     assert r["scaled_qk"][0] == pytest.approx(scale * largest, rel=1e-6)
+
+
+@pytest.mark.parametrize("scale_at", ["scores", "qk"])
+def test_the_training_batch_probe_is_q_dot_k_in_float32_before_and_after_the_scale(scale_at):
+    """batch_qk, the float16 replay's per-step probe, by the same route by hand: the largest |q.k| over visible
+    pairs in float32 before the scale, and the score after it (times 1/sqrt(8) wherever the scale sits), even
+    inside a float16 autocast (the probe turns it off: a float16 product would be inf here)."""
+    m = model(8, layers=1, scale_at=scale_at, backend="math")
+    with torch.no_grad():
+        m.blocks[0].attn.c_attn.weight[:16] *= 600  # q.k far past 65,504 in float32
+    x, _ = windows()
+    with torch.no_grad():
+        h = m.blocks[0].ln_1(m.wte(x) + m.wpe(torch.arange(16)))  # (N, T, C)
+        q, k, _ = m.blocks[0].attn.c_attn(h).split(8, dim=2)  # (N, T, C) each, one head: D = C
+        qk = (q @ k.transpose(-2, -1)).abs()  # (N, T, T)
+        largest = qk.masked_fill(~torch.ones(16, 16, dtype=torch.bool).tril(), 0).max().item()
+    assert largest > 65504
+    with torch.autocast("cpu", dtype=torch.float16):
+        raw, scaled = batch_qk(m, x)
+    assert raw == pytest.approx(largest, rel=1e-5) and scaled == pytest.approx(largest / math.sqrt(8), rel=1e-5)
+    assert m.training  # the mode is restored
+

@@ -301,6 +301,30 @@ def softmax_gradients(model: GPT, x: Tensor, y: Tensor, autocast=nullcontext,
     return out
 
 
+def batch_qk(model: GPT, x: Tensor) -> tuple[float, float]:
+    """The largest |q.k| over the visible pairs of any layer on inputs x (N, T), in float32 from the weights as they
+    are (autocast off, eval mode, no gradient): before the scale (``raw``) and after it (``scaled``, the scores the
+    mask and softmax get). A float16 forward of the same inputs overflows where the product it forms passes
+    65,504: the raw one when the scale comes after the product, the scaled one when it is folded into q and k.
+    Returns (raw, scaled)."""
+    T = x.shape[1]
+    visible = causal_mask(T, T, x.device) if model.config.attn.causal else torch.ones(T, T, dtype=torch.bool,
+                                                                                           device=x.device)
+    was_training = model.training
+    model.eval()
+    raw = scaled = 0.0
+    try:
+        with torch.no_grad(), keeping_attention(model) as kept, torch.autocast(x.device.type, enabled=False):
+            model(x)
+            for k in (k[0] for k in kept if k):  # inside: a surrounding autocast would make the product float16
+                qk = k["q"].float() @ k["k"].float().transpose(-2, -1)  # (N, H, T, T): before the scale
+                raw = max(raw, qk.abs().masked_fill(~visible, 0.0).max().item())
+                scaled = max(scaled, k["scores"].float().abs().masked_fill(~visible, 0.0).max().item())
+    finally:
+        model.train(was_training)
+    return raw, scaled
+
+
 ARRAYS = "arrays"  # run_all's key for per-window arrays: saved to diagnostics.npz, not to summary.json
 LEAKY_AR_POSITIONS = 64  # a model without the mask reruns a prefix per scored position: at most this many
 
