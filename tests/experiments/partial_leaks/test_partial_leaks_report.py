@@ -237,10 +237,24 @@ def test_the_synthetic_sweeps_findings(sweep):
     assert (a.verdict, a.first_val, a.n_causal, a.false, a.opened, a.fired_open, a.closed, a.fired_closed) == (
         "holds", 50, 6, 0, 15, 15, 6, 0)
     assert (a.warned, a.warned_fired) == (12, 12) and a.bound == pytest.approx(pl.false_alarm_bound(6))
+    assert (a.fill_opened, a.fill_fired, a.fill_delays) == (6, 6, [])  # the 9 structural runs hold by construction
+    words = pl.alarm_words(a)
+    assert "fired on 9 of the 9 structural leaks at their first validation" in words
+    assert "it caught 6 of the 6 finite-fill runs whose mask opened during training and raised no alarm" in words
+    late = pl.Alarm(**{**a.__dict__, "fill_fired": 5, "fill_delays": [120]})
+    assert "caught 5 of the 6 finite-fill runs whose mask opened during training (1 run late, caught 120 steps " \
+           "after its opening)" in pl.alarm_words(late)
     fill, replace = f.fills
     assert (fill.arm, fill.verdict, fill.n_open, fill.at_predicted, fill.holds, fill.mass_at) == (
         "fill_1e4", "holds", 3, 3, 3, 3)
     assert (fill.threshold, fill.tol, fill.probe, fill.ctrl_leak, fill.early) == (1e4 - 16, 1e-4, 10, 0.0, [])
+    assert pl.mismatch_words(fill) == ""  # no seed opened early
+    early = pl.Fill(**{**fill.__dict__, "early": [(33, 0.0, 1.01), (34, 0.5, 1.2)],
+                       "seeds": [fill.seeds[0], pl.FillSeed(**{**fill.seeds[0].__dict__, "observed": 130})]})
+    assert pl.mismatch_words(early) == (": in 1 seed the leak probe found the mask open on its perturbed inputs while "
+                                        "the original windows, on which the margin is read, put no weight past the "
+                                        "mask: the two readings use different inputs; in 1 seed the leak opened "
+                                        "later than the probe after the predicted one")
     s = fill.seeds[0]
     assert (s.predicted, s.observed, s.signal_at_open, s.other, s.max_logit, s.closed_before) == (
         90, 90, 12000.0, -50.0, 13000.0, True)
