@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tinygpt.analysis.stats import Sample, bootstrap, combine, trend
-from tinygpt.experiments.sqrt_dk.verdicts import (Fp16Run, equivalent, float32_reruns, gradient_at_init, loss_spikes,
+from tinygpt.experiments.sqrt_dk.verdicts import (FP16_MAX, Fp16Run, batch_overflow, equivalent, float32_reruns, gradient_at_init, loss_spikes,
                                                   matches, placement, saturation, side)
 
 D_K = (16, 64, 256)
@@ -135,3 +135,27 @@ def test_a_cell_whose_seeds_split_between_diverging_and_not_is_marked():
     curve = SimpleNamespace(runs={-3.0: [run(False)] * 3, -2.0: [run(True), run(False), run(False)],
                                   -1.0: [run(True)] * 3})
     assert split_cells(curve) == {-2.0: (1, 3)}
+
+
+def test_f1_per_run_predicts_the_batch_whose_product_overflows_and_can_fail_every_way():
+    """Amendment 4's F1 on constructed runs: the formed product grows batch by batch; the loss is predicted
+    non-finite at the first batch past 65,504 (within 1% either way), never before, never without one."""
+    grows = [10_000.0 * 1.5 ** b for b in range(10)]  # 50,625 at batch 4, 75,938 at 5: no batch within 1%
+    assert next(b for b, v in enumerate(grows) if v > FP16_MAX) == 5  # 75,938
+    right = batch_overflow(grows, 5)
+    assert (right.verdict, right.first_possible, right.first_certain, right.formed_at) == ("holds", 5, 5, grows[5])
+    early = batch_overflow(grows, 3)  # non-finite while every product was finite: not the overflow
+    assert early.verdict == "fails" and early.why.startswith("non-finite with every formed product")
+    late = batch_overflow(grows, 7)  # an overflowed product at 5 did not end it
+    assert late.verdict == "fails" and late.why.startswith("went on past")
+    assert batch_overflow(grows, None).verdict == "fails"  # completed although batch 5 overflowed
+    small = [100.0] * 300
+    assert batch_overflow(small, None).verdict == "holds" and batch_overflow(small, None).first_possible is None
+    assert batch_overflow(small, 64).why == "non-finite with every formed product up to then below 65,504"
+    edge = [60_000.0, 65_000.0, 65_600.0, 70_000.0]  # 65,000 and 65,600 lie within 1% of 65,504: either way
+    assert (batch_overflow(edge, 1).verdict, batch_overflow(edge, 2).verdict, batch_overflow(edge, 3).verdict) == (
+        "holds", "holds", "holds")
+    assert batch_overflow(edge, 0).verdict == "fails" and batch_overflow(edge, None).verdict == "fails"
+    near = [60_000.0, 65_000.0, 65_100.0]  # never surely past: completing holds, so does going non-finite at 1
+    assert batch_overflow(near, None).verdict == "holds" and batch_overflow(near, 2).verdict == "holds"
+

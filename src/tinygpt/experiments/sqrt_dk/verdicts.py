@@ -70,6 +70,49 @@ def placement(runs: Iterable[Fp16Run]) -> str:
     return "holds" if overflowed else "undecided"
 
 
+FP16_MAX = 65504.0  # float16's largest finite value
+
+
+@dataclass(frozen=True)
+class BatchOverflow:
+    """One float16 run as amendment 4's F1 reads it: the predicted range of batches at which its loss goes
+    non-finite (the first whose formed product passes FP16_MAX / (1 + band), the first past FP16_MAX x (1 + band);
+    None: no such batch), the batch that went non-finite (None: it completed), the formed product there, and the
+    run's verdict with the failure's kind."""
+
+    first_possible: int | None
+    first_certain: int | None
+    nonfinite: int | None
+    formed_at: float | None
+    verdict: str
+    why: str  # '' when it holds; else what happened
+
+
+def batch_overflow(formed: Sequence[float], nonfinite: int | None, band: float = 0.01) -> BatchOverflow:
+    """F1 per run (amendment 4): ``formed[b]`` is the largest product the run's float16 forward forms on batch b,
+    in float32 (the raw q.k, or the scaled one where the scale is folded into q and k), for every batch the run
+    took; ``nonfinite`` the batch whose loss was not finite. The loss is predicted non-finite at the first batch
+    whose formed product passes FP16_MAX, within ``band`` for float16's rounding of q and k, and never otherwise.
+    Holds when the non-finite batch lies in the predicted range, or the run completed with no product past
+    FP16_MAX x (1 + band); fails when it went non-finite before any product could overflow, after one surely did,
+    or completed although one surely did."""
+    f = np.asarray(formed, dtype=np.float64)
+    over = np.flatnonzero(f > FP16_MAX / (1 + band))
+    sure = np.flatnonzero(f > FP16_MAX * (1 + band))
+    lo = int(over[0]) if over.size else None
+    hi = int(sure[0]) if sure.size else None
+    at = float(f[nonfinite]) if nonfinite is not None and 0 <= nonfinite < f.size else None
+    if nonfinite is None:
+        why = "" if hi is None else "completed although a formed product passed 65,504"
+    elif lo is None or nonfinite < lo:
+        why = "non-finite with every formed product up to then below 65,504"
+    elif hi is not None and nonfinite > hi:
+        why = "went on past a batch whose formed product passed 65,504"
+    else:
+        why = ""
+    return BatchOverflow(lo, hi, nonfinite, at, "fails" if why else "holds", why)
+
+
 def float32_reruns(outcomes: Sequence[tuple[bool, bool | None]]) -> str:
     """F2 from (the float16 run diverged, its float32 rerun diverged: None when there is no rerun) per float16
     run: holds when every diverged float16 run has a float32 rerun and none of those diverged; fails when a
