@@ -163,6 +163,12 @@ def test_the_premise_says_how_many_windows_it_would_need():
     assert f"below about {minimum:,.0f} windows per T it cannot hold at all" in text
     flat, measured = (int(n.replace(",", "")) for n in re.findall(r"about ([\d,]+) (?:would give|if the true)", text))
     assert minimum < flat < measured
+    # more windows than it needs: the counts are the fewest that would do, not the count it had
+    ample = E(0.002, -0.004, 0.008, parts={"windows:a": (np.array([-0.003, 0.003]), 2047),
+                                           "seeds:a": (np.array([-0.001, 0.001]), 4)})
+    text = causal_mask.power_text(ample, (-0.05, 0.05), 2048)
+    flat, measured = (int(n.replace(",", "")) for n in re.findall(r"about ([\d,]+) (?:would give|if the true)", text))
+    assert flat <= measured < 200 and "could not have held" not in text
 
 
 def test_end_aligned_windows_pair_the_premise_across_context_lengths(tmp_path):
