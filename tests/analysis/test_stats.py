@@ -217,3 +217,12 @@ def test_level_sds_sum_each_levels_parts():
     est = Estimate(0.0, -1.0, 1.0, parts={"windows:x": (a, 9), "windows:y": (b, 9), "seeds:x": (c, 2)})
     sds = level_sds(est)
     assert sds["windows"] == pytest.approx(np.sqrt(1 + 4)) and sds["seeds"] == pytest.approx(0.5)
+
+
+def test_a_quantity_that_falls_then_rises_outside_noise_is_said_not_to_be_monotone():
+    """The copy loss's shape (0.0046, 0.0038, 0.0051, each step outside noise): its fit slope may be within noise,
+    but 'flat within noise' would hide two real changes."""
+    t = make_trend([0.0046, 0.0038, 0.0051], noise=0.0001)
+    assert t.steps == (-1, 1) and t.turns
+    assert t.words("T").startswith("is not monotone: between neighbouring values it falls, then rises")
+    assert not make_trend([0.066, 0.038, 0.018]).turns

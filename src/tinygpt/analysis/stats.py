@@ -287,9 +287,20 @@ class Trend:
     word: str  # "rises", "falls" or "flat within noise"
     slope: Estimate  # of the values against log x
     monotonic: bool  # every consecutive step's interval excludes 0 in the word's direction
+    steps: tuple[int, ...] = ()  # each consecutive step's direction (+1, -1, 0 within noise)
+
+    @property
+    def turns(self) -> bool:
+        """Some step rises and another falls, each outside noise: not a trend in one direction."""
+        return 1 in self.steps and -1 in self.steps
 
     def words(self, x: str = "x", digits: int = 3) -> str:
-        """'rises monotonically (slope against ln T +0.247 [+0.085, +0.415])'."""
+        """'rises monotonically (slope against ln T +0.247 [+0.085, +0.415])'; a quantity whose steps go both
+        ways outside noise: 'is not monotone: between neighbouring values it falls, then rises (...)'."""
+        if self.turns:
+            moves = ", then ".join({1: "rises", -1: "falls", 0: "stays within noise"}[d] for d in self.steps)
+            return (f"is not monotone: between neighbouring values it {moves}, each change outside noise where "
+                    f"named (slope against ln {x} {self.slope.format(digits, signed=True)})")
         verb = "is flat within noise" if self.word == "flat within noise" else self.word
         how = (" monotonically" if self.monotonic else "" if self.word == "flat within noise" else
                " overall, though not every step between neighbouring values is outside noise")  # e.g. 0.0043,
@@ -312,7 +323,7 @@ def trend(xs, estimates: Sequence[Estimate]) -> Trend:
     word = {1: "rises", -1: "falls", 0: "flat within noise"}[d]
     steps = [combine(lambda y, i=i: y[..., i + 1] - y[..., i], estimates) for i in range(len(estimates) - 1)]
     monotonic = d != 0 and all(direction(st) == d for st in steps)
-    return Trend(word, s, monotonic)
+    return Trend(word, s, monotonic, tuple(direction(st) for st in steps))
 
 
 # ----------------------------------------------------------------------------- runs that fail

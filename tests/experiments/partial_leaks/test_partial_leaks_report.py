@@ -240,21 +240,22 @@ def test_the_synthetic_sweeps_findings(sweep):
     assert (a.fill_opened, a.fill_fired, a.fill_delays) == (6, 6, [])  # the 9 structural runs hold by construction
     words = pl.alarm_words(a)
     assert "fired on 9 of the 9 structural leaks at their first validation" in words
-    assert "it caught 6 of the 6 finite-fill runs whose mask opened during training and raised no alarm" in words
+    assert "it caught 6 of the 6 runs whose attention weights opened (on the same windows its probe reads) and " \
+           "raised no alarm" in words
     late = pl.Alarm(**{**a.__dict__, "fill_fired": 5, "fill_delays": [120]})
-    assert "caught 5 of the 6 finite-fill runs whose mask opened during training (1 run late, caught 120 steps " \
-           "after its opening)" in pl.alarm_words(late)
+    assert "caught 5 of the 6 runs whose attention weights opened (on the same windows its probe reads) (1 run " \
+           "late, caught 120 steps after its opening)" in pl.alarm_words(late)
     fill, replace = f.fills
     assert (fill.arm, fill.verdict, fill.n_open, fill.at_predicted, fill.holds, fill.mass_at) == (
         "fill_1e4", "holds", 3, 3, 3, 3)
     assert (fill.threshold, fill.tol, fill.probe, fill.ctrl_leak, fill.early) == (1e4 - 16, 1e-4, 10, 0.0, [])
     assert pl.mismatch_words(fill) == ""  # no seed opened early
-    early = pl.Fill(**{**fill.__dict__, "early": [(33, 0.0, 1.01), (34, 0.5, 1.2)],
-                       "seeds": [fill.seeds[0], pl.FillSeed(**{**fill.seeds[0].__dict__, "observed": 130})]})
-    assert pl.mismatch_words(early) == (": in 1 seed the leak probe found the mask open on its perturbed inputs while "
-                                        "the original windows, on which the margin is read, put no weight past the "
-                                        "mask: the two readings use different inputs; in 1 seed the leak opened "
-                                        "later than the probe after the predicted one")
+    late_seed = pl.FillSeed(**{**fill.seeds[0].__dict__, "observed": 130, "verdict": "fails", "mass_first": 90})
+    early = pl.Fill(**{**fill.__dict__, "early": [(33, 0.0, 1.01), (34, 0.5, 1.2)], "seeds": [fill.seeds[0], late_seed]})
+    assert pl.mismatch_words(early) == (
+        ": the failures are disagreements between the two readings of 'open'; in 1 seed the leak probe, on perturbed "
+        "inputs, read the mask open while the attention weights on the same unperturbed windows put nothing past it; "
+        "in 1 seed the attention weights opened at the predicted probe and the leak probe read the opening later")
     s = fill.seeds[0]
     assert (s.predicted, s.observed, s.signal_at_open, s.other, s.max_logit, s.closed_before) == (
         90, 90, 12000.0, -50.0, 13000.0, True)
@@ -287,7 +288,8 @@ def test_the_synthetic_sweeps_known_answers(report):
             "causal=false, so its leak is recorded without a warning) and on 0 of the 6 runs whose mask never "
             "opened, which here are exactly the -inf controls, where in float32 the future-leak signal is zero and "
             "only the honest-gap rule could fire (0 alarms on the controls: a per-run false-alarm rate below 39%, "
-            "one-sided 95%). Prediction 4: **holds**.") in report
+            "one-sided 95%, for the honest-gap rule alone (the controls' future-leak signal is 0 by construction)). "
+            "Prediction 4: **holds**.") in report
     assert "**Confirmatory.** These runs' seeds (1, 2, 3) include none of the seeds" in report
     # the added fill opens at the predicted probe in every seed; its control never leaks
     assert "prediction 3 (the leak opens at the predicted probe or the next, in every seed): **holds**; the leak " \

@@ -716,6 +716,8 @@ class Alarm:
     fill_opened: int = 0  # runs of the finite-fill arms whose mask opened: what the alarm could miss
     fill_fired: int = 0  # alarms on those
     fill_delays: list[int] = field(default_factory=list)  # steps from opening to alarm, each late alarm
+    probe_only: list[tuple[str, int, list[int], bool]] = field(default_factory=list)  # (arm, seed, steps, alarmed):
+    # runs whose mask never opened by the attention weights, though their leak probe read a leak at these probes
 
     @property
     def closed_are_controls(self) -> bool:
@@ -788,10 +790,17 @@ def alarm_findings(arms, pred, onsets, collapses) -> Alarm:
                 late.append(f"{LABELS[row.arm]} seed {r.seed} opened at {o} and was first caught at {d}"
                             + (f" (closed again at the probes before the validations at {', '.join(map(str, shut))})"
                                if shut else ""))
+    probe_only = []
+    for a in FILL_ARMS:
+        for r in arms.get(a, []):
+            steps, leak = taken(r, "stab/future_leak")
+            hits = [int(st) for st, v in zip(steps, leak, strict=True) if v > alarm_of(r).tolerance]
+            if opened_at[id(r)] is None and hits:
+                probe_only.append((a, r.seed, hits, r.summary.get("leak_detected_step") is not None))
     return Alarm(rows, first_val, float(pred["open_mass"]), all_hold([r.verdict for r in rows]), len(opened),
                  fired(opened), len(closed), fired(closed), len(controls), false,
                  false_alarm_bound(len(controls)) if false == 0 else math.nan, len(warned), fired(warned), late,
-                 len(fill_open), fired(fill_open), delays)
+                 len(fill_open), fired(fill_open), delays, probe_only)
 
 
 OTHER = {"fill_1e4": "stab/visible_floor", "fill_where_1e4": "stab/mask_margin"}  # the other fill's signal
@@ -1077,8 +1086,8 @@ def alarm_section(rep: Report, f: Alarm) -> None:
               "alarm fired at (per seed)", "signal", "future leak first > tolerance, stability probe",
               "honest-gap rule first met", "loss onset (leaves the control's band)",
               "lead: onset - alarm (± seed sd)", "prediction 4"]
-    bound_words = (f": a per-run false-alarm rate below {f.bound:.0%}, one-sided 95%"
-                   if f.false == 0 and f.n_causal else "")
+    bound_words = (f": a per-run false-alarm rate below {f.bound:.0%}, one-sided 95%, for the honest-gap rule alone "
+                   "(the controls' future-leak signal is 0 by construction)" if f.false == 0 and f.n_causal else "")
     closed_words = (f"the {f.closed} runs whose mask never opened, which here are exactly the -inf controls, where "
                     "in float32 the future-leak signal is zero and only the honest-gap rule could fire"
                     if f.closed_are_controls else
@@ -1175,6 +1184,11 @@ def fill_section(rep: Report, f: Fill, runs: list[Run], out: Path) -> None:
         text += [prose("partial_leaks", "fill_misses", what=what, seeds=", ".join(str(e[0]) for e in f.early),
                        masses=", ".join(f"{m:.1e}" for _, m, _ in f.early),
                        leaks=", ".join(f"{v:.2f}" for *_, v in f.early), tol=f"{tol:g}"), ""]
+    blind = blind_probes(runs, f.open_mass, tol)
+    if blind:
+        text += [f"At {plural(blind, 'probe')} over all seeds the attention weights put more than {f.open_mass:g} of "
+                 f"a row's weight past the mask while the leak probe read at most {tol:g}: the perturbation probe's "
+                 "blind spot, which the leak alarm shares (it uses the same probe on the same windows).", ""]
     back, closed = sum(s.back for s in f.seeds), sum(s.closed for s in f.seeds)
     if back:
         text += [prose("partial_leaks", "fill_closing", back=back, closed=closed, open=back - closed, what=what,
@@ -1183,6 +1197,57 @@ def fill_section(rep: Report, f: Fill, runs: list[Run], out: Path) -> None:
     rep.sections += [f"## {LABELS[arm]}: when the mask opens (prediction {number})", "", *text,
                      f"![{LABELS[arm]}]({name})", ""]
     fig_fill(runs, FILLS[arm][0], what, threshold, tol, out / name)
+
+
+def windows_words(runs: list[Run]) -> str:
+    """Which windows the leak alarm and the stability probe read, from the runs' config: the same evenly spread
+    fixed validation windows when they ask for as many."""
+    cb = runs[0].config.get("callbacks") or {}
+    alarm, stab = (cb.get("leak_alarm") or {}).get("windows"), (cb.get("stability") or {}).get("windows")
+    if alarm is not None and alarm == stab:
+        return (f"The alarm and the stability probe read the same {alarm} fixed validation windows (spread evenly "
+                "over the split), so the alarm's catch of an opening the attention weights show there is close to "
+                "mechanical: it can miss one only through this blind spot or when the leak closes again before the "
+                "next validation.")
+    return (f"The alarm reads {alarm} fixed validation windows and the stability probe {stab}: a mask open on one "
+            "set and closed on the other is a disagreement of windows, not of probes.")
+
+
+def closed_words(a: Alarm) -> str:
+    """Which runs the alarm's silence rests on: the -inf controls, and any other run whose mask never opened."""
+    text = (f"the runs whose mask never opened are the {a.n_causal} -inf controls, where in float32 the future-leak "
+            "signal is exactly zero, so only the honest-gap rule could have raised a false alarm")
+    for arm, seed, steps, alarmed in a.probe_only:
+        text += (f"; and {LABELS[arm]} seed {seed}, whose attention weights never put weight past the mask but whose "
+                 f"leak probe read a leak at {plural(len(steps), 'probe')} ({', '.join(map(str, steps))}), "
+                 + ("which the alarm caught" if alarmed else "none of them at a validation: the alarm missed it by "
+                    "its own measure, and its silence there is counted as a correct one"))
+    return text
+
+
+def blind_probes(runs: list[Run], open_mass: float, tol: float) -> int:
+    """Stability probes, over the runs, at which some row put more than ``open_mass`` of its weight on future keys
+    (the attention weights: the mask open) while the perturbation probe read a future leak of at most ``tol``."""
+    n = 0
+    for r in runs:
+        ms, mass = taken(r, "stab/future_mass_max")
+        ls, leak = taken(r, "stab/future_leak")
+        at = dict(zip(ls.tolist(), leak.tolist(), strict=True))
+        n += sum(m > open_mass and st in at and at[st] <= tol for st, m in zip(ms.tolist(), mass.tolist(), strict=True))
+    return n
+
+
+def max_logit_words(arms: dict[str, list[Run]]) -> str:
+    """The largest attention logit each fill arm and its control reached, and how many runs passed float16's
+    largest finite value."""
+    peaks = {a: [float(np.nanmax(taken(r, "stab/max_logit")[1])) for r in arms[a]]
+             for a in (*FILL_ARMS, "fill_inf", "fill_inf_where") if a in arms}
+    every = [v for vs in peaks.values() for v in vs]
+    if not every:
+        return "no fill arm ran here"
+    return (f"the largest logits of the fill arms and their controls reached {min(every):,.0f} to {max(every):,.0f}; "
+            f"{sum(v > 65504 for v in every)} of their {len(every)} runs passed float16's largest finite value, "
+            "65,504")
 
 
 def split_arms(f: PartialLeaksFindings) -> list[tuple[str, str, int, int]]:
@@ -1271,8 +1336,10 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     sections += ["## How this compares with the published cases", "", prose("partial_leaks", "literature")]
     sections += [f"- {c}" for c in rep.comparison] + [""]
     sections += [prose("partial_leaks", "threats",
-                       seen=", ".join(map(str, sorted(set(f.pred.get("seen_seeds") or [])))) or "none"), ""]
-    sections += ["## Limits", "", prose("partial_leaks", "limits", n_seeds=seeds_words(arms.values(), noun=True)), ""]
+                       seen=", ".join(map(str, sorted(set(f.pred.get("seen_seeds") or [])))) or "none",
+                       windows=windows_words(runs), closed=closed_words(f.alarm)), ""]
+    sections += ["## Limits", "", prose("partial_leaks", "limits", n_seeds=seeds_words(arms.values(), noun=True),
+                                        logits=max_logit_words(arms)), ""]
     path = out / "README.md"
     path.write_text("\n".join(sections))
     headline(f, runs).write(out)
@@ -1291,31 +1358,41 @@ def alarm_words(a: Alarm) -> str:
     structural = a.opened - a.fill_opened
     late = len(a.fill_delays)
     text = (f"the leak alarm fired on {a.fired_open - a.fill_fired} of the {structural} structural leaks at their "
-            "first validation, which its probe guarantees by construction; what was informative: it caught "
-            f"{a.fill_fired} of the {a.fill_opened} finite-fill runs whose mask opened during training")
+            "first validation, which its probe guarantees by construction; on the finite fills, whose masks open "
+            f"only once training has moved the scores, it caught {a.fill_fired} of the {a.fill_opened} runs whose "
+            "attention weights opened (on the same windows its probe reads)")
     if late:
         text += (f" ({plural(late, 'run')} late, caught {', '.join(map(str, a.fill_delays))} steps after "
                  f"{'its' if late == 1 else 'their'} opening)")
     if a.closed_are_controls:
         return text + (f" and raised {'no alarm' if a.fired_closed == 0 else f'{a.fired_closed} alarms'} on the "
                        f"{a.closed} -inf controls (only its honest-gap rule could have fired there)")
-    return text + f", and fired on {a.fired_closed} of the {a.closed} runs whose mask never opened"
+    text += (f", and fired on {a.fired_closed} of the {a.closed} runs whose mask never opened by the attention "
+             f"weights: the {a.n_causal} -inf controls (only its honest-gap rule could fire there)")
+    missed = [x for x in a.probe_only if not x[3]]
+    if missed:
+        text += (f" and {plural(len(missed), 'finite-fill run')} whose own leak probe read a leak between "
+                 "validations, a leak the alarm missed by its own measure")
+    return text
 
 
 def mismatch_words(fill: Fill) -> str:
     """Why an added-fill seed opened before the predicted probe, where the data say: the leak probe saw the mask open
     on its perturbed inputs while the attention on the original windows, where the margin is read, had not."""
     unseen = [seed for seed, mass, _ in fill.early if mass <= fill.open_mass]
-    late = [x for x in fill.seeds if x.observed is not None and x.predicted is not None and fill.probe
-            and x.observed > x.predicted + fill.probe]
+    failed = [x for x in fill.seeds if x.verdict == "fails"]
+    weights_right = [x for x in failed if x.mass_first == x.predicted]  # the attention weights opened as predicted
+    late = [x for x in weights_right if x.observed is not None and x.predicted is not None
+            and x.observed > x.predicted]
     words = []
     if unseen:
-        words.append(f"in {plural(len(unseen), 'seed')} the leak probe found the mask open on its perturbed inputs "
-                     "while the original windows, on which the margin is read, put no weight past the mask: the two "
-                     "readings use different inputs")
+        words.append(f"in {plural(len(unseen), 'seed')} the leak probe, on perturbed inputs, read the mask open "
+                     "while the attention weights on the same unperturbed windows put nothing past it")
     if late:
-        words.append(f"in {plural(len(late), 'seed')} the leak opened later than the probe after the predicted one")
-    return ": " + "; ".join(words) if words else ""
+        words.append(f"in {plural(len(late), 'seed')} the attention weights opened at the predicted probe and the "
+                     "leak probe read the opening later")
+    return (": the failures are disagreements between the two readings of 'open'; " + "; ".join(words)
+            if words else "")
 
 
 def headline(f: PartialLeaksFindings, runs: list[Run]) -> Headline:
@@ -1380,7 +1457,9 @@ def headline(f: PartialLeaksFindings, runs: list[Run]) -> Headline:
                  f"during training ({len(a.fill_delays)} late; the {a.opened - a.fill_opened} structural leaks it "
                  "catches by construction) and raised "
                  + (f"no alarm on the {a.closed} -inf controls" if a.closed_are_controls and a.fired_closed == 0 else
-                    f"{a.fired_closed} alarms on the {a.closed} runs whose mask never opened"))
+                    f"{a.fired_closed} alarms on the {a.closed} runs whose mask never opened"
+                    + (f" ({sum(not x[3] for x in a.probe_only)} of them a leak its own probe read between "
+                       "validations)" if any(not x[3] for x in a.probe_only) else "")))
     if seen.fills and all(x.word == "indistinguishable" for x in seen.fills):
         short.append("the finite fills never showed in the loss" + (", at learning rates where neither they nor "
                                                                     "their controls trained"
