@@ -115,8 +115,8 @@ class Progress:
     """A long check's progress on stderr: a line once a check has run 3 s, then at most one each 5 s (a notice,
     such as a long --max-len's cost, at once)."""
 
-    def __init__(self, stream=sys.stderr):
-        self.stream, self.start, self.last = stream, time.perf_counter(), 0.0
+    def __init__(self, stream=None):  # None: sys.stderr as it is when the check runs (a test's capture included)
+        self.stream, self.start, self.last = stream or sys.stderr, time.perf_counter(), 0.0
 
     def ended(self, result, seconds: float) -> None:
         self.start, self.last = time.perf_counter(), 0.0
