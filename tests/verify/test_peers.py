@@ -89,13 +89,14 @@ def test_a_leak_at_one_length_alone_is_found():
     at_23 = failed(lambda: peers.LeaksAtLength(leaks=lambda t: t == 23), only=["causality"], **QUICK)
     assert "at T=23," in at_23["causality"] and "position 0 sees position 1" in at_23["causality"], at_23
     longest = failed(lambda: peers.LeaksAtLength(leaks=lambda t: t == 30), only=["causality"], max_len=30)
-    assert "at T=30," in longest["causality"], longest  # the longest length is among those tried
+    assert "at T=30," in longest["causality"] and "(input scale 1, eval mode)" in longest["causality"], longest
+    # the longest length is among those the eval-mode sweep tries (the train-mode pass alone would find it too)
 
 
 def test_the_longest_length_is_tried_past_every_length_up_to_64():
     """Past 64 the lengths are drawn at random; the longest is always among them."""
     longest = failed(lambda: peers.LeaksAtLength(leaks=lambda t: t == 80), only=["causality"], max_len=80)
-    assert "at T=80," in longest["causality"], longest
+    assert "at T=80," in longest["causality"] and "(input scale 1, eval mode)" in longest["causality"], longest
 
 
 @pytest.mark.slow  # up to T=128
