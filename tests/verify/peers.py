@@ -197,3 +197,148 @@ class PadTrue(Handmade):
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         return super().forward(x, None if padding_mask is None else ~padding_mask)
+
+
+class QKNorm(Handmade):
+    """x-transformers' qk_norm: q and k l2-normalised per head, the scores times a fixed scale (10) instead of
+    1/sqrt(d_k): bounded whatever the input's size."""
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None) -> Tensor:
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        return super().attend(q * 10 * math.sqrt(q.shape[-1]), k, v, real)  # attention() divides by sqrt(d)
+
+
+class SoftClamp(Handmade):
+    """x-transformers' softclamp_logits (Gemma 2's soft cap): scores 50 * tanh(scores / 50) before the mask."""
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None) -> Tensor:
+        keep = self.mask(q.shape[-2], k.shape[-2], real)
+        sim = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, T_q, T_k)
+        sim = (50 * torch.tanh(sim / 50)).masked_fill(~keep, float("-inf"))
+        y = torch.softmax(sim, dim=-1) @ v
+        B, H, T, D = y.shape
+        return self.proj(y.transpose(1, 2).reshape(B, T, H * D))
+
+
+class NullKey(Handmade):
+    """Strictly causal with a learned null key: query i sees keys j < i and a learned key and value of its own
+    (x-transformers' num_mem_kv, attention sinks): never its own key, and the first query sees the null key only."""
+
+    def __init__(self, n_embd: int = 32, n_head: int = 4):
+        super().__init__(n_embd, n_head)
+        self.null = nn.Parameter(torch.randn(2, n_head, 1, n_embd // n_head))  # (k/v, H, 1, D)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None) -> Tensor:
+        B, t_q, t_k = q.shape[0], q.shape[-2], k.shape[-2]
+        null_k, null_v = (n.expand(B, -1, -1, -1).to(q.dtype) for n in self.null)  # 2 x (B, H, 1, D)
+        i = torch.arange(t_q)[:, None] + t_k - t_q
+        keep = torch.arange(t_k)[None, :] < i  # (T_q, T_k): the keys before the query, not its own
+        keep = torch.cat([torch.ones(t_q, 1, dtype=torch.bool), keep], dim=1)  # (T_q, 1 + T_k)
+        y = attention(q, torch.cat([null_k, k], 2), torch.cat([null_v, v], 2), keep)
+        return self.proj(y.transpose(1, 2).reshape(B, t_q, self.n_embd))  # (B, H, T, D) -> (B, T, C)
+
+
+class Alibi(Handmade):
+    """ALiBi (Press et al.): no position embedding, -slope_h * distance added to head h's scores, slopes
+    2^(-8 (h + 1) / H); ``sign=-1`` plants the slip of slopes of the wrong sign (farther keys favoured)."""
+
+    def __init__(self, n_embd: int = 32, n_head: int = 4, sign: float = 1.0):
+        super().__init__(n_embd, n_head)
+        self.slopes = sign * 2.0 ** (-8.0 * torch.arange(1, n_head + 1) / n_head)  # (H,)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, real: Tensor | None) -> Tensor:
+        t_q, t_k = q.shape[-2], k.shape[-2]
+        distance = (torch.arange(t_q)[:, None] + t_k - t_q - torch.arange(t_k)[None, :]).clamp_min(0)  # (T_q, T_k)
+        bias = -self.slopes[:, None, None] * distance  # (H, T_q, T_k)
+        keep = self.mask(t_q, t_k, real)
+        sim = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1]) + bias.to(q.dtype)
+        y = torch.softmax(sim.masked_fill(~keep, float("-inf")), dim=-1) @ v
+        B, H, T, D = y.shape
+        return self.proj(y.transpose(1, 2).reshape(B, T, H * D))
+
+
+class SlidingWindow(Handmade):
+    """Each query sees its last ``w`` keys, itself included (Hugging Face's sliding_window = w); ``slip=True``: w + 1
+    keys, flash-attn's window_size=(w, 0) given Hugging Face's w (transformers#39408)."""
+
+    def __init__(self, n_embd: int = 32, n_head: int = 4, w: int = 4, slip: bool = False):
+        super().__init__(n_embd, n_head)
+        self.w, self.slip = w, slip
+
+    def mask(self, t_q: int, t_k: int, real: Tensor | None) -> Tensor:
+        i = torch.arange(t_q)[:, None] + t_k - t_q  # (T_q, 1)
+        far = i - torch.arange(t_k)[None, :]  # (T_q, T_k): how far back each key is
+        return super().mask(t_q, t_k, real) & (far <= self.w if self.slip else far < self.w)
+
+
+class LocalMHA(nn.Module):
+    """local-attention 1.11.2's LocalMHA (causal), its pattern kept and its blocked computation written as the mask
+    it amounts to: query i sees keys i - W .. i with ``exact_windowsize`` (W + 1 keys), else the keys from the start
+    of the block of W before its own; rotary positions as its SinusoidalEmbeddings (relative, so absolute positions
+    give the blocked path's scores). Its cache step is the package's, bugs included: the keys it returns as the
+    cache are the rotated ones (each later step rotates them again), the keys kept are cut at -(W + len % W) for a
+    non-exact window, and with ``qk_rmsnorm`` (scale 8) the step scales q by 1/sqrt(d) instead. ``step`` adapts
+    its one-token cache to the verifier's step(x_new, cache)."""
+
+    def __init__(self, n_embd: int = 32, n_head: int = 4, window: int = 4, exact_windowsize: bool = True,
+                 rotary: bool = True, qk_rmsnorm: bool = False):
+        super().__init__()
+        self.n_embd, self.heads, self.w = n_embd, n_head, window
+        self.exact, self.rotary, self.qk_rmsnorm = exact_windowsize, rotary, qk_rmsnorm
+        self.to_qkv, self.to_out = nn.Linear(n_embd, 3 * n_embd, bias=False), nn.Linear(n_embd, n_embd, bias=False)
+        self.scale = 8.0 if qk_rmsnorm else None  # LocalAttention(scale=qk_scale if qk_rmsnorm else None)
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+                   for t in self.to_qkv(x).chunk(3, dim=-1))  # 3 x (B, H, T, D)
+        if self.qk_rmsnorm:  # the learned q_scale and k_scale start at ones
+            q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        return q, k, v
+
+    @staticmethod
+    def rotate(x: Tensor, positions: Tensor) -> Tensor:
+        """SinusoidalEmbeddings and apply_rotary_pos_emb: x (B, H, N, D) rotated at ``positions`` (N,)."""
+        d = x.shape[-1]
+        freqs = positions[:, None].to(x.dtype) / 10000 ** (torch.arange(0, d, 2, dtype=x.dtype) / d)  # (N, D/2)
+        freqs = torch.cat((freqs, freqs), dim=-1)  # (N, D)
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * freqs.cos() + torch.cat((-x2, x1), dim=-1) * freqs.sin()
+
+    def forward(self, x: Tensor) -> Tensor:
+        q, k, v = self.project(x)
+        t = x.shape[1]
+        if self.rotary:
+            q, k = self.rotate(q, torch.arange(t)), self.rotate(k, torch.arange(t))
+        i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+        keep = (j <= i) & ((i - j <= self.w) if self.exact else (j >= (i // self.w - 1) * self.w))  # (T, T)
+        scale = self.scale or q.shape[-1] ** -0.5
+        sim = ((q * scale) @ k.transpose(-2, -1)).masked_fill(~keep, -torch.finfo(q.dtype).max)
+        return self.out(torch.softmax(sim, dim=-1) @ v)
+
+    def out(self, y: Tensor) -> Tensor:
+        B, H, T, D = y.shape
+        return self.to_out(y.transpose(1, 2).reshape(B, T, H * D))  # (B, H, T, D) -> (B, T, C)
+
+    def cached(self, x: Tensor, cache: tuple[Tensor, Tensor]) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """The package's step with a cache: one token (asserted), the keys kept cut to the window, returned cut."""
+        assert x.shape[1] == 1
+        q, k, v = self.project(x)
+        q = q * (q.shape[-1] ** -0.5)  # the package's step, whatever the scale of its uncached path
+        k, v = torch.cat((cache[0], k), dim=-2), torch.cat((cache[1], v), dim=-2)
+        start = -(self.w + 1) if self.exact else -(self.w + (k.shape[-2] % self.w))
+        k, v = k[..., start:, :], v[..., start:, :]
+        if self.rotary:  # positions 0 .. N-1 over the keys kept, the query at the last
+            n = torch.arange(k.shape[-2])
+            q, k = self.rotate(q, n[-1:]), self.rotate(k, n)
+        return self.out(torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v), (k, v)  # k as rotated: the cache
+
+    def step(self, x: Tensor, cache):
+        if cache is None:  # the package's forward(x, return_cache=True): the prefix's keys and values, unrotated
+            _, k, v = self.project(x)
+            return self.forward(x), (k, v)
+        ys = []
+        for n in range(x.shape[1]):  # its cache takes one token at a time
+            y, cache = self.cached(x[:, n : n + 1], cache)
+            ys.append(y)
+        return torch.cat(ys, dim=1), cache

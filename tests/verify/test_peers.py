@@ -4,6 +4,11 @@ version let through (a fixed scale, a tiled kernel without its rescale, a square
 a leak at one length, a leak on the 16-bit path, dropout left on in eval) fail the check that should catch each,
 with a sentence that names it."""
 
+import contextlib
+import io
+import re
+from pathlib import Path
+
 import pytest
 
 from tests.verify import peers
@@ -11,6 +16,7 @@ from tests.verify.planted import Handmade
 from tinygpt import verify
 
 QUICK = {"max_len": 24}  # past every length listed below and quick; the formula check goes to T=128 on its own
+ROOT = Path(__file__).resolve().parents[2]
 CACHED = {"padding": "padding_mask", "kv_cache": "step", "max_len": 30}  # 30: past the steps 5, 2, 3, 16
 
 
@@ -83,13 +89,14 @@ def test_a_leak_at_one_length_alone_is_found():
     at_23 = failed(lambda: peers.LeaksAtLength(leaks=lambda t: t == 23), only=["causality"], **QUICK)
     assert "at T=23," in at_23["causality"] and "position 0 sees position 1" in at_23["causality"], at_23
     longest = failed(lambda: peers.LeaksAtLength(leaks=lambda t: t == 30), only=["causality"], max_len=30)
-    assert "at T=30," in longest["causality"], longest  # the longest length is among those tried
+    assert "at T=30," in longest["causality"] and "(input scale 1, eval mode)" in longest["causality"], longest
+    # the longest length is among those the eval-mode sweep tries (the train-mode pass alone would find it too)
 
 
 def test_the_longest_length_is_tried_past_every_length_up_to_64():
     """Past 64 the lengths are drawn at random; the longest is always among them."""
     longest = failed(lambda: peers.LeaksAtLength(leaks=lambda t: t == 80), only=["causality"], max_len=80)
-    assert "at T=80," in longest["causality"], longest
+    assert "at T=80," in longest["causality"] and "(input scale 1, eval mode)" in longest["causality"], longest
 
 
 @pytest.mark.slow  # up to T=128
@@ -117,3 +124,85 @@ def test_a_module_that_mixes_the_next_sequence_fails_batch():
 def test_a_padding_mask_read_as_true_is_padding_is_named():
     r = result(peers.PadTrue, "padding", padding="padding_mask", max_len=12)
     assert r.verdict == "fail" and "reads True as padding (torch's key_padding_mask convention)" in r.why, r
+
+
+@pytest.mark.parametrize("factory, verdict, words", [
+    (lambda: peers.SlidingWindow(w=4), "pass", "follows positions 2-4 of 0-4: its window of 4 keys, itself included"),
+    (lambda: peers.SlidingWindow(w=4, slip=True), "fail",  # transformers#39408: flash-attn's (W, 0) is W + 1 keys
+     "sees 5 keys, itself included, back to position 1: one more than the window of 4 (positions 2-5), the slip of "
+     "transformers#39408"),
+    (lambda: peers.SlidingWindow(w=3), "fail", "does not follow position 2, inside the window of 4 keys"),
+    (Handmade, "fail", "sees 6 keys, itself included, back to position 0: more than the window of 4"),
+])
+def test_a_declared_window_is_the_receptive_field_sees_past_measures(factory, verdict, words):
+    r = result(factory, "sees-past", window=4)
+    assert r.verdict == verdict and words in (r.why or r.measured), r
+
+
+def test_a_window_past_64_keys_is_measured_at_its_edges():
+    """Past 64 keys sees-past changes the two positions just outside the window, its 8 oldest and newest and 8
+    between: the slip of one key still shows."""
+    r = result(lambda: peers.SlidingWindow(w=70, slip=True), "sees-past", window=70, max_len=8)
+    assert r.verdict == "fail" and "sees 71 keys" in r.why, r
+    assert result(lambda: peers.SlidingWindow(w=70), "sees-past", window=70, max_len=8).verdict == "pass"
+
+
+@pytest.mark.parametrize("factory, positions, verdict, words", [
+    (peers.Alibi, "alibi", "pass", "falling at every step (ALiBi: nearer keys weigh more)"),
+    (lambda: peers.Alibi(sign=-1.0), "alibi", "fail", "grows with distance (the key 15 away weighs 2.4 times the "
+                                                     "nearest earlier one): ALiBi's bias, -slope * distance, favours "
+                                                     "nearer keys; slopes of the wrong sign?"),
+    (Handmade, "alibi", "fail", "do not fall with distance"),  # no bias at all: every key weighs the same
+    (peers.Alibi, "rope", "n/a", "does not apply: RoPE's weights depend on q and k as well as on their distance"),
+])
+def test_relative_positions_weigh_keys_by_distance_as_declared(factory, positions, verdict, words):
+    r = result(factory, "distance", positions=positions)
+    assert r.verdict == verdict and words in (r.why or r.measured), r
+
+
+def test_the_distance_check_runs_only_where_positions_are_declared():
+    assert "distance" not in verify.names(peers.Alibi)
+    assert verify.names(peers.Alibi, positions="alibi")[3:5] == ["sees-past", "distance"]
+
+
+def test_a_strictly_causal_design_with_a_learned_null_key_sees_itself_passes():
+    """Query i sees keys j < i and a learned null key: position 0 ignores its own token by design; position 1
+    follows its own (through its query). A hidden diagonal with nothing besides fails (test_known_answers)."""
+    r = result(peers.NullKey, "sees-itself")
+    assert r.verdict == "pass" and "strictly causal" in r.measured, r
+
+
+@pytest.mark.parametrize("factory", [peers.QKNorm, peers.SoftClamp], ids=["qk-norm", "softclamp"])
+def test_bounded_scores_give_no_16_bit_warning(factory):
+    """The first version grew the input until it overflowed float16 by itself (scale 8.8e5), the scores bounded by
+    the norm or the cap all along: a warning about nothing. Scores that stop growing stop the input growing."""
+    r = result(factory, "16-bit")
+    assert r.verdict == "pass" and "the scores stop growing with the input" in r.measured, r
+
+
+@pytest.mark.parametrize("flags, position", [
+    ({}, 2),  # the keys cached rotated: each later step rotates them again (its defaults: rotary, exact window)
+    ({"rotary": False, "exact_windowsize": False}, 7),  # the cut -(W + len % W): the last query of each block
+    ({"rotary": False, "qk_rmsnorm": True}, 1),  # the cached step's scale 1/sqrt(d), not qk_rmsnorm's 8
+])
+def test_local_attentions_localmha_cache_bugs_are_found(flags, position):
+    """local-attention 1.11.2's LocalMHA cache, as a local copy of its pattern (the package's own test takes one
+    cached step after a prefill of 1,000: none of these shows there)."""
+    r = result(lambda: peers.LocalMHA(**flags), "kv-cache", kv_cache="step", max_len=40)
+    assert r.verdict == "fail" and f"(a prefill of 1, then one token at a time) differs from the whole sequence " \
+                                   f"from position {position} on" in r.why, r
+
+
+def test_local_attentions_localmha_cache_without_those_paths_passes():
+    r = result(lambda: peers.LocalMHA(rotary=False), "kv-cache", kv_cache="step", max_len=40)
+    assert r.verdict == "pass", r
+
+
+def test_the_verify_pages_cache_snippet_prints_what_it_says():
+    """docs/verify.md's reproduction of LocalMHA's first cache bug runs as written and prints its comment."""
+    code = re.search(r"```python\n(.*?)```", (ROOT / "docs" / "verify.md").read_text(), re.S).group(1)
+    expected = " ".join(line.removeprefix("# ") for line in code.splitlines() if line.startswith("# "))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "docs/verify.md", "exec"), {"__name__": "snippet"})
+    assert out.getvalue().strip() == expected

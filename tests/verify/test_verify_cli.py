@@ -1,6 +1,7 @@
 """tinygpt-verify from the command line: a table or JSON, exit 0 / 1 / 2, every bad argument one line."""
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -93,6 +94,10 @@ def test_a_failure_exits_1_and_json_says_where(user, capsys):
     (["user_attn:math"], "math is a Python module, not an attention"),
     (["user_attn:make", "--max-len", "1"], "max_len=1 must be at least 2"),
     (["user_attn:make", "--scale", "-1"], "scale=-1.0 must be a positive number"),
+    (["user_attn:make", "--window", "0"], "window=0 must be a positive integer"),
+    (["user_attn:make", "--positions", "learned"], "argument --positions: invalid choice: 'learned'"),
+    (["user_attn:attention", "--window", "4"], "window is declared for a module; a function is given q and k after "
+                                               "their positions"),
     (["user_attn:make", "--level", "modul"], "argument --level: invalid choice: 'modul'"),
     (["user_attn::make"], "target 'user_attn::make' must be module:name"),
     (["needs_dep.py:X"], "target 'needs_dep.py:X': importing needs_dep.py raised ModuleNotFoundError: No module named "
@@ -148,3 +153,62 @@ def test_the_command_runs_with_torch_alone(user, capsys, monkeypatch):
 def test_an_argument_yaml_reads_as_text_is_read_as_a_number():
     assert cli.constructor_args(["fill=-1e4", "low=-inf", "n=4", "name=x", "flag=false"], None) == {
         "fill": -1e4, "low": float("-inf"), "n": 4, "name": "x", "flag": False}
+
+
+def test_a_long_max_len_says_its_cost_before_it_starts(user, capsys, monkeypatch):
+    """From --max-len 256 on (here from 8, to keep it quick), causality times one pass at the longest length and
+    says on stderr what the whole check will cost, before it runs."""
+    from tinygpt.verify import module_checks
+
+    monkeypatch.setattr(module_checks, "ANNOUNCE_FROM", 8)
+    assert cli.main(["user_attn:make", "--only", "causality", "--max-len", "12"]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"^tinygpt-verify: causality up to T=12: about \d+ s \(\d+ lengths and modes, every cut; "
+                     r"--max-len sets the longest\)", err, re.M), err
+
+
+def test_a_long_check_says_how_far_it_is_on_stderr(monkeypatch):
+    """A line once a check has run 3 s, then at most one each 5 s; a notice at once; the clock restarts per check."""
+    import io
+
+    clock = iter([1000.0, 1001.0, 1004.0, 1006.0, 1009.5, 1010.0, 1010.5])  # the start, each note's and ended's
+    monkeypatch.setattr(cli.time, "perf_counter", lambda: next(clock))
+    out = io.StringIO()
+    progress = cli.Progress(out)
+    for message in ("at 1 s", "at 4 s", "at 6 s", "at 9.5 s"):
+        progress.note(message)
+    progress.ended(None, 10.0)
+    progress.note("a notice", always=True)
+    assert out.getvalue().splitlines() == ["tinygpt-verify: at 4 s (4 s)", "tinygpt-verify: at 9.5 s (10 s)",
+                                           "tinygpt-verify: a notice (0 s)"]
+
+
+BLOCKER = '''
+import importlib.abc, sys
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked: a venv holding torch alone)")
+sys.meta_path.insert(0, Blocked())
+from tinygpt.verify.cli import main
+sys.exit(main(sys.argv[1:]))
+'''
+
+
+@pytest.mark.slow  # a process of its own
+def test_the_command_needs_nothing_of_the_training_stack(user):
+    """Every distribution pyproject.toml depends on but torch, and PyYAML, made unimportable (what `pip install
+    --no-deps tinygpt` beside torch gives): the command still runs the whole battery on a module."""
+    import tomllib
+    from importlib.metadata import packages_distributions
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(cli.__file__).parents[3] / "pyproject.toml").read_text())
+    wanted = {re.split(r"[<>=!~ \[;]", d, maxsplit=1)[0].lower().replace("_", "-")
+              for d in pyproject["project"]["dependencies"]} - {"torch"} | {"pyyaml"}
+    blocked = sorted(name for name, dists in packages_distributions().items()
+                     if any(d.lower().replace("_", "-") in wanted for d in dists))
+    assert {"lightning", "hydra", "wandb", "numpy", "rich", "yaml"} <= set(blocked), blocked
+    out = subprocess.run([sys.executable, "-c", f"BLOCKED = {set(blocked)!r}\n" + BLOCKER, "user_attn.py:make"],
+                         capture_output=True, text=True, cwd=user, timeout=600)
+    assert out.returncode == 0 and "7 of 7 checks passed" in out.stdout, out.stdout + out.stderr

@@ -37,6 +37,10 @@ def subject(factory: Callable[[], object], settings: Settings):
         if given:
             raise VerifyError(f"{given[0]} names a module's interface; a function's padding is in the mask it is "
                               "given, and it has no cache.")
+        declared = [k for k in ("window", "positions") if getattr(settings, k)]
+        if declared:
+            raise VerifyError(f"{declared[0]} is declared for a module; a function is given q and k after their "
+                              "positions, and the formula check names a window it finds (n/a: a sliding window).")
         f = function_checks.Function(made, settings)
         q = torch.zeros(1, 1, 2, 4, dtype=torch.float64)  # (B, H, T, D)
         f(q, q, q, function_checks.causal(2))  # the call fits, or one sentence
@@ -62,8 +66,9 @@ def run(factory: Callable[[], object], only: list[str] | None = None, *, progres
         ) -> list[Result]:
     """Every applicable check (or ``only`` those), each on a fresh object from ``factory`` made under the same seed:
     the Results in order. ``settings`` are Settings' fields (level, width, vocab, max_len, scale, mask, padding,
-    kv_cache, strict_16bit, seed). An exception the attention raises inside a check is that check's failure (a
-    16-bit one a warning); one that stops every check (a call that does not fit) is a VerifyError.
+    kv_cache, strict_16bit, window, positions, seed). An exception the attention raises inside a check is that
+    check's failure (a 16-bit one a warning); one that stops every check (a call that does not fit) is a
+    VerifyError.
     ``progress(result, seconds)`` is told as each check ends, ``notes(message, always)`` a long check's progress as
     it goes (``always``: a notice such as a cost said before it starts). The caller's random state is left as it
     was."""

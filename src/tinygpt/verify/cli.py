@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from tinygpt.runtime.errors import OneLineParser, print_error
-from tinygpt.verify.settings import LEVELS, MASKS, Settings
+from tinygpt.verify.settings import LEVELS, MASKS, POSITIONS, Settings
 
 EPILOG = """The target is module:name or file.py:name: a class (built with --arg/--args), a zero-argument factory,
 a module instance, or the attention function itself. A torch Module is checked as x (batch, time, width) -> y; any
@@ -47,6 +47,12 @@ def parser() -> OneLineParser:
                    help="the module's method step(x_new, cache) -> (y_new, cache): cache None at first, x_new one or "
                         "more new tokens (the check decodes one at a time, and after a prefill of 5 in steps of 2, "
                         "3 and 16)")
+    p.add_argument("--window", type=int, metavar="W",
+                   help="the module's sliding window: each query sees its last W keys, itself included (Hugging "
+                        "Face's sliding_window; flash-attn's window_size=(W - 1, 0)); sees-past asserts it")
+    p.add_argument("--positions", choices=POSITIONS,
+                   help="the relative positions the module declares: alibi (nearer keys weigh more: checked) or "
+                        "rope (said why it cannot be checked from outside)")
     p.add_argument("--only", action="append", metavar="CHECK", help="run only this check (repeatable)")
     p.add_argument("--strict-16bit", action="store_true", help="a 16-bit finding fails instead of warning")
     p.add_argument("--seed", type=int, default=0)
@@ -109,8 +115,8 @@ class Progress:
     """A long check's progress on stderr: a line once a check has run 3 s, then at most one each 5 s (a notice,
     such as a long --max-len's cost, at once)."""
 
-    def __init__(self, stream=sys.stderr):
-        self.stream, self.start, self.last = stream, time.perf_counter(), 0.0
+    def __init__(self, stream=None):  # None: sys.stderr as it is when the check runs (a test's capture included)
+        self.stream, self.start, self.last = stream or sys.stderr, time.perf_counter(), 0.0
 
     def ended(self, result, seconds: float) -> None:
         self.start, self.last = time.perf_counter(), 0.0
@@ -127,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings(level=opts.level, width=opts.width, vocab=opts.vocab, max_len=opts.max_len,
                             scale=opts.scale, mask=opts.mask, padding=opts.padding, kv_cache=opts.kv_cache,
-                            strict_16bit=opts.strict_16bit, seed=opts.seed)
+                            strict_16bit=opts.strict_16bit, window=opts.window, positions=opts.positions,
+                            seed=opts.seed)
         args = constructor_args(opts.arg, opts.args)
     except ValueError as err:
         print_error(f"tinygpt-verify: {err}")

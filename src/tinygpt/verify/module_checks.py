@@ -136,6 +136,7 @@ class NoDropout(TorchFunctionMode):
 
 DROPOUTS = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout, torch.dropout}
 CELLS = 2**19  # (cut, T, T) score cells per batched call of the causality check: tens of MB at most
+ANNOUNCE_FROM = 256  # a causality check up to this length or beyond says what it will cost before it starts
 
 
 def leak(m: Module, t: int, scale: float, gen: torch.Generator) -> tuple[int, int, float, Tensor, Tensor] | None:
@@ -244,7 +245,7 @@ def check_causality(m: Module, gen: torch.Generator) -> Result:
 def announce(m: Module, plan, longest: int) -> None:
     """Before a long causality check starts, what it will cost: one batched pass at the longest length timed, times
     the passes planned (said where it comes to more than a few seconds)."""
-    if longest < 256:
+    if longest < ANNOUNCE_FROM:
         return
     import time
 
@@ -328,7 +329,10 @@ def entry(m: Module, x: Tensor, x2: Tensor, cut: int) -> str:
 
 def check_sees_itself(m: Module, gen: torch.Generator) -> Result:
     """The first position's output is finite and depends on its own token, the only one it may see (a mask that
-    also hides the diagonal leaves it nothing)."""
+    also hides the diagonal leaves it nothing). A strictly causal design, where a query sees the keys before it and
+    a learned null key but not its own, passes where the second position follows its own token (through its
+    query, choosing between the null key and the first): a hidden diagonal with nothing besides gives the second
+    position the first one's value whatever its own token."""
     m64 = m.copy()
     x = m64.inputs(gen, 2, 4)
     base = m64(x)
@@ -341,9 +345,16 @@ def check_sees_itself(m: Module, gen: torch.Generator) -> Result:
                       "the diagonal (query i must see key i).")
     change = relative_change(y0_new, y0)
     if change <= 1e-8:
-        return Result("sees-itself", "fail", f"position 0 moved by {change:.2g}",
-                      "the first position's output does not depend on its own token: the mask hides the diagonal "
-                      "(query i must see key i).")
+        x3 = x.clone()
+        x3[:, 1:2] = m64.fresh(x[:, 1:2], gen)
+        second = relative_change(m64(x3)[:, 1], base[:, 1])
+        if second > 1e-8:
+            return Result("sees-itself", "pass", f"strictly causal: position 0 does not follow its own token, "
+                                                 f"position 1 does ({second:.2g}): a query sees something besides "
+                                                 "its past (a learned null key), not its own key")
+        return Result("sees-itself", "fail", f"position 0 moved by {change:.2g}, position 1 by {second:.2g}",
+                      "the first position's output does not depend on its own token, nor the second's on its own: "
+                      "the mask hides the diagonal (query i must see key i).")
     return Result("sees-itself", "pass", f"position 0 follows its own token (relative change {change:.2g})")
 
 
@@ -351,23 +362,126 @@ def check_sees_past(m: Module, gen: torch.Generator) -> Result:
     """Attention mixes positions: the last position's output depends on earlier tokens. A module that maps each
     position on its own (a Linear, an MLP) passes causality, sees-itself and batch, and is no attention; this is
     the check it fails. Which earlier positions the last one sees is measured, one token changed at a time (a
-    window that sees only the nearest few passes, and the number says how far it sees)."""
+    window that sees only the nearest few passes, and the number says how far it sees). With ``window`` W, the
+    receptive field is asserted: at T = W + 2 the last position follows each of its W - 1 predecessors in the
+    window and neither of the two before it (a window of W + 1 keys, transformers#39408, follows one of them)."""
     m64 = m.copy()
-    t = min(8, m.settings.max_len)
+    w = m.settings.window
+    t = w + 2 if w else min(8, m.settings.max_len)
     x = m64.inputs(gen, 2, t)
-    seen = []
-    base = m64(x)[:, -1]
-    for j in range(t - 1):
-        x2 = x.clone()
-        x2[:, j : j + 1] = m64.fresh(x[:, j : j + 1], gen)
-        if relative_change(m64(x2)[:, -1], base) > 1e-8:
-            seen.append(j)
+    seen = followed(m64, x, gen, sample(t, w))
+    if w:
+        return window_verdict(m, t, w, seen)
     if not seen:
         return Result("sees-past", "fail", f"position {t - 1} moved by none of positions 0-{t - 2}",
                       f"at T={t}, changing any one earlier token left the last position's output unchanged: "
                       f"{m.name} does not mix positions (each output is a function of its own token alone), so "
                       "it is not attention.")
-    return Result("sees-past", "pass", f"position {t - 1} follows {spans(seen)} of 0-{t - 2}")
+    hint = "" if len(seen) == t - 1 else " (a window? --window W asserts its size)"
+    return Result("sees-past", "pass", f"position {t - 1} follows {spans(seen)} of 0-{t - 2}{hint}")
+
+
+def sample(t: int, w: int | None) -> list[int]:
+    """The earlier positions whose influence on the last one sees-past measures: all of them, or with a window
+    of more than 64 the two just outside it, its 8 oldest and 8 newest and 8 drawn between (each is a pass at
+    length W + 2)."""
+    if not w or w <= 64:
+        return list(range(t - 1))
+    inside = list(range(t - w, t - 1))  # (W - 1,) the positions before the last one in its window
+    middle = inside[8:-8]
+    return [0, 1, *inside[:8], *middle[:: max(1, len(middle) // 8)][:8], *inside[-8:]]
+
+
+def followed(m: Module, x: Tensor, gen: torch.Generator, positions: list[int]) -> list[int]:
+    """Of ``positions``, those whose token alone, changed, moves the last position's output (batched: one row
+    per position)."""
+    base = m(x)[:, -1]
+    seen = []
+    per_call = max(1, CELLS // (x.shape[1] ** 2))
+    for start in range(0, len(positions), per_call):
+        chunk = positions[start : start + per_call]
+        xs = x.repeat(len(chunk), *([1] * (x.dim() - 1)))  # (2 * positions, T, ...)
+        for n, j in enumerate(chunk):
+            xs[2 * n : 2 * n + 2, j : j + 1] = m.fresh(x[:, j : j + 1], gen)
+        try:
+            ys = m(xs)[:, -1]
+        except VerifyError:  # a module that takes a batch of 2 only: one position at a time
+            ys = torch.cat([m(xs[2 * n : 2 * n + 2])[:, -1] for n in range(len(chunk))])
+        for n, j in enumerate(chunk):
+            if relative_change(ys[2 * n : 2 * n + 2], base) > 1e-8:
+                seen.append(j)
+    return seen
+
+
+def window_verdict(m: Module, t: int, w: int, seen: list[int]) -> Result:
+    """sees-past's verdict on a module declared to see each query's last ``w`` keys, itself included."""
+    inside = [j for j in sample(t, w) if j >= t - w]
+    outside = [j for j in seen if j < t - w]
+    missed = [j for j in inside if j not in seen]
+    field = f"positions {t - w}-{t - 1}" if w > 1 else f"position {t - 1}"
+    measured = f"at T={t}, position {t - 1} follows {spans(seen) or 'no earlier position'} of 0-{t - 2}"
+    if outside:
+        keys = t - min(outside)
+        why = f"at T={t} the last position sees {keys} keys, itself included, back to position {min(outside)}: "
+        if keys == w + 1:
+            why += (f"one more than the window of {w} ({field}), the slip of transformers#39408 (flash-attn's "
+                    "window_size=(W, 0) attends to W + 1 keys; W keys, itself included, is (W - 1, 0)).")
+        else:
+            why += f"more than the window of {w} ({field})."
+        return Result("sees-past", "fail", measured, why)
+    if missed:
+        return Result("sees-past", "fail", measured,
+                      f"at T={t} the last position does not follow {spans(missed)}, inside the window of {w} keys "
+                      f"({field}): it sees less than its window.")
+    return Result("sees-past", "pass", f"{measured}: its window of {w} keys, itself included, and nothing before")
+
+
+ROPE = ("does not apply: RoPE's weights depend on q and k as well as on their distance and favour no direction that "
+        "holds for every input, so from outside the module there is no profile over distance to assert; a rotation "
+        "cached without its offset is the kv-cache check's finding (--kv-cache), a rotation that lets a later key in "
+        "the causality check's.")
+
+
+def check_distance(m: Module, gen: torch.Generator) -> Result:
+    """Relative positions as the module declares them. ALiBi (``positions="alibi"``): with the same token at every
+    position, the only thing that tells keys apart is their distance, and a small change to key j's token moves the
+    last query's output by its weight on key j times a fixed vector (the scores' own change moves nothing where all
+    values are equal); that weight must fall with distance (ALiBi's bias is -slope * distance, slopes positive), so
+    slopes of the wrong sign or a bias never added fail. RoPE: n/a, with the reason."""
+    if m.settings.positions == "rope":
+        return Result("distance", "n/a", "RoPE: no direction over distance to check", ROPE)
+    if m.settings.vocab:
+        return Result("distance", "n/a", "token ids: no small change to a token",
+                      "does not apply to token ids: a changed token is no small step, so the weights cannot be read "
+                      "from how far the output moves; check the attention module on its own.")
+    m64 = m.copy()
+    t = min(16, m.settings.max_len)
+    x = m64.inputs(gen, 2, 1).expand(2, t, m.width).clone()  # (2, T, C): one token repeated at every position
+    step = 1e-2 if m.work == torch.float32 else 1e-5  # float32's rounding is 1e-7 of the output
+    nudge = torch.randn(2, 1, m.width, generator=gen, dtype=x.dtype) * step
+    xs = x.repeat(t, 1, 1)  # (2 * T, T, C): row pair j has position j nudged
+    for j in range(t):
+        xs[2 * j : 2 * j + 2, j : j + 1] += nudge
+    base, ys = m64(x)[:, -1], m64(xs)[:, -1]
+    by_pos = torch.stack([(ys[2 * j : 2 * j + 2] - base).double().norm() for j in range(t)])  # (T,)
+    weight = by_pos.flip(0) / by_pos.max()  # (T,): by distance 0..T-1 from the last query, the largest 1
+    far = float(weight[-1] / weight[1])
+    rises = [d for d in range(1, t - 1) if weight[d + 1] > weight[d] * 1.01]
+    measured = f"at T={t}, the farthest key (distance {t - 1}) weighs {far:.2g} times the nearest earlier one"
+    if far > 1.01:
+        return Result("distance", "fail", measured,
+                      f"with the same token at every position, the last query's weight grows with distance (the key "
+                      f"{t - 1} away weighs {far:.2g} times the nearest earlier one): ALiBi's bias, -slope * distance, "
+                      "favours nearer keys; slopes of the wrong sign?")
+    if far > 0.99:
+        return Result("distance", "fail", measured,
+                      "with the same token at every position, the last query's weights do not fall with distance: "
+                      "ALiBi's bias, -slope * distance, favours nearer keys; is the bias added to the scores?")
+    if rises:
+        return Result("distance", "fail", measured,
+                      f"with the same token at every position, the last query's weight rises from distance {rises[0]} "
+                      f"to {rises[0] + 1}: ALiBi's bias, -slope * distance, falls with every step of distance.")
+    return Result("distance", "pass", measured + ", falling at every step (ALiBi: nearer keys weigh more)")
 
 
 def check_batch(m: Module, gen: torch.Generator) -> Result:
@@ -560,10 +674,12 @@ def check_16bit(m: Module, gen: torch.Generator) -> Result:
 
 def large_scores(low: Module, ref: Module, x: Tensor, t: int) -> Result:
     """The float16 copy at the largest input scale whose float32 scores stay under 0.9 * FP16_MAX (steps of 2^(1/4):
-    the scores grow by sqrt 2 each step), or at input scale 100 when the scores are not visible."""
-    scale, product, scores = None, None, None
+    the scores grow by sqrt 2 each step; where they grow by under 5% two steps running, a norm on q and k or a soft
+    cap bounds them, and the input grows no further: past there only the input itself would overflow), or at input
+    scale 100 when the scores are not visible."""
+    scale, product, scores, flat = None, None, None, 0
     s = 1.0
-    while s < 1e6:
+    while s < 1e6 and flat < 2:
         watch = ScoreWatch(t)
         with watch:
             y = ref(x * s)
@@ -572,6 +688,7 @@ def large_scores(low: Module, ref: Module, x: Tensor, t: int) -> Result:
         seen = watch.scores if watch.scores is not None else watch.product
         if seen > 0.9 * FP16_MAX:
             break
+        flat = flat + 1 if scores is not None and seen < 1.05 * scores else 0  # a norm on q and k, a soft cap
         scale, product, scores = s, watch.product, seen
         s *= 2 ** 0.25
     if scale is None:  # no scores visible (a fused kernel): a plain large input
@@ -586,8 +703,10 @@ def large_scores(low: Module, ref: Module, x: Tensor, t: int) -> Result:
         out = low(x16)
     if torch.isfinite(out).all():
         inside = f" and q k^T {product:.3g}" if product and product != scores else ""
+        bounded = (" (the scores stop growing with the input: a norm on q and k, or a soft cap, bounds them)"
+                   if flat >= 2 else "")
         return Result("16-bit", "pass", f"float16 finite at input scale {scale:.3g}, where the scores reach "
-                                        f"{scores:.3g}{inside}")
+                                        f"{scores:.3g}{inside}{bounded}")
     if product is not None and product > FP16_MAX and watch.product == float("inf"):
         why = (f"q k^T reaches {product:.3g} before its scale, past float16's largest 65504, while the scaled scores "
                f"stay at {scores:.3g}; a scale applied after the product overflows: multiply q by the scale before "
@@ -607,6 +726,7 @@ CHECKS = {
     "causality": check_causality,
     "sees-itself": check_sees_itself,
     "sees-past": check_sees_past,
+    "distance": check_distance,
     "batch": check_batch,
     "padding": check_padding,
     "kv-cache": check_kv_cache,
@@ -616,5 +736,7 @@ CHECKS = {
 
 
 def applicable(settings: Settings) -> list[str]:
-    """The module checks that apply: padding and the KV cache only where the module offers them."""
-    return [n for n in CHECKS if (n != "padding" or settings.padding) and (n != "kv-cache" or settings.kv_cache)]
+    """The module checks that apply: padding, the KV cache and distance only where the module offers or declares
+    them."""
+    offered = {"padding": settings.padding, "kv-cache": settings.kv_cache, "distance": settings.positions}
+    return [n for n in CHECKS if offered.get(n, True)]

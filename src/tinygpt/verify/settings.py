@@ -10,6 +10,7 @@ from tinygpt.runtime.checks import is_number, one_of, positive_int
 
 LEVELS = ("auto", "function", "module")
 MASKS = ("keep", "hide")
+POSITIONS = ("alibi", "rope")  # relative positions a module may declare (the distance check)
 
 
 @dataclass(frozen=True)
@@ -23,12 +24,16 @@ class Settings:
     padding: str | None = None  # the module's keyword for a (B, T) bool padding mask, True = real token
     kv_cache: str | None = None  # the module's method step(x_new, cache) -> (y_new, cache), cache None at first
     strict_16bit: bool = False  # a 16-bit failure fails (by default it is a warning: a finding, not a math bug)
+    window: int | None = None  # a sliding window: each query sees its last `window` keys, itself included
+    positions: str | None = None  # alibi | rope: the relative positions the module declares (the distance check)
     seed: int = 0
 
     def __post_init__(self):
         one_of("level", self.level, LEVELS)
         one_of("mask", self.mask, MASKS)
-        for key in ("width", "vocab"):
+        if self.positions is not None:
+            one_of("positions", self.positions, POSITIONS)
+        for key in ("width", "vocab", "window"):
             if getattr(self, key) is not None:
                 positive_int(key, getattr(self, key))
         positive_int("max_len", self.max_len)
