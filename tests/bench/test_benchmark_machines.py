@@ -105,6 +105,30 @@ def test_the_refusals_section_names_the_untimed_cases_and_why_some_refusals_wait
     text = "\n".join(refusal_lines({"refusals": {"repeats": 3, "train_py": walls, "floors": floors}}, []))
     assert "| `python train.py model.n_head=5` | 0.55 s | +0.40 s |" in text
     assert ("not timed in this run (the benchmark times them from its next run on): `python train.py "
-            "data.tokenizer=bpe data.bpe_vocab_size=1`") in text and "`python train.py ckpt_path=notes.zip`." in text
+            "data.tokenizer=bpe data.bpe_vocab_size=1`") in text and "`python train.py ckpt_path=notes.zip`, " in text
+    assert ("`python train.py ckpt_path=last hydra.run.dir=killed`, `python scripts/sample.py --ckpt notes.zip`, "
+            "`HF_HUB_OFFLINE=1 python scripts/sample.py --init_from gpt2`, ") in text
+    assert "`python scripts/export_hf.py --ckpt patched.ckpt --out exported`." in text
     assert "| refusal | why it needs torch |" in text and len(AFTER_TORCH) >= 3
     assert all(f"| {what} | {why} |" in text for what, why in AFTER_TORCH)
+
+
+def test_the_refusals_table_times_the_scripts_and_each_ones_cpu_where_measured():
+    """The issue's cases (a zip as a checkpoint, the Hub offline, an empty prompt, text for a token-id model, a leaky
+    or patched export, a run killed before its first checkpoint) are rows of their own, with the CPU time beside the
+    wall (under load the wall is the machine's, the CPU the program's)."""
+    from tinygpt.bench.programs import REFUSALS, SCRIPT_REFUSALS
+    from tinygpt.bench.report import refusal_lines
+
+    cpu = {**{o: 0.4 for o in (*REFUSALS, *SCRIPT_REFUSALS)}, "python -c 'import hydra'": 0.1}
+    floors = {"python -c 'import hydra'": 0.15, "python -c 'import torch'": 1.2, "python -c 'import lightning'": 5.0}
+    text = "\n".join(refusal_lines({"refusals": {
+        "repeats": 3, "train_py": {o: 0.55 for o in REFUSALS}, "scripts": {o: 0.65 for o in SCRIPT_REFUSALS},
+        "floors": floors, "cpu_s": cpu}}, []))
+    assert "| command | wall | CPU | after `import hydra` |" in text and "not timed in this run" not in text
+    assert "| `python train.py ckpt_path=last hydra.run.dir=killed` | 0.55 s | 0.40 s | +0.40 s |" in text
+    assert "| `HF_HUB_OFFLINE=1 python scripts/sample.py --init_from gpt2` | 0.65 s | 0.40 s | +0.50 s |" in text
+    assert "| `python scripts/attention.py --ckpt ids.ckpt --text hello` | 0.65 s | 0.40 s | +0.50 s |" in text
+    assert "| `python -c 'import hydra'` | 0.15 s | 0.10 s | +0.00 s |" in text
+    assert "| `python -c 'import torch'` | 1.20 s | | +1.05 s |" in text  # a floor taken without its CPU time
+    assert "the slowest here is 0.50 s after `import hydra`" in text

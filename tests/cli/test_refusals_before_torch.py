@@ -100,3 +100,23 @@ def test_a_hub_name_sample_cannot_reach_is_one_line_before_torch(tmp_path):
         out.stderr[-2000:]
     imported = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
     assert "torch" not in imported
+
+
+@pytest.mark.parametrize("text, says", [
+    ("hello", "this checkpoint has no tokenizer (its data were token ids, e.g. random_tokens): give the text as "
+              "space-separated ids, e.g. --text '3 14 15', not 'hello'."),
+    ("3 14 999", "token id 999 in --text '3 14 999' is outside this checkpoint's vocabulary of 64 tokens; give ids "
+                 "from 0 to 63."),
+])
+def test_a_text_the_attention_checkpoint_cannot_take_is_one_line_before_torch(tmp_path, text, says):
+    """A text for a token-id checkpoint had been refused only after the model had loaded: the checkpoint's tokenizer
+    and vocabulary, read from its pickle without torch, say so at once."""
+    from helpers import write_checkpoint
+
+    ckpt = write_checkpoint(tmp_path / "ids" / "checkpoints" / "last.ckpt")
+    out = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "scripts" / "attention.py"), "--ckpt",
+                          str(ckpt), "--text", text], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    errors = [line for line in out.stderr.splitlines() if not line.startswith("import time:")]
+    assert out.returncode == 2 and errors == [f"error: attention: {says}"], out.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" not in imported and not (tmp_path / "ids" / "attention").exists()

@@ -57,3 +57,17 @@ def test_a_number_is_echoed_as_the_user_writes_it():
     assert as_written(float("nan")) == "nan" and as_written("x") == "'x'" and as_written(3) == "3"
     for value in written:
         assert float(as_written(value)) == value
+
+
+def test_a_resume_that_changes_the_rate_echoes_both_rates_as_written():
+    """A resume with optim.lr=1e12 had been told 'this run sets 1000000000000.0', and one trained at -1 ... '-1.0'."""
+    from pathlib import Path
+
+    from tinygpt.runtime.resume_record import optimizer_changed
+
+    assert optimizer_changed(Path("run/last.ckpt"), "optim.lr", 0.001, 1e12) == (
+        "ckpt_path='run/last.ckpt' was trained with optim.lr=0.001, but this run sets 1e12: a resume restores the "
+        "optimizer and its schedule, so the new value would not train; resume with optim.lr=0.001, or start a new "
+        "run.")
+    assert "optim.betas=[0.9, 0.95], but this run sets [0.9, 0.99]" in optimizer_changed(
+        Path("run/last.ckpt"), "optim.betas", [0.9, 0.95], [0.9, 0.99])

@@ -401,6 +401,27 @@ def test_a_run_killed_before_its_first_checkpoint_is_no_dead_end(tmp_path, capsy
         f"(the default is unique), or delete {run} to start it over there.")
 
 
+def test_resuming_a_run_killed_before_its_first_checkpoint_is_refused_before_hydra_writes_into_it(tmp_path, capsys):
+    """ckpt_path=last into a run dir without a checkpoint had been refused only after Hydra had written its .hydra/
+    files there (the killed run's record of its own overrides replaced by 'ckpt_path=last') and a train.log: now
+    the run dir guard refuses it, before the job's dir is touched."""
+    from tinygpt.runtime.run_dirs import RunDirGuard
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- seed=5\n")
+    (run / "config.yaml").write_text("seed: 5\n")
+    config = OmegaConf.create({"ckpt_path": "last", "hydra": {"run": {"dir": str(run)}}})
+    with pytest.raises(SystemExit) as stopped:
+        RunDirGuard().on_run_start(config)
+    assert stopped.value.code == 2 and capsys.readouterr().err.strip() == (
+        f"error: ckpt_path=last but the run in hydra.run.dir='{run}' left no checkpoint ({run}/checkpoints/last.ckpt "
+        "does not exist: it stopped before its first one, or saved none), so there is nothing to resume; start it "
+        f"over without ckpt_path=last, in another hydra.run.dir or after deleting {run}.")
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == [Path(".hydra"), Path(".hydra/overrides.yaml"),
+                                                                  Path("config.yaml")]
+
+
 @pytest.mark.parametrize("value, hint", [("lst", " (did you mean last?)"), ("latest", " (did you mean last?)"),
                                          ("best", "")])
 def test_a_mistyped_last_is_named(tmp_path, value, hint):

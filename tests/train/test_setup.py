@@ -279,6 +279,15 @@ def test_a_run_that_ends_inside_its_warmup_says_it_never_reaches_the_rate():
     assert warmup_note(AdamWCosine(lr=1e-3, min_lr=1e-4, warmup_steps=19, decay_steps=20), 20) is None
 
 
+def test_the_warmup_note_echoes_the_rate_as_written():
+    """optim.lr=1e12 had been echoed as 1e+12 (Python's :g), not as the user wrote it."""
+    from tinygpt.train.optim import AdamWCosine
+    from tinygpt.train.setup import warmup_note
+
+    note = warmup_note(AdamWCosine(lr=1e12, min_lr=0.0, warmup_steps=100, decay_steps=20), 20)
+    assert "never reaches optim.lr=1e12 (it peaks at" in note
+
+
 def test_debug_fast_does_not_tell_the_user_to_lower_its_own_warmup():
     """debug=fast's 10 steps under the default 100 warmup steps had printed the note asking the user to lower them."""
     from hydra.utils import instantiate

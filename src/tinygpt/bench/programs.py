@@ -252,39 +252,95 @@ def levers(data_args: list[str], steps: int, seed: int, cache_dir: str, quick: b
 REFUSALS = ("model.n_head=5", "trainer.max_steps=-1", "data.batch_size=0", "callbacks.leak_alarm.action=shout",
             "ckpt_path=/nonexistent", "init_from=/nonexistent", "data.tokenizer=bpe data.bpe_vocab_size=1",
             "corpus=random_tokens corpus.n_tokens=100000000000", "corpus=text_file corpus.path=five.txt",
-            "ckpt_path=notes.zip")  # bad values, each refused in one line, exit 2 (the files: made in the scratch dir)
+            "ckpt_path=notes.zip", "ckpt_path=last hydra.run.dir=killed")  # bad values, each refused in one line,
+# exit 2 (the files: made in the scratch dir by refusal_files; killed: a run dir killed before its first checkpoint)
+SCRIPT_REFUSALS = (  # the scripts' refusals answered by a file's layout, a checkpoint's pickle or the Hub's reach
+    "scripts/sample.py --ckpt notes.zip", "HF_HUB_OFFLINE=1 scripts/sample.py --init_from gpt2",
+    "scripts/sample.py --ckpt text.ckpt --prompt ''", "scripts/sample.py --ckpt ids.ckpt --prompt ROMEO:",
+    "scripts/attention.py --ckpt ids.ckpt --text hello", "scripts/export_hf.py --ckpt leaky.ckpt --out exported",
+    "scripts/export_hf.py --ckpt patched.ckpt --out exported")
 FLOORS = {"python -c 'import hydra'": "import hydra", "python -c 'import torch'": "import torch",
           "python -c 'import lightning'": "import lightning"}
 
 
+def refusal_files(scratch: Path) -> None:
+    """The files REFUSALS and SCRIPT_REFUSALS name: a corpus too short for any split, a zip that is not a checkpoint,
+    a run dir killed before its first checkpoint, and small checkpoints (a token-id model, a character model, one
+    trained without the causal mask, one with experiment 3's off_by_one patch) whose settings refuse them."""
+    import torch
+
+    from tinygpt.data.tokenizer import train_tokenizer
+
+    (scratch / "five.txt").write_text("hello")
+    with zipfile.ZipFile(scratch / "notes.zip", "w") as z:
+        z.writestr("notes/a.txt", "hello")
+    (scratch / "killed" / ".hydra").mkdir(parents=True)
+    (scratch / "killed" / "config.yaml").write_text("seed: 1337\n")  # set-up had written it; no checkpoint yet
+    model = {"block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16}
+    bug = {"_target_": "tinygpt.experiments.partial_leaks.bugs.AttentionBug", "kind": "off_by_one"}
+    for name, extra, tokenizer in [
+            ("ids", {}, None), ("text", {}, train_tokenizer("char", ["hello world"]).to_str()),
+            ("leaky", {"attn": {"causal": False}}, None), ("patched", {"patch": [bug]}, None)]:
+        ckpt = {"state_dict": {"model.lm_head.weight": torch.zeros(64, 16)}, "global_step": 60,
+                "hyper_parameters": {"model": {**model, **extra}, "vocab_size": 64}}  # read without torch, never loaded
+        if tokenizer is not None:
+            ckpt["tokenizer"] = tokenizer
+        torch.save(ckpt, scratch / f"{name}.ckpt")
+
+
+def script_command(refusal: str) -> tuple[list[str], dict]:
+    """A SCRIPT_REFUSALS entry as (argv, the environment's additions): its leading NAME=value words are the
+    environment, the rest a script of this checkout and its arguments."""
+    import shlex
+
+    words = shlex.split(refusal)
+    env = {}
+    while "=" in words[0]:
+        name, value = words.pop(0).split("=", 1)
+        env[name] = value
+    return [sys.executable, str(ROOT / words[0]), *words[1:]], env
+
+
 def refusal_times(repeats: int = 3, floors: dict | None = None) -> dict:
-    """The time from a typo to its one-line error: launch to exit of ``python train.py <bad value>`` (exit 2, in a
-    scratch dir), the median of ``repeats``, beside the imports that bound it (Hydra's: the floor for any check of
-    a composed config; torch's and Lightning's: what a refusal after them would cost): ``floors``, import_floors'
-    measures when this run took them, else measured here."""
-    def median_wall(cmd: list[str], cwd: str, code: int) -> float:
-        walls = []
+    """The time from a typo to its one-line error: launch to exit of ``python train.py <bad value>`` and of the
+    scripts' SCRIPT_REFUSALS (exit 2, in a scratch dir), the median of ``repeats``, and its CPU time (user + sys,
+    the median: a figure a loaded machine inflates less than the wall), beside the imports that bound it (Hydra's:
+    the floor for any check of a composed config; torch's and Lightning's: what a refusal after them would cost):
+    ``floors``, import_floors' measures when this run took them, else measured here."""
+    import resource
+
+    cpu = {}
+
+    def median_wall(name: str, cmd: list[str], cwd: str, code: int, env: dict | None = None) -> float:
+        walls, cpus = [], []
         for _ in range(repeats):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
-                                  env={**os.environ, "WANDB_MODE": "offline"})
+                                  env={**os.environ, "WANDB_MODE": "offline", **(env or {})})
             walls.append(time.perf_counter() - t0)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
             if proc.returncode != code:
                 raise SystemExit(f"{' '.join(cmd[1:])} exited {proc.returncode}, expected {code}:\n"
                                  f"{proc.stderr[-2000:]}")
+        cpu[name] = sorted(cpus)[len(cpus) // 2]
         return sorted(walls)[len(walls) // 2]
 
     with tempfile.TemporaryDirectory() as scratch:
-        Path(scratch, "five.txt").write_text("hello")  # a corpus too short for any split
-        with zipfile.ZipFile(Path(scratch, "notes.zip"), "w") as z:  # a zip that is not a checkpoint
-            z.writestr("notes/a.txt", "hello")
-        refusals = {o: median_wall([sys.executable, str(ROOT / "train.py"), *o.split()], scratch, 2)
+        refusal_files(Path(scratch))
+        refusals = {o: median_wall(o, [sys.executable, str(ROOT / "train.py"), *o.split()], scratch, 2)
                     for o in REFUSALS}
+        hub = {"HF_HUB_CACHE": str(Path(scratch) / "hf")}  # an empty cache: the Hub name is refused, not found
+        scripts = {}
+        for o in SCRIPT_REFUSALS:
+            argv, env = script_command(o)
+            scripts[o] = median_wall(o, argv, scratch, 2, {**hub, **env})
         floors = ({cmd: floors[code]["wall_s"] for cmd, code in FLOORS.items()} if floors else
-                  {cmd: median_wall([sys.executable, "-c", code], scratch, 0) for cmd, code in FLOORS.items()})
-    for name, wall in {**refusals, **floors}.items():
-        console.print(f"{name}: {wall:.2f} s")
-    return {"repeats": repeats, "train_py": refusals, "floors": floors}
+                  {cmd: median_wall(cmd, [sys.executable, "-c", code], scratch, 0) for cmd, code in FLOORS.items()})
+    for name, wall in {**refusals, **scripts, **floors}.items():
+        console.print(f"{name}: {wall:.2f} s" + (f" ({cpu[name]:.2f} s CPU)" if name in cpu else ""))
+    return {"repeats": repeats, "train_py": refusals, "scripts": scripts, "floors": floors, "cpu_s": cpu}
 
 
 def debug_fast_wall(cache_dir: str) -> float:

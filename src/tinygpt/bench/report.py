@@ -14,7 +14,7 @@ import re
 import statistics
 from pathlib import Path
 
-from tinygpt.bench.programs import REFUSALS
+from tinygpt.bench.programs import REFUSALS, SCRIPT_REFUSALS
 from tinygpt.runtime.console import fmt
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout that holds docs/
@@ -310,34 +310,49 @@ def training_lines(r: dict, json_path: Path, earlier) -> list[str]:
 
 
 def refusal_lines(r: dict, others) -> list[str]:
-    """From a typo to its one-line error: train.py refusing bad values, beside the imports that bound it."""
+    """From a typo to its one-line error: train.py and the scripts refusing bad values, beside the imports that bound
+    them (with each one's CPU time where the run measured it)."""
     found = latest_with("refusals", r, others)
     if found is None:
         return []
     path, run = found
     ref = run["refusals"]
-    floors, walls = ref["floors"], ref["train_py"]
+    floors, cpu = ref["floors"], ref.get("cpu_s") or {}
+    walls = {**{f"python train.py {o}": w for o, w in ref["train_py"].items()},
+             **{shown_script(o): w for o, w in (ref.get("scripts") or {}).items()}}
+    cpus = {**{f"python train.py {o}": cpu.get(o) for o in ref["train_py"]},
+            **{shown_script(o): cpu.get(o) for o in ref.get("scripts") or {}}, **{f: cpu.get(f) for f in floors}}
     hydra = floors["python -c 'import hydra'"]
-    rows = [f"| `python train.py {o}` | {w:.2f} s | {w - hydra:+.2f} s |" for o, w in walls.items()]
-    rows += [f"| `{name}` | {w:.2f} s | {w - hydra:+.2f} s |" for name, w in floors.items()]
+    with_cpu = any(c is not None for c in cpus.values())
+    rows = [f"| `{name}` | {w:.2f} s |" + (f" {cpus[name]:.2f} s |" if cpus[name] is not None else " |") * with_cpu
+            + f" {w - hydra:+.2f} s |" for name, w in {**walls, **floors}.items()]
     worst = max(walls.values()) - hydra
-    unmeasured = [o for o in REFUSALS if o not in walls]
+    unmeasured = [f"python train.py {o}" for o in REFUSALS if o not in ref["train_py"]] + [
+        shown_script(o) for o in SCRIPT_REFUSALS if o not in (ref.get("scripts") or {})]
     return [
         "## From a typo to its one-line error",
         "",
-        f"Launch to exit, the median of {ref['repeats']} runs each, in a scratch dir: `python train.py` refusing a bad "
-        "value (exit 2, one line), beside the imports that bound it. Every value is checked before torch, "
-        "Lightning or W&B is imported (`tinygpt.train.values`), so a refusal costs Hydra's start and the config's "
-        f"composition: the slowest here is {worst:.2f} s after `import hydra` (goal: within about a second of it); "
-        "a refusal after the heavy imports would cost at least `import lightning`."
+        f"Launch to exit, the median of {ref['repeats']} runs each, in a scratch dir: `python train.py` and the "
+        "scripts refusing a bad value (exit 2, one line), beside the imports that bound it"
+        + (" (CPU: user + sys, the median; a loaded machine inflates it less than the wall)" if with_cpu else "")
+        + ". Every value is checked before torch, Lightning or W&B is imported (`tinygpt.train.values`; the scripts "
+        "read a checkpoint's layout and settings from its pickle without torch), so a refusal costs Hydra's start and "
+        f"the config's composition: the slowest here is {worst:.2f} s after `import hydra` (goal: within about a "
+        "second of it); a refusal after the heavy imports would cost at least `import lightning`."
         + source_note(path, run),
         "",
-        "| command | wall | after `import hydra` |",
-        "|---|---|---|",
+        "| command | wall |" + " CPU |" * with_cpu + " after `import hydra` |",
+        "|---|---|" + "---|" * with_cpu + "---|",
         *rows,
         "",
         *([f"Refused before torch too, not timed in this run (the benchmark times them from its next run on): "
-           f"{', '.join(f'`python train.py {o}`' for o in unmeasured)}.", ""] if unmeasured else []),
+           f"{', '.join(f'`{o}`' for o in unmeasured)}.", ""] if unmeasured else []),
+        "The files these commands name are made in the scratch dir (`tinygpt.bench.programs.refusal_files`): "
+        "`five.txt` a 5-byte corpus, `notes.zip` a zip that is not a checkpoint, `killed` a run dir killed before its "
+        "first checkpoint, `ids.ckpt` a token-id model, `text.ckpt` a character model, `leaky.ckpt` one trained with "
+        "`model.attn.causal=false`, `patched.ckpt` one with experiment 3's `off_by_one` patch; `HF_HUB_OFFLINE=1` "
+        "runs with an empty Hub cache.",
+        "",
         "Refusals that wait for torch, and why: each answer is something only torch (or Lightning) can read. Every "
         "other refusal of train.py and the scripts (a checkpoint's layout, settings and step, a prompt's tokens, a "
         "run's config.yaml, a Hub name the Hub cannot serve) comes before torch is imported.",
@@ -347,6 +362,13 @@ def refusal_lines(r: dict, others) -> list[str]:
         *[f"| {what} | {why} |" for what, why in AFTER_TORCH],
         "",
     ]
+
+
+def shown_script(refusal: str) -> str:
+    """A SCRIPT_REFUSALS entry as a user types it: 'HF_HUB_OFFLINE=1 python scripts/sample.py --init_from gpt2'."""
+    words = refusal.split(" ")
+    n_env = next(i for i, w in enumerate(words) if "=" not in w)  # leading NAME=value words: the environment
+    return " ".join([*words[:n_env], "python", *words[n_env:]])
 
 
 # the refusals that must wait for torch (docs/benchmarks.md, "From a typo to its one-line error"): (what, why)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from tinygpt.cli.sample import add_model_source, check_pretrained, find_latest_checkpoint, token_ids
+from tinygpt.cli.sample import (add_model_source, check_pretrained, checkpoint_vocabulary,
+                                find_latest_checkpoint, token_ids)
 from tinygpt.data.tokenizer import UNK, decode, encode
 from tinygpt.pictures.plots import LayerPlotter, token_label
 from tinygpt.runtime.errors import ConfigError, OneLineParser, print_error
@@ -153,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.png is not None:
             check_writable(args.png, f"--png={args.png}", directory=True)
         path = checkpoint_file(ckpt)
-    except (FileNotFoundError, ConfigError) as err:
+        if (found := checkpoint_vocabulary(path)) is not None:  # the text as its pickle's tokenizer takes it
+            tokens(found[0], args.text, block_size=2**63, vocab_size=found[1])
+    except (FileNotFoundError, ConfigError, ValueError) as err:
         print_error(f"attention: {err}")
         return 2
     from tinygpt.experiments.partial_leaks.bugs import BuggyAttention

@@ -130,22 +130,30 @@ def check_pretrained(source: str) -> None:
         read_settings(local, where=f"init_from={source!r}")
 
 
-def check_prompts(ckpt: Path, prompts: list[str]) -> None:
-    """Each prompt as the checkpoint's tokenizer (or its vocabulary of ids) takes it, read from the checkpoint's
-    pickle without torch: an empty prompt, or text for a token-id model, is one sentence before the model loads (it
-    had been after, in 7-8 s). A checkpoint that cannot be read so is left to the load."""
+def checkpoint_vocabulary(ckpt: Path) -> tuple[Tokenizer | None, int] | None:
+    """The tokenizer (None: a token-id model) and the vocabulary size a checkpoint's pickle records, read without
+    torch (a few ms where loading the model takes seconds); None when it cannot be read so (the load says why)."""
     from tinygpt.runtime.resume_record import checkpoint_record
 
     record = checkpoint_record(ckpt)
     hp = record.get("hyper_parameters") if isinstance(record, dict) else None
     vocab = hp.get("vocab_size") if isinstance(hp, dict) else None
     if not isinstance(vocab, int) or not isinstance(record.get("tokenizer"), (str, type(None))):
-        return
-    tok = None
-    if record.get("tokenizer"):
-        from tokenizers import Tokenizer
+        return None
+    if not record.get("tokenizer"):
+        return None, vocab
+    from tokenizers import Tokenizer
 
-        tok = Tokenizer.from_str(record["tokenizer"])
+    return Tokenizer.from_str(record["tokenizer"]), vocab
+
+
+def check_prompts(ckpt: Path, prompts: list[str]) -> None:
+    """Each prompt as the checkpoint's tokenizer (or its vocabulary of ids) takes it, read from the checkpoint's
+    pickle without torch: an empty prompt, or text for a token-id model, is one sentence before the model loads (it
+    had been after, in 7-8 s). A checkpoint that cannot be read so is left to the load."""
+    if (found := checkpoint_vocabulary(ckpt)) is None:
+        return
+    tok, vocab = found
     for prompt in prompts:
         prompt_ids(tok, prompt, vocab)
 

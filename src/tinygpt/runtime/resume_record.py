@@ -11,6 +11,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from tinygpt.runtime.checks import as_written
 from tinygpt.runtime.errors import ConfigError
 
 # the optimizer's settings a resume cannot change: the optimizer's state and its schedule's base rate come back from
@@ -204,8 +205,9 @@ def check_last_is_latest(path: Path, step: int, out_dir: Path) -> None:
 
 def optimizer_changed(path: Path, key: str, was, now) -> str:
     """The sentence for a resume that sets an optimizer setting other than the one the run trained with."""
-    return (f"ckpt_path={str(path)!r} was trained with {key}={was!r}, but this run sets {now!r}: a resume restores "
-            f"the optimizer and its schedule, so the new value would not train; resume with {key}={was!r}, or start "
+    was, now = as_written(was), as_written(now)  # 1e12, not 1000000000000.0
+    return (f"ckpt_path={str(path)!r} was trained with {key}={was}, but this run sets {now}: a resume restores "
+            f"the optimizer and its schedule, so the new value would not train; resume with {key}={was}, or start "
             "a new run.")
 
 

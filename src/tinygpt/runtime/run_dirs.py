@@ -246,6 +246,11 @@ class RunDirGuard(Callback):
         note_new_run_dir(run_dir)
         writable_dir("hydra.run.dir", run_dir)
         ckpt = config.get("ckpt_path")
+        if holds_run(run_dir) and resumes_into(run_dir, ckpt):  # a resume of a run that left no checkpoint (killed
+            try:  # before its first one) refused here, before Hydra writes its .hydra/ files over that run's
+                resolve_ckpt_path(str(ckpt), run_dir)
+            except (ConfigError, FileNotFoundError) as err:
+                _fail(str(err))
         if holds_run(run_dir) and not resumes_into(run_dir, ckpt):
             if ckpt not in (None, ""):  # a mistyped ckpt_path (lst): named before the dir's own refusal
                 try:

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from tinygpt.model.gpt import Block, GPTConfig
 from tinygpt.runtime.resume_record import check_last_is_latest, check_resume_config, run_dir_of
+from tinygpt.runtime.checks import as_written
 from tinygpt.runtime import checkpoint, distributed, run_dirs, tracking
 from tinygpt.runtime.console import out as console
 from tinygpt.runtime.console import set_quiet
@@ -320,7 +321,7 @@ def warmup_note(optim: AdamWCosine, max_steps: int) -> str | None:
     peak = lr_at(max_steps - 1, lr=optim.lr, min_lr=optim.min_lr, warmup_steps=optim.warmup_steps,
                  decay_steps=optim.decay_steps)
     return (f"note: optim.warmup_steps={optim.warmup_steps} is not below trainer.max_steps={max_steps}: the rate "
-            f"never reaches optim.lr={optim.lr:g} (it peaks at {peak:.3g} at the last step); lower "
+            f"never reaches optim.lr={as_written(optim.lr)} (it peaks at {peak:.3g} at the last step); lower "
             "optim.warmup_steps to train at the rate you set.")
 
 
