@@ -370,7 +370,8 @@ def test_an_archive_that_is_not_a_train_py_checkpoint_is_refused_from_its_layout
     torch.save({"weights": torch.zeros(2)}, weights)
     with pytest.raises(ConfigError) as err:
         check_archive(weights)
-    assert str(err.value) == f"checkpoint {str(weights)!r} was not written by train.py (no state_dict/hyper_parameters)."
+    assert str(err.value) == (f"checkpoint {str(weights)!r} was not written by train.py (no "
+                              "state_dict/hyper_parameters).")
     write_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
     check_archive(tmp_path / "run" / "checkpoints" / "last.ckpt")
 

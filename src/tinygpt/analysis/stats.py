@@ -30,7 +30,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 LEVEL = 0.95  # every interval in the reports
 N_BOOT = 2000  # bootstrap replicates
@@ -97,6 +96,8 @@ class Estimate:
             return cls(float(value), math.nan, math.nan, level, reps, parts, df, bad)
         a = (1 - level) / 2
         q_lo, q_hi = np.quantile(finite, [a, 1 - a])
+        from scipy import stats as scipy_stats  # here, not at the top: a report's refusals answer before scipy
+
         widen = float(scipy_stats.t.ppf(1 - a, df) / scipy_stats.norm.ppf(1 - a)) if math.isfinite(df) else 1.0
         v = float(value)
         return cls(v, v - widen * (v - q_lo), v + widen * (q_hi - v), level, reps, parts, df, bad)

@@ -236,7 +236,6 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None, force: b
     check_out(out, force)
     from tinygpt.analysis import records
 
-    module = importlib.import_module(f"tinygpt.experiments.{experiment}.report")
     kept = [s for s in sweeps if records.is_records(s)]
     if kept and len(kept) != len(sweeps) or len(kept) > 1:
         raise ReportError("give one records file (runs.json.gz) alone, or sweep dirs; not both or several.")
@@ -249,6 +248,9 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None, force: b
         runs = load_runs(sweeps, unstarted)
     refuse_foreign(runs, experiment)
     refuse_mixed(runs, experiment)
+    # the report's module (it imports torch and scipy) after the runs are read: a dir that is not a run's, or runs
+    # another experiment's or another setting's, are refused by what their files say, at once
+    module = importlib.import_module(f"tinygpt.experiments.{experiment}.report")
     runs, excluded = results(runs, unstarted)
     excluded = [(str(r.dir), why) for r, why in excluded] + unstarted
     for where, why in excluded:

@@ -282,8 +282,8 @@ class RunDirGuard(Callback):
                 changed = changed_sweep(sweep_dir, config)
                 if changed:
                     _fail(changed)
-                print(f"continuing the sweep in {sweep_dir}: ended jobs ({', '.join(ENDED)}) are skipped, interrupted ones resume "
-                      "from their checkpoint, the others start.", file=sys.stderr, flush=True)
+                print(f"continuing the sweep in {sweep_dir}: ended jobs ({', '.join(ENDED)}) are skipped, interrupted "
+                      "ones resume from their checkpoint, the others start.", file=sys.stderr, flush=True)
                 return
             _fail(f"hydra.sweep.dir={str(sweep_dir)!r} already holds a sweep's runs; choose another dir (the "
                   "default is unique), or continue that sweep: the same command with ckpt_path=last.")
