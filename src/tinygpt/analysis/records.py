@@ -19,8 +19,8 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +34,9 @@ FORMAT = 1  # the records' layout; a file of another layout is refused
 @dataclass(frozen=True)
 class Reads:
     """What a report reads of each run: ``summary`` keys (the config is always kept), ``history`` series (exact
-    names, or a prefix ending in "/" for every series under it), whether it reads each validation window's mean loss, which other per-window measures
-    (sweep.WINDOW_MEASURES: 'last', 'copy', 'probe', 'honest'), whether the loss at each position averaged over the
-    windows, which diagnostics.npz arrays whole (small ones: 'honest_window_position', 'probe_index'), and of which
+    names, or a prefix ending in "/" for every series under it), whether it reads each validation window's mean
+    loss, which other per-window measures (sweep.WINDOW_MEASURES: 'last', 'copy', 'probe', 'honest'), whether
+    the loss at each position averaged over the windows, which diagnostics.npz arrays whole (small ones: 'honest_window_position', 'probe_index'), and of which
     runs the saved attention maps and last text sample (``pictured``: the runs -> those the figures and explorers
     draw)."""
 

@@ -235,6 +235,12 @@ def keeping_attention(model: GPT):
                 attn.keep = None
 
 
+def visible_pairs(model: GPT, T: int, device) -> Tensor:
+    """(T, T) bool: the (query, key) pairs the model's attention sees (the causal lower triangle, or every pair)."""
+    return causal_mask(T, T, device) if model.config.attn.causal else torch.ones(T, T, dtype=torch.bool,
+                                                                                   device=device)
+
+
 MECHANISM = ("softmax_gain", "jacobian_trace", "grad_wq", "grad_wk", "raw_qk", "scaled_qk", "scores_inf")
 
 
@@ -267,8 +273,7 @@ def softmax_gradients(model: GPT, x: Tensor, y: Tensor, autocast=nullcontext,
     if layers_out is not None:
         layers_out.extend({"weights": k["weights"].detach(), "logits": k["scores"].detach(), "q": k["q"].detach(),
                            "k": k["k"].detach()} for k in layers)
-    visible = causal_mask(T, T, x.device) if model.config.attn.causal else torch.ones(T, T, dtype=torch.bool,
-                                                                                           device=x.device)
+    visible = visible_pairs(model, T, x.device)  # (T, T)
     out: dict[str, list[float]] = {name: [] for name in MECHANISM}
     if not layers:
         return out
@@ -308,8 +313,7 @@ def batch_qk(model: GPT, x: Tensor) -> tuple[float, float]:
     65,504: the raw one when the scale comes after the product, the scaled one when it is folded into q and k.
     Returns (raw, scaled)."""
     T = x.shape[1]
-    visible = causal_mask(T, T, x.device) if model.config.attn.causal else torch.ones(T, T, dtype=torch.bool,
-                                                                                           device=x.device)
+    visible = visible_pairs(model, T, x.device)  # (T, T)
     was_training = model.training
     model.eval()
     raw = scaled = 0.0
