@@ -36,9 +36,9 @@ class Reads:
     """What a report reads of each run: ``summary`` keys (the config is always kept), ``history`` series (exact
     names, or a prefix ending in "/" for every series under it), whether it reads each validation window's mean
     loss, which other per-window measures (sweep.WINDOW_MEASURES: 'last', 'copy', 'probe', 'honest'), whether
-    the loss at each position averaged over the windows, which diagnostics.npz arrays whole (small ones: 'honest_window_position', 'probe_index'), and of which
-    runs the saved attention maps and last text sample (``pictured``: the runs -> those the figures and explorers
-    draw)."""
+    the loss at each position averaged over the windows, which diagnostics.npz arrays whole (small ones:
+    'honest_window_position', 'probe_index'), and of which runs the saved attention maps and last text sample
+    (``pictured``: the runs -> those the figures and explorers draw)."""
 
     summary: tuple[str, ...]
     history: tuple[str, ...]
