@@ -37,6 +37,11 @@ class World:
     optimum: float = -2.7  # log10 of every arm's best rate
     fp16_overflow: bool = True
     inf_between_probes: bool = False  # the overflow falls between two of the float16 sweep's probes
+    batch_probe: bool = False  # amendment 4: the replay logs each step's own batch's q.k (stab/batch_*_qk)
+    new_seeds_overflow: bool = True  # False: the replays of new seeds go non-finite with every formed product finite
+
+
+NEW_SEEDS = (14, 15, 16)  # amendment 4: replayed seeds the float16 sweep did not run
 
 
 def config(init, dk, scale, control, lr, seed, precision="32-true", backend="math", at="scores"):
@@ -65,7 +70,7 @@ def write_metrics(path: Path, rows: list[dict]) -> None:
 
 
 def write_run(d: Path, cfg: dict, experiment: str, arm: str, windows: np.ndarray, half: float, train_loss,
-              probe: dict, diverged: str | None = None) -> None:
+              probe: dict, diverged: str | None = None, batch: dict | None = None) -> None:
     """One run's files: ``probe`` maps a stability probe's name to its value at init and after (or to a function of
     the step), read every ``callbacks.stability.every_n_steps`` steps while the training loss is logged;
     ``diverged`` is the divergence guard's reason (None: completed)."""
@@ -73,7 +78,8 @@ def write_run(d: Path, cfg: dict, experiment: str, arm: str, windows: np.ndarray
     (d / ".hydra").mkdir()
     (d / "config.yaml").write_text(json.dumps(cfg))  # its time stamps the job's start
     np.savez(d / "diagnostics.npz", val_window_position=np.repeat(windows[:, None], T, 1).astype(np.float32))
-    rows = [{"step": s, "train/loss": float(v)} for s, v in enumerate(train_loss)]
+    rows = [{"step": s, "train/loss": float(v), **{k: float(f(s)) for k, f in (batch or {}).items()}}
+            for s, v in enumerate(train_loss)]  # the batch probe: at every batch index, the batch about to be trained
     every = cfg["callbacks"]["stability"]["every_n_steps"]
     for s in sorted({0, *range(every - 1, len(train_loss), every)}):
         rows.append({"step": s, **{f"stab/{name}/{layer}": float(v(s) if callable(v) else v[0] if s == 0 else v[1])
@@ -117,6 +123,9 @@ FP16_ARMS = {  # arm -> (scale, where it sits, backend)
 NAN_STEP, INF_STEP = 110, 101  # a float16 run that overflows: its scores turn inf at step 101, its loss NaN at 110
 
 
+BATCH_SLOPE = 400.0  # a replay's formed product on batch s: BATCH_SLOPE * s, below 65,504 until NAN_STEP
+
+
 def fp16_run(d, rng, world, window_effect, arm, lr, seed, experiment="sqrt_dk_fp16"):
     """A float16 run (or its float32 rerun, or amendment 2's replay probed every step: the same run). With the scale
     after the product at the higher rate, the world's overflow turns the scores inf at INF_STEP, between two of the
@@ -137,10 +146,19 @@ def fp16_run(d, rng, world, window_effect, arm, lr, seed, experiment="sqrt_dk_fp
     if overflow:
         train[-1] = math.nan
     cfg = config("unit", 256, scale, "", lr, seed, precision, backend, at)
+    batch = None
     if experiment == "sqrt_dk_fp16_probe":
         cfg["callbacks"]["stability"]["every_n_steps"] = 1
+        if world.batch_probe:  # the raw product passes 65,504 at NAN_STEP where it overflows (unless the world says
+            # the new seeds' runs go non-finite with every product finite); the scale on q and k divides it by 16
+            cause = overflow and (world.new_seeds_overflow or seed not in NEW_SEEDS)
+            raw = (lambda s: 70000.0 if cause and s == NAN_STEP else BATCH_SLOPE * s) if overflow else \
+                (lambda s: BATCH_SLOPE * s)
+            batch = {"stab/batch_raw_qk": raw,
+                     "stab/batch_scaled_qk": (lambda s: raw(s) / 16) if scale == "sqrt_dk" else raw}
     write_run(d, cfg, experiment, arm, windows, 2.6, train, probe,
-              diverged=f"training loss nan at step {NAN_STEP + 1}" if overflow else None)  # the guard counts from 1
+              diverged=f"training loss nan at step {NAN_STEP + 1}" if overflow else None,  # the guard counts from 1
+              batch=batch)
 
 
 def make_sweep(root: Path, world: World = World()) -> int:
@@ -160,7 +178,8 @@ def make_sweep(root: Path, world: World = World()) -> int:
     return job
 
 
-def make_fp16_sweep(root: Path, world: World = World(), reruns: bool = True, replay: bool = False) -> int:
+def make_fp16_sweep(root: Path, world: World = World(), reruns: bool = True, replay: bool = False,
+                    new_seeds: bool = False) -> int:
     """The float16 sweep under root/fp16 and, with ``reruns``, the float32 reruns of its diverged runs under
     root/fp32, and with ``replay`` amendment 2's replay (the arms F1 compares at the higher rate, probed after every
     step) under root/replay; returns the number of runs."""
@@ -180,4 +199,10 @@ def make_fp16_sweep(root: Path, world: World = World(), reruns: bool = True, rep
                     fp16_run(root / "replay" / str(job), rng, world, window_effect, arm, lr, seed,
                              "sqrt_dk_fp16_probe")
                     job += 1
+    if replay and new_seeds:  # amendment 4's new seeds: replayed, with no run of the float16 sweep
+        for arm in ("fp16_sqrt_scores", "fp16_sqrt_qk", "fp16_none_math"):
+            for seed in NEW_SEEDS:
+                fp16_run(root / "replay" / str(job), rng, world, window_effect, arm, 2.154e-2, seed,
+                         "sqrt_dk_fp16_probe")
+                job += 1
     return job

@@ -17,7 +17,8 @@ from tinygpt.experiments.sqrt_dk import lr_basin, readings, verdicts
 from tinygpt.experiments.sqrt_dk.readings import Arm
 
 D_KS = (16, 64, 256)
-DESCRIBED = ("softmax_gain", "entropy", "raw_qk")  # the mechanism's other probes at init, reported without verdicts
+DESCRIBED = ("softmax_gain", "entropy")  # the mechanism's other probes at init (mean of the layers), without verdicts
+SEED_SD_SHOWN = 0.05  # nats: a cell whose seeds' final losses have a larger sd has its per-seed outcomes printed
 
 
 @dataclass
@@ -35,6 +36,58 @@ class Curve:
     open_hi: bool
     best_lr: float  # the rate with the lowest final loss on the data
     runs: dict[float, list[Run]] = field(repr=False, default_factory=dict)
+    seeds: SeedCurves | None = field(repr=False, default=None)
+
+
+@dataclass(frozen=True)
+class SeedCurves:
+    """One arm's curve seed by seed (each seed's final loss, its mean over the windows, at each rate): the
+    statistics whose bootstrap replicates pile on a bound (an argmin vertex, a basin edge at the grid's end) are
+    reported as these per-seed values, never as an interval. ``losses`` (S, L), NaN where a seed did not run a rate;
+    per seed the vertex optimum (log10 lr), the basin's half-widths and whether each edge is open."""
+
+    seeds: tuple[int, ...]
+    losses: np.ndarray
+    optimum: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    open_lo: np.ndarray
+    open_hi: np.ndarray
+
+
+def seed_curves(xs: np.ndarray, by_lr: dict[float, list[Run]], n: int, delta: float) -> SeedCurves:
+    lrs = sorted(by_lr)
+    seeds = tuple(sorted({r.seed for rs in by_lr.values() for r in rs}))
+    y = np.full((len(seeds), len(lrs)), np.nan)
+    for j, x in enumerate(lrs):
+        for r in by_lr[x]:
+            y[seeds.index(r.seed), j] = float(readings.final_windows(r, n).mean())
+    x0 = lr_basin.optimum(xs, y)[0]
+    b = lr_basin.basin(xs, y, delta)
+    return SeedCurves(seeds, y, np.atleast_1d(x0), np.atleast_1d(x0 - b.lo), np.atleast_1d(b.hi - x0),
+                      np.atleast_1d(b.open_lo), np.atleast_1d(b.open_hi))
+
+
+def best_cell(curves: list[Curve]) -> Estimate:
+    """The first curve's lowest cell minus the second's, cell by cell (no parabola): each arm's best measured rate,
+    with the interval of the difference of the two minima over the bootstrap's replicates."""
+    a, b = curves
+    k = len(a.cells)
+    return combine(lambda y: np.min(y[..., :k], axis=-1) - np.min(y[..., k:], axis=-1), [*a.cells, *b.cells])
+
+
+def split_seeds(c: Curve) -> dict[float, tuple[tuple[int, ...], np.ndarray]]:
+    """The cells whose seeds' final losses (each the mean over the windows) have a sample sd above SEED_SD_SHOWN:
+    {rate: (seeds, each seed's final loss)}."""
+    out = {}
+    if c.seeds is None:
+        return out
+    for j, x in enumerate(c.lrs):
+        v = c.seeds.losses[:, j]
+        ok = np.isfinite(v)
+        if ok.sum() > 1 and float(np.std(v[ok], ddof=1)) > SEED_SD_SHOWN:
+            out[x] = (tuple(s for s, good in zip(c.seeds.seeds, ok, strict=True) if good), v[ok])
+    return out
 
 
 def float32_arms(runs: list[Run]) -> dict[Arm, dict[float, list[Run]]]:
@@ -77,6 +130,7 @@ def samples(arms: dict[Arm, dict[float, list[Run]]], n: int, pred: dict) -> dict
         out[("grad0", arm)] = scalar([readings.gradient_at_init(r) for r in at], ids, "grad0")
         for name in DESCRIBED:  # reported without verdicts (DESIGN.md, "Measures")
             out[(name, arm)] = scalar([readings.at_init(r, name) for r in at], ids, name)
+        out[("raw_qk", arm)] = scalar([readings.largest_at_init(r, "raw_qk") for r in at], ids, "raw_qk")
         if pred["mechanism_lr"] in by_lr:
             out[("trace", arm)] = scalar([readings.trace_in_training(r) for r in by_lr[pred["mechanism_lr"]]], ids,
                                          "trace")
@@ -87,7 +141,7 @@ def samples(arms: dict[Arm, dict[float, list[Run]]], n: int, pred: dict) -> dict
     return out
 
 
-def curve(arm: Arm, by_lr: dict[float, list[Run]], est: dict, delta: float) -> Curve:
+def curve(arm: Arm, by_lr: dict[float, list[Run]], est: dict, delta: float, n: int | None = None) -> Curve:
     lrs = sorted(by_lr)
     xs = np.log10(lrs)
     cells = [est[("final", arm, x)] for x in lrs]
@@ -103,14 +157,15 @@ def curve(arm: Arm, by_lr: dict[float, list[Run]], est: dict, delta: float) -> C
 
     return Curve(arm, lrs, cells, combine(lambda y: lr_basin.optimum(xs, y)[0], cells),
                  combine(lambda y: lr_basin.optimum(xs, y)[1], cells), half(-1), half(+1), bool(b.open_lo),
-                 bool(b.open_hi), float(lrs[int(np.nanargmin(values))]), by_lr)
+                 bool(b.open_hi), float(lrs[int(np.nanargmin(values))]), by_lr,
+                 None if n is None else seed_curves(xs, by_lr, n, delta))
 
 
 @dataclass
 class Verdict:
     key: str  # M1 ... F2
     verdict: str
-    numbers: dict[str, Estimate]  # what it was read from, named
+    numbers: dict[str, Estimate | str]  # what it was read from, named (a count or per-seed values as words)
 
 
 def arm(init: str, d_k: int, scale: str, control: str = "") -> Arm:
@@ -147,7 +202,9 @@ def verdicts_of(curves: dict[Arm, Curve], est: dict, pred: dict) -> list[Verdict
         "u16s": ("unit", 16, "sqrt_dk"), "g256n": ("gpt2", 256, "none"), "g256s": ("gpt2", 256, "sqrt_dk")}.items()}
     if c["u256n"] and c["u256s"]:
         gap = c["u256n"].best - c["u256s"].best
-        out.append(Verdict("C1", verdicts.side(gap, +1), {"best loss, unscaled - scaled": gap}))
+        out.append(Verdict("C1", verdicts.side(gap, +1), {"best loss (vertex), unscaled - scaled": gap,
+                                                          "best cell, unscaled - scaled (cell by cell)":
+                                                              best_cell([c["u256n"], c["u256s"]])}))
         if c["u16n"] and c["u16s"]:
             growth = combine(lambda y: (y[..., 0] - y[..., 1]) - (y[..., 2] - y[..., 3]),
                              [c["u256n"].best, c["u256s"].best, c["u16n"].best, c["u16s"].best])
@@ -162,20 +219,54 @@ def verdicts_of(curves: dict[Arm, Curve], est: dict, pred: dict) -> list[Verdict
                            {"upper half-width, scaled - unscaled": up}))
         sp = ("spikes", arm("unit", 256, "none")), ("spikes", arm("unit", 256, "sqrt_dk"))
         if have(*sp):
-            d = est[sp[0]] - est[sp[1]]
-            out.append(Verdict("C5", verdicts.side(d, +1), {"loss spikes per run, unscaled - scaled": d}))
+            d = est[sp[0]] - est[sp[1]]  # the verdict reads the registered difference; the report prints counts
+            out.append(Verdict("C5", verdicts.side(d, +1), {
+                "unscaled:": spike_words(c["u256n"], pred["spike_nats"]),
+                "scaled:": spike_words(c["u256s"], pred["spike_nats"])}))
         if c["g256n"] and c["g256s"]:
             inter = combine(lambda y: (y[..., 0] - y[..., 1]) - (y[..., 2] - y[..., 3]),
                             [c["u256n"].best, c["u256s"].best, c["g256n"].best, c["g256s"].best])
             out.append(Verdict("G1", verdicts.side(inter, +1), {"unit gap - GPT-2 gap at d_k = 256": inter,
                                                                 "unit gap": gap,
-                                                                "GPT-2 gap": c["g256n"].best - c["g256s"].best}))
+                                                                "GPT-2 gap": c["g256n"].best - c["g256s"].best,
+                                                                "GPT-2 gap, cell by cell":
+                                                                    best_cell([c["g256n"], c["g256s"]])}))
     full = curves.get(arm("unit", 256, "none", "full"))
     if full and c["u256s"]:
         db, do = full.best - c["u256s"].best, full.opt_x - c["u256s"].opt_x
         out.append(Verdict("R1", verdicts.matches(db, do, pred["match_loss_band"], pred["match_optimum_band"]),
-                           {"best loss, control - scaled": db, "optimum, control - scaled (decades)": do}))
+                           {"best loss (vertex), control - scaled": db,
+                            "best cell, control - scaled (cell by cell)": best_cell([full, c["u256s"]]),
+                            "optimum (vertex), control - scaled (decades)": do,
+                            "per seed": per_seed_optimum_gap(full, c["u256s"])}))
     return out
+
+
+def spike_counts(c: Curve, nats: float) -> tuple[int, int, int, dict[int, int]]:
+    """An arm's loss spikes over every rate it ran: (spikes, runs with one, runs, {seed: spikes})."""
+    per_run = [(r.seed, readings.spikes(r, nats)) for rs in c.runs.values() for r in rs]
+    per_seed: dict[int, int] = {}
+    for seed, k in per_run:
+        per_seed[seed] = per_seed.get(seed, 0) + k
+    return sum(k for _, k in per_run), sum(k > 0 for _, k in per_run), len(per_run), dict(sorted(per_seed.items()))
+
+
+def spike_words(c: Curve, nats: float) -> str:
+    """C5's counts, never an interval (a count of rare events piles on 0): '0 spikes in 21 runs (0 runs with one;
+    per seed 0, 0, 0)'."""
+    k, runs_with, runs, per_seed = spike_counts(c, nats)
+    return (f"{k} spike{'s' * (k != 1)} in {runs} runs ({runs_with} run{'s' * (runs_with != 1)} with one; per seed "
+            f"{', '.join(str(v) for v in per_seed.values())})")
+
+
+def per_seed_optimum_gap(a: Curve, b: Curve) -> str:
+    """Each seed's vertex optimum of ``a`` minus ``b``'s, in decades, paired by seed (an argmin vertex: per-seed
+    values, no interval)."""
+    if a.seeds is None or b.seeds is None:
+        return "-"
+    pairs = [(s, a.seeds.optimum[i] - b.seeds.optimum[b.seeds.seeds.index(s)])
+             for i, s in enumerate(a.seeds.seeds) if s in b.seeds.seeds]
+    return ", ".join(f"{d:+.3f} (seed {s})" for s, d in pairs)
 
 
 def compute(runs: list[Run], pred: dict) -> tuple[dict[Arm, Curve], list[Verdict], dict]:
@@ -184,7 +275,8 @@ def compute(runs: list[Run], pred: dict) -> tuple[dict[Arm, Curve], list[Verdict
     if not arms:
         raise ReportError("no float32 run of design 2's arms; nothing to report.")
     est = bootstrap(samples(arms, window_count(runs), pred))
-    curves = {a: curve(a, by_lr, est, pred["basin_delta"]) for a, by_lr in arms.items()}
+    n = window_count(runs)
+    curves = {a: curve(a, by_lr, est, pred["basin_delta"], n) for a, by_lr in arms.items()}
     return curves, verdicts_of(curves, est, pred), est
 
 
@@ -283,3 +375,44 @@ def replays(runs: list[Run]) -> list[Replay]:
 
 def nan_estimate() -> Estimate:
     return Estimate(math.nan, math.nan, math.nan)
+
+
+F1_BAND = 0.01  # amendment 4: a formed product within this fraction of 65,504 counts either way (float16 rounding)
+
+
+@dataclass(frozen=True)
+class BatchF1:
+    """One replayed float16 run as amendment 4's F1 reads it: its arm, rate and seed, whether its seed had been seen
+    (the float16 sweep ran it: amendment 2's replay) or is new, the series it is predicted from, how it ended, the
+    divergence guard's step for a non-finite loss (nonfinite_step, history numbering: the cross-check of the batch
+    probe's last batch) and the verdict with its predicted range (verdicts.batch_overflow)."""
+
+    arm: Arm
+    lr: float
+    seed: int
+    seen: bool
+    series: str
+    ended: str
+    guard_step: int | None
+    result: verdicts.BatchOverflow
+
+
+def batch_f1(runs: list[Run]) -> list[BatchF1]:
+    """F1 per run (DESIGN.md, amendment 4) for every replayed run that logged the batch probe: the formed product
+    (readings.formed_product) against the batch that went non-finite, the last batch the probe logged for a run that
+    ended on a non-finite loss (None for one that did not). A seed is seen when the float16 sweep ran it."""
+    sweep_seeds = {r.seed for r in runs if r.experiment == FP16}
+    out = []
+    for r in sorted((r for r in runs if r.experiment == REPLAY), key=lambda r: (readings.arm_of(r), readings.lr(r),
+                                                                                 r.seed)):
+        a = readings.arm_of(r)
+        if a.placement == "sdpa":  # the fused kernel's own product is not the formula's: not predicted
+            continue
+        name, formed = readings.formed_product(r)
+        if not formed.size:
+            continue
+        ended = readings.overflow(r).ended
+        bad = readings.last_batch(r) if ended == "non-finite loss" else None
+        out.append(BatchF1(a, readings.lr(r), r.seed, r.seed in sweep_seeds, name, ended, nonfinite_step(r),
+                           verdicts.batch_overflow(formed, bad, F1_BAND)))
+    return out

@@ -1,7 +1,8 @@
 """What design 2 reads from each run of Experiment 2 (docs/experiments/sqrt_dk/DESIGN.md, "Measures"): its arm
 (init, d_k, scale, the control it is, where the scale sits, its precision), its rate and seed, and per run the
 final window losses, the half-budget loss, the mechanism at init and through training, the loss spikes and, in
-float16, the overflow record. Each from the run's own files (summary.json, diagnostics.npz, history/metrics.csv).
+float16, the overflow record. Only through the Run's own methods (summary, config, series, window_measure), so a run
+rebuilt from its kept record (tinygpt.analysis.records.KeptRun) answers every reading as its run dir did.
 """
 
 from __future__ import annotations
@@ -106,6 +107,14 @@ def at_init(run: Run, name: str) -> float:
     return float(np.nanmean(at[0])) if len(at) else math.nan
 
 
+def largest_at_init(run: Run, name: str) -> float:
+    """A probe's value at step 0, the largest over the layers (NaN when the run has no probe at init): the largest
+    raw q.k of any layer, not the mean of the layers' largest."""
+    steps, v = probe(run, name)
+    at = v[steps == 0]
+    return float(np.nanmax(at[0])) if len(at) and np.isfinite(at[0]).any() else math.nan
+
+
 def trace_in_training(run: Run) -> float:
     """The same, averaged over the probes after init (steps 20 ... 300)."""
     steps, v = probe(run, "jacobian_trace")
@@ -113,8 +122,12 @@ def trace_in_training(run: Run) -> float:
     return float(later.mean()) if len(later) else math.nan
 
 
+GRADIENT_LABEL = "sqrt of the sum over layers of ||dL/dW_Q||^2 + ||dL/dW_K||^2"  # what gradient_at_init computes
+
+
 def gradient_at_init(run: Run) -> float:
-    """sqrt(||dL/dW_Q||^2 + ||dL/dW_K||^2) at step 0, over every layer."""
+    """sqrt(sum over layers of ||dL/dW_Q||^2 + ||dL/dW_K||^2) at step 0 (GRADIENT_LABEL): the root of the sum over
+    the layers, not their mean."""
     sq, q = probe(run, "grad_wq")
     sk, k = probe(run, "grad_wk")
     if not (len(sq) and len(sk)) or not (sq == 0).any():
@@ -142,6 +155,28 @@ def steps_to_bigram(run: Run) -> tuple[int, bool]:
     steps, values = run.series("train/loss")
     n = steps_to(steps, values, float(bigram), STEPS_WINDOW, budget)
     return n, n < budget
+
+
+def formed_product(run: Run) -> tuple[str, np.ndarray]:
+    """F1 per run (DESIGN.md, amendment 4): the product a float16 run's forward forms, as the batch probe logged it
+    in float32 on each step's own training batch (``stab/batch_raw_qk``, ``stab/batch_scaled_qk``, at the 0-based
+    index of the batch about to be trained): the scaled one where the scale is folded into q and k (placement
+    ``qk``), the raw one where it comes after the product or there is none. Returns (the series' name, values indexed
+    by batch: NaN at a batch it did not log; empty when the run has no batch probe)."""
+    name = "stab/batch_scaled_qk" if arm_of(run).placement == "qk" else "stab/batch_raw_qk"
+    steps, values = run.series(name)
+    if not len(steps):
+        return name, np.empty(0)
+    out = np.full(int(steps.max()) + 1, np.nan)
+    out[steps.astype(int)] = values
+    return name, out
+
+
+def last_batch(run: Run) -> int | None:
+    """The last batch index the batch probe logged (None without one): for a run the divergence guard stopped at its
+    first non-finite loss, the batch that went non-finite."""
+    steps, _ = run.series("stab/batch_raw_qk")
+    return int(steps.max()) if len(steps) else None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """Experiment 2's report, design 2 (docs/experiments/sqrt_dk/DESIGN.md): does 1/sqrt(d_k) keep the softmax out of
-saturation, and does that make training better? Every number comes from the runs (numbers, readings), every verdict
-word from tinygpt.experiments.sqrt_dk.verdicts, every sentence from report.md's blocks.
+saturation, and does that make training better? Every number comes from the runs' kept records (numbers, readings;
+tinygpt.analysis.records: ``KEEP`` is what this report reads), from the init draws beside it (init_draws.json,
+tinygpt.experiments.sqrt_dk.init_draws) or from design 3's headline (its verdict words, quoted); every verdict word
+from tinygpt.experiments.sqrt_dk.verdicts, every sentence from report.md's blocks.
 """
 
 from __future__ import annotations
@@ -11,30 +13,51 @@ from pathlib import Path
 
 import numpy as np
 
+from tinygpt.experiments import index
 from tinygpt.experiments.index import Headline
-from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate, difference_words
+from tinygpt.analysis.records import Reads
+from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate, all_hold, difference_words
 from tinygpt.analysis.sweep import ReportError, Run, predictions, sweep_wall_seconds
 from tinygpt.analysis.figures import markdown_table
-from tinygpt.analysis.templates import plural, prose
-from tinygpt.experiments.sqrt_dk import numbers, readings, verdicts
+from tinygpt.analysis.templates import DOCS, plural, prose
+from tinygpt.experiments.sqrt_dk import init_draws, numbers, readings, verdicts
 from tinygpt.experiments.sqrt_dk.numbers import Curve, Verdict
 from tinygpt.experiments.sqrt_dk.readings import Arm
 
 ROOT = Path(__file__).resolve().parents[4]
-STATEMENTS = {  # each prediction as DESIGN.md states it (the table's "prediction" column)
+LAYERS = [f"stab/{name}/" for name in ("jacobian_trace", "softmax_gain", "grad_wq", "grad_wk", "raw_qk", "scaled_qk",
+                                       "scores_inf", "entropy")]  # the stability probe's per-layer series it reads
+KEEP = Reads(summary=("status", "diverged", "divergence", "val_loss", "vocab_size", "steps", "diagnostics",
+                      "train_seconds"),
+             history=("train/loss", "val/loss", *LAYERS, "stab/batch_raw_qk", "stab/batch_scaled_qk"))
+INPUTS = (init_draws.FILE,)  # committed beside the report, read by it, not written by it
+INIT_DRAWS = DOCS / "sqrt_dk" / init_draws.FILE  # the mechanism at init over many init draws (init_draws.py)
+STABILITY = DOCS / "sqrt_dk_stability"  # design 3, which answers the stability question design 2 could not
+STATEMENTS = {  # each prediction as DESIGN.md states it (the table's "prediction" column; {lr}, {steps}: the config's)
     "M1": "unit init, at init: without the factor the softmax saturates more as d_k grows; with it, it does not",
     "M2": "unit init, at init: the gradient reaching W_Q, W_K is larger without the factor, more so as d_k grows",
-    "M3": "unit init, d_k = 256, at the rate mechanism_lr: the unscaled softmax stays more saturated through training",
-    "C1": "unit init, d_k = 256: the best loss is worse without the factor",
+    "M3": "unit init, d_k = 256, at the rate the design fixed for it ({lr}): the unscaled softmax stays more "
+          "saturated through training",
+    "C1": "unit init, d_k = 256: the best loss within {steps} steps is worse without the factor",
     "C2": "unit init: the best-loss cost of dropping the factor grows with d_k",
     "C3": "unit init, d_k = 256: without the factor training is slower (half-budget loss)",
     "C4": "unit init, d_k = 256: with the factor the basin reaches further toward high rates",
     "C5": "unit init, d_k = 256: without the factor the training loss spikes more",
     "G1": "the best-loss cost of dropping the factor at d_k = 256 is smaller under GPT-2's init than under unit init",
     "R1": "the init-and-step control matches the scaled arm (d_k = 256, unit init)",
-    "F1": "float16: where the scale after the product overflows, the scale on q and k before it does not",
-    "F2": "float16: every float16 run that diverged trains in float32 at the same rate and seed",
+    "F1": "float16: a run's loss goes non-finite at the first batch whose formed product passes float16's largest "
+          "value, never before, and never if none does (amendment 4, per run)",
+    "F2": "float16: every float16 run that diverged runs to its end without diverging in float32 at the same rate and "
+          "seed",
 }
+ARITHMETIC = ("M1", "M2")  # checks of the init's arithmetic: what unit-variance q and k give at init, by computation
+
+
+def statement(key: str, pred: dict | None = None, steps: int | None = None) -> str:
+    """A prediction's statement with the config's values in place of its placeholders (words, never a key name)."""
+    pred = pred or {}
+    lr = rate(pred["mechanism_lr"]) if "mechanism_lr" in pred else "a fixed rate"
+    return STATEMENTS[key].format(lr=lr, steps=steps if steps is not None else "the budget's")
 
 
 def design_commit() -> str:
@@ -58,20 +81,24 @@ def number_text(numbers: dict[str, Estimate | str]) -> str:
 
 
 INFORMED = {  # DESIGN.md's "informed by" column: what was known when each prediction was written
-    "M1": "the computation in DESIGN.md", "M2": "the computation in DESIGN.md", "C1": "the unit-init pilot",
+    "M1": "the computation in DESIGN.md (a check of the init's arithmetic)",
+    "M2": "the computation in DESIGN.md (a check of the init's arithmetic)", "C1": "the unit-init pilot",
     "C2": "the unit-init pilot (weakly)", "G1": "design 1 (GPT-2 gaps small)"}
 
 
-def predictions_table(found: list[Verdict], missing: list[str], mechanism_lr: float | None = None) -> str:
+def predictions_table(found: list[Verdict], missing: list[str], pred: dict | None = None,
+                      steps: int | None = None) -> str:
     def said(k):
-        return STATEMENTS[k].replace("mechanism_lr", rate(mechanism_lr)) if mechanism_lr else STATEMENTS[k]
+        return statement(k, pred, steps)
     rows = [[v.key, said(v.key), INFORMED.get(v.key, "no"), number_text(v.numbers), f"**{v.verdict}**"]
             for v in found]
     rows += [[k, said(k), INFORMED.get(k, "no"), "its arms did not run", "not tested"] for k in missing]
     return markdown_table(["", "prediction (DESIGN.md)", "informed by", "measured (95% interval)", "verdict"], rows)
 
 
-def mechanism_table(curves: dict[Arm, Curve], est: dict) -> str:
+def mechanism_table(curves: dict[Arm, Curve], est: dict, pred: dict | None = None) -> str:
+    """Each arm's mechanism at init and through training: per run a probe's value (the mean of the layers, or the
+    largest over them where the column says so), its mean over seeds with the seed-level interval."""
     rows = []
     for a in sorted(curves, key=lambda a: (a.control, a.init, a.d_k, a.scale)):
         def cell(key, a=a):
@@ -79,9 +106,53 @@ def mechanism_table(curves: dict[Arm, Curve], est: dict) -> str:
             return e.format(3) if e is not None and math.isfinite(e.value) else "-"
         rows.append([a.label, cell("trace0"), cell("trace"), cell("grad0"), cell("softmax_gain"), cell("entropy"),
                      cell("raw_qk")])
-    return markdown_table(["arm", "Jacobian trace at init", "through training (mechanism_lr)",
-                           "gradient at W_Q, W_K at init", "softmax gain at init", "attention entropy at init",
-                           "largest raw q.k at init"], rows)
+    lr = rate(pred["mechanism_lr"]) if pred and "mechanism_lr" in pred else "the design's rate"
+    return markdown_table(["arm", "Jacobian trace at init (mean of the layers)",
+                           f"Jacobian trace through training at lr {lr} (mean of the layers and of the probes after "
+                           "init)", f"gradient at W_Q, W_K at init ({readings.GRADIENT_LABEL})",
+                           "softmax gain at init (mean of the layers)", "attention entropy at init (mean of the layers)",
+                           "largest raw q.k at init (the largest over the layers)"], rows)
+
+
+def draws_label(arm: dict) -> str:
+    return (f"{'unit' if arm['init'] == 'unit' else 'GPT-2'} init, d_k = {arm['d_k']}, "
+            f"{'1/sqrt(d_k)' if arm['scale'] == 'sqrt_dk' else 'unscaled'}")
+
+
+def interval_text(m: tuple[float, float, float], digits: int = 3) -> str:
+    v, lo, hi = m
+    return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]" if math.isfinite(lo) else f"{v:.{digits}f}"
+
+
+def percent_text(m: tuple[float, float, float]) -> str:
+    v, lo, hi = m
+    return f"{100 * v:+.0f}% [{100 * lo:+.0f}%, {100 * hi:+.0f}%]"
+
+
+def init_draws_section(data: dict | None) -> list[str]:
+    """The softmax gain and the Jacobian trace at init over many init draws (init_draws.json: no training), each
+    arm's mean with its interval over the draws, and each measure's relative change from the smallest d_k to the
+    largest, unscaled and scaled; or how to compute them where the file is absent."""
+    if not data or not data.get("arms"):
+        return [prose("sqrt_dk", "draws_missing"), ""]
+    arms = sorted(data["arms"].values(), key=lambda a: (a["init"], a["d_k"], a["scale"]))
+    rows = [[draws_label(a), *(interval_text(init_draws.mean_interval(a[m])) for m in init_draws.MEASURES)]
+            for a in arms]
+    table = markdown_table(["arm", f"softmax gain at init, {data['draws']} init draws",
+                            f"Jacobian trace at init, {data['draws']} init draws"], rows)
+    dks = sorted({a["d_k"] for a in arms})
+    change = {}
+    for scale in ("none", "sqrt_dk"):
+        ends = [next((a for a in arms if a["d_k"] == d and a["scale"] == scale), None) for d in (dks[0], dks[-1])]
+        if None in ends:
+            return [table, ""]
+        change[scale] = {m: percent_text(init_draws.relative_change(ends[0][m], ends[1][m]))
+                         for m in init_draws.MEASURES}
+    return [prose("sqrt_dk", "draws", n=data["draws"], windows=data["windows"], lo=dks[0], hi=dks[-1],
+                  level=f"{LEVEL:.0%}"), "", table, "",
+            prose("sqrt_dk", "draws_change", lo=dks[0], hi=dks[-1], n=data["draws"],
+                  gain_none=change["none"]["softmax_gain"], trace_none=change["none"]["jacobian_trace"],
+                  gain_sqrt=change["sqrt_dk"]["softmax_gain"], trace_sqrt=change["sqrt_dk"]["jacobian_trace"]), ""]
 
 
 def described_reading(curves: dict[Arm, Curve], est: dict) -> list[str]:
@@ -95,14 +166,9 @@ def described_reading(curves: dict[Arm, Curve], est: dict) -> list[str]:
     gain = est[("softmax_gain", none)] - est[("softmax_gain", sqrt)]
     ent = est[("entropy", none)] - est[("entropy", sqrt)]
     fast = []
-    if none in curves and sqrt in curves and all(("steps", a, curves[a].best_lr) in est for a in (none, sqrt)):
-        sn, ss = (est[("steps", a, curves[a].best_lr)] for a in (none, sqrt))
-        capped = not all(readings.steps_to_bigram(r)[1] for a in (none, sqrt)
-                         for r in curves[a].runs[curves[a].best_lr])
-        fast = [prose("sqrt_dk", "described_steps", dk=top, window=readings.STEPS_WINDOW, steps_none=sn.format(0),
-                      steps_sqrt=ss.format(0), steps_diff=(sn - ss).format(0, signed=True),
-                      steps_word="a run never got there, so no direction is read" if capped
-                      else difference_word(sn - ss)), ""]
+    if none in curves and sqrt in curves:
+        fast = [prose("sqrt_dk", "described_steps", dk=top, window=readings.STEPS_WINDOW,
+                      steps_none=steps_words(curves[none]), steps_sqrt=steps_words(curves[sqrt])), ""]
     return [prose("sqrt_dk", "described", dk=top, gain_none=est[("softmax_gain", none)].format(3),
                   gain_sqrt=est[("softmax_gain", sqrt)].format(3), gain_diff=gain.format(3, signed=True),
                   gain_word=difference_word(gain), ent_none=est[("entropy", none)].format(3),
@@ -110,29 +176,51 @@ def described_reading(curves: dict[Arm, Curve], est: dict) -> list[str]:
                   ent_word=difference_word(ent)), "", *fast]
 
 
+def steps_words(c: Curve) -> str:
+    """Steps to the bigram loss at an arm's best rate, per seed, and how many runs got there: a count capped at the
+    budget piles on it, so per-seed values, never an interval ('per seed 111, 76, 146; 3 of 3 reached it')."""
+    rs = sorted(c.runs.get(c.best_lr, []), key=lambda r: r.seed)
+    got = [readings.steps_to_bigram(r) for r in rs]
+    per = ", ".join(str(n) if ok else f"none within {n}" for n, ok in got)
+    return f"per seed {per} (seeds {', '.join(str(r.seed) for r in rs)}; {sum(ok for _, ok in got)} of {len(got)} " \
+           "reached it)"
+
+
+def seed_values(values, fmt, opens=None) -> str:
+    """Per-seed values as words, an open basin edge marked (a lower bound)."""
+    out = []
+    for i, v in enumerate(values):
+        out.append("-" if not math.isfinite(v) else fmt(v) + (" (open)" if opens is not None and opens[i] else ""))
+    return ", ".join(out)
+
+
 def difference_word(e: Estimate) -> str:
     """stats.difference_words: 'higher unscaled' / 'lower unscaled', or no difference at the interval's level."""
     return difference_words(e, "higher unscaled", "lower unscaled")
 
 
-def curves_table(curves: dict[Arm, Curve], est: dict) -> str:
+def curves_table(curves: dict[Arm, Curve], est: dict, spike_nats: float) -> str:
+    """Per arm: the vertex best loss and the best cell (interval over seeds and windows); the statistics whose
+    replicates pile on a bound as per-seed values (the vertex optimum, the basin's half-widths, the steps to the
+    bigram loss) and counts (the loss spikes, the runs diverged)."""
     rows = []
     for a in sorted(curves, key=lambda a: (a.control, a.init, a.d_k, a.scale)):
         c = curves[a]
-        lr_star = f"{10 ** c.opt_x.value:.3g} [{10 ** c.opt_x.lo:.3g}, {10 ** c.opt_x.hi:.3g}]"
+        sc = c.seeds
         half = est.get(("half", a, c.best_lr))
-        steps = est.get(("steps", a, c.best_lr))
-        reached = [readings.steps_to_bigram(r)[1] for r in c.runs.get(c.best_lr, [])]
-        spikes = est.get(("spikes", a))
-        rows.append([a.label, c.best.format(3), lr_star,
-                     c.lower.format(2) + (" (open)" if c.open_lo else ""),
-                     c.upper.format(2) + (" (open)" if c.open_hi else ""),
-                     half.format(3) if half is not None else "-",
-                     f"{steps.format(0)} ({sum(reached)} of {len(reached)})" if steps is not None else "-",
-                     spikes.format(2) if spikes is not None else "-", diverged_text(c)])
-    return markdown_table(["arm", "best loss", "optimum lr*", "lower half-width", "upper half-width",
-                           "half-budget loss", "steps to the bigram loss (runs that reached it)", "spikes per run",
-                           "runs diverged"], rows)
+        cells = [e.value for e in c.cells]
+        j = int(np.nanargmin(cells))
+        k, with_one, n_runs, _ = numbers.spike_counts(c, spike_nats)
+        rows.append([a.label, c.best.format(3), f"{c.cells[j].format(3)} at {rate(c.lrs[j])}",
+                     seed_values(10 ** sc.optimum, rate) if sc else "-",
+                     seed_values(sc.lower, lambda v: f"{v:.2f}", sc.open_lo) if sc else "-",
+                     seed_values(sc.upper, lambda v: f"{v:.2f}", sc.open_hi) if sc else "-",
+                     half.format(3) if half is not None else "-", steps_words(c),
+                     f"{k} ({with_one} of {n_runs} runs with one)", diverged_text(c)])
+    return markdown_table(["arm", "best loss (vertex)", "best cell (its rate)", "optimum lr* (vertex), per seed",
+                           "lower half-width (decades), per seed", "upper half-width (decades), per seed",
+                           "half-budget loss", "steps to the bigram loss at the best rate",
+                           "loss spikes over all rates", "runs diverged"], rows)
 
 
 def bigram_loss(runs: list[Run]) -> float:
@@ -187,6 +275,12 @@ def loss_grid(curves: dict[Arm, Curve]) -> list[str]:
         return e.format(3) + (f" ({split[0]} of {split[1]} diverged)" if split else "")
 
     rows = [[a.label] + [cell(a, c, x) for x in lrs] for a, c in ordered]
+    spread = [(a, x, seeds, v) for a, c in ordered for x, (seeds, v) in sorted(numbers.split_seeds(c).items())]
+    outcomes = ([prose("sqrt_dk", "seed_outcomes", sd=f"{numbers.SEED_SD_SHOWN:g}", n=len(spread)), ""]
+                + [f"- {a.label}, at {rate(x)}: " + ", ".join(f"{v:.3f} (seed {s})" for s, v in zip(seeds, vals,
+                                                                                                    strict=True))
+                   for a, x, seeds, vals in spread] + [""] if spread else
+                [prose("sqrt_dk", "seed_outcomes_none", sd=f"{numbers.SEED_SD_SHOWN:g}"), ""])
     n_split = sum(len(s) for s in splits.values())
     seeds = min((len(rs) for _, c in ordered for rs in c.runs.values() if rs), default=0)
     bound = 1 - (1 - LEVEL) ** (1 / seeds) if seeds else math.nan
@@ -194,7 +288,7 @@ def loss_grid(curves: dict[Arm, Curve]) -> list[str]:
             "intervals assume seeds that vary smoothly and cover less than 95% (the glossary's \"Split seeds\"); "
             f"a cell none of whose {seeds} seeds diverged bounds its rate of divergence only below {bound:.0%} "
             f"({LEVEL:.0%})." if n_split else "No cell has seeds that split between diverging and not.")
-    return [markdown_table(["arm"] + [rate(x) for x in lrs], rows), "", note]
+    return [markdown_table(["arm"] + [rate(x) for x in lrs], rows), "", note, "", *outcomes]
 
 
 def fig_trace(curves: dict[Arm, Curve], est: dict, path: Path) -> Path:
@@ -336,15 +430,19 @@ def place_order(place: str) -> int:
     return list(PLACES).index(place) if place in PLACES else len(PLACES)
 
 
+NO_TWIN = "no sweep run"  # a replay whose seed the float16 sweep did not run (amendment 4's new seeds)
+
+
 def replay_table(replays: list[numbers.Replay]) -> str:
     rows = []
     for p in sorted(replays, key=lambda p: (place_order(p.arm.place), p.lr, p.seed)):
         place = p.arm.place
         last = p.last_probe
         rows.append([PLACES.get(place, place), rate(p.lr), str(p.seed),
-                     "-" if p.sweep_steps is None else str(p.sweep_steps), str(p.steps),
+                     NO_TWIN if p.sweep_steps is None else str(p.sweep_steps), str(p.steps),
                      "-" if p.nonfinite is None else str(p.nonfinite),
-                     "-" if math.isnan(p.loss_gap) else "inf" if math.isinf(p.loss_gap) else f"{p.loss_gap:.3g}",
+                     NO_TWIN if p.sweep_steps is None else "-" if math.isnan(p.loss_gap) else
+                     "inf" if math.isinf(p.loss_gap) else f"{p.loss_gap:.3g}",
                      "none" if p.first_inf_score is None else str(p.first_inf_score),
                      "none" if p.first_inf_raw is None else str(p.first_inf_raw),
                      "-" if last is None else f"step {last[0]}: {largest([last[1]])} / {largest([last[2]])}"])
@@ -358,15 +456,64 @@ def replay_reading(replays: list[numbers.Replay]) -> str:
     """What the every-step replay shows, in counts (no verdict): whether it repeats the sweep's runs, whether the
     diverged runs had an inf score at a probe before their non-finite loss, and whether the scale on q and k
     kept the scores finite where the raw product overflowed."""
-    same = sum(p.loss_gap == 0 and p.steps == p.sweep_steps for p in replays)
+    twins = [p for p in replays if p.sweep_steps is not None]
+    same = sum(p.loss_gap == 0 and p.steps == p.sweep_steps for p in twins)
     diverged = [p for p in replays if p.nonfinite is not None]
     before = [p for p in diverged if p.first_inf_score is not None]
     qk = [p for p in replays if p.arm.placement == "qk"]
     qk_raw = sum(p.first_inf_raw is not None for p in qk)
     qk_score = sum(p.first_inf_score is not None for p in qk)
-    return prose("sqrt_dk", "replay_reading", same=same, n=len(replays), n_div=len(diverged),
+    return prose("sqrt_dk", "replay_reading", same=same, n=len(twins),
+                 new=(f" ({plural(len(replays) - len(twins), 'replay')} of a seed the float16 sweep did not run "
+                      "ha" + ("s" if len(replays) - len(twins) == 1 else "ve") + " no sweep run to repeat)"
+                      if len(twins) < len(replays) else ""), n_div=len(diverged),
                  before=len(before), n_qk=len(qk), qk_done=sum(p.nonfinite is None for p in qk), qk_raw=qk_raw,
                  qk_score=qk_score)
+
+
+def predicted_range(b: verdicts.BatchOverflow) -> str:
+    if b.first_possible is None:
+        return "none: no batch's product passes it"
+    if b.first_certain is None:
+        return f"from batch {b.first_possible} (no batch surely past it)"
+    if b.first_certain == b.first_possible:
+        return f"batch {b.first_possible}"
+    return f"batches {b.first_possible} to {b.first_certain}"
+
+
+def f1_table(rows: list[numbers.BatchF1]) -> str:
+    """Amendment 4's F1, one row per replayed run."""
+    out = []
+    for b in sorted(rows, key=lambda b: (not b.seen, place_order(b.arm.place), b.lr, b.seed)):
+        r = b.result
+        out.append([PLACES.get(b.arm.place, b.arm.place), str(b.seed), "seen" if b.seen else "new",
+                    b.series.split("/")[-1], predicted_range(r),
+                    "- (" + b.ended + ")" if r.nonfinite is None else str(r.nonfinite),
+                    "-" if r.formed_at is None else largest([r.formed_at]), f"**{r.verdict}**", r.why or "-"])
+    return markdown_table(["scale", "seed", "seen or new", "formed product (float32, the step's own batch)",
+                           f"predicted non-finite batch (its product past {verdicts.FP16_MAX:,.0f}, within "
+                           "float16's rounding)", "non-finite batch", "formed product there", "verdict", "why"], out)
+
+
+def f1_cross_check(rows: list[numbers.BatchF1]) -> str:
+    """The non-finite batch (the batch probe's last) against the divergence guard's step (numbers.nonfinite_step):
+    the same in every run, or the runs where they differ."""
+    bad = [b for b in rows if b.result.nonfinite is not None]
+    differ = [b for b in bad if b.guard_step != b.result.nonfinite]
+    if not differ:
+        return prose("sqrt_dk", "f1_cross_check", n=len(bad))
+    return prose("sqrt_dk", "f1_cross_check_differs", n=len(bad), k=len(differ), runs="; ".join(
+        f"{PLACES.get(b.arm.place, b.arm.place)}, seed {b.seed}: batch {b.result.nonfinite}, guard "
+        f"{'none' if b.guard_step is None else b.guard_step}" for b in differ))
+
+
+def f1_words(rows: list[numbers.BatchF1]) -> dict[str, str]:
+    """F1 over the runs (all_hold) and over the seen and the new seeds apart."""
+    def over(items):
+        return all_hold([b.result.verdict for b in items]) if items else "not tested (no run)"
+    seen, new = [b for b in rows if b.seen], [b for b in rows if not b.seen]
+    return {"all": over(rows), "seen": over(seen), "new": over(new), "n": str(len(rows)), "n_seen": str(len(seen)),
+            "n_new": str(len(new)), "held": str(sum(b.result.verdict == "holds" for b in rows))}
 
 
 def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], dict]:
@@ -375,7 +522,10 @@ def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], 
     records = numbers.fp16_records(runs)
     if not records:
         return [], [], [], {}
-    f1 = verdicts.placement([rec for _, rec, _ in records])
+    old_f1 = verdicts.placement([rec for _, rec, _ in records])
+    per_run = numbers.batch_f1(runs)
+    words = f1_words(per_run)
+    f1 = words["all"] if per_run else old_f1
     outcomes = numbers.fp32_reruns(runs, records)
     f2 = verdicts.float32_reruns(outcomes)
     asks = [f"python train.py -m experiment=sqrt_dk_fp32 arm/sqrt_dk={arm_name(r)} optim.lr={rec.lr:g} "
@@ -407,7 +557,13 @@ def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], 
         lines += ["### Amendment 2: the replay probed after every step (no verdict)", "",
                   prose("sqrt_dk", "replay_intro", every=every), "", replay_table(replayed), "",
                   replay_reading(replayed), ""]
+    if per_run:
+        lines += ["### Amendment 4: F1 per run, from each step's own training batch", "",
+                  prose("sqrt_dk", "f1_intro", max=f"{verdicts.FP16_MAX:,.0f}", band=f"{numbers.F1_BAND:.0%}"), "", f1_table(per_run), "",
+                  prose("sqrt_dk", "f1_reading", old=old_f1, **words), "", f1_cross_check(per_run), ""]
     facts["replayed"] = bool(replayed)
+    facts["f1_per_run"] = words if per_run else None
+    facts["f1_old"] = old_f1
     facts["replay_div"] = sum(p.nonfinite is not None for p in replayed)
     facts["replay_inf"] = sum(p.nonfinite is not None and p.first_inf_score is not None for p in replayed)
     after = [p for p in replayed if p.nonfinite is not None and p.arm.place == "scores"]
@@ -416,7 +572,10 @@ def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], 
         items = [(rec, o) for _, rec, o in records if rec.placement == place]
         return (f"{sum(o.scores_inf for _, o in items)} of {len(items)} runs with an inf score at a probe, "
                 f"{sum(rec.diverged for rec, _ in items)} diverged")
-    f1_numbers = {"scale after the product:": counted("scores"), "on q and k:": counted("qk")}
+    f1_numbers = ({"per run (amendment 4):": f"{words['held']} of {words['n']} runs hold; seen seeds "
+                                              f"{words['seen']}, new seeds {words['new']}"} if per_run else {})
+    f1_numbers.update({("the old measure, an inf score at a probe (" + old_f1 + "): scale after the product:"
+                        if per_run else "scale after the product:"): counted("scores"), "on q and k:": counted("qk")})
     reruns = [r for f, r in outcomes if f]
     f2_numbers = {"float16 runs diverged:": str(facts["diverged"]),
                   "their float32 reruns:": f"{sum(r is False for r in reruns)} completed, "
@@ -435,8 +594,18 @@ def fp16_answer(found: dict[str, str], facts: dict) -> str:
     """The answer's float16 part, from F1's and F2's verdicts, with what made an undecided one undecided."""
     if "F1" not in found and "F2" not in found:
         return "not run"
-    f1 = {"holds": "F1 holds: where the scale after the product overflowed, the scale on q and k before it did not",
-          "fails": "F1 fails: a run with the scale on q and k had an inf score"}.get(found.get("F1"))
+    per_run = facts.get("f1_per_run")
+    if per_run:
+        f1 = (f"F1, per run (amendment 4), {per_run['all']}: {per_run['held']} of {per_run['n']} replayed runs went "
+              "non-finite at their predicted batch or completed with no formed product past float16's largest value "
+              f"(the {per_run['n_seen']} runs of seeds the float16 sweep had run: {per_run['seen']}; the "
+              f"{per_run['n_new']} of new seeds: {per_run['new']}); the old measure, an inf score at a probe: "
+              f"{facts.get('f1_old')}")
+    else:
+        f1 = {"holds": "F1 (the old measure) holds: where the scale after the product overflowed, the scale on q and "
+                       "k before it did not",
+              "fails": "F1 (the old measure) fails: a run with the scale on q and k had an inf score"}.get(
+                  found.get("F1"))
     if f1 is None:
         inf, n = facts.get("replay_scores", (0, 0))
         replay = (f" (amendment 2's replay, probed after every step, saw one in {facts['replay_inf']} of "
@@ -493,15 +662,50 @@ def stage_two(curves: dict[Arm, Curve]) -> list[str]:
 
 
 def arm_name(run: Run) -> str:
-    """The arm/sqrt_dk option the job ran (its override, else Hydra's record of the choice)."""
-    from omegaconf import OmegaConf
-
+    """The arm/sqrt_dk option the job ran (its override, else the name configs/arm/sqrt_dk/ gives its arm): from the
+    run's record, never its dir's files, so a kept run answers it too."""
     given = next((o.split("=", 1)[1] for o in run.overrides if o.startswith("arm/sqrt_dk=")), None)
-    return given or str(OmegaConf.select(run.hydra_record, "hydra.runtime.choices.arm/sqrt_dk") or "?")
+    return given or option_of(readings.arm_of(run))
 
 
-def answer(found: dict[str, str], spiked: bool = True, fp16: dict | None = None) -> dict[str, str]:
-    """Each part of the answer from its verdicts only (DESIGN.md, "The headline answers ...")."""
+def option_of(a: Arm) -> str:
+    """An arm's option name in configs/arm/sqrt_dk/ (unit_dk256_none, unit_dk256_reparam_full, fp16_sqrt_qk, ...)."""
+    scale = "sqrt" if a.scale == "sqrt_dk" else "none"
+    if a.fp16:
+        where = {"qk": "qk", "sdpa": "sdpa"}.get(a.placement, "scores" if scale == "sqrt" else "math")
+        return f"fp16_{scale}_{where}"
+    if a.control:
+        return f"{a.init}_dk{a.d_k}_reparam_{a.control}"
+    return f"{a.init}_dk{a.d_k}_{scale}"
+
+
+def design3() -> Headline | None:
+    """Design 3's committed headline (docs/experiments/sqrt_dk_stability/headline.json), read at render time."""
+    return index.read(STABILITY)
+
+
+def design3_words(h: Headline | None) -> str:
+    """Design 3's verdicts as its headline gives them: 'S1 holds (the factor raises ...), S2 undecided (...)'."""
+    if h is None:
+        return "design 3 has no committed report yet"
+    parts = []
+    for said, word in h.verdicts:
+        key, _, what = said.partition(": ")
+        parts.append(f"{key} {word} ({what})")
+    return "; ".join(parts)
+
+
+def gap_word(gap: Estimate) -> str:
+    """Whether an unscaled - scaled gap is established (verdicts.side: its interval above 0)."""
+    return {"holds": "established (worse without the factor)", "fails": "reversed (better without the factor)",
+            "undecided": f"not established at the {LEVEL:.0%} level"}[verdicts.side(gap, +1)]
+
+
+def answer(found: dict[str, str], spiked: bool = True, fp16: dict | None = None, steps: int | None = None,
+           spikes: tuple[int, int] | None = None, gpt2_gaps: dict | None = None) -> dict[str, str]:
+    """Each part of the answer from its verdicts only (DESIGN.md, "The headline answers ..."); ``spikes``: (loss
+    spikes, runs) over the two arms C5 compares; ``gpt2_gaps``: the gap at GPT-2's init by the vertex and cell by
+    cell, whose words say whether it is established."""
     def say(keys, yes, no):
         vs = [found[k] for k in keys if k in found]
         if not vs:
@@ -514,31 +718,53 @@ def answer(found: dict[str, str], spiked: bool = True, fp16: dict | None = None)
     def named(keys):
         return ", ".join(f"{k} {found[k]}" for k in keys if k in found)
 
+    budget = f"within {steps} steps, " if steps is not None else ""
     if not any(k in found for k in ("C1", "C2", "C3", "C4", "C5")):
         consequence = "not tested (its arms did not run)"
     else:
         better = [found.get(k) for k in ("C1", "C3")]
-        steadier = [found.get(k) for k in ("C4", "C5")]
-        consequence = ("better: without the factor the best loss is worse, and so is the loss at half the budget"
-                       if better == ["holds"] * 2 else "better: not shown") + f" ({named(['C1', 'C3'])}); "
-        consequence += ("steadier: yes" if "holds" in steadier else
-                        "steadier: not shown, so this report does not say the factor helps stability") + \
-            f" ({named(['C4', 'C5'])}{'' if spiked else ': no run of the main sweep had a loss spike'}); "
-        consequence += ("more so as d_k grows: yes" if found.get("C2") == "holds" and found.get("M1") == "holds"
-                        else "more so as d_k grows: not shown") + f" ({named(['M1', 'C2'])})"
+        consequence = (f"better {budget}at unit-variance init: without the factor the best loss is worse, and so is "
+                       "the loss at half the budget" if better == ["holds"] * 2 else "better: not shown") + \
+            f" ({named(['C1', 'C3'])}); "
+        lo, hi = numbers.D_KS[0], numbers.D_KS[-1]
+        consequence += ("the cost is larger at the largest d_k than at the smallest (C2 holds), but those are "
+                        f"different models (one head {lo} wide against one {hi} wide: they differ in everything, not "
+                        "in d_k alone)" if found.get("C2") == "holds" else
+                        f"the cost at the largest d_k against the smallest: not shown larger ({named(['C2'])}), and "
+                        f"those are different models (one head {lo} wide against one {hi} wide)")
     return {
         "mechanism": say(["M1", "M3"], "yes: at init the unscaled softmax saturates more as d_k grows and the scaled "
-                                       "one does not (M1), and through training the unscaled one stays the more "
-                                       "saturated (M3)", "not as predicted"),
-        "gradient": say(["M2"], "no: at init the gradient reaching W_Q and W_K is larger without the factor; what "
-                                "falls with d_k is the softmax Jacobian's trace (M1)", "not as predicted"),
+                                       "one does not (M1, a check of the init's arithmetic), and through training "
+                                       "the unscaled one stays the more saturated (M3)", "not as predicted"),
+        "gradient": say(["M2"], "no: at init the gradient reaching W_Q and W_K is larger without the factor (M2, a "
+                                "check of the init's arithmetic; under Adam the gradient's norm is normalised away); "
+                                "what falls with d_k is the softmax Jacobian's trace (M1)", "not as predicted"),
         "consequence": consequence,
+        "stability": stability_answer(found, spikes, spiked),
         "gpt2": say(["G1"], "the cost of dropping the factor is smaller than under the premise's init",
-                    "not smaller"),
+                    "not smaller") + ("; the gap itself at GPT-2's init is " + gpt2_gap_words(gpt2_gaps)
+                                      if gpt2_gaps else ""),
         "reparam": say(["R1"], "under Adam, yes: the control that starts and steps W_Q, W_K as the scaled arm's "
                                "matches it", "no: the control departs from the scaled arm"),
         "fp16": fp16_answer(found, fp16 or {}),
     }
+
+
+def gpt2_gap_words(gaps: dict) -> str:
+    return "; ".join(f"{gap_word(e)} {how} ({e.format(3, signed=True)} nats)" for how, e in gaps.items())
+
+
+def stability_answer(found: dict[str, str], spikes: tuple[int, int] | None, spiked: bool = True) -> str:
+    """Design 2's answer to "does 1/sqrt(d_k) help stability?": what C4 and C5 could decide, said plainly, and
+    design 3's verdicts, quoted from its headline."""
+    if "C4" not in found and "C5" not in found:
+        return "not tested here (its arms did not run)"
+    k, n = spikes if spikes is not None else (None, None)
+    c5 = (f"C5 counted no loss spike in any of the {n} runs of the two arms it compares, so it had nothing to compare"
+          if k == 0 else f"C5 counted {k} loss spikes in the {n} runs of the two arms it compares"
+          if k is not None else "C5 was not computed")
+    return prose("sqrt_dk", "stability", c4=found.get("C4", "not tested"), c5_counts=c5,
+                 c5=found.get("C5", "not tested"), design3=design3_words(design3()))
 
 
 def any_spike(runs: list[Run], nats: float) -> bool:
@@ -563,11 +789,18 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
                           "rerun the sweep at this version.")
     curves, found, est = numbers.compute(runs, pred)
     fp16_lines, fp16_verdicts, asks, fp16_facts = fp16_section(runs)
+    c5_arms = [curves[a] for a in (Arm("unit", 256, "none"), Arm("unit", 256, "sqrt_dk")) if a in curves]
+    counts = [numbers.spike_counts(c, pred["spike_nats"]) for c in c5_arms]
+    spikes = (sum(k for k, *_ in counts), sum(n for _, _, n, _ in counts)) if counts else None
+    g1 = next((v for v in found if v.key == "G1"), None)
+    gpt2_gaps = ({"by the vertex": g1.numbers["GPT-2 gap"], "cell by cell": g1.numbers["GPT-2 gap, cell by cell"]}
+                 if g1 is not None else None)
     stage2 = stage_two(curves)
     found += [v for v in fp16_verdicts]
     words = {v.key: v.verdict for v in found}
     missing = [k for k in STATEMENTS if k not in words]
     cfg = runs[0].config
+    steps = int(cfg["trainer"]["max_steps"])
     fig_trace(curves, est, out / "trace_vs_dk.png")
     fig_loss_vs_lr(curves, out / "loss_vs_lr.png", bigram_loss(runs))
     seeds = sorted({r.seed for r in runs})
@@ -584,19 +817,21 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
               stage2=(prose("sqrt_dk", "stage2_ran", rates=", ".join(rate(x) for x in added),
                             arms="; ".join(a.label for a in sorted(stage2_arms))) if added else ""),
               wall=f"{wall_minutes([r for r in runs if r.experiment == 'sqrt_dk']):.1f}"), "",
-        prose("sqrt_dk", "answer", **answer(words, any_spike(runs, pred["spike_nats"]), fp16_facts)), "",
-        "## Predictions", "", predictions_table(found, missing, pred.get("mechanism_lr")), "",
+        prose("sqrt_dk", "answer", **answer(words, any_spike(runs, pred["spike_nats"]), fp16_facts, steps, spikes,
+                                            gpt2_gaps)), "",
+        "## Predictions", "", predictions_table(found, missing, pred, steps), "",
         prose("sqrt_dk", "terms", n_layer=cfg["model"]["n_layer"], every=cfg["callbacks"]["stability"]["every_n_steps"],
               val=cfg["data"]["val_windows"], half=cfg["trainer"]["val_check_interval"],
               delta=f"{pred['basin_delta']:g}", spike=f"{pred['spike_nats']:g}", method=METHOD, n_boot=N_BOOT,
               level=f"{LEVEL:.0%}"), "",
         "## The mechanism", "", "![trace vs d_k](trace_vs_dk.png)", "",
         prose("sqrt_dk", "bars", level=f"{LEVEL:.0%}"), "",
-        mechanism_table(curves, est), "",
+        mechanism_table(curves, est, pred), "",
+        *init_draws_section(init_draws.load(INIT_DRAWS)),
         *described_reading(curves, est),
         "## The consequences", "", "![loss vs lr](loss_vs_lr.png)", "",
         prose("sqrt_dk", "bands", level=f"{LEVEL:.0%}"), "",
-        curves_table(curves, est), "",
+        curves_table(curves, est, pred["spike_nats"]), "",
         *above_bigram(curves, bigram_loss(runs)),
         "Final loss at each rate (95% interval):", "", *loss_grid(curves), "",
         *(fp16_lines or [prose("sqrt_dk", "fp16_missing"), ""]),
@@ -614,31 +849,41 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     ]
     path = out / "README.md"
     path.write_text("\n".join(lines), encoding="utf-8")
-    headline(found).write(out)
+    headline(found, pred, steps, spikes).write(out)
     return path
 
 
-def headline(found: list) -> Headline:
+def headline(found: list, pred: dict | None = None, steps: int | None = None,
+             spikes: tuple[int, int] | None = None) -> Headline:
     """The front page's entry (tinygpt.experiments.index): one sentence from the saturation and training verdicts
-    (M1, C1, C4, C5), with the numbers M1 and C1 were read from."""
+    (M1, C1), what design 2 could not decide about stability (C4, C5) and design 3's verdicts on it, quoted from its
+    headline; the verdict list with the per-run F1 (amendment 4)."""
     words = {v.key: v.verdict for v in found}
-    numbers = {v.key: v.numbers for v in found}
+    numbers_ = {v.key: v.numbers for v in found}
+    lo, hi = numbers.D_KS[0], numbers.D_KS[-1]
 
     def number(key: str, name: str) -> str:
-        est = numbers.get(key, {}).get(name)
-        return est.format(3, signed=True) if est is not None else "n/a"
+        est = numbers_.get(key, {}).get(name)
+        return est.format(3, signed=True) if isinstance(est, Estimate) else "n/a"
 
     keeps = ("keeps the softmax out of saturation as d_k grows" if words.get("M1") == "holds" else
              "is not shown to keep the softmax out of saturation as d_k grows")
-    better = "training is better with it" if words.get("C1") == "holds" else "training is not shown better with it"
-    steadier = ("and steadier" if "holds" in (words.get("C4"), words.get("C5")) else
-                "but not shown steadier")
-    answer = (f"With unit-variance q and k, the argument's premise, the factor {keeps} (M1 {words.get('M1', 'n/a')}: "
-              f"without it the Jacobian trace changes by {number('M1', 'unscaled trace change 16 -> 256')} from "
-              f"d_k = 16 to 256), and {better} (C1 {words.get('C1', 'n/a')}: the best loss at d_k = 256 is "
-              f"{number('C1', 'best loss, unscaled - scaled')} nats worse without it) {steadier} (C4 "
-              f"{words.get('C4', 'n/a')}, C5 {words.get('C5', 'n/a')}).")
+    better = (f"the best loss within {steps} steps is worse without it" if words.get("C1") == "holds" else
+              f"the best loss within {steps} steps is not shown worse without it")
+    k, n = spikes if spikes is not None else ("n/a", "n/a")
+    h3 = design3()
+    d3 = (", ".join(f"{said.partition(': ')[0]} {word}" for said, word in h3.verdicts) if h3 is not None else
+          "no committed report yet")
+    answer = (f"With unit-variance q and k, the argument's premise, the factor {keeps} (M1 {words.get('M1', 'n/a')}, "
+              "a check of the init's arithmetic: without it the Jacobian trace changes by "
+              f"{number('M1', 'unscaled trace change 16 -> 256')} from d_k = {lo} to {hi}), and {better} (C1 "
+              f"{words.get('C1', 'n/a')}: at d_k = {hi}, "
+              f"{number('C1', 'best loss (vertex), unscaled - scaled')} nats by the parabola's vertex, "
+              f"{number('C1', 'best cell, unscaled - scaled (cell by cell)')} cell by cell). Whether it helps "
+              f"stability design 2 could not decide (C4 {words.get('C4', 'n/a')}: it cannot see a learning-rate curve "
+              f"that moves as a whole; C5 {words.get('C5', 'n/a')}: {k} loss spikes in {n} runs); design 3 "
+              f"(sqrt_dk_stability) asks it as the rate at which training stops working: {d3}.")
     return Headline("sqrt_dk", "What 1/sqrt(d_k) is for",
                     "Does 1/sqrt(d_k) keep attention's softmax out of saturation, and does that make training better?",
                     answer, "loss_vs_lr.png",
-                    [(f"{k}: {STATEMENTS[k]}", words[k]) for k in STATEMENTS if k in words])
+                    [(f"{k}: {statement(k, pred, steps)}", words[k]) for k in STATEMENTS if k in words])
