@@ -197,6 +197,33 @@ def test_experiment_2s_full_sweep_is_its_two_grids_and_may_add_float32_reruns():
     assert gap == "it has 31 runs of experiment=sqrt_dk_fp16, the full sweep 30"
 
 
+@pytest.mark.parametrize("override,kept", [
+    ("logger=csv", True), ("logger.wandb.project=mine", True), ("hydra.launcher.n_jobs=2", True),
+    ("+hydra/launcher=parallel", True), ("ckpt_path=x/last.ckpt", True), ("data.cache_dir=/tmp/c", True),
+    ("loggers=x", False), ("trainer.max_steps=10", False), ("data.batch_size=4", False)])
+def test_one_rule_says_which_overrides_are_bookkeeping_for_both_checks(override, kept):
+    """full_sweep_gap and refuse_mixed read the same rule (report.bookkeeping): an override that only says where a run
+    logs, how its sweep is launched or resumed neither makes the full sweep partial nor mixes its runs (given to
+    some jobs only); any other override does both."""
+    from tinygpt.analysis.sweep import ReportError
+
+    assert report.bookkeeping(override) is kept
+    main, fp16 = grid_jobs("sqrt_dk", [override]), grid_jobs("sqrt_dk_fp16", [override])
+    gap = report.full_sweep_gap(main + fp16, [], "sqrt_dk")
+    assert gap == (None if kept else f"it overrides {override.split('=')[0]}")
+    for job in main + fp16:
+        job.swept_keys = set()
+    some = main[:5] + [Job(j.experiment, [o for o in j.overrides if o != override and not o.startswith("experiment=")])
+                       for j in main[5:10]]
+    for job in some:
+        job.swept_keys = set()
+    if kept:
+        report.refuse_mixed(some, "sqrt_dk")
+    else:
+        with pytest.raises(ReportError, match=f"the runs differ in {override.split('=')[0]}"):
+            report.refuse_mixed(some, "sqrt_dk")
+
+
 def test_an_out_that_is_a_file_is_one_line_before_any_work(tmp_path, capsys):
     sweep = causal_sweep(tmp_path / "sweep")
     target = tmp_path / "README.md"

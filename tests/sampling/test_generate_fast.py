@@ -251,8 +251,8 @@ def test_the_split_is_chosen_once_for_all_of_a_models_products(monkeypatch):
         assert all(layer.uses_split(torch.zeros(1, layer.in_features)) for layer in layers)
         cache = KVCache.for_model(m, 1)
         step = CachedStep.for_model(m, cache)
-        assert all(product is blocks_product for layer in step.layers for product in (layer[2][0], layer[3][0],
-                                                                                        layer[11][0], layer[13][0]))
+        assert all(product[0] is blocks_product for layer in step.layers
+                   for product in (layer.qkv, layer.proj, layer.fc, layer.mlp_proj))
         FastDecodeLinear.speedups[key] = 1.0
         assert not any(layer.uses_split(torch.zeros(1, layer.in_features)) for layer in layers)
 

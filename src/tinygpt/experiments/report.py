@@ -53,8 +53,17 @@ def refuse_foreign(runs: list[Run], experiment: str) -> None:
                               f"{experiment}'s sweep dir (python train.py -m experiment={experiment}).")
 
 
-# overrides that say where a run keeps its files or logs, or how to resume it, never what it computes
+# overrides that say where a run keeps its files, where it logs, how its sweep is launched (hydra/launcher, the job
+# count hydra.launcher.n_jobs) or how to resume it, never what it computes: ``bookkeeping`` is the one rule both checks
+# use, refuse_mixed (runs may differ in them) and full_sweep_gap (a full sweep may add them): README's checklist
 BOOKKEEPING = ("hydra", "ckpt_path", "experiment", "data.cache_dir", "logger")
+
+
+def bookkeeping(override: str) -> bool:
+    """Whether an override ('logger=csv', 'hydra.launcher.n_jobs=2', '+hydra/launcher=parallel', or its key alone)
+    is bookkeeping: a key of BOOKKEEPING, its group's option or one of its subkeys, with Hydra's +, ++ or ~ in front."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    return any(key == b or key.startswith((f"{b}.", f"{b}/")) for b in BOOKKEEPING)
 
 
 def refuse_mixed(runs: list[Run], experiment: str) -> None:
@@ -73,7 +82,7 @@ def refuse_mixed(runs: list[Run], experiment: str) -> None:
     values: dict[str, set] = {}
     for s in settings:
         for key, value in s.items():
-            if not key.lstrip("+~").startswith(BOOKKEEPING):
+            if not bookkeeping(key):
                 values.setdefault(key, set()).add(value)
     mixed = sorted(k for k, v in values.items() if k not in grid and (len(v) > 1 or not all(k in s for s in settings)))
     if mixed:
@@ -138,8 +147,8 @@ def grid_cells(cfg_path: Path) -> tuple[set, set]:
 
 def full_sweep_gap(runs: list[Run], excluded: list, experiment: str) -> str | None:
     """None when the runs are exactly the full sweep its configs define (every job of the grid, completed, no other
-    overrides; a staged experiment may add runs that override only the grid's keys); otherwise what is
-    different."""
+    overrides but ``bookkeeping``; a staged experiment may add runs that override only the grid's keys); otherwise
+    what is different."""
     if not any(r.experiment for r in runs):
         return "plain runs, made without experiment="
     if excluded:
@@ -161,7 +170,7 @@ def full_sweep_gap(runs: list[Run], excluded: list, experiment: str) -> str | No
         keys, cells = grid_cells(path)
         mine = [r for r in runs if r.experiment == part]
         have = {frozenset(setting(o) for o in r.overrides if o.split("=")[0] in keys) for r in mine}
-        extra = sorted({o.split("=")[0] for r in mine for o in r.overrides} - keys - {"experiment"})
+        extra = sorted({o.split("=")[0] for r in mine for o in r.overrides if not bookkeeping(o)} - keys)
         if extra:
             return f"it overrides {', '.join(extra)}"
         if (not cells <= have and len(mine) != len(cells)) or (len(mine) != len(cells) and part not in record.staged):

@@ -7,10 +7,17 @@ Read top to bottom:
 1. ``causal_mask`` / ``visibility_mask``: which key j each query i may see (True = may attend).
 2. ``masked_softmax``: softmax over the visible keys only; a row with no visible key is all zeros.
 3. ``attention_from_scores``: weights = masked_softmax(scores), out = weights @ V.
-4. ``scaled_dot_product_attention``: scores = Q K^T * scale, then step 3.
-5. ``CausalSelfAttention``: multi-head self-attention with a "math" path (the functions above,
-   can return the weights) and an "sdpa" path (torch's fused kernel with the same scale and mask).
+4. ``scaled_scores``: Q K^T * scale, the scale where ``scale_at`` puts it.
+5. ``attention``: THE computation. Every path calls it (the module's forward, ``dissect``, the probes, decoding's
+   cached step, experiment 3's bugged mask): it takes q, k, v, the layer's ``AttnConfig`` and the mask, applies
+   every option, and ``route`` chooses, in one place, the explicit formula or torch's fused kernel (and says why
+   when it falls back to the formula). ``scaled_dot_product_attention`` is its functional form.
+6. ``CausalSelfAttention``: multi-head self-attention around it: the projections, ``prepare`` (the options that act
+   on q and k before a cache keeps the keys: qk_norm), ``attend`` (``attention`` with this layer's settings).
 
+A new attention option: a field of AttnConfig (model/config.py), its commented line in configs/model/baby.yaml, and
+its arithmetic here: in ``prepare`` if it acts on q and k, in ``attention``'s formula if on the scores, and a line in
+``route`` if the fused kernel cannot do it. tests/model/test_attention_paths.py then runs it through every path.
 The textbook's other pieces (additive scoring, kernel regression, valid lengths) are in textbook.py.
 Masked scores are filled with -inf, never a finite constant that growing logits could outgrow.
 """
@@ -184,7 +191,8 @@ def scaled_dot_product_attention(
     scale_at: str = "scores",
     keep: list | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """softmax(q k^T * scale + mask) v, exactly as written. Returns (out, weights).
+    """softmax(q k^T * scale + mask) v, exactly as written: ``attention`` on the formula, settings given one by one.
+    Returns (out, weights).
 
     q: (..., T_q, D), k: (..., T_k, D), v: (..., T_k, D_v).
     scale: None means 1/sqrt(D); any number is used as given (1.0 = unscaled).
@@ -196,28 +204,98 @@ def scaled_dot_product_attention(
     get weights 0 and output 0.
     keep: a list the scores (..., T_q, T_k), before the mask, are appended to (a probe's gradient reaches them).
     """
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    config = AttnConfig(causal=causal, scale=scale, backend="math", scale_at=scale_at)
+    y, weights = attention(q, k, v, config, scale=scale, padding_mask=padding_mask, need_weights=True, keep=keep)
+    return y, weights
+
+
+# ----------------------------------------------------------------------------- the one computation
+
+
+def route(config: AttnConfig, *, need_weights: bool = False, own_mask: bool = False) -> tuple[str, str]:
+    """Who computes this attention, "math" (the explicit formula) or "sdpa" (torch's fused kernel), and why: the
+    config's backend, unless something only the formula gives was asked for. An option the fused kernel cannot do
+    adds its line here (the formula then computes it on every backend)."""
+    if config.backend == "math":
+        return "math", "model.attn.backend=math"
+    if need_weights:
+        return "math", "the weights or scores were asked for (dissect, a probe): the fused kernel never forms them"
+    if own_mask:
+        return "math", "this attention applies its own mask (a deliberate bug): the fused kernel takes a bool one"
+    if config.scale_at != "scores":
+        return "math", f"model.attn.scale_at={config.scale_at!r} places the scale inside the formula"
+    return "sdpa", "model.attn.backend=sdpa"
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    config: AttnConfig,
+    *,
+    scale: float | None = None,
+    padding_mask: Tensor | None = None,
+    positions: Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    keep: list | None = None,
+    weights_of=None,
+) -> tuple[Tensor, Tensor | None]:
+    """softmax(q k^T * scale + mask) v with every option of ``config``: (out (..., T_q, D_v), weights (..., T_q, T_k)
+    on the formula, None from the fused kernel). The one place attention is computed and its route chosen.
+
+    q (..., T_q, D), k (..., T_k, D), v (..., T_k, D_v): as the scores see them (after ``prepare``'s options).
+    scale: the number config.scale names for this head size (None: computed here; a module passes its own).
+    The mask: config.causal (bottom-right: the T_q queries are the last of the T_k keys, so a KV cache's offset is
+    T_k - T_q) and ``padding_mask`` (B, T_k) bool, True = real token (padded queries give 0).
+    positions: each query's position (B, T_q), for a position-dependent option; none of today's reads it.
+    dropout_p: on the weights (pass 0 when not training: the fused kernel applies it even in eval).
+    need_weights or ``keep`` (a list the scores before the mask are appended to): the formula, whatever the backend.
+    weights_of: (scores, mask) -> weights in place of ``masked_softmax`` (a deliberate bug, experiment 3): the formula.
+    """
+    if scale is None:
+        scale = scale_factor(config.scale, q.shape[-1])
+    backend, _ = route(config, need_weights=need_weights or keep is not None, own_mask=weights_of is not None)
+    if backend == "sdpa":
+        return _fused(q, k, v, config.causal, scale, padding_mask, dropout_p), None
+    t_q, t_k = q.shape[-2], k.shape[-2]
     if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
         raise ValueError(
             "q, k and v must have the same rank, at least 2 (..., T, D); "
             f"got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}."
         )
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must share the feature size D, got {q.shape[-1]} and {k.shape[-1]}."
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same number of positions, got {k.shape[-2]} and {v.shape[-2]}."
-        )
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = scaled_scores(q, k, scale, scale_at)  # (..., T_q, T_k)
+        raise ValueError(f"q and k must share the feature size D, got {q.shape[-1]} and {k.shape[-1]}.")
+    if t_k != v.shape[-2]:
+        raise ValueError(f"k and v must have the same number of positions, got {t_k} and {v.shape[-2]}.")
+    scores = scaled_scores(q, k, scale, config.scale_at)  # (..., T_q, T_k)
     if keep is not None:
         keep.append(scores)
-    t_q, t_k = scores.shape[-2:]
     check_padding_mask(padding_mask, scores.shape[0], t_k, scores=scores)
-    queries = None if padding_mask is None else padding_mask[:, t_k - t_q :]  # one sequence: the last T_q keys
-    return attention_from_scores(scores, v, causal=causal, padding_mask=padding_mask, query_mask=queries)
+    mask = visibility_mask(t_q, t_k, causal=config.causal, padding_mask=padding_mask, extra_dims=scores.dim() - 3,
+                           device=scores.device)  # (B, 1.., T_q, T_k), (T_q, T_k) or None
+    weights = (weights_of or masked_softmax)(scores, mask)  # (..., T_q, T_k)
+    dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
+    return dropped @ v, weights  # (..., T_q, D_v)
+
+
+def _fused(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, padding_mask: Tensor | None,
+           dropout_p: float) -> Tensor:
+    """torch's fused kernel with the same explicit scale and the same mask as the formula: (..., T_q, D_v)."""
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    if padding_mask is None and (not causal or T_q == T_k or T_q == 1):
+        # square causal: the kernel's own (top-left) triangle is right; one query after a cache sees every key
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal and T_q == T_k,
+                                              scale=scale)
+    mask = visibility_mask(
+        T_q, T_k, causal=causal, padding_mask=padding_mask, extra_dims=q.dim() - 3, device=q.device
+    )  # (B, 1, T_q, T_k) or (T_q, T_k); True = may attend, as SDPA reads it
+    # SDPA returns NaN for a row with no visible key; open such rows and zero them after.
+    row_has_key = mask.any(dim=-1, keepdim=True)  # (.., T_q, 1)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~row_has_key, dropout_p=dropout_p, scale=scale)
+    return y.masked_fill(~row_has_key, 0.0)  # (B, H, T_q, D)
 
 
 def check_padding_mask(
@@ -248,10 +326,10 @@ def check_padding_mask(
 class CausalSelfAttention(nn.Module):
     """Multi-head self-attention: one fused qkv projection, H heads of size D = C / H, output projection.
 
-    ``attn`` (an AttnConfig, kept as ``self.config``) says how: backend="math" computes softmax(q k^T * scale +
-    mask) v with the functions above; backend="sdpa" calls torch's fused F.scaled_dot_product_attention with the
-    same scale and mask. ``scale_factor`` is the number ``attn.scale`` names for this head size.
-    ``dissect(x)`` is the opt-in way to see inside: the math path's weights (B, H, T, T), the logits and the
+    ``attn`` (an AttnConfig, kept as ``self.config``) says how; ``attention`` above computes it, on the formula
+    (backend="math": softmax(q k^T * scale + mask) v, the weights in hand) or torch's fused kernel (backend="sdpa",
+    the same scale and mask). ``scale_factor`` is the number ``attn.scale`` names for this head size.
+    ``dissect(x)`` is the opt-in way to see inside: the formula's weights (B, H, T, T), the logits and the
     queries and keys, for attention maps and diagnostics; ``forward`` always returns the output alone. A probe that
     needs the gradient reaching the scores sets ``keep`` to a list: each forward then runs the formula (the same
     function as sdpa) and appends its q, k, scores and weights, in the autograd graph.
@@ -259,6 +337,8 @@ class CausalSelfAttention(nn.Module):
     keys before the scale (Dehghani et al. 2023): the logits stay bounded, |q.k| * scale <= D * scale for unit
     gains.
     """
+
+    weights_of = None  # (scores, mask) -> weights in place of masked_softmax: a subclass's deliberate bug (experiment 3)
 
     def __init__(self, n_embd: int, n_head: int, attn: AttnConfig | None = None, *, dropout: float = 0.0,
                  bias: bool = True):
@@ -271,7 +351,6 @@ class CausalSelfAttention(nn.Module):
         self.dropout = dropout
         self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)  # x -> q, k, v in one matmul
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
-        self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
         self.q_norm = nn.LayerNorm(self.head_dim, bias=bias) if self.config.qk_norm else None
         self.k_norm = nn.LayerNorm(self.head_dim, bias=bias) if self.config.qk_norm else None
@@ -290,69 +369,59 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self._heads(x)  # 3 x (B, H, T, D)
         if kv_cache is not None:
             k, v = kv_cache.extend(k, v)  # (B, H, T_cached + T, D)
-
-        if self.config.backend == "math" or self.keep is not None:  # a probe keeping the tensors: the formula
-            scores = [] if self.keep is not None else None
-            y, weights = scaled_dot_product_attention(
-                q, k, v, causal=self.config.causal, padding_mask=padding_mask, scale=self.scale_factor,
-                scale_at=self.config.scale_at, keep=scores,
-            )  # y (B, H, T, D), weights (B, H, T, T)
-            if self.keep is not None:
-                self.keep.append({"q": q, "k": k, "scores": scores[0], "weights": weights})
-            if self.training and self.dropout > 0:
-                y = self.attn_dropout(weights) @ v  # (B, H, T, D)
-        else:
-            y = self._sdpa(q, k, v, padding_mask)  # (B, H, T, D)
-
+        if self.keep is None:
+            y, _ = self.attend(q, k, v, padding_mask)  # (B, H, T, D)
+        else:  # a probe keeping the tensors: the formula
+            scores = []
+            y, weights = self.attend(q, k, v, padding_mask, keep=scores)  # y (B, H, T, D), weights (B, H, T, T)
+            self.keep.append({"q": q, "k": k, "scores": scores[0], "weights": weights})
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, D) -> (B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, padding_mask: Tensor | None = None, *,
+               need_weights: bool = False, keep: list | None = None, dropout: bool = True) -> tuple[Tensor, Tensor | None]:
+        """``attention`` with this layer's config, scale, dropout (training only; ``dropout=False`` turns it off)
+        and mask: q (B, H, T_q, D), k, v (B, H, T_k, D) as the scores see them (``prepare``d) -> (out (B, H, T_q, D),
+        weights (B, H, T_q, T_k) or None from the fused kernel)."""
+        p = self.dropout if dropout and self.training else 0.0  # SDPA applies dropout even in eval
+        return attention(q, k, v, self.config, scale=self.scale_factor, padding_mask=padding_mask, dropout_p=p,
+                         need_weights=need_weights, keep=keep, weights_of=self.weights_of)
+
+    def route(self, *, need_weights: bool = False) -> tuple[str, str]:
+        """Who computes this layer's attention, "math" or "sdpa", and why (``route`` above)."""
+        return route(self.config, need_weights=need_weights or self.keep is not None,
+                     own_mask=self.weights_of is not None)
+
     def dissect(self, x: Tensor, padding_mask: Tensor | None = None) -> dict[str, Tensor]:
-        """What the attention computes on x (B, T, C), through the math path: ``weights`` (B, H, T, T) as
+        """What the attention computes on x (B, T, C), through the formula: ``weights`` (B, H, T, T) as
         the formula gives them (dropout aside), ``logits`` q k^T * scale before the mask (B, H, T, T), and
         ``q``, ``k`` (B, H, T, D) as the scores see them (after qk_norm)."""
         q, k, v = self._heads(x)  # 3 x (B, H, T, D)
-        _, weights = scaled_dot_product_attention(
-            q, k, v, causal=self.config.causal, padding_mask=padding_mask, scale=self.scale_factor,
-            scale_at=self.config.scale_at,
-        )  # (B, H, T, T)
-        logits = scaled_scores(q, k, self.scale_factor, self.config.scale_at)  # (B, H, T, T)
-        return {"weights": weights, "logits": logits, "q": q, "k": k}
+        logits = []
+        _, weights = self.attend(q, k, v, padding_mask, keep=logits, dropout=False)  # (B, H, T, T)
+        return {"weights": weights, "logits": logits[0], "q": q, "k": k}
+
+    def prepare(self, q: Tensor, k: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The options that act on the queries and keys themselves, before a cache keeps the keys: qk_norm (a
+        LayerNorm over D). q (B, H, T, D), k (B, H, T, D) -> the same shapes. ``positions`` (B, T): room for a
+        position-dependent option (RoPE rotates q and k here); none of today's reads it."""
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)  # normalised over D, (B, H, T, D)
+        return q, k
 
     def _heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """x (B, T, C) -> q, k, v, each split into heads (B, H, T, D), from one fused projection
-        (q and k LayerNorm-ed per head when qk_norm is on)."""
+        """x (B, T, C) -> q, k, v, each split into heads (B, H, T, D), from one fused projection, q and k
+        ``prepare``d."""
         B, T, C = x.shape
         qkv = self.c_attn(x).split(self.n_embd, dim=2)  # 3 x (B, T, C)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in qkv)  # (B, H, T, D)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)  # normalised over D, (B, H, T, D)
+        q, k = self.prepare(q, k)
         return q, k, v
 
     def queries_keys(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """q and k (B, H, T, D) as the attention sees them (after qk_norm), without the weights (init_stats)."""
         q, k, _ = self._heads(x)
         return q, k
-
-    def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, padding_mask: Tensor | None) -> Tensor:
-        """The fused kernel, with the same explicit scale and the same mask as the math path."""
-        dropout_p = self.dropout if self.training else 0.0  # SDPA applies dropout even in eval
-        T_q, T_k = q.shape[-2], k.shape[-2]
-        causal = self.config.causal
-        if padding_mask is None and (not causal or T_q == T_k or T_q == 1):
-            # square causal: the kernel's own (top-left) triangle is right; one query after a cache sees every key
-            return F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout_p, is_causal=causal and T_q == T_k, scale=self.scale_factor
-            )
-        mask = visibility_mask(
-            T_q, T_k, causal=causal, padding_mask=padding_mask, extra_dims=1, device=q.device
-        )  # (B, 1, T_q, T_k) or (T_q, T_k); True = may attend, as SDPA reads it
-        # SDPA returns NaN for a row with no visible key; open such rows and zero them after.
-        row_has_key = mask.any(dim=-1, keepdim=True)  # (.., T_q, 1)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask | ~row_has_key, dropout_p=dropout_p, scale=self.scale_factor
-        )  # (B, H, T_q, D)
-        return y.masked_fill(~row_has_key, 0.0)
 
     def extra_repr(self) -> str:
         c = self.config

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tinygpt.model.attention import check_padding_mask
+from tinygpt.model.attention import attention, check_padding_mask
 from tinygpt.runtime.internals import any_global_hooks, has_hooks
 from tinygpt.sampling.checks import check_sampling
 
@@ -157,7 +158,10 @@ class CachedStep:
     """One token per row through a GPT with its KV cache: ``step(new)`` (B, 1) -> logits (B, V), the same
     arithmetic as ``model(new, cache=cache)[0][:, -1]`` (the same kernels on the same rows, so the same bits:
     tests/sampling/test_generate_fast.py), without the modules' glue: no module calls, shape checks or per-layer
-    cache views, and each layer's key and value written into the cache with one copy. Decoding one token runs
+    cache views, and each layer's key and value written into the cache with one copy. The attention itself is the
+    layer's own: its ``prepare``, then tinygpt.model.attention.attention with its AttnConfig and scale (its
+    ``attend`` less the dropout, which is off here), so every attention option reaches decoding
+    (tests/model/test_attention_paths.py). Decoding one token runs
     few FLOPs (its products are memory-bound matrix-vector products), so on a small model that glue was most
     of a token's time (docs/benchmarks.md).
 
@@ -165,7 +169,7 @@ class CachedStep:
     hooks), causal, in eval mode or without dropout, no padding. ``for_model`` returns None otherwise, and
     the decode loop calls the model."""
 
-    def __init__(self, model, cache, layers: list[tuple]):
+    def __init__(self, model, cache, layers: list[_Layer]):
         self.model, self.cache, self.layers = model, cache, layers
 
     @classmethod
@@ -175,7 +179,7 @@ class CachedStep:
         from tinygpt.model.gpt import GPT, MLP, Block
 
         expected = {GPT: ("forward", "_embed"), Block: ("forward",), MLP: ("forward",),
-                    CausalSelfAttention: ("forward", "_heads", "_sdpa")}
+                    CausalSelfAttention: ("forward", "_heads", "prepare", "attend", "weights_of")}
         if not isinstance(model, GPT) or not model.config.attn.causal:
             return None
         for module in model.modules():
@@ -203,18 +207,13 @@ class CachedStep:
         def norm(ln: nn.LayerNorm) -> tuple:
             return ln.normalized_shape, ln.weight, ln.bias, ln.eps
 
-        layers = []
-        for i, block in enumerate(model.blocks):
-            a = block.attn
-            layers.append((cache.kv[i], norm(block.ln_1), linear(a.c_attn), linear(a.c_proj), a.n_head, a.head_dim,
-                           a.scale_factor, (a.config.backend, a.config.scale_at), a.q_norm, a.k_norm, norm(block.ln_2),
-                           linear(block.mlp.c_fc), block.mlp.gelu.approximate, linear(block.mlp.c_proj)))
+        layers = [_Layer(cache.kv[i], norm(b.ln_1), linear(b.attn.c_attn), b.attn, linear(b.attn.c_proj),
+                         norm(b.ln_2), linear(b.mlp.c_fc), b.mlp.gelu.approximate, linear(b.mlp.c_proj))
+                  for i, b in enumerate(model.blocks)]
         return cls(model, cache, layers)
 
     def __call__(self, idx: Tensor) -> Tensor:
         """idx (B, 1): the next token of each row -> logits (B, V); the cache advances by one."""
-        from tinygpt.model.attention import scaled_dot_product_attention
-
         model, cache = self.model, self.cache
         B = idx.shape[0]
         pos = cache.pos
@@ -224,24 +223,36 @@ class CachedStep:
         # (B, C) rows throughout: the products, LayerNorms and GELU see the same rows as on (B, 1, C)
         x = F.embedding(idx[:, 0], model.wte.weight) + model.wpe.weight[pos]  # (B, C): GPT._embed's sum
         C = x.shape[-1]
-        for (kv, ln_1, (f_qkv, w_qkv, b_qkv), (f_o, w_o, b_o), H, D, scale, (backend, scale_at), q_norm, k_norm, ln_2,
-             (f_fc, w_fc, b_fc), approximate, (f_p, w_p, b_p)) in self.layers:  # kv: (2, B, H, max_len, D)
-            qkv = f_qkv(F.layer_norm(x, *ln_1), w_qkv, b_qkv).view(B, 3, H, 1, D).transpose(0, 1)  # (3, B, H, 1, D)
-            q = qkv[0]  # (B, H, 1, D), strided as CausalSelfAttention._heads makes it
-            if q_norm is not None:
-                q = q_norm(q)
-                kv.narrow(3, pos, 1).copy_(torch.stack((k_norm(qkv[1]), qkv[2])))  # (2, B, H, 1, D)
-            else:
-                kv.narrow(3, pos, 1).copy_(qkv[1:])  # this token's key and value at once
+        for layer in self.layers:
+            attn = layer.attn  # the layer's CausalSelfAttention: its config and its computation
+            f, w, b = layer.qkv
+            qkv = f(F.layer_norm(x, *layer.ln_1), w, b).view(B, 3, attn.n_head, 1, attn.head_dim).transpose(0, 1)
+            k = qkv[1]  # (B, H, 1, D), strided as CausalSelfAttention._heads makes it, as is q
+            q, k_seen = attn.prepare(qkv[0], k)  # the options on q and k (qk_norm) before the cache keeps the key
+            kv = layer.kv  # (2, B, H, max_len, D)
+            kv.narrow(3, pos, 1).copy_(qkv[1:] if k_seen is k else torch.stack((k_seen, qkv[2])))  # key, value at once
             keys, values = kv.narrow(3, 0, end).unbind(0)  # (B, H, pos + 1, D) each
-            if backend == "math":
-                y, _ = scaled_dot_product_attention(q, keys, values, causal=True, scale=scale, scale_at=scale_at)
-            else:
-                y = F.scaled_dot_product_attention(q, keys, values, is_causal=end == 1, scale=scale)
-            x = x + f_o(y.reshape(B, C), w_o, b_o)  # (B, H, 1, D) -> (B, C): the heads side by side
-            x = x + f_p(F.gelu(f_fc(F.layer_norm(x, *ln_2), w_fc, b_fc), approximate=approximate), w_p, b_p)
+            y, _ = attention(q, keys, values, attn.config, scale=attn.scale_factor)  # (B, H, 1, D): as attn.attend
+            f, w, b = layer.proj
+            x = x + f(y.reshape(B, C), w, b)  # (B, H, 1, D) -> (B, C): the heads side by side
+            (f1, w1, b1), (f2, w2, b2) = layer.fc, layer.mlp_proj
+            x = x + f2(F.gelu(f1(F.layer_norm(x, *layer.ln_2), w1, b1), approximate=layer.approximate), w2, b2)
         cache.advance(1)
         ln_f = model.ln_f
         return F.linear(F.layer_norm(x, ln_f.normalized_shape, ln_f.weight, ln_f.bias, ln_f.eps),
                         model.lm_head.weight, model.lm_head.bias)  # (B, V)
 
+
+class _Layer(NamedTuple):
+    """One block as CachedStep runs it: its cache slice, LayerNorms' arguments, products (F.linear or the split:
+    (function, weight, bias)) and its attention module (which carries the AttnConfig and computes with it)."""
+
+    kv: Tensor  # (2, B, H, max_len, D): this layer's keys and values
+    ln_1: tuple
+    qkv: tuple
+    attn: nn.Module
+    proj: tuple
+    ln_2: tuple
+    fc: tuple
+    approximate: str
+    mlp_proj: tuple

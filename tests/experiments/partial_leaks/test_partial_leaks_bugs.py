@@ -47,7 +47,7 @@ def test_the_finite_fill_is_added_not_filled():
     """softmax(scores + fill * masked), by hand: scores [0, 1] on a 2-key row whose second key is masked, fill -2:
     weights e^0 : e^(1-2) = 1 : e^-1."""
     attn = BuggyAttention(4, 1, kind="finite_fill", fill=-2.0)
-    w = attn.weights(torch.tensor([[[[0.0, 1.0], [0.0, 1.0]]]]))  # (1, 1, 2, 2)
+    w = attn.weights_of(torch.tensor([[[[0.0, 1.0], [0.0, 1.0]]]]))  # (1, 1, 2, 2)
     e = torch.exp(torch.tensor(-1.0))
     torch.testing.assert_close(w[0, 0, 0], torch.stack([1 / (1 + e), e / (1 + e)]))
     torch.testing.assert_close(w[0, 0, 1], torch.softmax(torch.tensor([0.0, 1.0]), -1))  # nothing masked in row 2
@@ -122,10 +122,10 @@ def test_the_replacing_fill_replaces_the_masked_scores():
     score becomes -2 whatever it was, weights e^0 : e^-2; with visible scores [-9] below the fill, the masked key
     wins (e^-2 : e^-9): the published bug."""
     attn = BuggyAttention(4, 1, kind="replace_fill", fill=-2.0)
-    w = attn.weights(torch.tensor([[[[0.0, 5.0], [0.0, 1.0]]]]))  # (1, 1, 2, 2)
+    w = attn.weights_of(torch.tensor([[[[0.0, 5.0], [0.0, 1.0]]]]))  # (1, 1, 2, 2)
     torch.testing.assert_close(w[0, 0, 0], torch.softmax(torch.tensor([0.0, -2.0]), -1))
     torch.testing.assert_close(w[0, 0, 1], torch.softmax(torch.tensor([0.0, 1.0]), -1))  # nothing masked in row 2
-    low = attn.weights(torch.tensor([[[[-9.0, 3.0], [0.0, 1.0]]]]))
+    low = attn.weights_of(torch.tensor([[[[-9.0, 3.0], [0.0, 1.0]]]]))
     assert low[0, 0, 0, 1] > 0.99
     with pytest.raises(ValueError, match="must be negative"):
         BuggyAttention(8, 2, kind="replace_fill", fill=1.0)

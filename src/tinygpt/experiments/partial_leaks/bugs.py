@@ -65,16 +65,20 @@ def visible_keys(kind: str, t_q: int, t_k: int, *, window: int = 16, device=None
 
 
 class BuggyAttention(CausalSelfAttention):
-    """CausalSelfAttention with one of the bugs above, always on the math path (scores, the buggy mask, softmax,
-    weights @ v), with or without a KV cache. Padding masks are not supported (experiment 3 has none)."""
+    """CausalSelfAttention with one of the bugs above in place of the correct mask, and nothing else: the scores, the
+    scale and every other option are the production attention's own (tinygpt.model.attention.attention), which
+    takes the formula for it, with or without a KV cache. Padding masks are not supported (experiment 3 has none)."""
 
     def __init__(self, *args, kind: str, window: int = 16, fill: float = -1.0e4, **kwargs):
         super().__init__(*args, **kwargs)
         check_bug(kind, window, fill)
         self.kind, self.window, self.fill = kind, window, float(fill)
 
-    def weights(self, scores: Tensor) -> Tensor:
-        """scores (B, H, T_q, T_k) -> attention weights (B, H, T_q, T_k) under this bug."""
+    def weights_of(self, scores: Tensor, mask: Tensor | None = None) -> Tensor:
+        """scores (B, H, T_q, T_k) -> attention weights (B, H, T_q, T_k) under this bug, in place of the correct
+        ``masked_softmax(scores, mask)``."""
+        if mask is not None and mask.dim() > 2:  # the correct mask has a batch dim: a padding mask is in it
+            raise ValueError("BuggyAttention does not take a padding mask (experiment 3 trains without padding).")
         t_q, t_k = scores.shape[-2:]
         visible = visible_keys(self.kind, t_q, t_k, window=self.window, device=scores.device)
         if visible is None:
@@ -84,26 +88,6 @@ class BuggyAttention(CausalSelfAttention):
         if self.kind == "replace_fill":  # GPT-2's masked_bias: the masked scores become the fill itself
             return torch.softmax(torch.where(visible, scores, torch.full_like(scores, self.fill)), dim=-1)
         return torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)  # every row keeps its own key
-
-    def forward(self, x: Tensor, padding_mask: Tensor | None = None, kv_cache=None) -> Tensor:
-        if padding_mask is not None:
-            raise ValueError("BuggyAttention does not take a padding mask (experiment 3 trains without padding).")
-        B, T, C = x.shape
-        q, k, v = self._heads(x)  # 3 x (B, H, T, D)
-        if kv_cache is not None:
-            k, v = kv_cache.extend(k, v)  # (B, H, T_cached + T, D)
-        scores = (q @ k.transpose(-2, -1)) * self.scale_factor  # (B, H, T, T_k)
-        weights = self.weights(scores)  # (B, H, T, T_k)
-        if self.training and self.dropout > 0:
-            weights = self.attn_dropout(weights)
-        y = weights @ v  # (B, H, T, D)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, D) -> (B, T, C)
-        return self.resid_dropout(self.c_proj(y))
-
-    def dissect(self, x: Tensor, padding_mask: Tensor | None = None) -> dict[str, Tensor]:
-        q, k, _ = self._heads(x)  # (B, H, T, D)
-        logits = (q @ k.transpose(-2, -1)) * self.scale_factor  # (B, H, T, T)
-        return {"weights": self.weights(logits), "logits": logits, "q": q, "k": k}
 
     def extra_repr(self) -> str:
         details = {"sliding_window": f", window={self.window}", "finite_fill": f", fill={self.fill:g}",
