@@ -412,10 +412,12 @@ def test_the_report_commands_help_and_refusals_import_no_torch_or_scipy(argv):
     assert "tinygpt.experiments.report" in imported and not imported & {"torch", "scipy", "matplotlib", "lightning"}
 
 
-@pytest.mark.parametrize("case", ["a stranger's dir", "an --out of the user's files", "a dir that is not there"])
+@pytest.mark.parametrize("case", ["a stranger's dir", "an --out of the user's files", "a dir that is not there",
+                                  "a sweep with no completed job"])
 def test_the_report_refuses_what_its_files_answer_before_torch(tmp_path, case):
-    """A dir whose summary.json is not a run's had been refused after the experiment's report module had imported
-    torch and scipy (4.6 s CPU where the other refusals take under 1.5): what the run dirs hold is read first."""
+    """A dir whose summary.json is not a run's, or a sweep none of whose jobs completed, had been refused after the
+    experiment's report module had imported torch and scipy (3-4.6 s CPU where the other refusals take under 1.5):
+    what the run dirs hold is read first."""
     import subprocess
     import sys
 
@@ -425,15 +427,18 @@ def test_the_report_refuses_what_its_files_answer_before_torch(tmp_path, case):
     (tmp_path / "stranger" / "summary.json").write_text(json.dumps({"accuracy": 0.9}))
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "README.md").write_text("mine")
+    (tmp_path / "failed" / "0").mkdir(parents=True)
+    (tmp_path / "failed" / "0" / "summary.json").write_text(json.dumps({"status": "failed", "config": {}}))
     argv = {"a stranger's dir": ["stranger"], "an --out of the user's files": ["stranger", "--out", "mine"],
-            "a dir that is not there": ["nothing"]}[case]
+            "a dir that is not there": ["nothing"], "a sweep with no completed job": ["failed"]}[case]
     out = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "scripts" / "report.py"), "causal_mask",
                           *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     errors = [line for line in out.stderr.splitlines() if not line.startswith("import time:")]
     assert out.returncode == 2 and len(errors) == 1 and errors[0].startswith("error: report: "), out.stderr[-2000:]
     imported = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
     assert not imported & {"torch", "scipy", "matplotlib", "lightning"}, errors[0]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "stranger"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["failed", "mine", "stranger"]
+    assert sorted(p.name for p in (tmp_path / "failed").iterdir()) == ["0"]
     assert (tmp_path / "mine" / "README.md").read_text() == "mine"
 
 

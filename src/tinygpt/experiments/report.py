@@ -257,10 +257,10 @@ def write(experiment: str, sweeps: list[Path], out: Path | None = None, force: b
         runs = load_runs(sweeps, unstarted)
     refuse_foreign(runs, experiment)
     refuse_mixed(runs, experiment)
-    # the report's module (it imports torch and scipy) after the runs are read: a dir that is not a run's, or runs
-    # another experiment's or another setting's, are refused by what their files say, at once
-    module = importlib.import_module(f"tinygpt.experiments.{experiment}.report")
     runs, excluded = results(runs, unstarted)
+    # the report's module (it imports torch and scipy) after the runs are read: a dir that is not a run's, runs of
+    # another experiment or setting, or sweeps with no completed job, are refused by what their files say, at once
+    module = importlib.import_module(f"tinygpt.experiments.{experiment}.report")
     excluded = [(str(r.dir), why) for r, why in excluded] + unstarted
     for where, why in excluded:
         print(f"warning: report: {where} excluded: {why}", file=sys.stderr)
