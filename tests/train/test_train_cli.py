@@ -91,3 +91,32 @@ def test_the_sweeps_table_names_a_damaged_summary(tmp_path):
     assert row["status"] == "unreadable" and row["error"] == (
         "its summary.json cannot be read (summary.json: JSONDecodeError: Unterminated string starting at: line 1 "
         "column 12 (char 11))")
+
+
+@pytest.mark.parametrize("stopped", [True, False])
+def test_a_leaky_job_with_a_damaged_summary_is_skipped_by_what_its_checkpoint_says(tmp_path, capsys, stopped):
+    """A job the leak alarm stopped, its summary.json damaged, had resumed from its checkpoint and trained on past the
+    stop: the alarm's state in the checkpoint (read without torch) says it ended leaky, and it is skipped. A
+    checkpoint whose alarm did not stop the run resumes, as any with a damaged summary."""
+    import torch
+
+    from tinygpt.train.probes.leak_alarm import LeakAlarm
+
+    alarm = LeakAlarm()
+    alarm.detected_step, alarm.signal, alarm.value, alarm.stopped = (10, "future_leak", 3.5, True) if stopped else (
+        None, None, None, False)
+    (tmp_path / "checkpoints").mkdir()
+    torch.save({"global_step": 10, "callbacks": {alarm.state_key: alarm.state_dict()}},
+               tmp_path / "checkpoints" / "last.ckpt")
+    (tmp_path / "summary.json").write_bytes(b'{"status": "leaky", "ste')
+    cfg, hc = job(tmp_path)
+    err_why = "summary.json: JSONDecodeError: Unterminated string starting at: line 1 column 21 (char 20)"
+    if stopped:
+        assert math.isnan(continued_job(cfg, hc))
+        assert capsys.readouterr().err == (
+            f"note: job 0 (seed=1,ckpt_path=last): its summary.json cannot be read ({err_why}); its last checkpoint "
+            "says the leak alarm stopped it (step 10): leaky, skipped (delete its dir to train it again).\n")
+    else:
+        assert continued_job(cfg, hc) is None
+        assert "it resumes from its last checkpoint." in capsys.readouterr().err
+    assert cfg.ckpt_path == "last"

@@ -183,6 +183,18 @@ def checkpoint_step(path: Path) -> int | None:
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
+def alarm_stopped(path: Path) -> int | None:
+    """The step at which the leak alarm stopped the run this checkpoint is from (the alarm's state in it, read without
+    torch: ``LeakAlarm.state_dict``); None when it did not, or the checkpoint cannot be read so."""
+    record = checkpoint_record(path)
+    states = record.get("callbacks") if isinstance(record, dict) else None
+    for key, state in (states.items() if isinstance(states, dict) else ()):
+        if str(key).startswith("LeakAlarm") and isinstance(state, dict) and state.get("stopped"):
+            step = state.get("detected_step")
+            return step if isinstance(step, int) and not isinstance(step, bool) else -1
+    return None
+
+
 def check_last_is_latest(path: Path, step: int, out_dir: Path) -> None:
     """A last.ckpt behind its run's record (summary.json counts more steps: a session trained after it without
     saving a checkpoint, ~callbacks.model_checkpoint), resumed into that run's own dir (``out_dir``), is refused:

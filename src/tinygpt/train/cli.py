@@ -25,7 +25,7 @@ from omegaconf import DictConfig, open_dict
 from tinygpt.runtime.errors import (CheckpointWriteError, ConfigError, first_line, full_traceback_requested,
                                    print_error, switch_mistake)
 from tinygpt.runtime.pipe_safe import guard_stdout
-from tinygpt.runtime.resume_record import ENDED, read_summary
+from tinygpt.runtime.resume_record import ENDED, alarm_stopped, read_summary
 from tinygpt.runtime.interrupts import RunInterrupted, keep_idle_workers_alive, sweep_stop_signal
 from tinygpt.runtime.run_dirs import (ERROR_FILE, discard_refused_run, discard_unstarted_run, in_parallel_sweep,
                                       print_sweep_table)
@@ -115,6 +115,12 @@ def continued_job(cfg: DictConfig, hc) -> float | None:
     from tinygpt.runtime.run_dirs import last_path_in
 
     resumes = last_path_in(out).exists()
+    stopped_at = alarm_stopped(last_path_in(out)) if damaged and resumes else None
+    if stopped_at is not None:  # its checkpoint says the leak alarm ended it: leaky, whatever the summary lost
+        print(f"note: {label}: its summary.json cannot be read ({damaged}); its last checkpoint says the leak alarm "
+              f"stopped it (step {stopped_at}): leaky, skipped (delete its dir to train it again).",
+              file=sys.stderr, flush=True)
+        return math.nan
     if damaged:
         print(f"note: {label}: its summary.json cannot be read ({damaged}); "
               + ("it resumes from its last checkpoint." if resumes else "it has no checkpoint, so it starts afresh."),

@@ -111,6 +111,14 @@ class LeakAlarm(ModelInspector):
                 run.alert(title="tinygpt: the model can see the future", text=text,
                           level=wandb_media().AlertLevel.WARN)
 
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of the alarm: its first detection and whether it stopped the run. A continued sweep
+        reads it without torch (``resume_record.alarm_stopped``) when the job's summary.json is damaged, so a job the
+        alarm stopped is never trained on. Nothing is restored from it on a resume (the default, no-op
+        ``load_state_dict``): a resumed run watches afresh."""
+        return {"detected_step": self.detected_step, "signal": self.signal, "value": self.value,
+                "expected": self.expected, "stopped": self.stopped}
+
     def summary(self) -> dict:
         """What summary.json records: the first detection (None if none), its signal and size, and whether the
         leak was configured (causal=false)."""
