@@ -173,15 +173,20 @@ def test_the_training_batch_probe_is_q_dot_k_in_float32_before_and_after_the_sca
     m = model(8, layers=1, scale_at=scale_at, backend="math")
     with torch.no_grad():
         m.blocks[0].attn.c_attn.weight[:16] *= 600  # q.k far past 65,504 in float32
+        m.blocks[0].attn.c_attn.weight[8:16] *= -1  # k negated: the largest |q.k| is a negative product
     x, _ = windows()
     with torch.no_grad():
         h = m.blocks[0].ln_1(m.wte(x) + m.wpe(torch.arange(16)))  # (N, T, C)
         q, k, _ = m.blocks[0].attn.c_attn(h).split(8, dim=2)  # (N, T, C) each, one head: D = C
-        qk = (q @ k.transpose(-2, -1)).abs()  # (N, T, T)
-        largest = qk.masked_fill(~torch.ones(16, 16, dtype=torch.bool).tril(), 0).max().item()
-    assert largest > 65504
+        qk = q @ k.transpose(-2, -1)  # (N, T, T)
+        visible = torch.ones(16, 16, dtype=torch.bool).tril()
+        largest = qk.abs().masked_fill(~visible, 0).max().item()
+        top = qk.masked_fill(~visible, -math.inf).max().item()  # the most positive visible product
+        bottom = qk.masked_fill(~visible, math.inf).min().item()
+    assert largest > 65504 and bottom < 0 < top and top != largest  # both signs present, the largest |q.k| negative
     with torch.autocast("cpu", dtype=torch.float16):
-        raw, scaled = batch_qk(m, x)
+        raw, scaled, raw_pos, scaled_pos = batch_qk(m, x)
     assert raw == pytest.approx(largest, rel=1e-5) and scaled == pytest.approx(largest / math.sqrt(8), rel=1e-5)
+    assert raw_pos == pytest.approx(top, rel=1e-5) and scaled_pos == pytest.approx(top / math.sqrt(8), rel=1e-5)
     assert m.training  # the mode is restored
 

@@ -255,7 +255,8 @@ class StabilityMonitor(ModelInspector):
       the precision training uses; ``stab/jacobian_trace`` and ``stab/softmax_gain`` averaged over layers;
     - with ``train_batch_qk=True``, at every step, on the step's own training batch before it is taken:
       ``stab/batch_raw_qk`` and ``stab/batch_scaled_qk``, the largest |q.k| of any layer before and after the scale,
-      in float32 (what a float16 forward of that batch must hold below 65,504; off by default);
+      in float32 (what a float16 forward of that batch must hold below 65,504; off by default), and
+      ``stab/batch_raw_qk_pos``, ``stab/batch_scaled_qk_pos``, the largest signed value (only +inf makes a NaN);
     - ``train/grad_norm``: the global L2 norm of the gradients before clipping;
     - ``train/loss_spikes``: how many steps so far had a training loss above ``spike_factor`` x the mean of
       the previous ``spike_window`` steps (counted every step).
@@ -307,8 +308,9 @@ class StabilityMonitor(ModelInspector):
         """With ``train_batch_qk``, every step: the largest |q.k| on this step's own training batch, before the step
         and in float32 (diagnostics.batch_qk), logged at the batch's index: what a float16 forward of it must hold."""
         if self.train_batch_qk:
-            raw, scaled = diagnostics.batch_qk(module.model, batch[0])
-            log_at(trainer, {"stab/batch_raw_qk": raw, "stab/batch_scaled_qk": scaled}, trainer.global_step)
+            raw, scaled, raw_pos, scaled_pos = diagnostics.batch_qk(module.model, batch[0])
+            log_at(trainer, {"stab/batch_raw_qk": raw, "stab/batch_scaled_qk": scaled, "stab/batch_raw_qk_pos": raw_pos,
+                             "stab/batch_scaled_qk_pos": scaled_pos}, trainer.global_step)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         loss = outputs["loss"].detach().item()

@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import math
+
 from contextlib import contextmanager, nullcontext
 
 import numpy as np
@@ -306,27 +308,32 @@ def softmax_gradients(model: GPT, x: Tensor, y: Tensor, autocast=nullcontext,
     return out
 
 
-def batch_qk(model: GPT, x: Tensor) -> tuple[float, float]:
-    """The largest |q.k| over the visible pairs of any layer on inputs x (N, T), in float32 from the weights as they
-    are (autocast off, eval mode, no gradient): before the scale (``raw``) and after it (``scaled``, the scores the
-    mask and softmax get). A float16 forward of the same inputs overflows where the product it forms passes
-    65,504: the raw one when the scale comes after the product, the scaled one when it is folded into q and k.
-    Returns (raw, scaled)."""
+def batch_qk(model: GPT, x: Tensor) -> tuple[float, float, float, float]:
+    """The largest q.k over the visible pairs of any layer on inputs x (N, T), in float32 from the weights as they are
+    (autocast off, eval mode, no gradient): before the scale (``raw``) and after it (``scaled``, the scores the mask
+    and softmax get), each as the largest |q.k| and as the largest signed value (the most positive). A float16 forward
+    of the same inputs overflows where the product it forms passes 65,504: the raw one when the scale comes after the
+    product, the scaled one when it is folded into q and k. Only a positive overflow (+inf) on a visible pair makes
+    the softmax NaN: a -inf score gets weight 0, as a masked one does. Returns (raw, scaled, raw_pos, scaled_pos)."""
     T = x.shape[1]
     visible = visible_pairs(model, T, x.device)  # (T, T)
     was_training = model.training
     model.eval()
     raw = scaled = 0.0
+    raw_pos = scaled_pos = -math.inf
     try:
         with torch.no_grad(), keeping_attention(model) as kept, torch.autocast(x.device.type, enabled=False):
             model(x)
             for k in (k[0] for k in kept if k):  # inside: a surrounding autocast would make the product float16
                 qk = k["q"].float() @ k["k"].float().transpose(-2, -1)  # (N, H, T, T): before the scale
+                sc = k["scores"].float()  # (N, H, T, T): after it
                 raw = max(raw, qk.abs().masked_fill(~visible, 0.0).max().item())
-                scaled = max(scaled, k["scores"].float().abs().masked_fill(~visible, 0.0).max().item())
+                scaled = max(scaled, sc.abs().masked_fill(~visible, 0.0).max().item())
+                raw_pos = max(raw_pos, qk.masked_fill(~visible, -math.inf).max().item())
+                scaled_pos = max(scaled_pos, sc.masked_fill(~visible, -math.inf).max().item())
     finally:
         model.train(was_training)
-    return raw, scaled
+    return raw, scaled, raw_pos, scaled_pos
 
 
 ARRAYS = "arrays"  # run_all's key for per-window arrays: saved to diagnostics.npz, not to summary.json
