@@ -12,7 +12,8 @@ from tinygpt.analysis.templates import blocks, prose
     ("sqrt_dk", {"intro", "setup", "terms", "answer", "described", "fp16_missing", "stage2_ran", "threats",
                  "literature", "changes", "fp16_setup", "replay_intro", "replay_reading", "described_steps", "bigram",
                  "bars", "bands", "draws", "draws_change", "draws_missing", "f1_cross_check", "f1_cross_check_differs",
-                 "f1_intro", "f1_reading", "seed_outcomes", "seed_outcomes_none", "stability"}),
+                 "f1_intro", "f1_reading", "seed_outcomes", "seed_outcomes_none", "stability", "f3_intro",
+                 "f3_reading"}),
     ("partial_leaks", {"intro", "terms", "changes", "seen", "fill_seen", "onset", "onset_why_earlier", "onset_why_same",
                        "onset_why_later", "onset_shapes_seen", "onset_shapes_other", "alarm", "fill", "fill_misses",
                        "fill_closing", "literature", "limits", "replace", "threats", "probe_blind",
@@ -47,7 +48,7 @@ SYMBOLS = re.compile(r"Experiment \d|et al\. \d{4}|1/sqrt\(d_k\)|1/d_k|1/T|x\[t\
                      r"|layer 0|ViT-22B|across 0"
                      # design 2's: its designs and predictions M1 ... F2, its sweeps, the paper's section and footnote
                      r"|\(1 - p_j\)|1 - 1/n|\b[01] for a (?:uniform|one-hot)|[Dd]esign \d|\b[MCGRF]\d\b|sqrt_dk_fp32"
-                     r"|section \d(?:\.\d)+|footnote \d|AVX512-FP16|[Aa]mendments? \d(?: and \d)?"
+                     r"|section \d(?:\.\d)+|footnote \d|AVX512-FP16|[Aa]mendments? \d(?:, \d)*(?: and \d)?"
                      # counting conventions and a ratio's definition, not measurements
                      r"|numbered from 0|0-based|means minus 1"
                      r"|allow_fp16_reduced_precision_reduction")

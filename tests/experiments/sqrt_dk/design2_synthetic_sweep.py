@@ -39,6 +39,8 @@ class World:
     inf_between_probes: bool = False  # the overflow falls between two of the float16 sweep's probes
     batch_probe: bool = False  # amendment 4: the replay logs each step's own batch's q.k (stab/batch_*_qk)
     new_seeds_overflow: bool = True  # False: the replays of new seeds go non-finite with every formed product finite
+    signed_probe: bool = False  # amendment 5: the replay also logs the largest signed q.k (stab/batch_*_qk_pos)
+    negative_overflow: bool = False  # an overflowing run's largest |q.k| passes 65,504 five batches early, negative
 
 
 NEW_SEEDS = (14, 15, 16)  # amendment 4: replayed seeds the float16 sweep did not run
@@ -154,8 +156,13 @@ def fp16_run(d, rng, world, window_effect, arm, lr, seed, experiment="sqrt_dk_fp
             cause = overflow and (world.new_seeds_overflow or seed not in NEW_SEEDS)
             raw = (lambda s: 70000.0 if cause and s == NAN_STEP else BATCH_SLOPE * s) if overflow else \
                 (lambda s: BATCH_SLOPE * s)
-            batch = {"stab/batch_raw_qk": raw,
-                     "stab/batch_scaled_qk": (lambda s: raw(s) / 16) if scale == "sqrt_dk" else raw}
+            absolute = (lambda s: 70000.0 if s == NAN_STEP - 5 else raw(s)) if overflow and world.negative_overflow \
+                else raw  # a negative product of -70,000 five batches early: its largest |q.k|, not its largest q.k
+            batch = {"stab/batch_raw_qk": absolute,
+                     "stab/batch_scaled_qk": (lambda s: absolute(s) / 16) if scale == "sqrt_dk" else absolute}
+            if world.signed_probe:
+                batch.update({"stab/batch_raw_qk_pos": raw,
+                              "stab/batch_scaled_qk_pos": (lambda s: raw(s) / 16) if scale == "sqrt_dk" else raw})
     write_run(d, cfg, experiment, arm, windows, 2.6, train, probe,
               diverged=f"training loss nan at step {NAN_STEP + 1}" if overflow else None,  # the guard counts from 1
               batch=batch)

@@ -23,9 +23,11 @@ def test_the_report_reads_the_premise_and_its_consequences_back(tmp_path):
                                  "C3": "holds", "C4": "undecided", "C5": "undecided", "G1": "holds", "R1": "holds",
                                  "F1": "holds", "F2": "holds"}
     assert "its arms did not run" not in text and "still to run" not in text
-    assert ("better within 300 steps, at unit-variance init: without the factor the best loss is worse, and so is "
-            "the loss at half the budget (C1 holds, C3 holds); the cost is larger at the largest d_k than at the "
-            "smallest (C2 holds), but those are different models") in text  # the answer from the verdicts only
+    assert ("better within 300 steps, at unit-variance init and d_k = 256: without the factor the best loss is worse, "
+            "and so is the loss at half the budget (C1 holds, C3 holds); at the smaller d_k, without a verdict, d_k = "
+            "16: +") in text  # the answer from the verdicts only, the smaller d_k's gaps beside it with none
+    assert ("; the cost is larger at the largest d_k than at the smallest (C2 holds), but those are different "
+            "models") in text
     assert ("C5 counted no loss spike in any of the 42 runs of the two arms it compares, so it had nothing to compare "
             "(C5 undecided). So this report does not say whether the factor helps stability.") in text
     assert "the softmax gain at init is" in text and ": lower unscaled)" in text  # described, no verdict
@@ -120,7 +122,8 @@ def test_an_overflow_between_probes_leaves_f1_undecided_and_the_every_step_repla
                      r"diverged; on q and k: 0 of 6 runs with an inf score at a probe, 0 diverged \| "
                      r"\*\*undecided\*\* \|$", text, re.M)
     assert re.search(r"^\| F2 \|.*\| float16 runs diverged: 6; their float32 reruns: 6 completed, 0 diverged, 0 "
-                     r"not run \| \*\*holds\*\* \|$", text, re.M)
+                     r"not run; those completed end at validation losses [^|]* a bigram model's [^|]* \| \*\*holds\*\* \|$",
+                     text, re.M)
     row = next(line for line in text.splitlines() if line.startswith("| 1/sqrt(d_k) after the product | 0.0215 |"))
     assert row == ("| 1/sqrt(d_k) after the product | 0.0215 | 3 | 0 | 3 (steps 110, 110, 110) | 0 | 0 | 0 | 10,800 "
                    "| 654 | - |")  # none completed: no final loss
@@ -197,14 +200,15 @@ def test_f1_per_run_stability_from_design_3_and_the_draws_from_kept_records(tmp_
     found = verdicts_of(text)
     assert found["F1"] == "fails"
     assert ("F1, per run: **fails** (12 of 18 runs as predicted); over the 9 runs of seen seeds **holds**, over the 9 "
-            "of new seeds **fails**. The old measure") in text
+            "of new seeds **fails**. ") in text and "so amendment 4 judged it unable to decide" in text
+    assert "only a positive overflow can end a run" in text  # F1's measure is the largest absolute product
     rows = [line for line in text.splitlines() if re.match(r"\| [^|]+ \| 1[1-6] \| (seen|new) \|", line)]
     assert len(rows) == 18
-    assert "| 1/sqrt(d_k) after the product | 11 | seen | batch_raw_qk | batch 110 | 110 | 70,000 | **holds** | - |" \
+    assert "| 1/sqrt(d_k) after the product | 11 | seen | largest absolute q.k before the scale | batch 110 | 110 | 70,000 | **holds** | - |" \
         in rows
-    assert ("| 1/sqrt(d_k) after the product | 14 | new | batch_raw_qk | none: no batch's product passes it | 110 | "
+    assert ("| 1/sqrt(d_k) after the product | 14 | new | largest absolute q.k before the scale | none: no batch's product passes it | 110 | "
             "44,000 | **fails** | non-finite with every formed product up to then below 65,504 |") in rows
-    assert ("| 1/sqrt(d_k) on q and k before the product | 14 | new | batch_scaled_qk | none: no batch's product "
+    assert ("| 1/sqrt(d_k) on q and k before the product | 14 | new | largest absolute q.k after the scale | none: no batch's product "
             "passes it | - (completed) | - | **holds** | - |") in rows
     assert "in each of the 12 runs that went non-finite" in text  # the probe's last batch is the guard's step
     assert "| 1/sqrt(d_k) after the product | 0.0215 | 14 | no sweep run | 111 | 110 | no sweep run |" in text
@@ -212,25 +216,52 @@ def test_f1_per_run_stability_from_design_3_and_the_draws_from_kept_records(tmp_
                      r"the old measure, an inf score at a probe \(holds\): scale after the product: .*\| "
                      r"\*\*fails\*\* \|$", text, re.M)
     # item 3: design 2 could not decide; design 3's words quoted from its headline, not typed
-    assert "its verdicts, quoted from its headline: S1 qqholds (the edge rises with the factor); S2 qqundecided" in text
+    assert ("its answer, quoted from its headline: a (S1 qqholds (the edge rises with the factor); S2 qqundecided"
+            in text)
     head = json.loads((out / "headline.json").read_text())
     assert "S1 qqholds, S2 qqundecided" in head["answer"] and "C5 undecided: 0 loss spikes in 42 runs" in head["answer"]
     assert ["F1: " + sq.statement("F1"), "fails"] in head["verdicts"]
     assert "+0.000 [+0.000, +0.000]" not in text and "0 spikes in 21 runs (0 runs with one; per seed 0, 0, 0)" in text
     # item 4
     assert "mechanism_lr" not in text and "mechanism_lr" not in json.dumps(head)
-    assert "trains in float32" not in text and "replication across CPU models" not in text
+    assert "replication across CPU models" not in text
+    assert "F2 | float16: every float16 run that diverged runs to its end without diverging" in text
     assert re.search(r"^\| C1 \|.*best loss \(vertex\), unscaled - scaled \+0\.\d+ \[.*best cell, unscaled - scaled "
                      r"\(cell by cell\) \+0\.\d+ \[", text, re.M)
     assert re.search(r"^\| R1 \|.*best cell, control - scaled \(cell by cell\) [+-]0\.\d+ \[.*per seed [+-]0\.\d+ \(seed "
                      r"11\)", text, re.M)
     assert "the gap itself at GPT-2's init is" in text
     assert "largest raw q.k at init (the largest over the layers)" in text
-    assert "gradient at W_Q, W_K at init (sqrt of the sum over layers of ||dL/dW_Q||^2 + ||dL/dW_K||^2)" in text
+    assert r"gradient at W_Q, W_K at init (sqrt of the sum over layers of \|\|dL/dW_Q\|\|^2 + \|\|dL/dW_K\|\|^2)" in text
     assert "No cell has seeds whose final losses have an sd above 0.05 nats." in text
     row = next(line for line in text.splitlines() if line.startswith("| unit init, d_k = 256, 1/sqrt(d_k) | 2."))
     assert "(open)" not in row.split(" | ")[4] and " [" not in row.split(" | ")[3]  # per-seed optimum, no interval
     # item 5: the gain and the trace over the init draws
     assert "| unit init, d_k = 256, unscaled | 0.043 [" in text
-    assert re.search(r"unscaled, the softmax gain changes by -1[34]% \[-1\d%, -1\d%\] and the Jacobian trace by -8[45]%",
+    assert re.search(r"unscaled, the softmax gain changes by -1[34]\.\d% \[-1\d\.\d%, -1\d\.\d%\] and the Jacobian "
+                     r"trace by -8[45]\.\d%",
                      text)
+
+
+def test_f3_reads_the_products_sign_where_a_negative_product_past_the_limit_failed_f1(tmp_path, monkeypatch):
+    """Amendment 5: each overflowing replay's largest |q.k| passes 65,504 five batches before its loss goes non-finite,
+    from a negative product (-70,000: -inf in float16, weight 0, nothing ends); its largest signed q.k passes it at
+    the non-finite batch. F1 (absolute) fails, 'went on past'; F3 (signed) holds on every run; F3's verdict is the new
+    seeds' (here 14-16: F3_SEEN set to the float16 sweep's seeds)."""
+    from tinygpt.experiments.sqrt_dk import numbers as sqn
+
+    world = World(batch_probe=True, signed_probe=True, negative_overflow=True)
+    make_sweep(tmp_path / "sweep", world)
+    make_fp16_sweep(tmp_path / "sweep", world, replay=True, new_seeds=True)
+    monkeypatch.setattr(sqn, "F3_SEEN", frozenset({11, 12, 13}))
+    out = tmp_path / "out"
+    assert report.main(["sqrt_dk", str(tmp_path / "sweep"), "--out", str(out)]) == 0
+    text = (out / "README.md").read_text()
+    found = verdicts_of(text)
+    assert found["F1"] == "fails" and found["F3"] == "holds"
+    assert ("| 1/sqrt(d_k) after the product | 11 | seen | largest absolute q.k before the scale | batch 105 | 110 | "
+            "70,000 | **fails** | went on past a batch whose formed product passed 65,504 |") in text
+    assert ("| 1/sqrt(d_k) after the product | 14 | new | largest signed q.k before the scale | batch 110 | 110 | "
+            "70,000 | **holds** | - |") in text
+    assert "F3, per run: over the 9 runs of new seeds **holds** (the verdict); over the 9 runs of seen seeds holds" \
+        in text

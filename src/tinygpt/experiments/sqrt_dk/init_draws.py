@@ -104,6 +104,12 @@ def mean_interval(values, level: float = 0.95) -> tuple[float, float, float]:
     return m, m - t * se, m + t * se
 
 
+def paired_difference(a, b, level: float = 0.95) -> tuple[float, float, float]:
+    """mean(a - b) and its t-interval over draws paired by their index (the same torch seed: the same weights, the
+    scale aside)."""
+    return mean_interval(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64), level)
+
+
 def relative_change(a, b, level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
     """mean(b) / mean(a) - 1 over two independent sets of draws, with a percentile bootstrap interval (each set
     resampled on its own)."""

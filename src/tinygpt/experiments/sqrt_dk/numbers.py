@@ -295,6 +295,18 @@ def fp16_records(runs: list[Run]) -> list[tuple[Run, verdicts.Fp16Run, readings.
     return out
 
 
+def fp32_twins(runs: list[Run], records) -> list[Run | None]:
+    """Per float16 run that diverged, its float32 rerun at the same arm, rate and seed (None where it did not run)."""
+    fp32 = {(readings.arm_of(r).placement, readings.arm_of(r).scale, readings.lr(r), r.seed): r
+            for r in runs if r.experiment == FP32}
+    out = []
+    for r, rec, _ in records:
+        if rec.diverged:
+            a = readings.arm_of(r)
+            out.append(fp32.get((a.placement, a.scale, rec.lr, rec.seed)))
+    return out
+
+
 def fp32_reruns(runs: list[Run], records) -> list[tuple[bool, bool | None]]:
     """F2's input: per float16 run, (it diverged, its float32 rerun at the same arm, rate and seed diverged)."""
     fp32 = {(readings.arm_of(r).placement, readings.arm_of(r).scale, readings.lr(r), r.seed): readings.diverged(r)
@@ -324,6 +336,13 @@ class Replay:
     first_inf_score: int | None
     first_inf_raw: int | None
     last_probe: tuple[int, float, float] | None
+
+
+def largest_of(values) -> float:
+    """The largest of a probe's per-layer values, inf where any layer's was (a NaN layer, after an inf one, is
+    skipped; NaN only when every layer is)."""
+    v = np.asarray(values, dtype=np.float64)
+    return math.nan if np.isnan(v).all() else float(np.nanmax(v))
 
 
 def nonfinite_step(run: Run) -> int | None:
@@ -364,7 +383,7 @@ def replays(runs: list[Run]) -> list[Replay]:
         last = None
         if bad is not None and (steps < bad).any():
             i = int(np.flatnonzero(steps < bad)[-1])
-            last = (int(steps[i]), float(np.max(raw[i])), float(np.max(scaled[i])))
+            last = (int(steps[i]), largest_of(raw[i]), largest_of(scaled[i]))
         out.append(Replay(readings.arm_of(r), readings.lr(r), r.seed,
                           None if twin is None else int(twin.summary.get("steps") or 0),
                           int(r.summary.get("steps") or 0), bad, gap,
@@ -395,24 +414,29 @@ class BatchF1:
     ended: str
     guard_step: int | None
     result: verdicts.BatchOverflow
+    peak: float = math.nan  # the largest formed product over the batches the run took
 
 
-def batch_f1(runs: list[Run]) -> list[BatchF1]:
+F3_SEEN = frozenset(range(11, 17))  # amendment 5: the seeds F1 (amendment 4) had been read on when F3 was written
+
+
+def batch_f1(runs: list[Run], signed: bool = False) -> list[BatchF1]:
     """F1 per run (DESIGN.md, amendment 4) for every replayed run that logged the batch probe: the formed product
     (readings.formed_product) against the batch that went non-finite, the last batch the probe logged for a run that
-    ended on a non-finite loss (None for one that did not). A seed is seen when the float16 sweep ran it."""
-    sweep_seeds = {r.seed for r in runs if r.experiment == FP16}
+    ended on a non-finite loss (None for one that did not). A seed is seen when the float16 sweep ran it. With
+    ``signed``, F3 (amendment 5): the same from the largest signed product, a seed seen when F1 had been read on it."""
+    sweep_seeds = F3_SEEN if signed else {r.seed for r in runs if r.experiment == FP16}
     out = []
     for r in sorted((r for r in runs if r.experiment == REPLAY), key=lambda r: (readings.arm_of(r), readings.lr(r),
                                                                                  r.seed)):
         a = readings.arm_of(r)
         if a.placement == "sdpa":  # the fused kernel's own product is not the formula's: not predicted
             continue
-        name, formed = readings.formed_product(r)
+        name, formed = readings.formed_product(r, signed)
         if not formed.size:
             continue
         ended = readings.overflow(r).ended
         bad = readings.last_batch(r) if ended == "non-finite loss" else None
         out.append(BatchF1(a, readings.lr(r), r.seed, r.seed in sweep_seeds, name, ended, nonfinite_step(r),
-                           verdicts.batch_overflow(formed, bad, F1_BAND)))
+                           verdicts.batch_overflow(formed, bad, F1_BAND), float(np.nanmax(formed))))
     return out

@@ -157,13 +157,15 @@ def steps_to_bigram(run: Run) -> tuple[int, bool]:
     return n, n < budget
 
 
-def formed_product(run: Run) -> tuple[str, np.ndarray]:
+def formed_product(run: Run, signed: bool = False) -> tuple[str, np.ndarray]:
     """F1 per run (DESIGN.md, amendment 4): the product a float16 run's forward forms, as the batch probe logged it
     in float32 on each step's own training batch (``stab/batch_raw_qk``, ``stab/batch_scaled_qk``, at the 0-based
     index of the batch about to be trained): the scaled one where the scale is folded into q and k (placement
-    ``qk``), the raw one where it comes after the product or there is none. Returns (the series' name, values indexed
-    by batch: NaN at a batch it did not log; empty when the run has no batch probe)."""
+    ``qk``), the raw one where it comes after the product or there is none. The largest |q.k|; with ``signed``, the
+    largest signed value (``..._pos``: F3, amendment 5). Returns (the series' name, values indexed by batch: NaN at a
+    batch it did not log; empty when the run has no such series)."""
     name = "stab/batch_scaled_qk" if arm_of(run).placement == "qk" else "stab/batch_raw_qk"
+    name += "_pos" if signed else ""
     steps, values = run.series(name)
     if not len(steps):
         return name, np.empty(0)

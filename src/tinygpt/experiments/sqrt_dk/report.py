@@ -16,7 +16,7 @@ import numpy as np
 from tinygpt.experiments import index
 from tinygpt.experiments.index import Headline
 from tinygpt.analysis.records import Reads
-from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate, all_hold, difference_words
+from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate, all_hold, difference_words, in_range
 from tinygpt.analysis.sweep import ReportError, Run, predictions, sweep_wall_seconds
 from tinygpt.analysis.figures import markdown_table
 from tinygpt.analysis.templates import DOCS, plural, prose
@@ -29,7 +29,8 @@ LAYERS = [f"stab/{name}/" for name in ("jacobian_trace", "softmax_gain", "grad_w
                                        "scores_inf", "entropy")]  # the stability probe's per-layer series it reads
 KEEP = Reads(summary=("status", "diverged", "divergence", "val_loss", "vocab_size", "steps", "diagnostics",
                       "train_seconds"),
-             history=("train/loss", "val/loss", *LAYERS, "stab/batch_raw_qk", "stab/batch_scaled_qk"))
+             history=("train/loss", "val/loss", *LAYERS, "stab/batch_raw_qk", "stab/batch_scaled_qk",
+                      "stab/batch_raw_qk_pos", "stab/batch_scaled_qk_pos"))
 INPUTS = (init_draws.FILE,)  # committed beside the report, read by it, not written by it
 INIT_DRAWS = DOCS / "sqrt_dk" / init_draws.FILE  # the mechanism at init over many init draws (init_draws.py)
 STABILITY = DOCS / "sqrt_dk_stability"  # design 3, which answers the stability question design 2 could not
@@ -48,7 +49,11 @@ STATEMENTS = {  # each prediction as DESIGN.md states it (the table's "predictio
     "F1": "float16: a run's loss goes non-finite at the first batch whose formed product passes float16's largest "
           "value, never before, and never if none does (amendment 4, per run)",
     "F2": "float16: every float16 run that diverged runs to its end without diverging in float32 at the same rate and "
-          "seed",
+          "seed (DESIGN.md's criterion; its words, \"trains in float32\", promise more: F2's numbers say how far "
+          "they got)",
+    "F3": "float16: F1 with the formed product's sign: a run's loss goes non-finite at the first batch whose largest "
+          "positive formed product passes float16's largest value, never before, and never if none does "
+          "(amendment 5, per run)",
 }
 ARITHMETIC = ("M1", "M2")  # checks of the init's arithmetic: what unit-variance q and k give at init, by computation
 
@@ -83,7 +88,13 @@ def number_text(numbers: dict[str, Estimate | str]) -> str:
 INFORMED = {  # DESIGN.md's "informed by" column: what was known when each prediction was written
     "M1": "the computation in DESIGN.md (a check of the init's arithmetic)",
     "M2": "the computation in DESIGN.md (a check of the init's arithmetic)", "C1": "the unit-init pilot",
-    "C2": "the unit-init pilot (weakly)", "G1": "design 1 (GPT-2 gaps small)"}
+    "C2": "the unit-init pilot (weakly)", "G1": "design 1 (GPT-2 gaps small)",
+    "F1": "amendment 2's replay, for the seeds the float16 sweep ran (seen); not for the others (new)",
+    "F3": "F1's per-run results and a referee's reading of them, for the seeds F1 was read on (seen); not for the "
+          "others (new)"}
+
+
+NOT_RUN = {"F3": "no replayed run logged the product's sign (amendment 5's series)"}  # why a prediction is untested
 
 
 def predictions_table(found: list[Verdict], missing: list[str], pred: dict | None = None,
@@ -92,7 +103,8 @@ def predictions_table(found: list[Verdict], missing: list[str], pred: dict | Non
         return statement(k, pred, steps)
     rows = [[v.key, said(v.key), INFORMED.get(v.key, "no"), number_text(v.numbers), f"**{v.verdict}**"]
             for v in found]
-    rows += [[k, said(k), INFORMED.get(k, "no"), "its arms did not run", "not tested"] for k in missing]
+    rows += [[k, said(k), INFORMED.get(k, "no"), NOT_RUN.get(k, "its arms did not run"), "not tested"]
+             for k in missing]
     return markdown_table(["", "prediction (DESIGN.md)", "informed by", "measured (95% interval)", "verdict"], rows)
 
 
@@ -103,15 +115,21 @@ def mechanism_table(curves: dict[Arm, Curve], est: dict, pred: dict | None = Non
     for a in sorted(curves, key=lambda a: (a.control, a.init, a.d_k, a.scale)):
         def cell(key, a=a):
             e = est.get((key, a))
-            return e.format(3) if e is not None and math.isfinite(e.value) else "-"
+            return e.format(significant(e)) if e is not None and math.isfinite(e.value) else "-"
         rows.append([a.label, cell("trace0"), cell("trace"), cell("grad0"), cell("softmax_gain"), cell("entropy"),
                      cell("raw_qk")])
     lr = rate(pred["mechanism_lr"]) if pred and "mechanism_lr" in pred else "the design's rate"
     return markdown_table(["arm", "Jacobian trace at init (mean of the layers)",
                            f"Jacobian trace through training at lr {lr} (mean of the layers and of the probes after "
-                           "init)", f"gradient at W_Q, W_K at init ({readings.GRADIENT_LABEL})",
+                           "init)", f"gradient at W_Q, W_K at init ({readings.GRADIENT_LABEL.replace('|', chr(92) + '|')})",
                            "softmax gain at init (mean of the layers)", "attention entropy at init (mean of the layers)",
                            "largest raw q.k at init (the largest over the layers)"], rows)
+
+
+def significant(e: Estimate, figures: int = 3) -> int:
+    """Decimals that show an estimate to ``figures`` significant figures (at least 3): 0.000123 -> 6."""
+    top = max(abs(e.value), abs(e.lo) if math.isfinite(e.lo) else 0.0, abs(e.hi) if math.isfinite(e.hi) else 0.0)
+    return 3 if top == 0 or top >= 0.1 else max(3, figures - 1 - math.floor(math.log10(top)))
 
 
 def draws_label(arm: dict) -> str:
@@ -126,7 +144,7 @@ def interval_text(m: tuple[float, float, float], digits: int = 3) -> str:
 
 def percent_text(m: tuple[float, float, float]) -> str:
     v, lo, hi = m
-    return f"{100 * v:+.0f}% [{100 * lo:+.0f}%, {100 * hi:+.0f}%]"
+    return f"{100 * v:+.1f}% [{100 * lo:+.1f}%, {100 * hi:+.1f}%]"
 
 
 def init_draws_section(data: dict | None) -> list[str]:
@@ -155,9 +173,23 @@ def init_draws_section(data: dict | None) -> list[str]:
                   gain_sqrt=change["sqrt_dk"]["softmax_gain"], trace_sqrt=change["sqrt_dk"]["jacobian_trace"]), ""]
 
 
-def described_reading(curves: dict[Arm, Curve], est: dict) -> list[str]:
+def draws_gain(data: dict | None, d_k: int) -> str:
+    """The softmax gain's difference, unscaled - scaled, at ``d_k`` over the init draws paired by draw (its
+    t-interval, and whether it excludes 0), as words; "" without the draws."""
+    arms = {(a["d_k"], a["scale"]): a for a in (data or {}).get("arms", {}).values() if a["init"] == "unit"}
+    if (d_k, "none") not in arms or (d_k, "sqrt_dk") not in arms:
+        return ""
+    v, lo, hi = init_draws.paired_difference(arms[(d_k, "none")]["softmax_gain"], arms[(d_k, "sqrt_dk")]["softmax_gain"])
+    e = Estimate(v, lo, hi)
+    lower = sum(a < b for a, b in zip(arms[(d_k, "none")]["softmax_gain"], arms[(d_k, "sqrt_dk")]["softmax_gain"],
+                                      strict=True))
+    return (f"; over the {data['draws']} init draws above, paired by draw (the same weights, the scale aside), "
+            f"{e.format(4, signed=True)}: {difference_word(e)}, lower unscaled in {lower} of {data['draws']} draws")
+
+
+def described_reading(curves: dict[Arm, Curve], est: dict, draws: dict | None = None) -> list[str]:
     """The measures the design reports without verdicts, read at the largest d_k under unit init: the softmax gain
-    and the entropy, unscaled against scaled, with the difference's interval."""
+    and the entropy, unscaled against scaled, with the difference's interval (and the gain's over the init draws)."""
     top = max((a.d_k for a in curves), default=None)
     none, sqrt = Arm("unit", top or 0, "none"), Arm("unit", top or 0, "sqrt_dk")
     keys = [(m, a) for m in ("softmax_gain", "entropy") for a in (none, sqrt)]
@@ -171,7 +203,7 @@ def described_reading(curves: dict[Arm, Curve], est: dict) -> list[str]:
                       steps_none=steps_words(curves[none]), steps_sqrt=steps_words(curves[sqrt])), ""]
     return [prose("sqrt_dk", "described", dk=top, gain_none=est[("softmax_gain", none)].format(3),
                   gain_sqrt=est[("softmax_gain", sqrt)].format(3), gain_diff=gain.format(3, signed=True),
-                  gain_word=difference_word(gain), ent_none=est[("entropy", none)].format(3),
+                  gain_word=difference_word(gain), draws_gain=draws_gain(draws, top), ent_none=est[("entropy", none)].format(3),
                   ent_sqrt=est[("entropy", sqrt)].format(3), ent_diff=ent.format(3, signed=True),
                   ent_word=difference_word(ent)), "", *fast]
 
@@ -217,7 +249,7 @@ def curves_table(curves: dict[Arm, Curve], est: dict, spike_nats: float) -> str:
                      seed_values(sc.upper, lambda v: f"{v:.2f}", sc.open_hi) if sc else "-",
                      half.format(3) if half is not None else "-", steps_words(c),
                      f"{k} ({with_one} of {n_runs} runs with one)", diverged_text(c)])
-    return markdown_table(["arm", "best loss (vertex)", "best cell (its rate)", "optimum lr* (vertex), per seed",
+    return markdown_table(["arm", "best loss (vertex)", "best cell (its rate; the interval at that rate, not over the choice of cell)", "optimum lr* (vertex), per seed",
                            "lower half-width (decades), per seed", "upper half-width (decades), per seed",
                            "half-budget loss", "steps to the bigram loss at the best rate",
                            "loss spikes over all rates", "runs diverged"], rows)
@@ -237,6 +269,25 @@ def above_bigram(curves: dict[Arm, Curve], bigram: float) -> list[str]:
     arms = [a.label for a, c in sorted(curves.items(), key=lambda kv: (kv[0].control, kv[0].init, kv[0].d_k,
                                                                         kv[0].scale)) if c.best.value >= bigram]
     return [prose("sqrt_dk", "bigram", bigram=f"{bigram:.3f}", arms="; ".join(arms) if arms else "none"), ""]
+
+
+def reads(key: str) -> list[Arm]:
+    """The float32 arms a consequence prediction compares (numbers.verdicts' C1 ... R1)."""
+    top, low = numbers.D_KS[-1], numbers.D_KS[0]
+    unit = [Arm("unit", top, "none"), Arm("unit", top, "sqrt_dk")]
+    return {"C1": unit, "C3": unit, "C4": unit, "C5": unit,
+            "C2": unit + [Arm("unit", low, "none"), Arm("unit", low, "sqrt_dk")],
+            "G1": unit + [Arm("gpt2", top, "none"), Arm("gpt2", top, "sqrt_dk")],
+            "R1": [Arm("unit", top, "none", "full"), Arm("unit", top, "sqrt_dk")]}.get(key, [])
+
+
+def bigram_predictions(curves: dict[Arm, Curve], bigram: float) -> str:
+    """The predictions that compare an arm whose best loss is not below a bigram model's, with those arms."""
+    above = {a for a, c in curves.items() if math.isfinite(bigram) and c.best.value >= bigram}
+    out = [f"{k} ({', '.join(a.label for a in reads(k) if a in above)})" for k in ("C1", "C2", "C3", "C4", "C5",
+                                                                                 "G1", "R1")
+           if any(a in above for a in reads(k))]
+    return "; ".join(out) if out else "none"
 
 
 def diverged_text(c: Curve) -> str:
@@ -481,13 +532,19 @@ def predicted_range(b: verdicts.BatchOverflow) -> str:
     return f"batches {b.first_possible} to {b.first_certain}"
 
 
+SERIES = {"stab/batch_raw_qk": "largest absolute q.k before the scale",
+          "stab/batch_scaled_qk": "largest absolute q.k after the scale",
+          "stab/batch_raw_qk_pos": "largest signed q.k before the scale",
+          "stab/batch_scaled_qk_pos": "largest signed q.k after the scale"}  # the batch probe's series, in words
+
+
 def f1_table(rows: list[numbers.BatchF1]) -> str:
-    """Amendment 4's F1, one row per replayed run."""
+    """Amendment 4's F1 (or amendment 5's F3), one row per replayed run."""
     out = []
     for b in sorted(rows, key=lambda b: (not b.seen, place_order(b.arm.place), b.lr, b.seed)):
         r = b.result
         out.append([PLACES.get(b.arm.place, b.arm.place), str(b.seed), "seen" if b.seen else "new",
-                    b.series.split("/")[-1], predicted_range(r),
+                    SERIES.get(b.series, b.series), predicted_range(r),
                     "- (" + b.ended + ")" if r.nonfinite is None else str(r.nonfinite),
                     "-" if r.formed_at is None else largest([r.formed_at]), f"**{r.verdict}**", r.why or "-"])
     return markdown_table(["scale", "seed", "seen or new", "formed product (float32, the step's own batch)",
@@ -508,12 +565,18 @@ def f1_cross_check(rows: list[numbers.BatchF1]) -> str:
 
 
 def f1_words(rows: list[numbers.BatchF1]) -> dict[str, str]:
-    """F1 over the runs (all_hold) and over the seen and the new seeds apart."""
+    """F1 (or F3) over the runs (all_hold) and over the seen and the new seeds apart; and the runs with the scale on
+    q and k that held, whose formed product stayed far below the limit (such a run could hardly fail)."""
     def over(items):
         return all_hold([b.result.verdict for b in items]) if items else "not tested (no run)"
     seen, new = [b for b in rows if b.seen], [b for b in rows if not b.seen]
+    qk = [b for b in rows if b.arm.placement == "qk" and b.result.verdict == "holds" and b.result.first_possible is None]
+    peak = max((b.peak for b in qk), default=math.nan)
+    qk_note = (f"{len(qk)} of the runs that hold have the scale on q and k, whose formed product stayed at or below "
+               f"{peak:,.0f}, {peak / verdicts.FP16_MAX:.0%} of the limit: they could hardly have failed. "
+               if qk else "")
     return {"all": over(rows), "seen": over(seen), "new": over(new), "n": str(len(rows)), "n_seen": str(len(seen)),
-            "n_new": str(len(new)), "held": str(sum(b.result.verdict == "holds" for b in rows))}
+            "n_new": str(len(new)), "held": str(sum(b.result.verdict == "holds" for b in rows)), "qk_note": qk_note}
 
 
 def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], dict]:
@@ -525,6 +588,8 @@ def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], 
     old_f1 = verdicts.placement([rec for _, rec, _ in records])
     per_run = numbers.batch_f1(runs)
     words = f1_words(per_run)
+    signed = numbers.batch_f1(runs, signed=True)  # F3 (amendment 5): runs that logged the signed series
+    words3 = f1_words(signed)
     f1 = words["all"] if per_run else old_f1
     outcomes = numbers.fp32_reruns(runs, records)
     f2 = verdicts.float32_reruns(outcomes)
@@ -557,12 +622,30 @@ def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], 
         lines += ["### Amendment 2: the replay probed after every step (no verdict)", "",
                   prose("sqrt_dk", "replay_intro", every=every), "", replay_table(replayed), "",
                   replay_reading(replayed), ""]
+    limits = {"max": f"{verdicts.FP16_MAX:,.0f}", "inf_at": f"{verdicts.FP16_MAX + 16:,.0f}"}
     if per_run:
         lines += ["### Amendment 4: F1 per run, from each step's own training batch", "",
-                  prose("sqrt_dk", "f1_intro", max=f"{verdicts.FP16_MAX:,.0f}", band=f"{numbers.F1_BAND:.0%}"), "", f1_table(per_run), "",
-                  prose("sqrt_dk", "f1_reading", old=old_f1, **words), "", f1_cross_check(per_run), ""]
+                  prose("sqrt_dk", "f1_intro", band=f"{numbers.F1_BAND:.0%}", **limits), "", f1_table(per_run), "",
+                  prose("sqrt_dk", "f1_reading", old=old_f1, **limits, **words), "", f1_cross_check(per_run), ""]
+    if signed:
+        lines += ["### Amendment 5: F3, F1 with the product's sign", "",
+                  prose("sqrt_dk", "f3_intro", **limits), "", f1_table(signed), "",
+                  prose("sqrt_dk", "f3_reading", **words3), ""]
+    top = max(rec.lr for _, rec, _ in records)
+    by_place: dict = {}
+    for r, rec, o in records:
+        if rec.lr == top:
+            by_place.setdefault(rec.placement, []).append((r, o))
+    parts = []
+    for place, items in sorted(by_place.items(), key=lambda kv: place_order(kv[0])):
+        bad = [numbers.nonfinite_step(r) for r, o in items if o.ended == "non-finite loss"]
+        bad = [n for n in bad if n is not None]
+        parts.append(f"{PLACES.get(place, place)}: {sum(o.ended != 'completed' for _, o in items)} of {len(items)} "
+                     "diverged" + (f" (non-finite at steps {steps_text(bad)})" if bad else ""))
+    facts["top_rate"] = f"in the float16 sweep at {rate(top)}, " + "; ".join(parts)
     facts["replayed"] = bool(replayed)
     facts["f1_per_run"] = words if per_run else None
+    facts["f3"] = words3 if signed else None
     facts["f1_old"] = old_f1
     facts["replay_div"] = sum(p.nonfinite is not None for p in replayed)
     facts["replay_inf"] = sum(p.nonfinite is not None and p.first_inf_score is not None for p in replayed)
@@ -577,11 +660,22 @@ def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], 
     f1_numbers.update({("the old measure, an inf score at a probe (" + old_f1 + "): scale after the product:"
                         if per_run else "scale after the product:"): counted("scores"), "on q and k:": counted("qk")})
     reruns = [r for f, r in outcomes if f]
+    twins = [t for t in numbers.fp32_twins(runs, records) if t is not None and not readings.diverged(t)]
     f2_numbers = {"float16 runs diverged:": str(facts["diverged"]),
                   "their float32 reruns:": f"{sum(r is False for r in reruns)} completed, "
                                            f"{sum(r is True for r in reruns)} diverged, "
-                                           f"{sum(r is None for r in reruns)} not run"}
-    return lines, [Verdict("F1", f1, f1_numbers), Verdict("F2", f2, f2_numbers)], asks, facts
+                                           f"{sum(r is None for r in reruns)} not run"
+                                           + (f"; those completed end at validation losses {final_losses(twins)}, "
+                                              f"against a bigram model's {bigram_loss(runs):.3f}: the criterion "
+                                              "(no divergence) holds, but they did not train to a useful loss"
+                                              if twins else "")}
+    out = [Verdict("F1", f1, f1_numbers), Verdict("F2", f2, f2_numbers)]
+    if signed:
+        out.append(Verdict("F3", words3["new"], {
+            "per run (amendment 5):": f"{words3['held']} of {words3['n']} runs hold; the verdict is the new seeds' "
+                                      f"({words3['n_new']} runs); seen seeds ({words3['n_seen']} runs) "
+                                      f"{words3['seen']}"}))
+    return lines, out, asks, facts
 
 
 def replayed_every(runs: list[Run]) -> str:
@@ -601,6 +695,10 @@ def fp16_answer(found: dict[str, str], facts: dict) -> str:
               f"(the {per_run['n_seen']} runs of seeds the float16 sweep had run: {per_run['seen']}; the "
               f"{per_run['n_new']} of new seeds: {per_run['new']}); the old measure, an inf score at a probe: "
               f"{facts.get('f1_old')}")
+        f3 = facts.get("f3")
+        if f3:
+            f1 += (f"; F3 (amendment 5: the product's sign, since only +inf ends a run), over the {f3['n_new']} runs "
+                   f"of new seeds, {f3['new']} ({f3['held']} of {f3['n']} runs in all as predicted)")
     else:
         f1 = {"holds": "F1 (the old measure) holds: where the scale after the product overflowed, the scale on q and "
                        "k before it did not",
@@ -627,7 +725,8 @@ def fp16_answer(found: dict[str, str], facts: dict) -> str:
     if f2 is None:
         f2 = ("F2 undecided: no float16 run diverged" if not facts.get("diverged") else
               "F2 undecided: the float32 reruns the report asks for below have not run")
-    return f"{f1}; {f2}"
+    top = facts.get("top_rate")
+    return f"{f1}; {f2}" + (f". Where the scale sits, counted (no verdict): {top}" if top else "")
 
 
 def ladder(x: float, steps: int) -> float:
@@ -702,7 +801,8 @@ def gap_word(gap: Estimate) -> str:
 
 
 def answer(found: dict[str, str], spiked: bool = True, fp16: dict | None = None, steps: int | None = None,
-           spikes: tuple[int, int] | None = None, gpt2_gaps: dict | None = None) -> dict[str, str]:
+           spikes: tuple[int, int] | None = None, gpt2_gaps: dict | None = None, edges: str = "",
+           other_gaps: str = "", r1_cells: str = "") -> dict[str, str]:
     """Each part of the answer from its verdicts only (DESIGN.md, "The headline answers ..."); ``spikes``: (loss
     spikes, runs) over the two arms C5 compares; ``gpt2_gaps``: the gap at GPT-2's init by the vertex and cell by
     cell, whose words say whether it is established."""
@@ -723,9 +823,11 @@ def answer(found: dict[str, str], spiked: bool = True, fp16: dict | None = None,
         consequence = "not tested (its arms did not run)"
     else:
         better = [found.get(k) for k in ("C1", "C3")]
-        consequence = (f"better {budget}at unit-variance init: without the factor the best loss is worse, and so is "
-                       "the loss at half the budget" if better == ["holds"] * 2 else "better: not shown") + \
-            f" ({named(['C1', 'C3'])}); "
+        top = numbers.D_KS[-1]
+        consequence = (f"better {budget}at unit-variance init and d_k = {top}: without the factor the best loss is "
+                       "worse, and so is the loss at half the budget" if better == ["holds"] * 2 else
+                       "better: not shown") + f" ({named(['C1', 'C3'])}); " + (
+            f"at the smaller d_k, without a verdict, {other_gaps}; " if other_gaps else "")
         lo, hi = numbers.D_KS[0], numbers.D_KS[-1]
         consequence += ("the cost is larger at the largest d_k than at the smallest (C2 holds), but those are "
                         f"different models (one head {lo} wide against one {hi} wide: they differ in everything, not "
@@ -737,15 +839,17 @@ def answer(found: dict[str, str], spiked: bool = True, fp16: dict | None = None,
                                        "one does not (M1, a check of the init's arithmetic), and through training "
                                        "the unscaled one stays the more saturated (M3)", "not as predicted"),
         "gradient": say(["M2"], "no: at init the gradient reaching W_Q and W_K is larger without the factor (M2, a "
-                                "check of the init's arithmetic; under Adam the gradient's norm is normalised away); "
+                                "check of the init's arithmetic; under Adam an update's size does not follow the gradient's norm, an "
+                                "argument this report does not test, and gradient clipping acts on the raw gradient); "
                                 "what falls with d_k is the softmax Jacobian's trace (M1)", "not as predicted"),
         "consequence": consequence,
-        "stability": stability_answer(found, spikes, spiked),
+        "stability": stability_answer(found, spikes, spiked, edges),
         "gpt2": say(["G1"], "the cost of dropping the factor is smaller than under the premise's init",
                     "not smaller") + ("; the gap itself at GPT-2's init is " + gpt2_gap_words(gpt2_gaps)
                                       if gpt2_gaps else ""),
         "reparam": say(["R1"], "under Adam, yes: the control that starts and steps W_Q, W_K as the scaled arm's "
-                               "matches it", "no: the control departs from the scaled arm"),
+                               "matches it", "no: the control departs from the scaled arm") + (
+            f"; {r1_cells}" if r1_cells and found.get("R1") == "undecided" else ""),
         "fp16": fp16_answer(found, fp16 or {}),
     }
 
@@ -754,22 +858,65 @@ def gpt2_gap_words(gaps: dict) -> str:
     return "; ".join(f"{gap_word(e)} {how} ({e.format(3, signed=True)} nats)" for how, e in gaps.items())
 
 
-def stability_answer(found: dict[str, str], spikes: tuple[int, int] | None, spiked: bool = True) -> str:
-    """Design 2's answer to "does 1/sqrt(d_k) help stability?": what C4 and C5 could decide, said plainly, and
-    design 3's verdicts, quoted from its headline."""
+def upper_edges(curves: dict[Arm, Curve]) -> str:
+    """The rate at each seed's upper basin edge (its vertex optimum plus its upper half-width) at unit init and the
+    largest d_k, with and without the factor: what C4's half-widths, measured from each arm's own optimum, leave out.
+    An open edge is marked (a lower bound)."""
+    top = max((a.d_k for a in curves), default=0)
+    sides = [(word, curves.get(Arm("unit", top, scale))) for word, scale in (("with the factor", "sqrt_dk"),
+                                                                           ("without", "none"))]
+    if any(c is None or c.seeds is None for _, c in sides):
+        return ""
+    seeds = sides[0][1].seeds.seeds
+    return (f"at unit init and d_k = {top}, the rate at each seed's upper basin edge (seeds "
+            f"{', '.join(map(str, seeds))}) is, " + "; ".join(
+                f"{word}, {seed_values(10 ** (c.seeds.optimum + c.seeds.upper), rate, c.seeds.open_hi)}"
+                for word, c in sides))
+
+
+def stability_answer(found: dict[str, str], spikes: tuple[int, int] | None, spiked: bool = True,
+                     edges: str = "") -> str:
+    """Design 2's answer to "does 1/sqrt(d_k) help stability?": what C4 and C5 could decide, said plainly, the basin's
+    upper edges per seed beside C4 (no verdict), and design 3's answer, quoted from its headline."""
     if "C4" not in found and "C5" not in found:
         return "not tested here (its arms did not run)"
     k, n = spikes if spikes is not None else (None, None)
     c5 = (f"C5 counted no loss spike in any of the {n} runs of the two arms it compares, so it had nothing to compare"
           if k == 0 else f"C5 counted {k} loss spikes in the {n} runs of the two arms it compares"
           if k is not None else "C5 was not computed")
+    h = design3()
     return prose("sqrt_dk", "stability", c4=found.get("C4", "not tested"), c5_counts=c5,
-                 c5=found.get("C5", "not tested"), design3=design3_words(design3()))
+                 c5=found.get("C5", "not tested"), edges=f" Read directly (no verdict), {edges}." if edges else "",
+                 design3=(f"{h.answer} ({design3_words(h)})" if h is not None else design3_words(h)))
 
 
 def any_spike(runs: list[Run], nats: float) -> bool:
     """Whether any run of the main sweep had a loss spike (C5's count)."""
     return any(readings.spikes(r, nats) for r in runs if r.experiment == "sqrt_dk")
+
+
+def smaller_gaps(curves: dict[Arm, Curve]) -> str:
+    """The best-loss gap, unscaled - scaled, at unit init and each d_k below the largest, by the vertex and cell by
+    cell, with no verdict (C1 reads the largest only)."""
+    out = []
+    for d in numbers.D_KS[:-1]:
+        cn, cs = curves.get(Arm("unit", d, "none")), curves.get(Arm("unit", d, "sqrt_dk"))
+        if cn is not None and cs is not None:
+            out.append(f"d_k = {d}: {(cn.best - cs.best).format(3, signed=True)} nats by the vertex, "
+                       f"{numbers.best_cell([cn, cs]).format(3, signed=True)} cell by cell")
+    return "; ".join(out)
+
+
+def r1_cell_words(found: list[Verdict], band: float) -> str:
+    """R1 read cell by cell (post hoc: the registered estimator is the vertex), against the registered loss band."""
+    r1 = next((v for v in found if v.key == "R1"), None)
+    e = r1.numbers.get("best cell, control - scaled (cell by cell)") if r1 is not None else None
+    if not isinstance(e, Estimate):
+        return ""
+    return (f"cell by cell (post hoc, not the registered estimator), the control's best loss minus the scaled arm's "
+            f"is {e.format(3, signed=True)} nats: inside the registered band of {band:g} nats "
+            f"{ {'holds': 'wholly', 'fails': 'not at all', 'undecided': 'only in part'}[in_range(e, -band, band)]}; "
+            "the vertex's interval, widened for few seeds, is what leaves R1 undecided")
 
 
 def wall_minutes(runs: list[Run]) -> float:
@@ -803,7 +950,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     steps = int(cfg["trainer"]["max_steps"])
     fig_trace(curves, est, out / "trace_vs_dk.png")
     fig_loss_vs_lr(curves, out / "loss_vs_lr.png", bigram_loss(runs))
-    seeds = sorted({r.seed for r in runs})
+    seeds = sorted({r.seed for r in runs if r.experiment == "sqrt_dk"})  # the main sweep's (the replay adds its own)
     lrs = main_grid(curves)
     added = sorted({x for c in curves.values() for x in c.lrs} - set(lrs))
     stage2_arms = [a for a, c in curves.items() if set(c.lrs) - set(lrs)]
@@ -818,7 +965,8 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
                             arms="; ".join(a.label for a in sorted(stage2_arms))) if added else ""),
               wall=f"{wall_minutes([r for r in runs if r.experiment == 'sqrt_dk']):.1f}"), "",
         prose("sqrt_dk", "answer", **answer(words, any_spike(runs, pred["spike_nats"]), fp16_facts, steps, spikes,
-                                            gpt2_gaps)), "",
+                                            gpt2_gaps, upper_edges(curves), smaller_gaps(curves),
+                                            r1_cell_words(found, pred["match_loss_band"]))), "",
         "## Predictions", "", predictions_table(found, missing, pred, steps), "",
         prose("sqrt_dk", "terms", n_layer=cfg["model"]["n_layer"], every=cfg["callbacks"]["stability"]["every_n_steps"],
               val=cfg["data"]["val_windows"], half=cfg["trainer"]["val_check_interval"],
@@ -828,7 +976,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         prose("sqrt_dk", "bars", level=f"{LEVEL:.0%}"), "",
         mechanism_table(curves, est, pred), "",
         *init_draws_section(init_draws.load(INIT_DRAWS)),
-        *described_reading(curves, est),
+        *described_reading(curves, est, init_draws.load(INIT_DRAWS)),
         "## The consequences", "", "![loss vs lr](loss_vs_lr.png)", "",
         prose("sqrt_dk", "bands", level=f"{LEVEL:.0%}"), "",
         curves_table(curves, est, pred["spike_nats"]), "",
@@ -844,7 +992,8 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
               n_pred=len(STATEMENTS),
               every=cfg["callbacks"]["stability"]["every_n_steps"],
               n_stab=cfg["callbacks"]["stability"]["windows"], n_seeds=plural(len(seeds), "seed"),
-              dof=len(seeds) - 1, top_dk=max(a.d_k for a in curves)), "",
+              dof=len(seeds) - 1, top_dk=max(a.d_k for a in curves),
+              bigram_preds=bigram_predictions(curves, bigram_loss(runs))), "",
         prose("sqrt_dk", "literature"), "",
     ]
     path = out / "README.md"
@@ -880,10 +1029,13 @@ def headline(found: list, pred: dict | None = None, steps: int | None = None,
               f"{words.get('C1', 'n/a')}: at d_k = {hi}, "
               f"{number('C1', 'best loss (vertex), unscaled - scaled')} nats by the parabola's vertex, "
               f"{number('C1', 'best cell, unscaled - scaled (cell by cell)')} cell by cell). Whether it helps "
-              f"stability design 2 could not decide (C4 {words.get('C4', 'n/a')}: it cannot see a learning-rate curve "
-              f"that moves as a whole; C5 {words.get('C5', 'n/a')}: {k} loss spikes in {n} runs); design 3 "
-              f"(sqrt_dk_stability) asks it as the rate at which training stops working: {d3}.")
+              f"stability design 2 could not decide (C4 {words.get('C4', 'n/a')}: it measures each basin from its own "
+              f"optimum; C5 {words.get('C5', 'n/a')}: {k} loss spikes in {n} runs); design 3 (sqrt_dk_stability) "
+              f"asks it at GPT-2's init as the rate at which training stops leaving the unigram plateau: {d3}.")
     return Headline("sqrt_dk", "What 1/sqrt(d_k) is for",
                     "Does 1/sqrt(d_k) keep attention's softmax out of saturation, and does that make training better?",
                     answer, "loss_vs_lr.png",
-                    [(f"{k}: {statement(k, pred, steps)}", words[k]) for k in STATEMENTS if k in words])
+                    [(f"{k}: {statement(k, pred, steps)}", words[k]) for k in STATEMENTS if k in words],
+                    status="M1 and M2 are checks of the init's arithmetic; C1 and C2 were informed by a pilot; F1's and "
+                           "F3's verdicts over seen seeds are reported apart from those over new ones, and F3 was "
+                           "written after F1's results were seen")
