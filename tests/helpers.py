@@ -57,6 +57,22 @@ TINY = [
 ]
 
 
+def other_values(f) -> list:
+    """The values of a model setting (a field of AttnConfig or GPTConfig) other than its default that a run could give
+    it: the other choices of the tuple in tinygpt.model.config that holds its default (BACKENDS, SCALES, ...), the
+    other truth value of a bool, or the field's ``metadata={"example": value}``."""
+    import tinygpt.model.config as config_module
+
+    if "example" in f.metadata:
+        return [f.metadata["example"]]
+    if isinstance(f.default, bool):
+        return [not f.default]
+    holders = [t for t in vars(config_module).values() if isinstance(t, tuple) and f.default in t]
+    assert len(holders) == 1, (f"{f.name}: no tuple of choices in tinygpt.model.config holds its default "
+                               f"{f.default!r}; give the field metadata={{'example': <a non-default value>}}.")
+    return [v for v in holders[0] if v != f.default]
+
+
 def run_train(args: list[str], env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     """Run `python train.py ARGS` from the repository root; fail with its output if it fails.
 
