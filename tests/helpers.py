@@ -57,6 +57,16 @@ TINY = [
 ]
 
 
+# each corpus's required settings (its ``???`` keys in configs/corpus/<source>.yaml) as the tests give them, ``{file}``
+# a text file; a corpus without its line here fails tests/train/test_schema.py, naming the setting unset
+CORPUS_GIVEN = {"text_file": ("path={file}",), "hf_hub": ("name=some/set",)}
+
+
+def corpus_overrides(source: str, file: str | Path = "corpus.txt") -> list[str]:
+    """``corpus=<source>`` and its required settings (CORPUS_GIVEN), ``file`` where a text file is asked for."""
+    return [f"corpus={source}", *(f"corpus.{given.format(file=file)}" for given in CORPUS_GIVEN.get(source, ()))]
+
+
 def other_values(f) -> list:
     """The values of a model setting (a field of AttnConfig or GPTConfig) other than its default that a run could give
     it: the other choices of the tuple in tinygpt.model.config that holds its default (BACKENDS, SCALES, ...), the
