@@ -228,7 +228,7 @@ def test_a_switch_given_a_word_is_refused_by_train_py_in_one_line(tmp_path):
         assert not (tmp_path / "r").exists() and not (tmp_path / "s").exists()
 
 
-@pytest.mark.parametrize("experiment", ["causal_mask", "partial_leaks", "sqrt_dk"])
+@pytest.mark.parametrize("experiment", list(experiments()))
 def test_a_report_reads_the_runs_predictions_over_the_experiments_yaml(experiment, tmp_path):
     """The YAML is the one home of each prediction: a run without one gets the YAML's, a run's own value wins."""
     committed = OmegaConf.to_container(OmegaConf.load(CONFIGS / "experiment" / f"{experiment}.yaml"))["prediction"]
