@@ -57,6 +57,32 @@ TINY = [
 ]
 
 
+# each corpus's required settings (its ``???`` keys in configs/corpus/<source>.yaml) as the tests give them, ``{file}``
+# a text file; a corpus without its line here fails tests/train/test_schema.py, naming the setting unset
+CORPUS_GIVEN = {"text_file": ("path={file}",), "hf_hub": ("name=some/set",)}
+
+
+def corpus_overrides(source: str, file: str | Path = "corpus.txt") -> list[str]:
+    """``corpus=<source>`` and its required settings (CORPUS_GIVEN), ``file`` where a text file is asked for."""
+    return [f"corpus={source}", *(f"corpus.{given.format(file=file)}" for given in CORPUS_GIVEN.get(source, ()))]
+
+
+def other_values(f) -> list:
+    """The values of a model setting (a field of AttnConfig or GPTConfig) other than its default that a run could give
+    it: the other choices of the tuple in tinygpt.model.config that holds its default (BACKENDS, SCALES, ...), the
+    other truth value of a bool, or the field's ``metadata={"example": value}``."""
+    import tinygpt.model.config as config_module
+
+    if "example" in f.metadata:
+        return [f.metadata["example"]]
+    if isinstance(f.default, bool):
+        return [not f.default]
+    holders = [t for t in vars(config_module).values() if isinstance(t, tuple) and f.default in t]
+    assert len(holders) == 1, (f"{f.name}: no tuple of choices in tinygpt.model.config holds its default "
+                               f"{f.default!r}; give the field metadata={{'example': <a non-default value>}}.")
+    return [v for v in holders[0] if v != f.default]
+
+
 def run_train(args: list[str], env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     """Run `python train.py ARGS` from the repository root; fail with its output if it fails.
 

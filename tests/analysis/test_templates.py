@@ -5,6 +5,7 @@ import re
 import pytest
 
 from tinygpt.analysis.templates import blocks, prose
+from tinygpt.experiments.registry import experiments
 
 
 @pytest.mark.parametrize("experiment, names", [
@@ -54,7 +55,14 @@ SYMBOLS = re.compile(r"Experiment \d|et al\. \d{4}|1/sqrt\(d_k\)|1/d_k|1/T|x\[t\
                      r"|allow_fp16_reduced_precision_reduction")
 
 
-@pytest.mark.parametrize("experiment", ["causal_mask", "sqrt_dk", "partial_leaks"])
+# found when this test began to iterate the registry (it had named three experiments): design 3's prose types a few
+# numbers (the simulation's flips at 0.93-1.00, p < 0.0625, design 2's seeds 11-13) beside names the rule lacks (Q1,
+# S1-S3, d_k^(1/4)); strict, so fixing them turns this red until the mark goes
+TYPED = {"sqrt_dk_stability": "its prose types numbers (0.93-1.00, p < 0.0625, seeds 11-13): not yet placeholders"}
+
+
+@pytest.mark.parametrize("experiment", [pytest.param(e, marks=pytest.mark.xfail(reason=TYPED[e], strict=True))
+                                        if e in TYPED else e for e in experiments()])
 def test_the_report_prose_has_no_typed_numbers(experiment):
     """Every number a report states comes from the runs or the config through a placeholder; the literature
     block, which cites published figures, is the only exception."""

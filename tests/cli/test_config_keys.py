@@ -3,8 +3,9 @@
 import pytest
 from omegaconf import OmegaConf
 
-from helpers import ROOT, compose_train
+from helpers import ROOT, compose_train, corpus_overrides
 from tinygpt.cli import config_keys
+from tinygpt.data.corpus import CORPORA
 from tinygpt.cli.config_keys import read_configs, read_file, split_comment, undocumented
 
 CONFIGS = ROOT / "configs"
@@ -56,8 +57,7 @@ def test_keys_nest_and_take_the_comment_on_their_line_or_right_above(tmp_path):
 
 def test_every_key_of_a_run_is_read_from_the_files():
     names = {k.name for k in read_configs(CONFIGS)[1]}
-    for overrides in ([], ["corpus=text_file", "corpus.path=x.txt"], ["corpus=hf_hub", "corpus.name=x"],
-                      ["corpus=random_tokens"], ["trainer=fsdp"]):
+    for overrides in ([], *(corpus_overrides(source) for source in CORPORA), ["trainer=fsdp"]):
         missing = leaf_keys(compose_train(overrides)) - names
         assert not {m for m in missing if not m.startswith("hydra")}, (overrides, missing)
 

@@ -12,7 +12,7 @@ import torch
 
 from hydra.utils import instantiate
 
-from helpers import compose_train
+from helpers import compose_train, corpus_overrides
 from tinygpt.data import corpus
 from tinygpt.data import cache
 from tinygpt.data.cache import tokenize_to_array
@@ -50,9 +50,8 @@ def test_constructor_defaults_are_the_configs_defaults():
 @pytest.mark.parametrize("source", list(corpus.CORPORA))
 def test_each_corpus_option_builds_the_class_its_source_names(source, corpus_file):
     """configs/corpus/<source>.yaml: its _target_ and its own fields; the data module gets the built corpus."""
-    given = {"text_file": [f"corpus.path={corpus_file}"], "hf_hub": ["corpus.name=some/set"],
-             "random_tokens": ["corpus.vocab_size=50", "corpus.n_tokens=5000", "seed=7"]}.get(source, [])
-    cfg = compose_train([f"corpus={source}", *given])
+    own = ["corpus.vocab_size=50", "corpus.n_tokens=5000", "seed=7"] if source == "random_tokens" else []
+    cfg = compose_train([*corpus_overrides(source, corpus_file), *own])
     built = instantiate(cfg.corpus)
     assert type(built) is corpus.CORPORA[source] and built.source == source
     dm = instantiate(cfg.data, built)

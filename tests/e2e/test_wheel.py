@@ -13,6 +13,7 @@ import pytest
 
 from helpers import ROOT
 from tests.experiments.test_report_cli import causal_sweep
+from tinygpt.experiments.registry import experiments
 
 pytestmark = pytest.mark.slow
 COMMANDS = ("tinygpt-sample", "tinygpt-attention", "tinygpt-export-hf", "tinygpt-report", "tinygpt-bench",
@@ -53,7 +54,7 @@ def test_the_wheel_holds_every_module_and_every_report_template(installed):
     src = ROOT / "src"
     modules = {p.relative_to(src).as_posix() for p in src.rglob("*.py")}
     templates = {p.relative_to(src).as_posix() for p in (src / "tinygpt").rglob("*.md")}
-    assert templates >= {f"tinygpt/experiments/{n}/report.md" for n in ("causal_mask", "sqrt_dk", "partial_leaks")}
+    assert templates >= {f"tinygpt/experiments/{n}/report.md" for n in experiments()}
     assert modules - names == set() and templates - names == set()
 
 

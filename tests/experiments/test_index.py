@@ -42,7 +42,7 @@ def test_a_readme_without_the_markers_is_left_alone(tmp_path):
 def test_the_committed_pages_are_what_the_committed_headlines_write():
     """Nobody edits a number into README.md's experiments or the index: both equal what the headlines write."""
     found = index.headlines(DOCS)
-    assert {h.name for h in found} == set(experiments())  # every experiment has its committed report
+    assert [h.name for h in found] == list(experiments())  # every experiment's committed report, in its record's order
     readme = (ROOT / "README.md").read_text()
     assert index.readme_block(found) in readme
     assert (DOCS / "README.md").read_text() == index.index_page(found)

@@ -147,25 +147,34 @@ def test_the_script_refuses_in_one_line_with_exit_status_2(tmp_path, capsys, mon
         "error: export_hf: model.attn.qk_norm=True " + CANNOT.format("GPT-2's attention has qk_norm=False")]
 
 
-def test_every_attention_option_that_changes_the_function_is_refused_on_export():
-    """GPT-2's attention settings are AttnConfig's defaults less the options that change how the attention is
-    computed (backend, where the scale is applied) or initialised (qk_init): every other option, away from its
-    default, is refused; those three are not."""
+def test_every_setting_that_changes_the_function_is_refused_on_export():
+    """GPT-2's settings are every field of GPTConfig and AttnConfig that config.json does not hold, at its default,
+    less the attention options that change how it is computed (backend, where the scale is applied) or initialised
+    (qk_init): each other value of every other field is refused, naming it; those three are not. The fields come
+    from the dataclasses: a new option is checked here by being a field (its values: helpers.other_values)."""
     from dataclasses import fields, replace
 
+    from helpers import other_values
     from tinygpt.model.config import AttnConfig, GPTConfig
-    from tinygpt.model.hf_gpt2 import hf_config
+    from tinygpt.model.hf_gpt2 import GPT2_SETTINGS, HOW_NOT_WHAT, hf_config
     from tinygpt.runtime.errors import ConfigError
 
-    away = {"causal": False, "scale": "none", "qk_norm": True, "backend": "math", "qk_init": "unit", "scale_at": "qk"}
-    assert set(away) == {f.name for f in fields(AttnConfig)}  # a new option needs its line here
-    for key, value in away.items():
-        cfg = GPTConfig(vocab_size=10, attn=replace(AttnConfig(backend="math"), **{key: value}))
-        if key in ("backend", "qk_init", "scale_at"):
-            assert hf_config(cfg)["n_layer"] == 4
-        else:
-            with pytest.raises(ConfigError, match=f"^model.attn.{key}="):
-                hf_config(cfg)
+    base = GPTConfig(vocab_size=10, attn=AttnConfig(backend="math"))  # scale_at=qk needs the formula
+    owners = {"": (GPTConfig, lambda **v: replace(base, **v)),
+              "attn.": (AttnConfig, lambda **v: replace(base, attn=replace(base.attn, **v)))}
+    refused = set()
+    for prefix, (owner, build) in owners.items():
+        for f in fields(owner):
+            if f"{prefix}{f.name}" not in GPT2_SETTINGS and not (prefix and f.name in HOW_NOT_WHAT):
+                continue  # config.json holds it (the architecture, the vocabulary, dropout), or a patch: apart
+            for value in other_values(f):
+                if f.name in HOW_NOT_WHAT:
+                    assert hf_config(build(**{f.name: value}))["n_layer"] == 4
+                    continue
+                with pytest.raises(ConfigError, match=rf"^model\.{prefix}{f.name}="):
+                    hf_config(build(**{f.name: value}))
+                refused.add(f"{prefix}{f.name}")
+    assert refused == set(GPT2_SETTINGS) and {"attn.causal", "attn.scale", "attn.qk_norm"} <= refused
 
 
 def test_a_checkpoint_written_with_an_attention_bug_is_not_exported_as_gpt2(tmp_path):

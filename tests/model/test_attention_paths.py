@@ -3,10 +3,10 @@ module's forward on each backend, ``dissect``, decoding's cached step and the mo
 full forward), and experiment 3's bugged attention given a correct mask. An option dropped on one path fails here.
 
 The fields come from ``dataclasses.fields(AttnConfig)``: a new option joins by being a field. Its values to try are
-the other choices of the tuple in tinygpt.model.config that holds its default (BACKENDS, SCALES, ...), the other
-truth value of a bool, or the field's ``metadata={"example": value}``. An option that changes what attention
-computes must change the formula's output here; those that change only how (hf_config.HOW_NOT_WHAT: the kernel,
-the initial weights, where the scale is applied) each have their own witness below.
+``helpers.other_values``: the other choices of the tuple in tinygpt.model.config that holds its default (BACKENDS,
+SCALES, ...), the other truth value of a bool, or the field's ``metadata={"example": value}``. An option that changes
+what attention computes must change the formula's output here; those that change only how (hf_config.HOW_NOT_WHAT: the
+kernel, the initial weights, where the scale is applied) each have their own witness below.
 """
 
 import copy
@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import tinygpt.model.config as config_module
+from helpers import other_values
 from tinygpt.experiments.partial_leaks.bugs import AttentionBug
 from tinygpt.model.attention import masked_softmax, route
 from tinygpt.model.config import AttnConfig
@@ -28,18 +29,6 @@ from tinygpt.model.kv_cache import KVCache
 from tinygpt.sampling.generate import CachedStep
 
 T, VOCAB = 8, 11
-
-
-def other_values(f: dataclasses.Field) -> list:
-    """The values of AttnConfig field ``f`` other than its default that a run could give it."""
-    if "example" in f.metadata:
-        return [f.metadata["example"]]
-    if isinstance(f.default, bool):
-        return [not f.default]
-    holders = [t for t in vars(config_module).values() if isinstance(t, tuple) and f.default in t]
-    assert len(holders) == 1, (f"AttnConfig.{f.name}: no tuple of choices in tinygpt.model.config holds its default "
-                               f"{f.default!r}; give the field metadata={{'example': <a non-default value>}}.")
-    return [v for v in holders[0] if v != f.default]
 
 
 CASES = [(f.name, v) for f in dataclasses.fields(AttnConfig) for v in other_values(f)]

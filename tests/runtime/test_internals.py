@@ -119,3 +119,25 @@ def test_torch_still_has_the_dispatch_mode_that_sees_every_matrix_product():
     with Seen():
         (a @ torch.randn(4, 2)).sum().backward()
     assert torch.ops.aten.mm.default in seen and seen.count(torch.ops.aten.mm.default) >= 2  # forward and backward
+
+
+def test_omegaconf_still_gives_the_node_behind_a_key_and_its_schema_type():
+    """errors.switch_mistake reads whether the schema types a key bool from the node's class."""
+    from dataclasses import dataclass, field
+
+    from omegaconf import OmegaConf
+    from omegaconf.nodes import BooleanNode, IntegerNode
+
+    @dataclass
+    class Inner:
+        flag: bool = True
+
+    @dataclass
+    class Outer:
+        n: int = 1
+        inner: Inner = field(default_factory=Inner)
+
+    cfg = OmegaConf.structured(Outer)
+    assert isinstance(internals.config_node(cfg, "inner.flag"), BooleanNode), "DictConfig._get_node moved or changed"
+    assert isinstance(internals.config_node(cfg, "n"), IntegerNode)
+    assert internals.config_node(cfg, "inner.missing") is None and internals.config_node(cfg, "n.deeper") is None

@@ -10,15 +10,15 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from helpers import ROOT, compose_train
+from helpers import ROOT, compose_train, corpus_overrides
 from tinygpt.analysis.sweep import Run, predictions
 from tinygpt.experiments.registry import experiments
 from tinygpt.model.config import AttnConfig, GPTConfig
 from tinygpt.runtime.errors import composition_mistake, swept_mistake, switch_mistake
-from tinygpt.runtime.schema import schema_of
+from tinygpt.runtime.schema import marked, schema_of
 from tinygpt.train.optim import AdamWCosine
 from tinygpt.data.corpus import CORPORA
-from tinygpt.train.schema import DataSchema, ModelSchema, OptimSchema
+from tinygpt.train.schema import DataSchema, ModelSchema, OptimSchema, path_keys
 
 CONFIGS = ROOT / "configs"
 
@@ -35,8 +35,7 @@ def composed(overrides):
 @pytest.mark.parametrize("overrides", [[f"model={m}"] for m in options("model")]
                          + [[f"experiment={e}"] for e in options("experiment")]
                          + [[f"debug={d}"] for d in options("debug")]
-                         + [["corpus=text_file", "corpus.path=a.txt"], ["corpus=hf_hub", "corpus.name=x"],
-                            ["corpus=random_tokens"]])
+                         + [corpus_overrides(source) for source in CORPORA])
 def test_every_option_composes_under_the_schema_with_no_key_unset(overrides):
     cfg = composed(overrides)
     assert OmegaConf.missing_keys(cfg) == set()
@@ -229,7 +228,7 @@ def test_a_switch_given_a_word_is_refused_by_train_py_in_one_line(tmp_path):
         assert not (tmp_path / "r").exists() and not (tmp_path / "s").exists()
 
 
-@pytest.mark.parametrize("experiment", ["causal_mask", "partial_leaks", "sqrt_dk"])
+@pytest.mark.parametrize("experiment", list(experiments()))
 def test_a_report_reads_the_runs_predictions_over_the_experiments_yaml(experiment, tmp_path):
     """The YAML is the one home of each prediction: a run without one gets the YAML's, a run's own value wins."""
     committed = OmegaConf.to_container(OmegaConf.load(CONFIGS / "experiment" / f"{experiment}.yaml"))["prediction"]
@@ -238,3 +237,21 @@ def test_a_report_reads_the_runs_predictions_over_the_experiments_yaml(experimen
     key = next(iter(committed))
     own = Run(tmp_path, {"config": {"seed": 1, "prediction": {key: "the run's own"}}})
     assert predictions([own], experiment) == {**committed, key: "the run's own"}
+
+
+@pytest.mark.parametrize("source", list(CORPORA))
+def test_a_sweep_jobs_name_leaves_out_every_key_marked_as_a_path(source):
+    """configs/hydra/default.yaml's exclude_keys is ${path_keys:}: every field its owner marks metadata={"path":
+    True} (the root's, each group's, each corpus's), so a new path field is left out of job names by being marked."""
+    own = [f"corpus.{key}" for key in marked(schema_of(CORPORA[source], target=True), "path")]
+    paths = [k for k in path_keys() if not k.startswith("corpus.")] + own
+    assert {"ckpt_path", "data.cache_dir"} <= set(paths)
+    cfg = compose_train([f"corpus={source}", *(f"{key}=/some/where" for key in paths), "seed=3"])
+    assert cfg.hydra.job.override_dirname == f"corpus={source},seed=3"
+    assert list(cfg.hydra.job.config.override_dirname.exclude_keys) == path_keys()
+
+
+def test_the_paths_are_found_in_the_owners_fields_through_their_schemas():
+    assert marked(schema_of(CORPORA["text_file"], target=True), "path") == ["path"]  # the schema keeps the metadata
+    assert {"corpus.path", "corpus.name", "data.cache_dir", "ckpt_path"} <= set(path_keys())
+    assert not {"seed", "model.n_layer", "corpus.split"} & set(path_keys())

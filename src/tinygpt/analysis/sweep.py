@@ -190,8 +190,8 @@ def read_history(path: Path) -> dict[str, tuple[list[int], list[float]]]:
 
 
 def corpus_source(config: dict) -> str:
-    """The name of a run's corpus (shakespeare, text_file, hf_hub, random_tokens), from its ``corpus`` node; a class
-    this version lacks is named as its class."""
+    """The name of a run's corpus (its ``corpus=`` option, a key of tinygpt.data.corpus.CORPORA), from its ``corpus``
+    node; a class this version lacks is named as its class."""
     name = str(config["corpus"]["_target_"]).rsplit(".", 1)[-1]
     return next((source for source, kind in CORPORA.items() if kind.__name__ == name), name)
 

@@ -13,14 +13,19 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "experiments"  # the committed reports (and the GLOSSARY.md
 # their prose links to), in a source checkout
 
-EXPERIMENT_DIRS = Path(__file__).resolve().parents[1] / "experiments"  # experiments/<name>/report.md
 BLOCK = re.compile(r"^<!-- block: (\w+) -->\n", re.M)
 
 
 @cache
 def blocks(experiment: str) -> dict[str, str]:
-    """The named blocks of ``experiments/<experiment>/report.md`` (each without its trailing blank lines)."""
-    text = (EXPERIMENT_DIRS / experiment / "report.md").read_text(encoding="utf-8")
+    """The named blocks of ``experiments/<experiment>/report.md``, beside the experiment's package wherever it is
+    found (each without its trailing blank lines)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(f"tinygpt.experiments.{experiment}")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"no experiment package tinygpt.experiments.{experiment} holds a report.md.")
+    text = (Path(spec.submodule_search_locations[0]) / "report.md").read_text(encoding="utf-8")
     parts = BLOCK.split(text)[1:]  # name, body, name, body, ...
     return {name: body.rstrip("\n") for name, body in zip(parts[::2], parts[1::2], strict=True)}
 

@@ -7,7 +7,7 @@ Torch-free, so that the config is checked before anything heavy is imported.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tinygpt.runtime.checks import one_of, positive_int
@@ -20,14 +20,15 @@ PRETRAINED = "pretrained"  # read from data.tokenizer_dir
 class DataConfig:
     tokenizer: str = "char"  # char | bpe | pretrained (a text corpus only)
     bpe_vocab_size: int = 512  # bpe only: the vocabulary BPE training aims at
-    tokenizer_dir: str | None = None  # pretrained only: a Hugging Face model dir with its tokenizer files
+    # pretrained only: a Hugging Face model dir with its tokenizer files (a path: tinygpt.train.schema.path_keys)
+    tokenizer_dir: str | None = field(default=None, metadata={"path": True})
     train_fraction: float = 0.9  # contiguous split, as nanoGPT
     block_size: int = 64  # window length: the model's context
     batch_size: int = 12  # training windows per step and process
     val_batch_size: int = 64  # validation windows per forward pass (memory only)
     val_windows: int = 1024  # fixed, evenly spaced validation windows
     val_end_aligned: int | None = None  # null: windows start evenly spaced; L: same last tokens at block_size <= L
-    cache_dir: str = "data/cache"  # where the token caches are kept
+    cache_dir: str = field(default="data/cache", metadata={"path": True})  # where the token caches are kept
     seed: int = 1337  # the training windows' random stream
     overfit: bool = False  # debug: repeat one batch
 

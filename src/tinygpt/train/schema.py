@@ -13,16 +13,16 @@ Torch-free: the schemas are registered before anything heavy is imported.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from tinygpt.data.config import DataConfig
 from tinygpt.data.corpus import CORPORA
 from tinygpt.model.config import GPTConfig
-from tinygpt.runtime.schema import schema_of
+from tinygpt.runtime.schema import marked, schema_of
 from tinygpt.train.optim import AdamWCosine
 
 ModelSchema = schema_of(GPTConfig, skip=("vocab_size",))  # the vocabulary comes with the data
@@ -40,7 +40,7 @@ class DiagnosticsSchema:
 @dataclass
 class TrainSchema:
     seed: int = MISSING
-    ckpt_path: Optional[str] = MISSING
+    ckpt_path: Optional[str] = field(default=MISSING, metadata={"path": True})
     init_from: Optional[str] = MISSING  # null reads as scratch
     compile: bool = MISSING
     check_memory: bool = MISSING
@@ -61,8 +61,23 @@ SCHEMAS = {  # (group, name) -> its dataclass; YAML names them in defaults lists
 }
 
 
+def path_keys() -> list[str]:
+    """Every key whose field its owner marks as a path (``field(..., metadata={"path": True})``: the root's, each
+    group's and each corpus's, e.g. corpus.path, data.cache_dir): where a run's files are, not what it computes, and
+    long, so a sweep job's name (Hydra's override_dirname, the W&B run's name) leaves them out: configs/hydra/
+    default.yaml's ``exclude_keys: ${path_keys:}``."""
+    keys = set(marked(TrainSchema, "path"))
+    for (group, _), node in SCHEMAS.items():
+        if group == "schema/corpus":
+            keys.update(f"corpus.{key}" for key in marked(node, "path"))
+    return sorted(keys)
+
+
 def register_schemas() -> None:
-    """Put the schemas in Hydra's ConfigStore (before the config is composed: train.py, the tests' compose)."""
+    """Put the schemas in Hydra's ConfigStore, and ``${path_keys:}`` among OmegaConf's resolvers (before the config is
+    composed: train.py, the tests' compose)."""
     store = ConfigStore.instance()
     for (group, name), node in SCHEMAS.items():
         store.store(group=group, name=name, node=node)
+    if not OmegaConf.has_resolver("path_keys"):
+        OmegaConf.register_new_resolver("path_keys", path_keys)

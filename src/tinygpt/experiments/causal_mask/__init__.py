@@ -3,4 +3,4 @@
 from tinygpt.experiments.causal_mask.prediction import Prediction
 from tinygpt.experiments.registry import Experiment
 
-EXPERIMENT = Experiment("causal_mask", Prediction, variants=("causal_mask_quick",))
+EXPERIMENT = Experiment("causal_mask", Prediction, order=1, variants=("causal_mask_quick",))

@@ -4,4 +4,4 @@
 from tinygpt.experiments.partial_leaks.prediction import Prediction
 from tinygpt.experiments.registry import Experiment
 
-EXPERIMENT = Experiment("partial_leaks", Prediction, variants=("partial_leaks_quick",))
+EXPERIMENT = Experiment("partial_leaks", Prediction, order=3, variants=("partial_leaks_quick",))

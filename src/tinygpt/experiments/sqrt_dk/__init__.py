@@ -6,6 +6,6 @@ from tinygpt.experiments.sqrt_dk.prediction import Prediction
 
 # its full sweep is two configs' (float32 and float16); stage 2 adds float32 runs that override only the grid's keys,
 # and the float32 reruns of diverged float16 runs and the float16 replay probed at every step (amendment 2) are variants
-EXPERIMENT = Experiment("sqrt_dk", Prediction, sweeps=("sqrt_dk", "sqrt_dk_fp16"),
+EXPERIMENT = Experiment("sqrt_dk", Prediction, order=2, sweeps=("sqrt_dk", "sqrt_dk_fp16"),
                         variants=("sqrt_dk_quick", "sqrt_dk_fp32", "sqrt_dk_fp16_probe"),
                         staged=("sqrt_dk", "sqrt_dk_fp32", "sqrt_dk_fp16_probe"))

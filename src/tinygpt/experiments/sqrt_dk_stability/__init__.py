@@ -4,4 +4,4 @@
 from tinygpt.experiments.registry import Experiment
 from tinygpt.experiments.sqrt_dk_stability.prediction import Prediction
 
-EXPERIMENT = Experiment("sqrt_dk_stability", Prediction, variants=("sqrt_dk_stability_quick",))
+EXPERIMENT = Experiment("sqrt_dk_stability", Prediction, order=4, variants=("sqrt_dk_stability_quick",))
