@@ -132,3 +132,23 @@ def test_the_refusals_table_times_the_scripts_and_each_ones_cpu_where_measured()
     assert "| `python -c 'import hydra'` | 0.15 s | 0.10 s | +0.00 s |" in text
     assert "| `python -c 'import torch'` | 1.20 s | | +1.05 s |" in text  # a floor taken without its CPU time
     assert "the slowest here is 0.50 s after `import hydra`" in text
+
+
+def test_a_refusals_only_run_given_after_the_reported_run_is_the_table():
+    """`scripts/benchmark.py --refusals-only` written after the last full run, and given after it on the report's
+    command line, is the newer timing: its table replaces the full run's own (which had been kept, so the cases the
+    new run timed stayed 'not timed')."""
+    from pathlib import Path
+
+    from tinygpt.bench.programs import REFUSALS
+    from tinygpt.bench.report import refusal_lines
+
+    floors = {"python -c 'import hydra'": 0.15, "python -c 'import torch'": 1.2, "python -c 'import lightning'": 5.0}
+    old = {"refusals": {"repeats": 3, "train_py": {o: 0.55 for o in REFUSALS[:6]}, "floors": floors}}
+    new = {"refusals": {"repeats": 3, "train_py": {o: 0.95 for o in REFUSALS}, "floors": floors},
+           "command": "python scripts/benchmark.py --refusals-only --out new.json", "machine": "2 cores"}
+    text = "\n".join(refusal_lines(old, [], later=[(Path("new.json"), new)]))
+    assert "| `python train.py model.n_head=5` | 0.95 s | +0.80 s |" in text
+    assert "not timed in this run (the benchmark times them from its next run on): `python train.py" not in text
+    assert "From `new.json`" in text
+    assert "| `python train.py model.n_head=5` | 0.55 s |" in "\n".join(refusal_lines(old, []))  # without it: its own
