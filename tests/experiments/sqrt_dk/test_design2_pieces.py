@@ -73,7 +73,7 @@ def test_an_arms_option_name_is_the_one_configs_give_it():
 
 def test_design_3s_words_are_its_headlines_and_a_gap_is_established_only_when_its_interval_is_above_zero():
     h = Headline("x", "t", "q", "a", "f", [("S1: it rises", "holds"), ("Q1: control", "fails")])
-    assert report.design3_words(h) == "S1 holds (it rises); Q1 fails (control)"
+    assert report.design3_words(h) == "S1 holds: it rises; Q1 fails: control"
     assert report.design3_words(None) == "design 3 has no committed report yet"
     assert report.gap_word(Estimate(0.2, 0.1, 0.3)).startswith("established")
     assert report.gap_word(Estimate(0.2, -0.1, 0.4)) == "not established at the 95% level"

@@ -213,11 +213,11 @@ def test_f1_per_run_stability_from_design_3_and_the_draws_from_kept_records(tmp_
     assert "in each of the 12 runs that went non-finite" in text  # the probe's last batch is the guard's step
     assert "| 1/sqrt(d_k) after the product | 0.0215 | 14 | no sweep run | 111 | 110 | no sweep run |" in text
     assert re.search(r"^\| F1 \|.*\| per run \(amendment 4\): 12 of 18 runs hold; seen seeds holds, new seeds fails; "
-                     r"the old measure, an inf score at a probe \(holds\): scale after the product: .*\| "
+                     r"the old measure, an inf score at a probe \(counts, no verdict\): scale after the product: .*\| "
                      r"\*\*fails\*\* \|$", text, re.M)
     # item 3: design 2 could not decide; design 3's words quoted from its headline, not typed
-    assert ("its answer, quoted from its headline: a (S1 qqholds (the edge rises with the factor); S2 qqundecided"
-            in text)
+    assert ("its answer, quoted from its headline: a Its verdicts: S1 qqholds: the edge rises with the factor; S2 "
+            "qqundecided: by the amount" in text)
     head = json.loads((out / "headline.json").read_text())
     assert "S1 qqholds, S2 qqundecided" in head["answer"] and "C5 undecided: 0 loss spikes in 42 runs" in head["answer"]
     assert ["F1: " + sq.statement("F1"), "fails"] in head["verdicts"]
@@ -265,3 +265,6 @@ def test_f3_reads_the_products_sign_where_a_negative_product_past_the_limit_fail
             "70,000 | **holds** | - |") in text
     assert "F3, per run: over the 9 runs of new seeds **holds** (the verdict); over the 9 runs of seen seeds holds" \
         in text
+    assert "F1 and F3 give different verdicts on 12 run(s)" in text and "), 6 of them new; " in text
+    assert "could not differ from F1" not in text
+    assert "6 new run(s) had a batch whose product surely passed the limit negatively" in text

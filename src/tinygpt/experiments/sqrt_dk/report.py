@@ -88,6 +88,8 @@ def number_text(numbers: dict[str, Estimate | str]) -> str:
 INFORMED = {  # DESIGN.md's "informed by" column: what was known when each prediction was written
     "M1": "the computation in DESIGN.md (a check of the init's arithmetic)",
     "M2": "the computation in DESIGN.md (a check of the init's arithmetic)", "C1": "the unit-init pilot",
+    "M3": "the unit-init pilot (its entropy after training at this d_k and rate; DESIGN.md's column says no): a "
+          "replication",
     "C2": "the unit-init pilot (weakly)", "G1": "design 1 (GPT-2 gaps small)",
     "F1": "amendment 2's replay, for the seeds the float16 sweep ran (seen); not for the others (new)",
     "F3": "F1's per-run results and a referee's reading of them, for the seeds F1 was read on (seen); not for the "
@@ -184,7 +186,8 @@ def draws_gain(data: dict | None, d_k: int) -> str:
     lower = sum(a < b for a, b in zip(arms[(d_k, "none")]["softmax_gain"], arms[(d_k, "sqrt_dk")]["softmax_gain"],
                                       strict=True))
     return (f"; over the {data['draws']} init draws above, paired by draw (the same weights, the scale aside), "
-            f"{e.format(4, signed=True)}: {difference_word(e)}, lower unscaled in {lower} of {data['draws']} draws")
+            f"{e.format(4, signed=True)}: {difference_word(e)}; the unscaled gain is the lower in {lower} of "
+            f"{data['draws']} draws")
 
 
 def described_reading(curves: dict[Arm, Curve], est: dict, draws: dict | None = None) -> list[str]:
@@ -255,10 +258,11 @@ def curves_table(curves: dict[Arm, Curve], est: dict, spike_nats: float) -> str:
                            "loss spikes over all rates", "runs diverged"], rows)
 
 
-def bigram_loss(runs: list[Run]) -> float:
-    """A bigram model's loss on the validation windows (each run's own diagnostic; the same windows in every run)."""
-    vals = [float(r.summary["diagnostics"]["bigram_loss"]) for r in runs
-            if (r.summary.get("diagnostics") or {}).get("bigram_loss") is not None]
+def bigram_loss(runs: list[Run], key: str = "bigram_loss") -> float:
+    """A bigram model's loss on the validation windows (each run's own diagnostic; the same windows in every run), or
+    with ``key="unigram_loss"`` a unigram model's."""
+    vals = [float(r.summary["diagnostics"][key]) for r in runs
+            if (r.summary.get("diagnostics") or {}).get(key) is not None]
     return float(np.median(vals)) if vals else math.nan
 
 
@@ -579,17 +583,76 @@ def f1_words(rows: list[numbers.BatchF1]) -> dict[str, str]:
             "n_new": str(len(new)), "held": str(sum(b.result.verdict == "holds" for b in rows)), "qk_note": qk_note}
 
 
+def amendment_splits(rows: list[numbers.BatchF1]) -> str:
+    """F1 over each amendment's new seeds apart: amendment 4's (not run by the float16 sweep, among those F3 calls
+    seen) and amendment 5's (the rest), as each amendment registered its split."""
+    def over(items):
+        return all_hold([b.result.verdict for b in items]) if items else "not tested (no run)"
+    a4 = [b for b in rows if not b.seen and b.seed in numbers.F3_SEEN]
+    a5 = [b for b in rows if not b.seen and b.seed not in numbers.F3_SEEN]
+    if not a4 or not a5:
+        return ""
+    seeds = lambda items: ", ".join(map(str, sorted({b.seed for b in items})))  # noqa: E731
+    return (f" (by each amendment's own split: amendment 4's new seeds, {seeds(a4)}, **{over(a4)}** "
+            f"({sum(b.result.verdict == 'holds' for b in a4)} of {len(a4)}); amendment 5's, {seeds(a5)}, "
+            f"**{over(a5)}** ({sum(b.result.verdict == 'holds' for b in a5)} of {len(a5)}))")
+
+
+def sign_words(runs: list[Run], f1: list[numbers.BatchF1], f3: list[numbers.BatchF1]) -> tuple[str, str]:
+    """What F3's verdict over its new seeds can show: how many of them are sharp tests (not the scale on q and k,
+    not decided inside the rounding band only), and whether any new run had a batch whose product surely passed the
+    limit negatively (its largest |q.k| past it, its largest signed q.k surely below): the case F1 and F3 tell apart."""
+    new = [b for b in f3 if not b.seen]
+    if not new:
+        return "", ""
+    qk = sum(b.arm.placement == "qk" for b in new)
+    band = sum(b.arm.placement != "qk" and b.result.first_possible is not None and b.result.first_certain is None
+               for b in new)
+    sharp = (f"Of the {len(new)} new runs, {qk} have the scale on q and k and {band} are decided inside the rounding "
+             f"band only (no batch surely past the limit), leaving {len(new) - qk - band} sharp tests; a +inf on a "
+             "visible score makes the softmax NaN by IEEE arithmetic, so what a sharp test shows is that nothing else "
+             "went non-finite first. ")
+    f1_of = {(b.arm, b.seed): b.result.verdict for b in f1}
+    differ = [b for b in f3 if f1_of.get((b.arm, b.seed)) not in (None, b.result.verdict)]
+    limit_hi, limit_lo = verdicts.FP16_MAX * (1 + numbers.F1_BAND), verdicts.FP16_MAX / (1 + numbers.F1_BAND)
+    negative = 0
+    for r in runs:
+        if r.experiment != numbers.REPLAY or r.seed in numbers.F3_SEEN or readings.arm_of(r).placement == "sdpa":
+            continue
+        _, absolute = readings.formed_product(r)
+        _, signed = readings.formed_product(r, signed=True)
+        n = min(len(absolute), len(signed))
+        negative += bool(n and ((absolute[:n] > limit_hi) & (signed[:n] <= limit_lo)).any())
+    differ_new = [b for b in differ if not b.seen]
+    where = "; ".join(f"{PLACES.get(b.arm.place, b.arm.place)}, seed {b.seed} ({'new' if not b.seen else 'seen'})"
+                      for b in differ) or "none"
+    sign = (f"F1 and F3 give different verdicts on {len(differ)} run(s) ({where}), {len(differ_new)} of them new; "
+            f"{negative} new run(s) had a batch whose product surely passed the limit negatively"
+            + (", so on new data F3 could not differ from F1: the sign reading (only +inf ends a run) rests on the "
+               "seen run(s) alone." if negative == 0 else "."))
+    return sharp, sign
+
+
 def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], dict]:
     """The float16 tables, F1 and F2, amendment 2's replay, the float32 reruns the design still asks for (as
     commands), and the facts the answer's float16 part names."""
     records = numbers.fp16_records(runs)
     if not records:
         return [], [], [], {}
+
+    def counted(place):
+        items = [(rec, o) for _, rec, o in records if rec.placement == place]
+        return (f"{sum(o.scores_inf for _, o in items)} of {len(items)} runs with an inf score at a probe, "
+                f"{sum(rec.diverged for rec, _ in items)} diverged")
+    old_counts = f"scale after the product: {counted('scores')}; on q and k: {counted('qk')}"
     old_f1 = verdicts.placement([rec for _, rec, _ in records])
     per_run = numbers.batch_f1(runs)
     words = f1_words(per_run)
     signed = numbers.batch_f1(runs, signed=True)  # F3 (amendment 5): runs that logged the signed series
     words3 = f1_words(signed)
+    words["splits"] = amendment_splits(per_run)
+    words3["splits"] = ""
+    words3["sharp"], words3["sign"] = sign_words(runs, per_run, signed)
     f1 = words["all"] if per_run else old_f1
     outcomes = numbers.fp32_reruns(runs, records)
     f2 = verdicts.float32_reruns(outcomes)
@@ -626,7 +689,7 @@ def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], 
     if per_run:
         lines += ["### Amendment 4: F1 per run, from each step's own training batch", "",
                   prose("sqrt_dk", "f1_intro", band=f"{numbers.F1_BAND:.0%}", **limits), "", f1_table(per_run), "",
-                  prose("sqrt_dk", "f1_reading", old=old_f1, **limits, **words), "", f1_cross_check(per_run), ""]
+                  prose("sqrt_dk", "f1_reading", old=old_counts, **limits, **words), "", f1_cross_check(per_run), ""]
     if signed:
         lines += ["### Amendment 5: F3, F1 with the product's sign", "",
                   prose("sqrt_dk", "f3_intro", **limits), "", f1_table(signed), "",
@@ -646,18 +709,14 @@ def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], 
     facts["replayed"] = bool(replayed)
     facts["f1_per_run"] = words if per_run else None
     facts["f3"] = words3 if signed else None
-    facts["f1_old"] = old_f1
+    facts["f1_old"] = old_counts
     facts["replay_div"] = sum(p.nonfinite is not None for p in replayed)
     facts["replay_inf"] = sum(p.nonfinite is not None and p.first_inf_score is not None for p in replayed)
     after = [p for p in replayed if p.nonfinite is not None and p.arm.place == "scores"]
     facts["replay_scores"] = (sum(p.first_inf_score is not None for p in after), len(after))
-    def counted(place):
-        items = [(rec, o) for _, rec, o in records if rec.placement == place]
-        return (f"{sum(o.scores_inf for _, o in items)} of {len(items)} runs with an inf score at a probe, "
-                f"{sum(rec.diverged for rec, _ in items)} diverged")
     f1_numbers = ({"per run (amendment 4):": f"{words['held']} of {words['n']} runs hold; seen seeds "
                                               f"{words['seen']}, new seeds {words['new']}"} if per_run else {})
-    f1_numbers.update({("the old measure, an inf score at a probe (" + old_f1 + "): scale after the product:"
+    f1_numbers.update({("the old measure, an inf score at a probe (counts, no verdict): scale after the product:"
                         if per_run else "scale after the product:"): counted("scores"), "on q and k:": counted("qk")})
     reruns = [r for f, r in outcomes if f]
     twins = [t for t in numbers.fp32_twins(runs, records) if t is not None and not readings.diverged(t)]
@@ -666,8 +725,9 @@ def fp16_section(runs: list[Run]) -> tuple[list[str], list[Verdict], list[str], 
                                            f"{sum(r is True for r in reruns)} diverged, "
                                            f"{sum(r is None for r in reruns)} not run"
                                            + (f"; those completed end at validation losses {final_losses(twins)}, "
-                                              f"against a bigram model's {bigram_loss(runs):.3f}: the criterion "
-                                              "(no divergence) holds, but they did not train to a useful loss"
+                                              f"against a bigram model's {bigram_loss(runs):.3f} and a unigram "
+                                              f"model's {bigram_loss(runs, 'unigram_loss'):.3f}: the criterion (no "
+                                              "divergence) holds, but they did not train to a useful loss"
                                               if twins else "")}
     out = [Verdict("F1", f1, f1_numbers), Verdict("F2", f2, f2_numbers)]
     if signed:
@@ -692,13 +752,14 @@ def fp16_answer(found: dict[str, str], facts: dict) -> str:
     if per_run:
         f1 = (f"F1, per run (amendment 4), {per_run['all']}: {per_run['held']} of {per_run['n']} replayed runs went "
               "non-finite at their predicted batch or completed with no formed product past float16's largest value "
+              "by more than the rounding band "
               f"(the {per_run['n_seen']} runs of seeds the float16 sweep had run: {per_run['seen']}; the "
-              f"{per_run['n_new']} of new seeds: {per_run['new']}); the old measure, an inf score at a probe: "
-              f"{facts.get('f1_old')}")
+              f"{per_run['n_new']} of new seeds: {per_run['new']})")
         f3 = facts.get("f3")
         if f3:
             f1 += (f"; F3 (amendment 5: the product's sign, since only +inf ends a run), over the {f3['n_new']} runs "
-                   f"of new seeds, {f3['new']} ({f3['held']} of {f3['n']} runs in all as predicted)")
+                   f"of new seeds, {f3['new']} ({f3['held']} of {f3['n']} runs in all as predicted); "
+                   + f3["sign"].rstrip("."))
     else:
         f1 = {"holds": "F1 (the old measure) holds: where the scale after the product overflowed, the scale on q and "
                        "k before it did not",
@@ -790,7 +851,7 @@ def design3_words(h: Headline | None) -> str:
     parts = []
     for said, word in h.verdicts:
         key, _, what = said.partition(": ")
-        parts.append(f"{key} {word} ({what})")
+        parts.append(f"{key} {word}: {what}")
     return "; ".join(parts)
 
 
@@ -802,7 +863,7 @@ def gap_word(gap: Estimate) -> str:
 
 def answer(found: dict[str, str], spiked: bool = True, fp16: dict | None = None, steps: int | None = None,
            spikes: tuple[int, int] | None = None, gpt2_gaps: dict | None = None, edges: str = "",
-           other_gaps: str = "", r1_cells: str = "") -> dict[str, str]:
+           other_gaps: str = "", c4: str = "", gpt2_edges: str = "") -> dict[str, str]:
     """Each part of the answer from its verdicts only (DESIGN.md, "The headline answers ..."); ``spikes``: (loss
     spikes, runs) over the two arms C5 compares; ``gpt2_gaps``: the gap at GPT-2's init by the vertex and cell by
     cell, whose words say whether it is established."""
@@ -843,13 +904,14 @@ def answer(found: dict[str, str], spiked: bool = True, fp16: dict | None = None,
                                 "argument this report does not test, and gradient clipping acts on the raw gradient); "
                                 "what falls with d_k is the softmax Jacobian's trace (M1)", "not as predicted"),
         "consequence": consequence,
-        "stability": stability_answer(found, spikes, spiked, edges),
+        "stability": stability_answer(found, spikes, spiked, edges, c4, gpt2_edges),
         "gpt2": say(["G1"], "the cost of dropping the factor is smaller than under the premise's init",
                     "not smaller") + ("; the gap itself at GPT-2's init is " + gpt2_gap_words(gpt2_gaps)
                                       if gpt2_gaps else ""),
         "reparam": say(["R1"], "under Adam, yes: the control that starts and steps W_Q, W_K as the scaled arm's "
                                "matches it", "no: the control departs from the scaled arm") + (
-            f"; {r1_cells}" if r1_cells and found.get("R1") == "undecided" else ""),
+            " (a post-hoc reading cell by cell follows the consequences table)" if found.get("R1") == "undecided"
+            else ""),
         "fp16": fp16_answer(found, fp16 or {}),
     }
 
@@ -858,24 +920,51 @@ def gpt2_gap_words(gaps: dict) -> str:
     return "; ".join(f"{gap_word(e)} {how} ({e.format(3, signed=True)} nats)" for how, e in gaps.items())
 
 
-def upper_edges(curves: dict[Arm, Curve]) -> str:
-    """The rate at each seed's upper basin edge (its vertex optimum plus its upper half-width) at unit init and the
-    largest d_k, with and without the factor: what C4's half-widths, measured from each arm's own optimum, leave out.
-    An open edge is marked (a lower bound)."""
+def seed_edges(c: Curve) -> np.ndarray:
+    """Each seed's upper basin edge, log10(lr): its vertex optimum plus its upper half-width."""
+    return c.seeds.optimum + c.seeds.upper
+
+
+def edges_words(curves: dict[Arm, Curve], init: str) -> str:
+    """The rate at each seed's upper basin edge at ``init`` and the largest d_k, with and without the factor (an open
+    edge marked), and in how many seeds both arms' edges fall between the same two rates of the grid (a third of a
+    decade apart: edges there are not told apart by the grid). What C4's half-widths, measured from each arm's own
+    optimum, leave out; no verdict."""
     top = max((a.d_k for a in curves), default=0)
-    sides = [(word, curves.get(Arm("unit", top, scale))) for word, scale in (("with the factor", "sqrt_dk"),
-                                                                           ("without", "none"))]
-    if any(c is None or c.seeds is None for _, c in sides):
+    arms = [curves.get(Arm(init, top, scale)) for scale in ("sqrt_dk", "none")]
+    if any(c is None or c.seeds is None for c in arms):
         return ""
-    seeds = sides[0][1].seeds.seeds
-    return (f"at unit init and d_k = {top}, the rate at each seed's upper basin edge (seeds "
-            f"{', '.join(map(str, seeds))}) is, " + "; ".join(
-                f"{word}, {seed_values(10 ** (c.seeds.optimum + c.seeds.upper), rate, c.seeds.open_hi)}"
-                for word, c in sides))
+    (cs, cn) = arms
+    grid = np.log10(np.asarray(cs.lrs, dtype=np.float64))
+    es, en = seed_edges(cs), seed_edges(cn)
+    same = int(sum(np.searchsorted(grid, a) == np.searchsorted(grid, b) for a, b in zip(es, en, strict=True)))
+    which = "unit" if init == "unit" else "GPT-2's"
+    return (f"at {which} init and d_k = {top}, the rate at each seed's upper basin "
+            f"edge (seeds {', '.join(map(str, cs.seeds.seeds))}) is, with the factor, "
+            f"{seed_values(10 ** es, rate, cs.seeds.open_hi)}; without, {seed_values(10 ** en, rate, cn.seeds.open_hi)}"
+            f" (the unscaled edge the lower in {int((en < es).sum())} of {len(es)} seeds; in {same} of {len(es)} both "
+            "edges lie between the same two rates of the grid)")
+
+
+def c4_words(found: list[Verdict], curves: dict[Arm, Curve]) -> str:
+    """C4's verdict with what its numbers show: the point estimate and the seeds on each side of the prediction (the
+    factor's upper half-width the larger), and what its measure cannot see."""
+    c4 = next((v for v in found if v.key == "C4"), None)
+    top = max((a.d_k for a in curves), default=0)
+    cs, cn = curves.get(Arm("unit", top, "sqrt_dk")), curves.get(Arm("unit", top, "none"))
+    if c4 is None or cs is None or cn is None or cs.seeds is None or cn.seeds is None:
+        return "C4 was not tested."
+    e = c4.numbers["upper half-width, scaled - unscaled"]
+    per = cs.seeds.upper - cn.seeds.upper
+    against = int((per < 0).sum())
+    return (f"C4 {c4.verdict}: the factor's upper half-width minus the unscaled one is {e.format(3, signed=True)} "
+            f"decades; per seed {', '.join(f'{v:+.2f}' for v in per)}: {against} of {len(per)} seeds on the side "
+            "against the prediction. C4 measures each half-width from its arm's own optimum, so it would also miss a "
+            "curve that moves as a whole.")
 
 
 def stability_answer(found: dict[str, str], spikes: tuple[int, int] | None, spiked: bool = True,
-                     edges: str = "") -> str:
+                     edges: str = "", c4: str = "", gpt2_edges: str = "") -> str:
     """Design 2's answer to "does 1/sqrt(d_k) help stability?": what C4 and C5 could decide, said plainly, the basin's
     upper edges per seed beside C4 (no verdict), and design 3's answer, quoted from its headline."""
     if "C4" not in found and "C5" not in found:
@@ -885,9 +974,10 @@ def stability_answer(found: dict[str, str], spikes: tuple[int, int] | None, spik
           if k == 0 else f"C5 counted {k} loss spikes in the {n} runs of the two arms it compares"
           if k is not None else "C5 was not computed")
     h = design3()
-    return prose("sqrt_dk", "stability", c4=found.get("C4", "not tested"), c5_counts=c5,
+    return prose("sqrt_dk", "stability", c4_words=c4 or f"C4 {found.get('C4', 'not tested')}.", c5_counts=c5,
                  c5=found.get("C5", "not tested"), edges=f" Read directly (no verdict), {edges}." if edges else "",
-                 design3=(f"{h.answer} ({design3_words(h)})" if h is not None else design3_words(h)))
+                 design3=(f"{h.answer} Its verdicts: {design3_words(h)}" if h is not None else design3_words(h)),
+                 gpt2_edges=(f". Read the same way on this report's own arms, {gpt2_edges}" if gpt2_edges else ""))
 
 
 def any_spike(runs: list[Run], nats: float) -> bool:
@@ -902,7 +992,11 @@ def smaller_gaps(curves: dict[Arm, Curve]) -> str:
     for d in numbers.D_KS[:-1]:
         cn, cs = curves.get(Arm("unit", d, "none")), curves.get(Arm("unit", d, "sqrt_dk"))
         if cn is not None and cs is not None:
-            out.append(f"d_k = {d}: {(cn.best - cs.best).format(3, signed=True)} nats by the vertex, "
+            gap = cn.best - cs.best
+            piled = any(c.open_lo or c.open_hi for c in (cn, cs))  # a vertex at the grid's edge piles on a bound
+            vertex = (f"{gap.value:+.3f} (an arm's basin is open at the grid's edge: no interval)" if piled else
+                      gap.format(3, signed=True))
+            out.append(f"d_k = {d}: {vertex} nats by the vertex, "
                        f"{numbers.best_cell([cn, cs]).format(3, signed=True)} cell by cell")
     return "; ".join(out)
 
@@ -913,10 +1007,44 @@ def r1_cell_words(found: list[Verdict], band: float) -> str:
     e = r1.numbers.get("best cell, control - scaled (cell by cell)") if r1 is not None else None
     if not isinstance(e, Estimate):
         return ""
-    return (f"cell by cell (post hoc, not the registered estimator), the control's best loss minus the scaled arm's "
+    return (f"R1 read cell by cell (post hoc, not the registered estimator): the control's best loss minus the scaled arm's "
             f"is {e.format(3, signed=True)} nats: inside the registered band of {band:g} nats "
             f"{ {'holds': 'wholly', 'fails': 'not at all', 'undecided': 'only in part'}[in_range(e, -band, band)]}; "
             "the vertex's interval, widened for few seeds, is what leaves R1 undecided")
+
+
+def c4_short(found: list[Verdict], curves: dict[Arm, Curve]) -> str:
+    """', its point estimate and 3 of 3 seeds against the prediction' for the headline ('' without C4)."""
+    c4 = next((v for v in found if v.key == "C4"), None)
+    top = max((a.d_k for a in curves), default=0)
+    cs, cn = curves.get(Arm("unit", top, "sqrt_dk")), curves.get(Arm("unit", top, "none"))
+    if c4 is None or cs is None or cn is None or cs.seeds is None or cn.seeds is None:
+        return ""
+    per = cs.seeds.upper - cn.seeds.upper
+    side = "against" if c4.numbers["upper half-width, scaled - unscaled"].value < 0 else "for"
+    return f", its point estimate {side} the prediction and {int((per < 0).sum())} of {len(per)} seeds against it"
+
+
+def absent_words(curves: dict[Arm, Curve], found: list[Verdict], facts: dict) -> str:
+    """The headline's list of where no effect shows: the gaps at the smaller d_k (no verdict), the gap at GPT-2's
+    init where it is not established, F1's failure and what F3's new seeds could not tell apart."""
+    out = []
+    small = smaller_gaps(curves)
+    if small:
+        out.append(f"at the smaller d_k the best-loss gap is, without a verdict, {small}")
+    g1 = next((v for v in found if v.key == "G1"), None)
+    if g1 is not None:
+        e = g1.numbers["GPT-2 gap"]
+        if verdicts.side(e, +1) != "holds":
+            out.append(f"under GPT-2's init the gap at d_k = {numbers.D_KS[-1]} is {gap_word(e)} "
+                       f"({e.format(3, signed=True)} nats)")
+    f1 = facts.get("f1_per_run")
+    if f1 and f1["all"] == "fails":
+        out.append(f"F1 fails ({f1['held']} of {f1['n']} runs as predicted)")
+    f3 = facts.get("f3")
+    if f3 and f3.get("sign"):
+        out.append("F3 " + f3["new"] + " on new seeds, where " + f3["sign"].split("; ", 1)[-1].rstrip("."))
+    return "; ".join(out)
 
 
 def wall_minutes(runs: list[Run]) -> float:
@@ -965,8 +1093,8 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
                             arms="; ".join(a.label for a in sorted(stage2_arms))) if added else ""),
               wall=f"{wall_minutes([r for r in runs if r.experiment == 'sqrt_dk']):.1f}"), "",
         prose("sqrt_dk", "answer", **answer(words, any_spike(runs, pred["spike_nats"]), fp16_facts, steps, spikes,
-                                            gpt2_gaps, upper_edges(curves), smaller_gaps(curves),
-                                            r1_cell_words(found, pred["match_loss_band"]))), "",
+                                            gpt2_gaps, edges_words(curves, "unit"), smaller_gaps(curves),
+                                            c4_words(found, curves), edges_words(curves, "gpt2"))), "",
         "## Predictions", "", predictions_table(found, missing, pred, steps), "",
         prose("sqrt_dk", "terms", n_layer=cfg["model"]["n_layer"], every=cfg["callbacks"]["stability"]["every_n_steps"],
               val=cfg["data"]["val_windows"], half=cfg["trainer"]["val_check_interval"],
@@ -980,6 +1108,8 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         "## The consequences", "", "![loss vs lr](loss_vs_lr.png)", "",
         prose("sqrt_dk", "bands", level=f"{LEVEL:.0%}"), "",
         curves_table(curves, est, pred["spike_nats"]), "",
+        *([r1_cell_words(found, pred["match_loss_band"]) + ".", ""] if words.get("R1") == "undecided"
+          and r1_cell_words(found, pred["match_loss_band"]) else []),
         *above_bigram(curves, bigram_loss(runs)),
         "Final loss at each rate (95% interval):", "", *loss_grid(curves), "",
         *(fp16_lines or [prose("sqrt_dk", "fp16_missing"), ""]),
@@ -998,12 +1128,12 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     ]
     path = out / "README.md"
     path.write_text("\n".join(lines), encoding="utf-8")
-    headline(found, pred, steps, spikes).write(out)
+    headline(found, pred, steps, spikes, absent_words(curves, found, fp16_facts), c4_short(found, curves)).write(out)
     return path
 
 
 def headline(found: list, pred: dict | None = None, steps: int | None = None,
-             spikes: tuple[int, int] | None = None) -> Headline:
+             spikes: tuple[int, int] | None = None, absent: str = "", c4: str = "") -> Headline:
     """The front page's entry (tinygpt.experiments.index): one sentence from the saturation and training verdicts
     (M1, C1), what design 2 could not decide about stability (C4, C5) and design 3's verdicts on it, quoted from its
     headline; the verdict list with the per-run F1 (amendment 4)."""
@@ -1029,9 +1159,10 @@ def headline(found: list, pred: dict | None = None, steps: int | None = None,
               f"{words.get('C1', 'n/a')}: at d_k = {hi}, "
               f"{number('C1', 'best loss (vertex), unscaled - scaled')} nats by the parabola's vertex, "
               f"{number('C1', 'best cell, unscaled - scaled (cell by cell)')} cell by cell). Whether it helps "
-              f"stability design 2 could not decide (C4 {words.get('C4', 'n/a')}: it measures each basin from its own "
-              f"optimum; C5 {words.get('C5', 'n/a')}: {k} loss spikes in {n} runs); design 3 (sqrt_dk_stability) "
-              f"asks it at GPT-2's init as the rate at which training stops leaving the unigram plateau: {d3}.")
+              f"stability design 2 could not decide (C4 {words.get('C4', 'n/a')}{c4}; C5 {words.get('C5', 'n/a')}: {k} "
+              f"loss spikes in {n} runs); design 3 (sqrt_dk_stability) asks it at GPT-2's init as the rate at which "
+              f"training stops leaving the unigram plateau: {d3}." + (f" Where no effect shows: {absent}." if absent
+                                                                       else ""))
     return Headline("sqrt_dk", "What 1/sqrt(d_k) is for",
                     "Does 1/sqrt(d_k) keep attention's softmax out of saturation, and does that make training better?",
                     answer, "loss_vs_lr.png",
