@@ -125,9 +125,42 @@ def test_a_refused_run_removes_only_the_hydra_files_of_a_dir_it_made(tmp_path):
 
     existing = tmp_path / "existing"
     existing.mkdir()
-    run_dirs.note_new_run_dir(existing)  # there before the run: never removed
+    run_dirs.note_new_run_dir(existing)  # there before the run, empty: never removed, left empty again
     hydra_files(existing)
-    assert not run_dirs.discard_refused_run(existing, "train.log") and existing.exists()
+    assert run_dirs.discard_refused_run(existing, "train.log") and existing.is_dir() and not any(existing.iterdir())
+
+
+def test_a_refused_run_in_a_dir_that_held_a_run_puts_its_hydra_files_back(tmp_path):
+    """A resume refused after Hydra had written the refused command over the run's .hydra/ files (a new learning
+    rate, say) had left them rewritten: the run's own overrides are put back, byte for byte."""
+    from tinygpt.runtime import run_dirs
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    for name in run_dirs.HYDRA_FILES:
+        (run / ".hydra" / name).write_text(f"{name}: the run's own\n")
+    (run / "config.yaml").write_text("seed: 7\n")
+    run_dirs.note_new_run_dir(run)  # before Hydra writes
+    for name in run_dirs.HYDRA_FILES:
+        (run / ".hydra" / name).write_text("- ckpt_path=last\n- optim.lr=1e12\n")  # what Hydra writes
+    assert run_dirs.discard_refused_run(run, "train.log")
+    assert all((run / ".hydra" / n).read_text() == f"{n}: the run's own\n" for n in run_dirs.HYDRA_FILES)
+    assert (run / "config.yaml").read_text() == "seed: 7\n"
+
+
+def test_a_run_killed_before_it_wrote_its_config_still_holds_the_dir(tmp_path):
+    """A run killed a few seconds in leaves only Hydra's files (.hydra/, the lock, an empty log): it is a run there,
+    so a plain rerun is refused and a resume says it left no checkpoint (before: the rerun trained in its dir and the
+    resume wrote over its .hydra/ files)."""
+    from tinygpt.runtime import run_dirs
+
+    killed = tmp_path / "k"
+    (killed / ".hydra").mkdir(parents=True)
+    (killed / ".hydra" / "overrides.yaml").write_text("- seed=7\n")
+    (killed / "train.log").write_text("")
+    assert run_dirs.holds_run(killed) and not run_dirs.holds_run(tmp_path)
+    with pytest.raises(run_dirs.ConfigError, match="left no checkpoint"):
+        run_dirs.resolve_ckpt_path("last", killed)
 
 
 def test_cannot_write_into_probes_the_nearest_existing_folder_and_creates_nothing(tmp_path):

@@ -120,3 +120,21 @@ def test_a_leaky_job_with_a_damaged_summary_is_skipped_by_what_its_checkpoint_sa
         assert continued_job(cfg, hc) is None
         assert "it resumes from its last checkpoint." in capsys.readouterr().err
     assert cfg.ckpt_path == "last"
+
+
+def test_a_leaky_job_whose_summary_is_missing_is_skipped_too(tmp_path, capsys):
+    """The new user's variant: job 1's summary.json deleted (not damaged) had resumed and trained 10 -> 20 steps."""
+    import torch
+
+    from tinygpt.train.probes.leak_alarm import LeakAlarm
+
+    alarm = LeakAlarm()
+    alarm.detected_step, alarm.signal, alarm.value, alarm.stopped = 10, "future_leak", 3.5, True
+    (tmp_path / "checkpoints").mkdir()
+    torch.save({"global_step": 10, "callbacks": {alarm.state_key: alarm.state_dict()}},
+               tmp_path / "checkpoints" / "last.ckpt")
+    cfg, hc = job(tmp_path)
+    assert math.isnan(continued_job(cfg, hc))
+    assert capsys.readouterr().err == (
+        "note: job 0 (seed=1,ckpt_path=last): its summary.json is missing; its last checkpoint says the leak alarm "
+        "stopped it (step 10): leaky, skipped (delete its dir to train it again).\n")

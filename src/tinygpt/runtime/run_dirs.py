@@ -25,7 +25,9 @@ from tinygpt.runtime.writable import cannot_write
 LAST = "last.ckpt"  # the checkpoint a run resumes from, in <run>/checkpoints/
 
 
-RUN_MARKERS = ("summary.json", "config.yaml", "checkpoints")  # what a run writes into its dir
+# what a run writes into its dir; .hydra/overrides.yaml: a run started there (Hydra writes it before set-up does
+# anything), even one killed before it wrote config.yaml
+RUN_MARKERS = ("summary.json", "config.yaml", "checkpoints", ".hydra/overrides.yaml")
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra writes into <run dir>/.hydra
 ERROR_FILE = "error.txt"  # a failed sweep job's one-line error
 LOCK_FILE = ".lock"  # in a run or sweep dir: held (flock) by the process that runs there, while it runs
@@ -144,16 +146,22 @@ def _fail(message: str) -> None:
 
 
 _NEW_RUN_DIR: tuple[Path, Path] | None = None  # (this run's dir, the topmost of its dirs that did not exist)
+_FOUND_RUN_DIR: tuple[Path, bool, dict[str, bytes]] | None = None  # (a dir that existed, was it empty, its .hydra/)
 
 
 def note_new_run_dir(run_dir: Path) -> None:
-    """Before the run dir is made: which of its dirs this process creates, so that a run refused before any work
-    can leave nothing behind (discard_refused_run)."""
-    global _NEW_RUN_DIR
+    """Before the run dir is made and before Hydra writes its .hydra/ files there: which of its dirs this process
+    creates, or, for a dir that exists, whether it was empty and what its .hydra/ files held, so that a run refused
+    before any work leaves the dir as it found it (discard_refused_run)."""
+    global _NEW_RUN_DIR, _FOUND_RUN_DIR
     path, top = run_dir.absolute(), None
     while not path.exists():
         path, top = path.parent, path
     _NEW_RUN_DIR = (run_dir.absolute(), top) if top is not None else None
+    _FOUND_RUN_DIR = None
+    if top is None and run_dir.is_dir():
+        hydra = {f: (run_dir / ".hydra" / f).read_bytes() for f in HYDRA_FILES if (run_dir / ".hydra" / f).is_file()}
+        _FOUND_RUN_DIR = (run_dir.absolute(), not any(run_dir.iterdir()), hydra)
 
 
 SET_UP_FILES = ("config.yaml", "wandb", "history")  # what set-up writes before the first step: no training in them
@@ -165,7 +173,7 @@ def discard_refused_run(run_dir: Path, log_name: str, set_up: bool = False, also
     refused it: the memory check, the last, follows Lightning's first lines). Anything a run writes besides (config.yaml
     before fit, checkpoints, a summary, a rank's log) keeps the dir. True when removed."""
     if _NEW_RUN_DIR is None or _NEW_RUN_DIR[0] != run_dir.absolute():
-        return False
+        return _restore_found_dir(run_dir, log_name)
     if not only_hydra_files(run_dir, log_name, (*SET_UP_FILES, *also) if set_up else also):
         return False
     shutil.rmtree(run_dir)
@@ -175,6 +183,24 @@ def discard_refused_run(run_dir: Path, log_name: str, set_up: bool = False, also
             break
         parent.rmdir()
     return True
+
+
+def _restore_found_dir(run_dir: Path, log_name: str) -> bool:
+    """A refused run in a dir that existed before it: an empty one is emptied again (Hydra's files, the lock and the
+    log of the refusal removed); one that held a run gets its .hydra/ files back as they were (Hydra had written the
+    refused command over them). True when something was put back."""
+    if _FOUND_RUN_DIR is None or _FOUND_RUN_DIR[0] != run_dir.absolute():
+        return False
+    _, was_empty, hydra = _FOUND_RUN_DIR
+    if was_empty:
+        if not only_hydra_files(run_dir, log_name):
+            return False
+        for p in list(run_dir.iterdir()):
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+        return True
+    for name, data in hydra.items():
+        (run_dir / ".hydra" / name).write_bytes(data)
+    return bool(hydra)
 
 
 def discard_unstarted_run(log_name: str = "train.log") -> bool:

@@ -115,11 +115,11 @@ def continued_job(cfg: DictConfig, hc) -> float | None:
     from tinygpt.runtime.run_dirs import last_path_in
 
     resumes = last_path_in(out).exists()
-    stopped_at = alarm_stopped(last_path_in(out)) if damaged and resumes else None
+    stopped_at = alarm_stopped(last_path_in(out)) if record is None and resumes else None
     if stopped_at is not None:  # its checkpoint says the leak alarm ended it: leaky, whatever the summary lost
-        print(f"note: {label}: its summary.json cannot be read ({damaged}); its last checkpoint says the leak alarm "
-              f"stopped it (step {stopped_at}): leaky, skipped (delete its dir to train it again).",
-              file=sys.stderr, flush=True)
+        why = f"cannot be read ({damaged})" if damaged else "is missing"
+        print(f"note: {label}: its summary.json {why}; its last checkpoint says the leak alarm stopped it (step "
+              f"{stopped_at}): leaky, skipped (delete its dir to train it again).", file=sys.stderr, flush=True)
         return math.nan
     if damaged:
         print(f"note: {label}: its summary.json cannot be read ({damaged}); "
