@@ -7,8 +7,9 @@ tokenizer, so GPT-2's byte-level BPE (data.tokenizer=pretrained), ours (bpe) and
 ``AutoTokenizer.from_pretrained(dir)``. ``AutoModelForCausalLM.from_pretrained(dir)`` then computes the run's logits.
 
 A model without biases (``model.bias=false``, the default) is written as GPT-2 with zero biases: exactly the same
-function. A model GPT-2 cannot express is refused in one line naming the option: ``model.attn.qk_norm=true``, a
-``model.attn.scale`` other than sqrt_dk, ``model.attn.causal=false``, a ``model.patch``. Every check (the
+function. A model GPT-2 cannot express is refused in one line naming the option: a ``model.position`` other than
+learned (GPT-2 has its table alone), ``model.attn.qk_norm=true``, a ``model.attn.scale`` other than sqrt_dk,
+``model.attn.causal=false``, a ``model.patch``. Every check (the
 checkpoint, --out, the model) comes before anything is written. An --out that holds files is refused unless
 ``--force``, which replaces the files transformers reads a model dir from (``REPLACED``) and leaves the others.
 """
@@ -55,8 +56,8 @@ def check_out(out: Path, force: bool) -> None:
 
 
 def expressible(cfg: GPTConfig) -> dict:
-    """GPT-2's config.json fields for the model settings; one sentence for an option GPT-2 cannot express (qk_norm,
-    another scale, no causal mask: hf_config; a model.patch)."""
+    """GPT-2's config.json fields for the model settings; one sentence for an option GPT-2 cannot express (positions
+    other than the learned table, qk_norm, another scale, no causal mask: hf_config; a model.patch)."""
     config = hf_config(cfg)
     if cfg.patch:
         raise ConfigError(f"model.patch={patch_names(cfg.patch)} has no GPT-2 equivalent (a patch changes the built "

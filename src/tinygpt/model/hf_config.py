@@ -16,6 +16,11 @@ from tinygpt.runtime.hub import no_config_json
 HOW_NOT_WHAT = ("backend", "qk_init", "scale_at")
 GPT2_ATTENTION = {f.name: f.default for f in fields(AttnConfig) if f.name not in HOW_NOT_WHAT}
 ARCHITECTURE = ("n_layer", "n_head", "n_embd", "block_size", "bias", "activation", "ln_eps")  # what config.json sets
+# GPT-2's model.*: every other GPTConfig field's default, less the vocabulary and the training settings, those checked
+# apart (attn above; patch: export_hf) and those a GPT-2 computes the same without (rope_base is read by rope alone;
+# extrapolate is refused with learned positions); so a new model option is refused wherever it is not GPT-2's
+NOT_GPT2_MODEL = ("vocab_size", "dropout", "attn", "patch", "rope_base", "extrapolate")
+GPT2_MODEL = {f.name: f.default for f in fields(GPTConfig) if f.name not in ARCHITECTURE + NOT_GPT2_MODEL}
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}  # theirs -> ours
 
 
@@ -77,9 +82,24 @@ def model_settings(config: dict, where: str = "config.json") -> tuple[dict, int]
     return model, config["vocab_size"]
 
 
+def not_gpt2_model(model) -> tuple[str, object] | None:
+    """(key, value) of the first of GPT2_MODEL's settings (model.position...) that ``model`` (a GPTConfig, or the
+    model.* node of a config) has other than GPT-2's; None when it has GPT-2's."""
+    for key, gpt2 in GPT2_MODEL.items():
+        value = model.get(key, gpt2) if hasattr(model, "get") else getattr(model, key, gpt2)
+        if value != gpt2:
+            return key, value
+    return None
+
+
 def hf_config(cfg: GPTConfig) -> dict:
     """Our model settings -> GPT-2's config.json fields (GPT2LMHeadModel); one sentence for a setting GPT-2 cannot
-    express (its attention is causal, scaled by 1/sqrt(d_k), without qk_norm)."""
+    express (its positions are a learned table; its attention is causal, scaled by 1/sqrt(d_k), without qk_norm)."""
+    odd = not_gpt2_model(cfg)
+    if odd:
+        key, value = odd
+        raise ConfigError(f"model.{key}={value!r} has no GPT-2 equivalent (GPT-2's model has {key}="
+                          f"{GPT2_MODEL[key]!r}); such a model cannot be written as GPT-2.")
     for key, gpt2 in GPT2_ATTENTION.items():
         value = getattr(cfg.attn, key)
         if value != gpt2:

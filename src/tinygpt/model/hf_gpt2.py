@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from tinygpt.model.hf_config import (  # noqa: F401 (the config side, re-exported)
-    ACTIVATIONS, ARCHITECTURE, GPT2_ATTENTION, HOW_NOT_WHAT, hf_config, model_settings, read_config)
+    ACTIVATIONS, ARCHITECTURE, GPT2_ATTENTION, GPT2_MODEL, HOW_NOT_WHAT, hf_config, model_settings, read_config)
 from tinygpt.runtime.errors import ConfigError, first_line
 
 TOP = {"wte.weight": "transformer.wte.weight", "wpe.weight": "transformer.wpe.weight",

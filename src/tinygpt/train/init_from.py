@@ -15,7 +15,9 @@ Hub name (``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``, ``owner/name``
 
 The attention options GPT-2 does not have (``model.attn.qk_norm``, another ``scale``, ``causal=false``, a
 ``model.patch``) are allowed, for fine-tuning experiments: the weights load as they are (qk_norm's LayerNorms,
-which GPT-2 lacks, start at identity) and a note says the model is no longer GPT-2's computation.
+which GPT-2 lacks, start at identity) and a note says the model is no longer GPT-2's computation. A
+``model.position`` other than learned is refused in one line, before the Hub is asked: GPT-2's weights were trained
+with its learned position table, which the other positions do not have.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from tokenizers import Tokenizer
 
 from tinygpt.data.tokenizer import PRETRAINED, load_pretrained_tokenizer
 from tinygpt.model import hf_gpt2
-from tinygpt.model.hf_config import read_settings
+from tinygpt.model.hf_config import GPT2_MODEL, not_gpt2_model, read_settings
 from tinygpt.model.config import patch_names
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime.errors import ConfigError
@@ -78,6 +80,11 @@ def configure(cfg: DictConfig, overrides: list[str]) -> Pretrained | None:
     source = requested(cfg)
     if source is None:
         return None
+    odd = not_gpt2_model(cfg.model)
+    if odd:  # before the Hub is asked: GPT-2's weights were trained with its learned position table
+        key, value = odd
+        raise ConfigError(f"model.{key}={value!r} cannot start from init_from={source!r}: GPT-2's weights are a "
+                          f"model with {key}={GPT2_MODEL[key]!r}; drop the override, or train from scratch.")
     pre = locate(source)
     user = set_by_user(overrides)
     check_user_settings(cfg, pre, user)
