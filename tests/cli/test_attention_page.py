@@ -121,9 +121,10 @@ def test_the_page_names_the_positions_and_clips_the_text_to_the_models_context(t
     for name, model, length in (("learned", {}, 16), ("rope", {"position": "rope"}, 16),
                                 ("long", {"position": "rope", "extrapolate": True}, 20)):
         write_checkpoint(tmp_path / name / "checkpoints" / "last.ckpt", model=model)
-        code, out, err = attention(capsys, "--ckpt", tmp_path / name, "--text", text, "--out", tmp_path / f"{name}.html")
+        page = tmp_path / f"{name}.html"
+        code, out, err = attention(capsys, "--ckpt", tmp_path / name, "--text", text, "--out", page)
         assert code == 0, err
         assert ("clipped to the model's block_size 16" in err) == (length == 16), name
-        data = json.loads(re.search(r"const D = (\{.*?\});\n", (tmp_path / f"{name}.html").read_text(), re.S).group(1))
+        data = json.loads(re.search(r"const D = (\{.*?\});\n", page.read_text(), re.S).group(1))
         assert data["T"] == length, name
         assert data["title"].endswith("(causal)" if name == "learned" else "(causal, rope positions)"), data["title"]

@@ -5,8 +5,9 @@ floor of it (the activations and the attention weights alone, no vocabulary) is 
 The estimate: fp32 weights, their gradients and AdamW's two moments (16 bytes a parameter), plus the activations
 one batch keeps for the backward pass, roughly 34 x C + 5 x H x T values per token and layer (Korthikanti et al.
 2022, counted in fp32 here; 2 x C more with model.position=rope, its rotated q and k) and the logits. The parameters
-follow model.position too: only learned has the position table. Rough on purpose: it is there to refuse a model that cannot possibly
-fit (which would otherwise allocate until the kernel kills the process, or another one), not to plan a tight fit.
+follow model.position too: only learned has the position table. Rough on purpose: it is there to refuse a model that
+cannot possibly fit (which would otherwise allocate until the kernel kills the process, or another one), not to plan
+a tight fit.
 """
 
 from __future__ import annotations
