@@ -130,6 +130,12 @@ def test_a_forced_online_wandb_without_credentials_is_refused_before_torch(tmp_p
     ("init_from=Scratch", "init_from='Scratch': did you mean init_from=scratch (random weights)?"),
     ("init_from=gtp2", "init_from='gtp2' is not one of GPT-2's Hub names (gpt2, gpt2-medium, gpt2-large, gpt2-xl, "
                        "distilgpt2); did you mean gpt2?"),
+    ("init_from=gpt2 model.position=alibi", "model.position='alibi' cannot start from init_from='gpt2': GPT-2's "
+                                            "weights are a model with position='learned'; drop the override, or train "
+                                            "from scratch."),  # before the Hub is asked
+    ("model.position=sinusoidal", "model.position='sinusoidal' is not one of learned, none, rope, alibi."),
+    ("model.extrapolate=true", "model.extrapolate=true attends past block_size, where model.position=learned has no "
+                               "position"),
     ("callbacks.model_checkpoint.mode=minimum", "callbacks.model_checkpoint.mode='minimum' is not one of min, max."),
     ("callbacks.model_checkpoint.save_top_k=-2", "callbacks.model_checkpoint.save_top_k=-2 must be a whole number"),
     ("callbacks.lr_monitor.logging_interval=hour", "callbacks.lr_monitor.logging_interval='hour' is not one of step"),

@@ -92,6 +92,16 @@ def not_gpt2_model(model) -> tuple[str, object] | None:
     return None
 
 
+def check_init_from(model, source: str) -> None:
+    """One sentence when ``model`` (the run's model.* settings) has a setting GPT-2's weights cannot start from
+    (GPT2_MODEL's: its positions are a learned table); checked before the Hub or the dir is looked at."""
+    odd = not_gpt2_model(model)
+    if odd:
+        key, value = odd
+        raise ConfigError(f"model.{key}={value!r} cannot start from init_from={source!r}: GPT-2's weights are a "
+                          f"model with {key}={GPT2_MODEL[key]!r}; drop the override, or train from scratch.")
+
+
 def hf_config(cfg: GPTConfig) -> dict:
     """Our model settings -> GPT-2's config.json fields (GPT2LMHeadModel); one sentence for a setting GPT-2 cannot
     express (its positions are a learned table; its attention is causal, scaled by 1/sqrt(d_k), without qk_norm)."""

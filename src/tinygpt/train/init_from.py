@@ -31,7 +31,7 @@ from tokenizers import Tokenizer
 
 from tinygpt.data.tokenizer import PRETRAINED, load_pretrained_tokenizer
 from tinygpt.model import hf_gpt2
-from tinygpt.model.hf_config import GPT2_MODEL, not_gpt2_model, read_settings
+from tinygpt.model.hf_config import check_init_from, read_settings
 from tinygpt.model.config import patch_names
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime.errors import ConfigError
@@ -80,11 +80,7 @@ def configure(cfg: DictConfig, overrides: list[str]) -> Pretrained | None:
     source = requested(cfg)
     if source is None:
         return None
-    odd = not_gpt2_model(cfg.model)
-    if odd:  # before the Hub is asked: GPT-2's weights were trained with its learned position table
-        key, value = odd
-        raise ConfigError(f"model.{key}={value!r} cannot start from init_from={source!r}: GPT-2's weights are a "
-                          f"model with {key}={GPT2_MODEL[key]!r}; drop the override, or train from scratch.")
+    check_init_from(cfg.model, source)  # before the Hub is asked: GPT-2's weights have its learned position table
     pre = locate(source)
     user = set_by_user(overrides)
     check_user_settings(cfg, pre, user)

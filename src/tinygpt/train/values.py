@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from tinygpt.data.config import TOKENIZERS, DataConfig
 from tinygpt.data.corpus import HfHub, RandomTokens, TextCorpus, TextFile, hub_reachable_or_cached
 from tinygpt.model.config import GPTConfig
-from tinygpt.model.hf_config import read_settings
+from tinygpt.model.hf_config import check_init_from, read_settings
 from tinygpt.runtime.checks import is_int, is_number, positive_int
 from tinygpt.runtime.errors import (ConfigError, as_config_errors, cause_of, first_line, print_error,
                                    swept_mistake, switch_mistake)
@@ -226,6 +226,7 @@ def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
         check_resume_steps(path, cfg.trainer.get("max_steps"))
     source = requested(cfg)  # None for scratch; an empty one refused
     if source is not None:
+        check_init_from(cfg.model, str(source))  # a model.position GPT-2's weights cannot start, before the Hub
         local = local_model_dir(str(source))
         if local is None:  # a Hub name: where the Hub cannot be used now, the cache must have it
             cached_when_hub_unusable(str(source))
