@@ -281,3 +281,13 @@ def test_bad_position_settings_are_one_sentence(kw, message):
     with pytest.raises(ValueError) as err:
         GPTConfig(**kw)
     assert str(err.value) == message
+
+
+def test_positions_past_256_stay_whole_in_bfloat16():
+    """bfloat16 holds whole numbers exactly only up to 256: the angles and distances are computed in float32, so a
+    bfloat16 rotation or bias at positions 1000 and 1001 is the float32 one rounded, not that of rounded positions."""
+    x = torch.randn(1, 1, 2, 16, generator=torch.Generator().manual_seed(9))
+    at = torch.tensor([1000, 1001])
+    torch.testing.assert_close(rotate(x.bfloat16(), at, 10000.0).float(), rotate(x, at, 10000.0), rtol=0, atol=0.05)
+    slopes = torch.tensor([0.5], dtype=torch.bfloat16)
+    assert alibi_bias(slopes, at, 1)[0, 0].tolist() == [-0.5, 0.0]  # 1001 - 1000 = 1, whatever bfloat16 makes of 1001

@@ -61,10 +61,12 @@ def alibi_bias(slopes: Tensor, positions: Tensor, t_q: int) -> Tensor:
     ``t_q`` of the keys. slopes (H,); positions of the keys (T_k,) or (B, T_k) -> (H, T_q, T_k) or (B, H, T_q, T_k).
 
     For the keys a causal query sees (j <= i) this is the paper's -m (i - j); the absolute value gives a model without
-    the mask the symmetric form (as MosaicBERT's), not a bias that grows towards the far future."""
-    p_k = positions.to(slopes.dtype)  # (..., T_k)
+    the mask the symmetric form (as MosaicBERT's), not a bias that grows towards the far future. Computed in float32 at
+    least (distances past 256 are not whole numbers in bfloat16), returned in the slopes' dtype."""
+    work = torch.promote_types(slopes.dtype, torch.float32)
+    p_k = positions.to(work)  # (..., T_k)
     p_q = p_k[..., -t_q:]  # (..., T_q)
     distance = (p_q[..., :, None] - p_k[..., None, :]).abs()  # (T_q, T_k) or (B, T_q, T_k)
     if distance.dim() == 3:
         distance = distance[:, None]  # (B, 1, T_q, T_k)
-    return -slopes[:, None, None] * distance  # (H, T_q, T_k) or (B, H, T_q, T_k)
+    return (-slopes.to(work)[:, None, None] * distance).to(slopes.dtype)  # (H, T_q, T_k) or (B, H, T_q, T_k)
