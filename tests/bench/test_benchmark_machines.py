@@ -106,8 +106,10 @@ def test_the_refusals_section_names_the_untimed_cases_and_why_some_refusals_wait
     assert "| `python train.py model.n_head=5` | 0.55 s | +0.40 s |" in text
     assert ("not timed in this run (the benchmark times them from its next run on): `python train.py "
             "data.tokenizer=bpe data.bpe_vocab_size=1`") in text and "`python train.py ckpt_path=notes.zip`, " in text
-    assert ("`python train.py ckpt_path=last hydra.run.dir=killed`, `python scripts/sample.py --ckpt notes.zip`, "
-            "`HF_HUB_OFFLINE=1 python scripts/sample.py --init_from gpt2`, ") in text
+    assert ("`python train.py ckpt_path=last hydra.run.dir=killed`, `python train.py ckpt_path=last "
+            "hydra.run.dir=early`, ") in text
+    assert "`python scripts/sample.py --ckpt notes.zip`, `HF_HUB_OFFLINE=1 python scripts/sample.py --init_from gpt2`, " \
+        in text
     assert "`python scripts/export_hf.py --ckpt patched.ckpt --out exported`." in text
     assert "| refusal | why it needs torch |" in text and len(AFTER_TORCH) >= 3
     assert all(f"| {what} | {why} |" in text for what, why in AFTER_TORCH)

@@ -112,3 +112,19 @@ def test_an_unknown_character_has_a_two_character_label_that_fits_its_cell():
     ids, labels, notes = tokens(tok, "a€b", block_size=16, vocab_size=tok.get_vocab_size())
     assert labels == ["a", "¿€", "b"] and max(map(len, labels)) <= 2
     assert notes == ["note: '€' not in the vocabulary; the model sees <unk> there (the page shows '€' as ¿€)"]
+
+
+def test_the_page_names_the_positions_and_clips_the_text_to_the_models_context(tmp_path, capsys):
+    """A rope model's page says so in its title; the text is clipped to block_size (16), unless the model attends
+    past it (model.extrapolate=true)."""
+    text = " ".join(["1"] * 20)
+    for name, model, length in (("learned", {}, 16), ("rope", {"position": "rope"}, 16),
+                                ("long", {"position": "rope", "extrapolate": True}, 20)):
+        write_checkpoint(tmp_path / name / "checkpoints" / "last.ckpt", model=model)
+        page = tmp_path / f"{name}.html"
+        code, out, err = attention(capsys, "--ckpt", tmp_path / name, "--text", text, "--out", page)
+        assert code == 0, err
+        assert ("clipped to the model's block_size 16" in err) == (length == 16), name
+        data = json.loads(re.search(r"const D = (\{.*?\});\n", page.read_text(), re.S).group(1))
+        assert data["T"] == length, name
+        assert data["title"].endswith("(causal)" if name == "learned" else "(causal, rope positions)"), data["title"]

@@ -38,8 +38,8 @@ def in_place(monkeypatch):
 
 
 def template_tests():
-    """The template's own test functions (tests/experiments/tanh_gelu/test_report.py), by name."""
-    path = TEMPLATE / "tests" / "experiments" / NAME / "test_report.py"
+    """The template's own test functions (tests/experiments/tanh_gelu/test_tanh_gelu_report.py), by name."""
+    path = TEMPLATE / "tests" / "experiments" / NAME / f"test_{NAME}_report.py"
     spec = importlib.util.spec_from_file_location(f"template_{NAME}_test_report", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

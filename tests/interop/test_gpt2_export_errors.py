@@ -71,7 +71,10 @@ def refused(capsys, ckpt, out, *extra) -> str:
     ({}, {"_target_": "tinygpt.experiments.partial_leaks.bugs.AttentionBug", "kind": "off_by_one"},
      "model.patch=AttentionBug(kind='off_by_one') " + CANNOT.format("a patch changes the built model; GPT-2's is "
                                                                    "the plain one")),
-], ids=["qk_norm", "scale none", "scale number", "not causal", "attention bug"])
+    ({"position": "rope"}, None, "model.position='rope' " + CANNOT.format("GPT-2's model has position='learned'")),
+    ({"position": "alibi"}, None, "model.position='alibi' " + CANNOT.format("GPT-2's model has position='learned'")),
+    ({"position": "none"}, None, "model.position='none' " + CANNOT.format("GPT-2's model has position='learned'")),
+], ids=["qk_norm", "scale none", "scale number", "not causal", "attention bug", "rope", "alibi", "no positions"])
 def test_a_model_gpt2_cannot_express_is_refused_naming_the_option(tmp_path, full_out, capsys, model, bug, message):
     model = {**model, "patch": [bug] if bug else []}
     ckpt = write_checkpoint(tmp_path / "odd" / "checkpoints" / "last.ckpt", model=model)

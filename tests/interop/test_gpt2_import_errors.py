@@ -167,6 +167,18 @@ def test_an_override_that_disagrees_with_the_checkpoint(gpt2_dir):
         assert str(err.value) == message.format(d=str(gpt2_dir)), overrides
 
 
+@pytest.mark.parametrize("position", ["none", "rope", "alibi"])
+def test_positions_gpt2_lacks_are_refused_before_the_checkpoint_is_read(position, tmp_path):
+    """GPT-2's weights were trained with its learned table: another model.position is one sentence, before the dir
+    (here: none at all) or the Hub is looked at."""
+    source = str(tmp_path / "never-read")
+    overrides = [f"init_from={source}", f"model.position={position}"]
+    with pytest.raises(ConfigError) as err:
+        configure(compose_train(overrides), overrides)
+    assert str(err.value) == (f"model.position={position!r} cannot start from init_from={source!r}: GPT-2's weights "
+                              "are a model with position='learned'; drop the override, or train from scratch.")
+
+
 def test_the_checkpoint_sets_the_architecture_and_the_tokenizer(gpt2_dir):
     overrides = [f"init_from={gpt2_dir}", "model.n_layer=2", "model.block_size=8", "model.attn.qk_norm=true"]
     cfg = compose_train(overrides)

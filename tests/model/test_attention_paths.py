@@ -1,12 +1,14 @@
-"""Every option of AttnConfig reaches every path that computes attention (tinygpt.model.attention.attention): the
-module's forward on each backend, ``dissect``, decoding's cached step and the modules' cached forward (against the
-full forward), and experiment 3's bugged attention given a correct mask. An option dropped on one path fails here.
+"""Every option of AttnConfig, and every model.position, reaches every path that computes attention
+(tinygpt.model.attention.attention): the module's forward on each backend, ``dissect``, decoding's cached step and the
+modules' cached forward (against the full forward), and experiment 3's bugged attention given a correct mask. An
+option dropped on one path fails here.
 
 The fields come from ``dataclasses.fields(AttnConfig)``: a new option joins by being a field. Its values to try are
 ``helpers.other_values``: the other choices of the tuple in tinygpt.model.config that holds its default (BACKENDS,
 SCALES, ...), the other truth value of a bool, or the field's ``metadata={"example": value}``. An option that changes
 what attention computes must change the formula's output here; those that change only how (hf_config.HOW_NOT_WHAT: the
-kernel, the initial weights, where the scale is applied) each have their own witness below.
+kernel, the initial weights, where the scale is applied) each have their own witness below. The positions come from
+config.POSITIONS, each against the same weights without it (rope, alibi) or with the learned table (none).
 """
 
 import copy
@@ -36,19 +38,20 @@ PATHS = ["forward", "probe", "dissect", "cached_step", "cached_forward", "bug"]
 FUSED_PATHS = {"forward", "cached_step", "cached_forward"}  # those that take the fused kernel on backend=sdpa
 
 
-def build(attn: AttnConfig, dtype=torch.float64, seed: int = 0) -> GPT:
+def build(attn: AttnConfig, dtype=torch.float64, seed: int = 0, position: str = "learned") -> GPT:
     """A 2-layer GPT, eval mode, every parameter N(0, 0.5^2): options change its outputs visibly."""
     torch.manual_seed(seed)
-    m = GPT(GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=2, n_head=2, n_embd=8, attn=attn)).to(dtype).eval()
+    m = GPT(GPTConfig(vocab_size=VOCAB, block_size=T, n_layer=2, n_head=2, n_embd=8, attn=attn,
+                      position=position)).to(dtype).eval()
     with torch.no_grad():
         for p in m.parameters():
             p.normal_(0.0, 0.5)
     return m
 
 
-def twin(m: GPT, attn: AttnConfig) -> GPT:
-    """A GPT with ``attn`` and m's weights (those it has)."""
-    other = GPT(replace(m.config, attn=attn)).to(next(m.parameters()).dtype).eval()
+def twin(m: GPT, attn: AttnConfig, **model) -> GPT:
+    """A GPT with ``attn`` (and the model settings ``model``) and m's weights (those it has)."""
+    other = GPT(replace(m.config, attn=attn, **model)).to(next(m.parameters()).dtype).eval()
     other.load_state_dict(m.state_dict(), strict=False)
     return other
 
@@ -56,7 +59,7 @@ def twin(m: GPT, attn: AttnConfig) -> GPT:
 def formula(m: GPT, idx):
     """The reference: the module's forward on the formula (backend=math, every option), logits (B, T, V) and each
     layer's weights."""
-    ref = twin(m, replace(m.config.attn, backend="math"))
+    ref = twin(m, replace(m.config.attn, backend="math"))  # its position too
     for b in ref.blocks:
         b.attn.keep = []
     with torch.no_grad():
@@ -136,6 +139,33 @@ def test_every_option_reaches_every_path(name, value):
                                     "has no teeth (give the field an example value that matters)")
             tried += 1
     assert tried, f"model.attn.{name}={value!r} is refused on every backend"
+
+
+POSITIONS = [p for p in config_module.POSITIONS if p != GPTConfig.position]
+WITH = {"causal": AttnConfig(), "qk_norm": AttnConfig(qk_norm=True), "no mask": AttnConfig(causal=False)}
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("attn", WITH.values(), ids=WITH)
+def test_every_position_reaches_every_path(position, attn):
+    """model.position on each backend, with qk_norm (RoPE rotates after the norm) and without the mask: every path
+    equals the formula with it (float64, to 1e-9), and the formula with it differs from the same weights without it
+    (rope, alibi against none; none against the learned table)."""
+    for backend in config_module.BACKENDS:
+        m = build(replace(attn, backend=backend), position=position)
+        reference = formula(m, IDX)
+        default = formula(twin(m, m.config.attn, position="learned" if position == "none" else "none"), IDX)
+        for path in PATHS:
+            where = f"model.position={position} on backend={backend}, {attn}, path {path}"
+            if path.startswith("cached") and not attn.causal:
+                assert CachedStep.for_model(m, KVCache.for_model(m, 2)) is None, where
+                continue
+            got, want = run_path(path, m, IDX), expected_of(path, *reference)
+            assert len(got) == len(want), where
+            for g, w in zip(got, want, strict=True):
+                torch.testing.assert_close(g, w, rtol=0, atol=1e-9, msg=lambda m: f"{where}: {m}")
+            gap = max((g - w).abs().max().item() for g, w in zip(got, expected_of(path, *default), strict=True))
+            assert gap > 1e-6, f"{where}: the formula computes the same without it"
 
 
 # ----------------------------------------------------------------------------- the options that change how, not what

@@ -16,6 +16,8 @@ from tinygpt.train import memory
     dict(vocab_size=65, block_size=64, n_layer=2, n_head=2, n_embd=32, bias=True),
     dict(vocab_size=50, block_size=16, n_layer=1, n_head=1, n_embd=8, attn={"qk_norm": True}),
     dict(vocab_size=50, block_size=16, n_layer=3, n_head=2, n_embd=8, bias=True, attn={"qk_norm": True}),
+    dict(vocab_size=65, block_size=64, n_layer=2, n_head=2, n_embd=32, position="rope"),
+    dict(vocab_size=65, block_size=64, n_layer=2, n_head=2, n_embd=32, position="none"),
 ])
 def test_the_parameter_count_from_the_config_is_the_models(kw):
     settings = {k: v for k, v in kw.items() if k != "vocab_size"}
@@ -27,6 +29,18 @@ def test_the_default_models_count_by_hand():
     C, L = 128, 4
     assert memory.parameters({"n_layer": L, "n_embd": C, "n_head": 4, "block_size": 64}, 65) == \
         65 * C + 64 * C + L * (12 * C * C + 2 * C) + C == 804_096
+
+
+def test_the_estimate_follows_the_position_setting():
+    """No table without learned positions (T * C fewer parameters); RoPE keeps its rotated q and k (2 C per token
+    and layer); ALiBi's bias is one (H, T, T) per layer, not per token: not counted."""
+    base = {"n_layer": 4, "n_embd": 128, "n_head": 4, "block_size": 64}
+    learned = memory.training_bytes(base, 65, 12)
+    for position in ("none", "rope", "alibi"):
+        p, need = memory.training_bytes({**base, "position": position}, 65, 12)
+        assert p == learned[0] - 64 * 128, position
+        rope = 4 * 12 * 64 * 4 * 2 * 128 if position == "rope" else 0  # bytes x batch x T x L x 2C
+        assert need == learned[1] - 16 * 64 * 128 + rope, position
 
 
 def test_an_impossible_model_is_refused_in_one_line_without_allocating(monkeypatch):

@@ -130,6 +130,12 @@ def test_a_forced_online_wandb_without_credentials_is_refused_before_torch(tmp_p
     ("init_from=Scratch", "init_from='Scratch': did you mean init_from=scratch (random weights)?"),
     ("init_from=gtp2", "init_from='gtp2' is not one of GPT-2's Hub names (gpt2, gpt2-medium, gpt2-large, gpt2-xl, "
                        "distilgpt2); did you mean gpt2?"),
+    ("init_from=gpt2 model.position=alibi", "model.position='alibi' cannot start from init_from='gpt2': GPT-2's "
+                                            "weights are a model with position='learned'; drop the override, or train "
+                                            "from scratch."),  # before the Hub is asked
+    ("model.position=sinusoidal", "model.position='sinusoidal' is not one of learned, none, rope, alibi."),
+    ("model.extrapolate=true", "model.extrapolate=true attends past block_size, where model.position=learned has no "
+                               "position"),
     ("callbacks.model_checkpoint.mode=minimum", "callbacks.model_checkpoint.mode='minimum' is not one of min, max."),
     ("callbacks.model_checkpoint.save_top_k=-2", "callbacks.model_checkpoint.save_top_k=-2 must be a whole number"),
     ("callbacks.lr_monitor.logging_interval=hour", "callbacks.lr_monitor.logging_interval='hour' is not one of step"),
@@ -462,3 +468,25 @@ def test_a_whole_number_written_as_a_float_or_null_is_said_as_typed():
         check_trainer(OmegaConf.create({"max_steps": 10, "val_check_interval": 1e2}))
     with pytest.raises(ConfigError, match=r"^trainer.val_check_interval=null must be a whole number"):
         check_trainer(OmegaConf.create({"max_steps": 10, "val_check_interval": None}))
+
+
+def test_a_run_recorded_before_a_model_setting_existed_resumes_at_its_default(tmp_path):
+    """A run whose config.yaml predates model.position (and rope_base, extrapolate, attn.scale_at) computed what their
+    defaults compute: resuming it is not a change of its model; the same run resumed with a non-default value is."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from helpers import compose_train
+    from tinygpt.train.values import check_values
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    torch.save({"global_step": 4, "state_dict": {}, "hyper_parameters": {}}, run / "checkpoints" / "last.ckpt")
+    recorded = OmegaConf.to_container(compose_train([], out_dir=run), resolve=True)
+    for key in ("position", "rope_base", "extrapolate"):
+        del recorded["model"][key]
+    del recorded["model"]["attn"]["scale_at"]
+    OmegaConf.save(recorded, run / "config.yaml")
+    check_values(compose_train(["ckpt_path=last", "trainer.max_steps=4000"], out_dir=run), run)
+    with pytest.raises(ConfigError, match=r"belongs to a run with model.position=None, but this run sets 'rope'"):
+        check_values(compose_train(["ckpt_path=last", "model.position=rope"], out_dir=run), run)

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.verify import ours as our
 from tests.verify.planted import HFGPT2Attention, Handmade, TorchMHA, attention
 from tinygpt import verify
 from tinygpt.experiments.partial_leaks.bugs import KINDS, AttentionBug, BuggyAttention
@@ -207,3 +208,82 @@ def test_an_exception_inside_a_check_is_that_checks_verdict_and_the_others_run()
             return super().step(x, cache)
     (r,) = verify.run(OneAtATime, kv_cache="step", only=["kv-cache"])
     assert r.verdict == "fail" and "raised AssertionError: step decodes one token at a time" in r.why, r
+
+
+# ----------------------------------------------------------------------------- model.position: ours, and its bugs
+
+POSITIONED = {"padding": "padding_mask", "max_len": 64}
+DECODING = {"vocab": our.VOCAB, "padding": "padding_mask", "kv_cache": "step", "max_len": 30}  # past 5, 2, 3, 16
+
+
+@pytest.mark.parametrize("position", ["none", "rope", "alibi"])
+def test_our_attention_with_each_position_fails_no_check(position):
+    declared = {"positions": position} if position in ("rope", "alibi") else {}
+    results = verify.run(our.attention(position), **POSITIONED, **declared)
+    assert not [r for r in results if r.verdict == "fail"], results
+    assert ("distance" in [r.check for r in results]) == bool(declared)
+
+
+@pytest.mark.parametrize("position", ["learned", "none", "rope", "alibi"])
+def test_our_gpt_with_each_position_fails_no_check_cache_and_padding_included(position):
+    declared = {"positions": position} if position in ("rope", "alibi") else {}
+    results = {r.check: r for r in verify.run(lambda: our.Decoding(position), **DECODING, **declared)}
+    assert not [r for r in results.values() if r.verdict == "fail"], results
+    assert results["kv-cache"].verdict == "pass" and results["padding"].measured.endswith("a padded sequence = itself "
+                                                                                          "alone")
+
+
+@pytest.mark.parametrize("factory, settings, check, words", [
+    (lambda: our.Decoding("rope", attn=our.RopeOffsetForgotten), {**DECODING, "positions": "rope"}, "kv-cache",
+     "decoding with the cache (a prefill of 1, then one token at a time) differs from the whole sequence from "
+     "position 1 on."),
+    (our.attention("rope", bug=our.RopeOffsetForgotten), {"kv_cache": None}, None, None),  # no cache: no bug
+    (lambda: our.Decoding("rope", attn=our.RopeOnValues), {**DECODING, "positions": "rope"}, "distance",
+     "something absolute enters (RoPE applied to the values? a position table as well?)."),
+    (our.attention("rope", bug=our.RopeOnValues), {"positions": "rope"}, "distance", "differs from position 0's"),
+    (our.attention("alibi", bug=our.AlibiSlopesNegated), {"positions": "alibi"}, "distance",
+     "grows with distance"),
+    (our.attention("alibi", bug=our.AlibiAfterFiniteMask), {"positions": "alibi", "max_len": 64}, "causality",
+     "(input scale 10000, eval mode)"),
+    (lambda: our.Decoding("rope", gpt=our.PositionsRestartEvery4), DECODING, "padding",
+     "a sequence whose mask is all real differs from the same sequence without a mask (given a mask, are its "
+     "positions counted otherwise, or restarted inside the row?)."),
+    (lambda: our.Decoding("alibi", gpt=our.PositionsRestartEvery4), DECODING, "padding", "restarted inside the row"),
+    (lambda: our.Decoding("learned", gpt=our.PositionsRestartEvery4), DECODING, "padding", "restarted inside the row"),
+    (lambda: our.Decoding("learned", gpt=our.PositionsCountThePads), DECODING, "padding",
+     "sequence 0 (left-padded by 4) gives its real tokens other outputs than the same tokens alone: its positions "
+     "count the pads, or restart inside it"),
+    (lambda: our.Decoding("rope", gpt=our.PositionsCountThePads), DECODING, None, None),  # relative: no bug
+], ids=["rope-offset-forgotten", "rope-offset-uncached", "rope-on-v-gpt", "rope-on-v", "alibi-slopes-negated",
+        "alibi-after-finite-mask", "rope-restart", "alibi-restart", "learned-restart", "learned-counts-pads",
+        "rope-counts-pads"])
+def test_each_planted_position_bug_fails_its_check(factory, settings, check, words):
+    """Each practitioner's slip with positions fails the check that should catch it, with a sentence naming it
+    (and nothing else fails); RoPE's forgotten offset is a bug only where a cache is (unchecked without one)."""
+    bad = failed(factory, **settings)
+    if check is None:
+        assert not bad, bad
+        return
+    assert list(bad) == [check] and words in bad[check], bad
+
+
+def test_the_alibi_bias_after_an_infinite_mask_is_the_same_function():
+    """-inf + b = -inf: ALiBi's bias after a -inf mask (rather than before, as attention() adds it) changes nothing,
+    to float64 rounding; so the bug needs a finite fill, which causality finds where scores outgrow it."""
+    attn, after = our.attention("alibi")(), our.attention("alibi", bug=our.AlibiAfterFiniteMask)()
+    after.load_state_dict(attn.state_dict())
+    after.fill = float("-inf")
+    x = torch.randn(2, 9, 32, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(after.double()(x), attn.double()(x), rtol=0, atol=1e-12)
+
+
+def test_our_alibi_formula_is_the_papers_and_reversed_slopes_are_named():
+    """At the function level, positions=alibi: the formula with the paper's bias, slopes 2^(-8h/H); ours passes, and
+    the slopes in reversed head order (invisible from outside a module: a relabelling of its heads) are named."""
+    assert verify.run(lambda: our.alibi_function(), ["formula"], positions="alibi")[0].verdict == "pass"
+    assert verify.run(lambda: our.alibi_function(), ["formula"])[0].verdict == "fail"  # the plain formula: not it
+    bad = failed(lambda: our.alibi_function(reverse=True), only=["formula"], positions="alibi")
+    assert bad["formula"].endswith("it equals the formula with ALiBi's slopes in reversed head order."), bad
+    r = verify.run(lambda: attention, ["formula"], positions="alibi")[0]  # no bias at all
+    assert r.verdict == "fail" and r.why.endswith("it equals the formula with no ALiBi bias."), r

@@ -153,7 +153,8 @@ def test_a_window_past_64_keys_is_measured_at_its_edges():
                                                      "nearest earlier one): ALiBi's bias, -slope * distance, favours "
                                                      "nearer keys; slopes of the wrong sign?"),
     (Handmade, "alibi", "fail", "do not fall with distance"),  # no bias at all: every key weighs the same
-    (peers.Alibi, "rope", "n/a", "does not apply: RoPE's weights depend on q and k as well as on their distance"),
+    (peers.Alibi, "rope", "pass", "the same token everywhere gives the same output everywhere (relative error"),
+    (peers.Alibi, "rope", "pass", "RoPE's weights depend on q and k as well as on their distance"),
 ])
 def test_relative_positions_weigh_keys_by_distance_as_declared(factory, positions, verdict, words):
     r = result(factory, "distance", positions=positions)

@@ -252,20 +252,24 @@ def levers(data_args: list[str], steps: int, seed: int, cache_dir: str, quick: b
 REFUSALS = ("model.n_head=5", "trainer.max_steps=-1", "data.batch_size=0", "callbacks.leak_alarm.action=shout",
             "ckpt_path=/nonexistent", "init_from=/nonexistent", "data.tokenizer=bpe data.bpe_vocab_size=1",
             "corpus=random_tokens corpus.n_tokens=100000000000", "corpus=text_file corpus.path=five.txt",
-            "ckpt_path=notes.zip", "ckpt_path=last hydra.run.dir=killed")  # bad values, each refused in one line,
-# exit 2 (the files: made in the scratch dir by refusal_files; killed: a run dir killed before its first checkpoint)
+            "ckpt_path=notes.zip", "ckpt_path=last hydra.run.dir=killed", "ckpt_path=last hydra.run.dir=early",
+            "hydra.run.dir=early", "ckpt_path=lst", "optim.lr=-1", "-m model.dropout=0.1,1.5")  # bad values, each
+# refused in one line, exit 2 (the files: made in the scratch dir by refusal_files; killed: a run dir killed before
+# its first checkpoint; early: one killed before it wrote its config.yaml, Hydra's files alone)
 SCRIPT_REFUSALS = (  # the scripts' refusals answered by a file's layout, a checkpoint's pickle or the Hub's reach
     "scripts/sample.py --ckpt notes.zip", "HF_HUB_OFFLINE=1 scripts/sample.py --init_from gpt2",
     "scripts/sample.py --ckpt text.ckpt --prompt ''", "scripts/sample.py --ckpt ids.ckpt --prompt ROMEO:",
     "scripts/attention.py --ckpt ids.ckpt --text hello", "scripts/export_hf.py --ckpt leaky.ckpt --out exported",
-    "scripts/export_hf.py --ckpt patched.ckpt --out exported")
+    "scripts/export_hf.py --ckpt patched.ckpt --out exported", "scripts/report.py causal_mask stranger",
+    "scripts/report.py causal_mask stranger --out mine",
+    "scripts/attention.py --ckpt text.ckpt --text hello --out notes.txt")
 FLOORS = {"python -c 'import hydra'": "import hydra", "python -c 'import torch'": "import torch",
           "python -c 'import lightning'": "import lightning"}
 
 
 def refusal_files(scratch: Path) -> None:
     """The files REFUSALS and SCRIPT_REFUSALS name: a corpus too short for any split, a zip that is not a checkpoint,
-    a run dir killed before its first checkpoint, and small checkpoints (a token-id model, a character model, one
+    run dirs killed before their first checkpoint, a stranger's dir, a user's files, and small checkpoints (a token-id model, a character model, one
     trained without the causal mask, one with experiment 3's off_by_one patch) whose settings refuse them."""
     import torch
 
@@ -276,6 +280,14 @@ def refusal_files(scratch: Path) -> None:
         z.writestr("notes/a.txt", "hello")
     (scratch / "killed" / ".hydra").mkdir(parents=True)
     (scratch / "killed" / "config.yaml").write_text("seed: 1337\n")  # set-up had written it; no checkpoint yet
+    (scratch / "early" / ".hydra").mkdir(parents=True)  # killed before set-up wrote anything: Hydra's files alone
+    (scratch / "early" / ".hydra" / "overrides.yaml").write_text("- seed=7\n")
+    (scratch / "early" / "train.log").write_text("")
+    (scratch / "stranger").mkdir()  # a dir whose summary.json is not a run's
+    (scratch / "stranger" / "summary.json").write_text('{"accuracy": 0.9}')
+    (scratch / "mine").mkdir()  # a user's own files, not a report's
+    (scratch / "mine" / "README.md").write_text("mine\n")
+    (scratch / "notes.txt").write_text("notes\n")  # a user's file, not an attention page
     model = {"block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 16}
     bug = {"_target_": "tinygpt.experiments.partial_leaks.bugs.AttentionBug", "kind": "off_by_one"}
     for name, extra, tokenizer in [

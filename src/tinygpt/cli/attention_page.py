@@ -71,6 +71,11 @@ def tokens(tok, text: str, block_size: int, vocab_size: int) -> tuple[list[int],
     return ids, labels, notes
 
 
+def context(model: GPT) -> int:
+    """The longest text the model reads: its block_size, or any length with model.extrapolate (RoPE, ALiBi, none)."""
+    return 2**63 if model.config.extrapolate else model.config.block_size
+
+
 def weights_of(model: GPT, ids: list[int]) -> torch.Tensor:
     """(n_layer, H, T, T) attention weights of the text, through the math path."""
     import torch
@@ -129,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser("scripts/attention.py", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_source(ap)
-    ap.add_argument("--text", required=True, help="the text to look at (clipped to the model's block_size)")
+    ap.add_argument("--text", required=True, help="the text to look at (clipped to the model's block_size, unless it "
+                                                   "was trained with model.extrapolate=true)")
     ap.add_argument("--out", type=Path, default=None, help="the page to write (default: <run dir>/attention/"
                     "<checkpoint>_step<N>_<text hash>.html; with --init_from: outputs/attention/<name>_<text "
                     "hash>.html; a missing folder is made)")
@@ -164,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         model, tok, step = load_trained(path)
-        ids, labels, notes = tokens(tok, args.text, model.config.block_size, model.config.vocab_size)
+        ids, labels, notes = tokens(tok, args.text, context(model), model.config.vocab_size)
         out = args.out or default_page(path, step, args.text)
         if args.out is None:
             check_writable(out, f"the default page {out} (pass --out to write it elsewhere)")
@@ -177,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {path} (step {step})", file=sys.stderr)
     bugs = sorted({b.attn.kind for b in model.blocks if isinstance(b.attn, BuggyAttention)})
     kind = ("causal" if model.config.attn.causal else "no mask: the future is visible") + (
+        f", {model.config.position} positions" if model.config.position != "learned" else "") + (
         f", with experiment 3's mask bug {', '.join(bugs)}" if bugs else "")
     write_pages(args, model, ids, labels, notes, step, f"{Path(str(ckpt)).name} ({kind})", out)
     return 0

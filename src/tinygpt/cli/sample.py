@@ -110,7 +110,8 @@ def device_problem(device: str) -> str | None:
 
 
 def crop_note(n_tokens: int, block_size: int) -> str | None:
-    """A note for a prompt longer than the model's context window (the model sees its last block_size tokens)."""
+    """A note for a prompt longer than the model's context window (the model sees its last block_size tokens; one
+    trained with model.extrapolate=true sees all of it, and gets no note)."""
     if n_tokens <= block_size:
         return None
     return (f"note: the prompt has {n_tokens} tokens, more than the model's block_size {block_size}; the model "
@@ -238,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ConfigError) as e:
         ap.error(str(e))
     try:
-        notes = {crop_note(len(prompt_ids(tok, p, model.config.vocab_size)), model.config.block_size) for p in prompts}
+        notes = {crop_note(len(prompt_ids(tok, p, model.config.vocab_size)), model.config.block_size)
+                 for p in prompts if not model.config.extrapolate}  # model.extrapolate: it sees the whole prompt
     except ValueError as e:
         ap.error(str(e))
     print(f"# {ckpt}", file=sys.stderr)

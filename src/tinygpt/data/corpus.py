@@ -270,6 +270,10 @@ class TextFile(TextCorpus):
         any tokenizer, is at least one byte, and the files are joined by one newline each."""
         return sum(Path(p).expanduser().stat().st_size for p in self.path) + len(self.path) - 1
 
+    def named(self) -> str:
+        """How a refusal names this corpus's text (train/values.py's size check, for any corpus with most_tokens)."""
+        return f"corpus.path={self.path[0]!r}" if len(self.path) == 1 else f"corpus.path ({len(self.path)} files)"
+
 
 @dataclass
 class HfHub(TextCorpus):

@@ -9,11 +9,13 @@ Read top to bottom:
 3. ``attention_from_scores``: weights = masked_softmax(scores), out = weights @ V.
 4. ``scaled_scores``: Q K^T * scale, the scale where ``scale_at`` puts it.
 5. ``attention``: THE computation. Every path calls it (the module's forward, ``dissect``, the probes, decoding's
-   cached step, experiment 3's bugged mask): it takes q, k, v, the layer's ``AttnConfig`` and the mask, applies
-   every option, and ``route`` chooses, in one place, the explicit formula or torch's fused kernel (and says why
-   when it falls back to the formula). ``scaled_dot_product_attention`` is its functional form.
+   cached step, experiment 3's bugged mask): it takes q, k, v, the layer's ``AttnConfig``, the mask and the keys'
+   positions, applies every option (ALiBi's bias among them), and ``route`` chooses, in one place, the explicit
+   formula or torch's fused kernel (and says why when it falls back to the formula). ``scaled_dot_product_attention``
+   is its functional form.
 6. ``CausalSelfAttention``: multi-head self-attention around it: the projections, ``prepare`` (the options that act
-   on q and k before a cache keeps the keys: qk_norm), ``attend`` (``attention`` with this layer's settings).
+   on q and k before a cache keeps the keys: qk_norm, then RoPE), ``attend`` (``attention`` with this layer's
+   settings). Its ``position`` (model.position, tinygpt.model.positions) is the GPT's, handed to every layer.
 
 A new attention option: a field of AttnConfig (model/config.py), its commented line in configs/model/baby.yaml, and
 its arithmetic here: in ``prepare`` if it acts on q and k, in ``attention``'s formula if on the scores, and a line in
@@ -31,7 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tinygpt.model.config import AttnConfig, check_heads, scale_factor
+from tinygpt.model.config import POSITIONS, AttnConfig, check_heads, scale_factor
+from tinygpt.model.positions import RELATIVE, alibi_bias, alibi_slopes, rotate
+from tinygpt.runtime.checks import one_of
 
 
 # ----------------------------------------------------------------------------- masks
@@ -238,6 +242,7 @@ def attention(
     scale: float | None = None,
     padding_mask: Tensor | None = None,
     positions: Tensor | None = None,
+    slopes: Tensor | None = None,
     dropout_p: float = 0.0,
     need_weights: bool = False,
     keep: list | None = None,
@@ -250,17 +255,23 @@ def attention(
     scale: the number config.scale names for this head size (None: computed here; a module passes its own).
     The mask: config.causal (bottom-right: the T_q queries are the last of the T_k keys, so a KV cache's offset is
     T_k - T_q) and ``padding_mask`` (B, T_k) bool, True = real token (padded queries give 0).
-    positions: each query's position (B, T_q), for a position-dependent option; none of today's reads it.
+    positions: each key's position, (T_k,) or per row (B, T_k), the queries being the last T_q of them; read with
+    ``slopes`` (H,), ALiBi's (model.position=alibi): the scores get -slopes[h] * |p_i - p_j| before the mask, on
+    the formula and, as an additive float mask, in the fused kernel.
     dropout_p: on the weights (pass 0 when not training: the fused kernel applies it even in eval).
     need_weights or ``keep`` (a list the scores before the mask are appended to): the formula, whatever the backend.
     weights_of: (scores, mask) -> weights in place of ``masked_softmax`` (a deliberate bug, experiment 3): the formula.
     """
     if scale is None:
         scale = scale_factor(config.scale, q.shape[-1])
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    bias = None
+    if slopes is not None:
+        check_positions(positions, q.shape[0], t_k)
+        bias = alibi_bias(slopes.to(q.dtype), positions, t_q)  # (H, T_q, T_k) or (B, H, T_q, T_k)
     backend, _ = route(config, need_weights=need_weights or keep is not None, own_mask=weights_of is not None)
     if backend == "sdpa":
-        return _fused(q, k, v, config.causal, scale, padding_mask, dropout_p), None
-    t_q, t_k = q.shape[-2], k.shape[-2]
+        return _fused(q, k, v, config.causal, scale, padding_mask, dropout_p, bias), None
     if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
         raise ValueError(
             "q, k and v must have the same rank, at least 2 (..., T, D); "
@@ -271,6 +282,8 @@ def attention(
     if t_k != v.shape[-2]:
         raise ValueError(f"k and v must have the same number of positions, got {t_k} and {v.shape[-2]}.")
     scores = scaled_scores(q, k, scale, config.scale_at)  # (..., T_q, T_k)
+    if bias is not None:
+        scores = scores + bias  # ALiBi: -slope_h * |p_i - p_j|, before the mask
     if keep is not None:
         keep.append(scores)
     check_padding_mask(padding_mask, scores.shape[0], t_k, scores=scores)
@@ -282,9 +295,19 @@ def attention(
 
 
 def _fused(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, padding_mask: Tensor | None,
-           dropout_p: float) -> Tensor:
-    """torch's fused kernel with the same explicit scale and the same mask as the formula: (..., T_q, D_v)."""
+           dropout_p: float, bias: Tensor | None = None) -> Tensor:
+    """torch's fused kernel with the same explicit scale, the same mask and the same bias on the scores (ALiBi's, or
+    None) as the formula: (..., T_q, D_v). The bias goes in as a float mask, -inf where a key is hidden."""
     T_q, T_k = q.shape[-2], k.shape[-2]
+    if bias is not None:
+        mask = visibility_mask(T_q, T_k, causal=causal, padding_mask=padding_mask, extra_dims=q.dim() - 3,
+                               device=q.device)  # (B, 1, T_q, T_k), (T_q, T_k) or None
+        if mask is None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
+        row_has_key = mask.any(dim=-1, keepdim=True)  # (.., T_q, 1): rows with none are opened, then zeroed
+        opened = torch.where(mask | ~row_has_key, bias, float("-inf"))  # (B, H, T_q, T_k) or (H, T_q, T_k)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=opened, dropout_p=dropout_p, scale=scale)
+        return y.masked_fill(~row_has_key, 0.0)  # (B, H, T_q, D)
     if padding_mask is None and (not causal or T_q == T_k or T_q == 1):
         # square causal: the kernel's own (top-left) triangle is right; one query after a cache sees every key
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal and T_q == T_k,
@@ -296,6 +319,15 @@ def _fused(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float, padding_
     row_has_key = mask.any(dim=-1, keepdim=True)  # (.., T_q, 1)
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~row_has_key, dropout_p=dropout_p, scale=scale)
     return y.masked_fill(~row_has_key, 0.0)  # (B, H, T_q, D)
+
+
+def check_positions(positions: Tensor | None, batch: int, length: int) -> None:
+    """Nothing when ``positions`` holds one whole number per key, (T_k,) or (B, T_k); else one sentence."""
+    if positions is None:
+        raise ValueError("ALiBi's slopes were given without the keys' positions; pass positions (T_k,) or (B, T_k).")
+    if positions.is_floating_point() or positions.shape not in ((length,), (batch, length)):
+        raise ValueError(f"positions must be whole numbers of shape (T_k,) = ({length},) or (B, T_k) = ({batch}, "
+                         f"{length}), got {positions.dtype} {tuple(positions.shape)}.")
 
 
 def check_padding_mask(
@@ -336,17 +368,26 @@ class CausalSelfAttention(nn.Module):
     ``qk_norm=True`` applies a LayerNorm (over the head dim D, shared by heads) to the queries and to the
     keys before the scale (Dehghani et al. 2023): the logits stay bounded, |q.k| * scale <= D * scale for unit
     gains.
+    ``position`` (model.position): ``rope`` rotates q and k in ``prepare`` (after qk_norm, before a cache keeps the
+    key), ``alibi`` adds its bias in ``attention``; ``learned`` and ``none`` do nothing here (the GPT adds its table,
+    or nothing). Each call may give the keys' ``positions`` ((T_k,) or per row (B, T_k), the queries the last T of
+    them); without them they are 0 .. T_k - 1, counted from the first cached token.
     """
 
     weights_of = None  # (scores, mask) -> weights in place of masked_softmax: a subclass's deliberate bug (experiment 3)
 
     def __init__(self, n_embd: int, n_head: int, attn: AttnConfig | None = None, *, dropout: float = 0.0,
-                 bias: bool = True):
+                 bias: bool = True, position: str = "learned", rope_base: float = 10000.0):
         super().__init__()
         self.config = attn if attn is not None else AttnConfig()
         if not isinstance(self.config, AttnConfig):
             raise TypeError(f"attn must be an AttnConfig, got {type(self.config).__name__}.")
         self.n_embd, self.n_head, self.head_dim = n_embd, n_head, check_heads(n_embd, n_head)
+        one_of("model.position", position, POSITIONS)
+        if position == "rope" and self.head_dim % 2:
+            raise ValueError(f"model.position=rope turns pairs of dims, but the head size is {self.head_dim}, odd.")
+        self.position, self.rope_base = position, float(rope_base)
+        self.slopes = alibi_slopes(n_head) if position == "alibi" else None  # ALiBi's, one per head
         self.scale_factor = scale_factor(self.config.scale, self.head_dim)
         self.dropout = dropout
         self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)  # x -> q, k, v in one matmul
@@ -356,70 +397,99 @@ class CausalSelfAttention(nn.Module):
         self.k_norm = nn.LayerNorm(self.head_dim, bias=bias) if self.config.qk_norm else None
         self.keep: list | None = None  # a probe's list: each forward appends q, k, scores, weights (the math path)
 
-    def forward(self, x: Tensor, padding_mask: Tensor | None = None, kv_cache=None) -> Tensor:
+    def forward(self, x: Tensor, padding_mask: Tensor | None = None, kv_cache=None,
+                positions: Tensor | None = None) -> Tensor:
         """x (B, T, C) -> (B, T, C). With ``kv_cache`` (one layer's view of a kv_cache.KVCache) the T
         tokens are the next ones after those cached: their keys and values are appended and the queries
         attend to all of them, the causal triangle aligned bottom-right (T_q < T_k). ``padding_mask`` (bool,
-        True = real token) covers every key: (B, T), or (B, T_cached + T) with a cache."""
+        True = real token) covers every key: (B, T), or (B, T_cached + T) with a cache; ``positions`` too, the keys'
+        (T_k,) or (B, T_k) (default 0 .. T_k - 1), read by RoPE and ALiBi."""
         if x.dim() != 3 or x.shape[-1] != self.n_embd:
             raise ValueError(f"expected input (B, T, {self.n_embd}), got {tuple(x.shape)}.")
         B, T, C = x.shape
         t_k = T + (kv_cache.cached if kv_cache is not None else 0)
         check_padding_mask(padding_mask, B, t_k)
-        q, k, v = self._heads(x)  # 3 x (B, H, T, D)
+        positions = self.key_positions(positions, B, t_k, x.device)  # (T_k,), (B, T_k), or None: not read
+        q, k, v = self._heads(x, None if positions is None else positions[..., t_k - T:])  # 3 x (B, H, T, D)
         if kv_cache is not None:
             k, v = kv_cache.extend(k, v)  # (B, H, T_cached + T, D)
         if self.keep is None:
-            y, _ = self.attend(q, k, v, padding_mask)  # (B, H, T, D)
+            y, _ = self.attend(q, k, v, padding_mask, positions=positions)  # (B, H, T, D)
         else:  # a probe keeping the tensors: the formula
             scores = []
-            y, weights = self.attend(q, k, v, padding_mask, keep=scores)  # y (B, H, T, D), weights (B, H, T, T)
+            y, weights = self.attend(q, k, v, padding_mask, positions=positions, keep=scores)  # y (B, H, T, D)
             self.keep.append({"q": q, "k": k, "scores": scores[0], "weights": weights})
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, D) -> (B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, padding_mask: Tensor | None = None, *,
-               need_weights: bool = False, keep: list | None = None, dropout: bool = True) -> tuple[Tensor, Tensor | None]:
-        """``attention`` with this layer's config, scale, dropout (training only; ``dropout=False`` turns it off)
-        and mask: q (B, H, T_q, D), k, v (B, H, T_k, D) as the scores see them (``prepare``d) -> (out (B, H, T_q, D),
-        weights (B, H, T_q, T_k) or None from the fused kernel)."""
+               positions: Tensor | None = None, need_weights: bool = False, keep: list | None = None,
+               dropout: bool = True) -> tuple[Tensor, Tensor | None]:
+        """``attention`` with this layer's config, scale, positions (ALiBi's slopes), dropout (training only;
+        ``dropout=False`` turns it off) and mask: q (B, H, T_q, D), k, v (B, H, T_k, D) as the scores see them
+        (``prepare``d) -> (out (B, H, T_q, D), weights (B, H, T_q, T_k) or None from the fused kernel)."""
         p = self.dropout if dropout and self.training else 0.0  # SDPA applies dropout even in eval
-        return attention(q, k, v, self.config, scale=self.scale_factor, padding_mask=padding_mask, dropout_p=p,
-                         need_weights=need_weights, keep=keep, weights_of=self.weights_of)
+        slopes = self.alibi(q) if self.slopes is not None else None
+        if slopes is not None and positions is None:
+            positions = torch.arange(k.shape[-2], device=q.device)  # (T_k,)
+        return attention(q, k, v, self.config, scale=self.scale_factor, padding_mask=padding_mask,
+                         positions=positions, slopes=slopes, dropout_p=p, need_weights=need_weights, keep=keep,
+                         weights_of=self.weights_of)
+
+    def alibi(self, like: Tensor) -> Tensor:
+        """ALiBi's slopes (H,) in ``like``'s dtype and device (made from the float64 numbers, not a rounded buffer)."""
+        return torch.tensor(self.slopes, dtype=like.dtype, device=like.device)
+
+    def key_positions(self, positions: Tensor | None, batch: int, t_k: int, device) -> Tensor | None:
+        """The keys' positions this layer reads: those given (checked: (T_k,) or (B, T_k)), else 0 .. T_k - 1; None
+        when its position option reads none (learned, none)."""
+        if self.position not in RELATIVE:
+            return None
+        if positions is None:
+            return torch.arange(t_k, device=device)  # (T_k,)
+        check_positions(positions, batch, t_k)
+        return positions
 
     def route(self, *, need_weights: bool = False) -> tuple[str, str]:
         """Who computes this layer's attention, "math" or "sdpa", and why (``route`` above)."""
         return route(self.config, need_weights=need_weights or self.keep is not None,
                      own_mask=self.weights_of is not None)
 
-    def dissect(self, x: Tensor, padding_mask: Tensor | None = None) -> dict[str, Tensor]:
+    def dissect(self, x: Tensor, padding_mask: Tensor | None = None,
+                positions: Tensor | None = None) -> dict[str, Tensor]:
         """What the attention computes on x (B, T, C), through the formula: ``weights`` (B, H, T, T) as
-        the formula gives them (dropout aside), ``logits`` q k^T * scale before the mask (B, H, T, T), and
-        ``q``, ``k`` (B, H, T, D) as the scores see them (after qk_norm)."""
-        q, k, v = self._heads(x)  # 3 x (B, H, T, D)
+        the formula gives them (dropout aside), ``logits`` q k^T * scale (+ ALiBi's bias) before the mask
+        (B, H, T, T), and ``q``, ``k`` (B, H, T, D) as the scores see them (after qk_norm and RoPE)."""
+        positions = self.key_positions(positions, x.shape[0], x.shape[1], x.device)  # (T,), (B, T) or None
+        q, k, v = self._heads(x, positions)  # 3 x (B, H, T, D)
         logits = []
-        _, weights = self.attend(q, k, v, padding_mask, keep=logits, dropout=False)  # (B, H, T, T)
+        _, weights = self.attend(q, k, v, padding_mask, positions=positions, keep=logits, dropout=False)  # (B, H, T, T)
         return {"weights": weights, "logits": logits[0], "q": q, "k": k}
 
     def prepare(self, q: Tensor, k: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """The options that act on the queries and keys themselves, before a cache keeps the keys: qk_norm (a
-        LayerNorm over D). q (B, H, T, D), k (B, H, T, D) -> the same shapes. ``positions`` (B, T): room for a
-        position-dependent option (RoPE rotates q and k here); none of today's reads it."""
+        LayerNorm over D), then RoPE (each rotated at its token's position: ``positions`` (T,) or (B, T), default
+        0 .. T - 1). q (B, H, T, D), k (B, H, T, D) -> the same shapes."""
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)  # normalised over D, (B, H, T, D)
+        if self.position == "rope":
+            if positions is None:
+                positions = torch.arange(q.shape[-2], device=q.device)  # (T,)
+            q, k = rotate(q, positions, self.rope_base), rotate(k, positions, self.rope_base)  # (B, H, T, D)
         return q, k
 
-    def _heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _heads(self, x: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, T, C) -> q, k, v, each split into heads (B, H, T, D), from one fused projection, q and k
-        ``prepare``d."""
+        ``prepare``d at ``positions`` (T,) or (B, T)."""
         B, T, C = x.shape
         qkv = self.c_attn(x).split(self.n_embd, dim=2)  # 3 x (B, T, C)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in qkv)  # (B, H, T, D)
-        q, k = self.prepare(q, k)
+        q, k = self.prepare(q, k, positions)
         return q, k, v
 
     def queries_keys(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """q and k (B, H, T, D) as the attention sees them (after qk_norm), without the weights (init_stats)."""
+        """q and k (B, H, T, D) as the attention sees them (after qk_norm and RoPE), without the weights
+        (init_stats)."""
         q, k, _ = self._heads(x)
         return q, k
 
@@ -427,4 +497,6 @@ class CausalSelfAttention(nn.Module):
         c = self.config
         return (f"n_head={self.n_head}, head_dim={self.head_dim}, causal={c.causal}, "
                 f"scale={c.scale!r} ({self.scale_factor:.4g}), backend={c.backend!r}, qk_norm={c.qk_norm}"
-                + (f", scale_at={c.scale_at!r}" if c.scale_at != "scores" else ""))
+                + (f", scale_at={c.scale_at!r}" if c.scale_at != "scores" else "")
+                + (f", position={self.position!r}" if self.position in RELATIVE else "")
+                + (f" (base {self.rope_base:g})" if self.position == "rope" else ""))

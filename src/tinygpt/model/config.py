@@ -18,6 +18,7 @@ SCALES = ("sqrt_dk", "none", "inv_dk")
 BACKENDS = ("sdpa", "math")
 QK_INITS = ("gpt2", "unit")
 SCALE_AT = ("scores", "qk")
+POSITIONS = ("learned", "none", "rope", "alibi")  # model.position: tinygpt.model.positions says what each is
 ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}  # model.activation -> nn.GELU's ``approximate``
 
 
@@ -84,6 +85,9 @@ class GPTConfig:
     bias: bool = False
     activation: str = "gelu"  # gelu (exact, erf) | gelu_tanh (GPT-2's tanh approximation, transformers' gelu_new)
     ln_eps: float = 1e-5  # the eps of the blocks' and the final LayerNorm (GPT-2's layer_norm_epsilon)
+    position: str = "learned"  # learned (the table wpe) | none | rope (q and k rotated) | alibi (a bias on the scores)
+    rope_base: float = 10000.0  # position=rope: pair i of a head turns by p * rope_base^(-2i / d_k) at position p
+    extrapolate: bool = False  # past block_size: false slides a window of block_size tokens; true attends to all
     attn: AttnConfig = field(default_factory=AttnConfig)
     # callables applied to the built GPT in order, each a Hydra node (its ``_target_`` and settings), built by the
     # trainer (tinygpt.train.module.build_model): how an experiment reaches inside the model
@@ -99,6 +103,16 @@ class GPTConfig:
             raise ValueError(f"model.dropout={self.dropout!r} must be in [0, 1).")
         one_of("model.activation", self.activation, ACTIVATIONS)
         positive_number("model.ln_eps", self.ln_eps, " (the LayerNorms' eps, e.g. 1e-5)")
+        one_of("model.position", self.position, POSITIONS)
+        if not is_number(self.rope_base) or self.rope_base <= 1:
+            raise ValueError(f"model.rope_base={self.rope_base!r} must be a number greater than 1 (RoPE's angles "
+                             "slow from the first pair of dims to the last only then; 10000 is the paper's).")
+        if self.position == "rope" and self.head_dim % 2:
+            raise ValueError(f"model.position=rope turns pairs of dims, but the head size model.n_embd / model.n_head "
+                             f"= {self.head_dim} is odd; give an even one.")
+        if self.extrapolate and self.position == "learned":
+            raise ValueError("model.extrapolate=true attends past block_size, where model.position=learned has no "
+                             "position (its table ends there); use position=rope, alibi or none, or extrapolate=false.")
         if not isinstance(self.patch, (list, tuple)):
             raise ValueError(f"model.patch={self.patch!r} must be a list of callables (Hydra nodes with _target_).")
         self.patch = list(self.patch)

@@ -12,6 +12,9 @@ from tinygpt.runtime.errors import ConfigError, first_line
 from tinygpt.runtime.hub import no_config_json
 
 ARCHITECTURE = ("n_layer", "n_head", "n_embd", "block_size", "bias", "activation", "ln_eps")  # what config.json sets
+# settings a GPT-2 computes the same without: rope_base is read by rope alone, extrapolate is refused with the learned
+# table (train/values.py)
+READ_BY_ANOTHER = ("rope_base", "extrapolate")
 # the attention options that change how it is computed or started, not what it computes: any value of them is GPT-2's
 HOW_NOT_WHAT = ("backend", "qk_init", "scale_at")
 # GPT-2's value of every other setting (under model.): config.json holds ARCHITECTURE, the vocabulary and the dropout
@@ -20,11 +23,13 @@ HOW_NOT_WHAT = ("backend", "qk_init", "scale_at")
 # not at its default, and nothing names the options one by one
 GPT2_SETTINGS = {
     **{f.name: f.default for f in fields(GPTConfig) if f.name not in (*ARCHITECTURE, "vocab_size", "dropout", "attn",
-                                                                       "patch")},
+                                                                       "patch", *READ_BY_ANOTHER)},
     **{f"attn.{f.name}": f.default for f in fields(AttnConfig) if f.name not in HOW_NOT_WHAT},
 }
+# the model-level ones (model.position...): GPT-2's weights cannot start a model without its learned table, so
+# init_from refuses them, where it only notes an attention option
+GPT2_MODEL = {k: v for k, v in GPT2_SETTINGS.items() if "." not in k}
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}  # theirs -> ours
-
 
 
 def read_config(model_dir: Path) -> dict:
@@ -96,6 +101,26 @@ def not_gpt2(model: dict) -> list[tuple[str, object, object]]:
         if node.get(name, gpt2) != gpt2:
             out.append((key, node[name], gpt2))
     return out
+
+
+def not_gpt2_model(model) -> tuple[str, object] | None:
+    """(key, value) of the first of GPT2_MODEL's settings (model.position...) that ``model`` (a GPTConfig, or the
+    model.* node of a config) has other than GPT-2's; None when it has GPT-2's."""
+    for key, gpt2 in GPT2_MODEL.items():
+        value = model.get(key, gpt2) if hasattr(model, "get") else getattr(model, key, gpt2)
+        if value != gpt2:
+            return key, value
+    return None
+
+
+def check_init_from(model, source: str) -> None:
+    """One sentence when ``model`` (the run's model.* settings) has a setting GPT-2's weights cannot start from
+    (GPT2_MODEL's: its positions are a learned table); checked before the Hub or the dir is looked at."""
+    odd = not_gpt2_model(model)
+    if odd:
+        key, value = odd
+        raise ConfigError(f"model.{key}={value!r} cannot start from init_from={source!r}: GPT-2's weights are a "
+                          f"model with {key}={GPT2_MODEL[key]!r}; drop the override, or train from scratch.")
 
 
 def hf_config(cfg: GPTConfig) -> dict:

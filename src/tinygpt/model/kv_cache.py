@@ -4,8 +4,11 @@ Preallocated to ``max_len`` positions, (n_layer, B, H, max_len, D) each for keys
 buffer ``kv``, each layer's keys next to its values), written in place: nothing is concatenated as the sequence
 grows. A forward pass over T new tokens writes them at positions pos .. pos + T - 1 of every layer and returns
 all pos + T keys and values to attend to; the attention then aligns the causal triangle bottom-right (query i
-of the T new ones sees keys up to pos + i). With learned absolute positions the cache cannot slide: it holds at
-most ``block_size`` tokens, and the decode loop falls back to recomputing the window beyond that.
+of the T new ones sees keys up to pos + i). The keys are kept as the scores see them: RoPE's rotated at their own
+positions, so a new token is rotated at pos (the number of tokens cached), never at 0. With learned absolute
+positions the cache cannot slide: it holds at most ``block_size`` tokens, and the decode loop falls back to
+recomputing the window beyond that; so does every model unless ``model.extrapolate`` (RoPE, ALiBi, none), whose
+cache the decode loop makes as long as the whole sequence.
 
 A batch of prompts of different lengths is left-padded: the cache also keeps which of its positions hold a
 real token (``mask``, (B, max_len)), so the pads are never attended to and each row's positions count its
@@ -29,10 +32,12 @@ class KVCache:
         self.max_len, self.pos = max_len, 0
 
     @classmethod
-    def for_model(cls, model, batch: int) -> KVCache:
+    def for_model(cls, model, batch: int, max_len: int | None = None) -> KVCache:
+        """A cache for ``model``'s layers and heads holding ``max_len`` positions (default: its block_size)."""
         c = model.config
         p = next(model.parameters())
-        return cls(c.n_layer, batch, c.n_head, c.block_size, c.n_embd // c.n_head, device=p.device, dtype=p.dtype)
+        return cls(c.n_layer, batch, c.n_head, max_len or c.block_size, c.n_embd // c.n_head, device=p.device,
+                   dtype=p.dtype)
 
     def layer(self, index: int) -> _LayerView:
         return _LayerView(self, index)
@@ -45,7 +50,7 @@ class KVCache:
         """The position after ``n`` more tokens, or one sentence if the cache cannot hold them."""
         end = self.pos + n
         if end > self.max_len:
-            raise ValueError(f"the KV cache holds {self.max_len} positions (model.block_size); {end} were asked for.")
+            raise ValueError(f"the KV cache holds {self.max_len} positions; {end} were asked for.")
         return end
 
     def extend_mask(self, new: Tensor) -> Tensor:

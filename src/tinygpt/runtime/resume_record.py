@@ -39,13 +39,30 @@ def run_dir_of(ckpt: Path) -> Path:
 
 
 def differences(key: str, old: Any, new: Any) -> list[tuple[str, Any, Any]]:
-    """The leaves where two config values differ, as (dotted key, old, new); a key missing on one side counts only
-    when the other side sets it to something else than null."""
+    """The leaves where two config values differ, as (dotted key, old, new). A key the old record lacks (a run from
+    before the setting existed) counts only when the new value is not the setting's default (``schema_default``):
+    such a run computed what the default computes."""
     if isinstance(old, dict) and isinstance(new, dict):
-        return [d for k in sorted(set(old) | set(new)) for d in differences(f"{key}.{k}", old.get(k), new.get(k))]
+        return [d for k in sorted(set(old) | set(new))
+                if not (k not in old and new.get(k) == schema_default(f"{key}.{k}"))
+                for d in differences(f"{key}.{k}", old.get(k), new.get(k))]
     if isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)):
         old, new = list(old), list(new)
     return [] if old == new else [(key, old, new)]
+
+
+def schema_default(dotted: str) -> Any:
+    """The default of a model setting, from the dataclass that owns it (model.* GPTConfig, model.attn.* AttnConfig);
+    for any other key, or one its owner lacks, a value no setting equals (so the key counts as changed)."""
+    from dataclasses import MISSING, fields
+
+    from tinygpt.model.config import AttnConfig, GPTConfig
+
+    owner = {"model": GPTConfig, "model.attn": AttnConfig}.get(dotted.rpartition(".")[0])
+    field = next((f for f in fields(owner) if f.name == dotted.rpartition(".")[2]), None) if owner else None
+    if field is None or field.default is MISSING:
+        return object()
+    return field.default
 
 
 def _at(tree: Any, dotted: str) -> Any:

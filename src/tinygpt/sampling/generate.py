@@ -2,12 +2,15 @@
 
 ``next_token_probs(logits, temperature, top_k)`` = softmax(logits / temperature) restricted to the top_k
 largest logits (ties at the k-th value are kept). ``generate`` appends tokens one at a time, feeding the
-model at most its last ``block_size`` tokens (its learned positions end there).
+model at most its last ``block_size`` tokens (its learned positions end there), or every token with
+``model.extrapolate`` (RoPE, ALiBi or no positions attend past the trained length).
 
 With ``use_cache=True`` (the default) the prompt is run once and each new token costs one position's
 forward pass against the cached keys and values (kv_cache.KVCache). Policy beyond the context: learned
 absolute positions cannot slide, so once the sequence is longer than ``block_size`` every step recomputes
-the last ``block_size`` tokens, exactly as without the cache (the outputs stay identical).
+the last ``block_size`` tokens, exactly as without the cache (the outputs stay identical); the other positions do
+the same unless ``model.extrapolate``, when the cache holds the whole sequence and every token attends to all
+before it.
 
 Prompts of different lengths decode together as one left-padded batch (``pad_prompts`` builds it): pass its
 ``padding_mask`` and each row continues as it would alone (pads are never attended to; positions count real
@@ -31,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tinygpt.model.attention import attention, check_padding_mask
+from tinygpt.model.positions import RELATIVE
 from tinygpt.runtime.internals import any_global_hooks, has_hooks
 from tinygpt.sampling.checks import check_sampling
 
@@ -115,11 +119,13 @@ def _decode(model, idx: Tensor, max_new_tokens: int, temperature: float, top_k: 
     from tinygpt.model.kv_cache import KVCache
 
     block_size = model.config.block_size
+    every = model.config.extrapolate  # attend to every token, past block_size too (not learned positions)
     mask = padding_mask  # (B, T + generated so far), or None: every token real
-    cache = KVCache.for_model(model, idx.shape[0]) if use_cache and model.config.attn.causal else None
+    longest = max(block_size, idx.shape[1] + max_new_tokens) if every else block_size
+    cache = KVCache.for_model(model, idx.shape[0], longest) if use_cache and model.config.attn.causal else None
     step = CachedStep.for_model(model, cache) if cache is not None and mask is None else None
     for _ in range(max_new_tokens):
-        if cache is not None and idx.shape[1] <= block_size:
+        if cache is not None and idx.shape[1] <= longest:
             new = idx[:, cache.pos:]  # (B, t): the prompt first, then one token per step
             if step is not None and new.shape[1] == 1:
                 last = step(new)  # (B, V): the same arithmetic as model(new, cache=cache), less glue
@@ -127,8 +133,9 @@ def _decode(model, idx: Tensor, max_new_tokens: int, temperature: float, top_k: 
                 pads = {} if mask is None else {"padding_mask": mask[:, cache.pos:]}  # (B, t)
                 last = model(new, cache=cache, **pads)[0][:, -1, :]  # (B, V): the last position predicts
         else:  # no cache, a leaky model (no cache is valid) or past the context: recompute the window
-            context = idx[:, -block_size:]  # (B, <=block_size)
-            pads = {} if mask is None else {"padding_mask": mask[:, -block_size:]}  # (B, <=block_size)
+            start = 0 if every else max(0, idx.shape[1] - block_size)  # the window: the last block_size tokens
+            context = idx[:, start:]  # (B, <=block_size), or every token
+            pads = {} if mask is None else {"padding_mask": mask[:, start:]}  # (B, <=block_size)
             last = model(context, **pads)[0][:, -1, :]  # (B, V)
         nxt = greedy_token(last, temperature) if top_k == 1 else None  # (B, 1) or None
         if nxt is None:
@@ -159,11 +166,11 @@ class CachedStep:
     arithmetic as ``model(new, cache=cache)[0][:, -1]`` (the same kernels on the same rows, so the same bits:
     tests/sampling/test_generate_fast.py), without the modules' glue: no module calls, shape checks or per-layer
     cache views, and each layer's key and value written into the cache with one copy. The attention itself is the
-    layer's own: its ``prepare``, then tinygpt.model.attention.attention with its AttnConfig and scale (its
-    ``attend`` less the dropout, which is off here), so every attention option reaches decoding
-    (tests/model/test_attention_paths.py). Decoding one token runs
-    few FLOPs (its products are memory-bound matrix-vector products), so on a small model that glue was most
-    of a token's time (docs/benchmarks.md).
+    layer's own: its ``prepare`` at the new token's position (RoPE's offset: the number of tokens cached), then
+    tinygpt.model.attention.attention with its AttnConfig, scale and ALiBi's slopes (its ``attend`` less the dropout,
+    which is off here), so every attention option and position reaches decoding (tests/model/test_attention_paths.py).
+    Decoding one token runs few FLOPs (its products are memory-bound matrix-vector products), so on a small model
+    that glue was most of a token's time (docs/benchmarks.md).
 
     Only for what it copies: a GPT whose classes are tinygpt's own (no subclass overriding a forward, no
     hooks), causal, in eval mode or without dropout, no padding. ``for_model`` returns None otherwise, and
@@ -179,7 +186,7 @@ class CachedStep:
         from tinygpt.model.gpt import GPT, MLP, Block
 
         expected = {GPT: ("forward", "_embed"), Block: ("forward",), MLP: ("forward",),
-                    CausalSelfAttention: ("forward", "_heads", "prepare", "attend", "weights_of")}
+                    CausalSelfAttention: ("forward", "_heads", "prepare", "attend", "alibi", "weights_of")}
         if not isinstance(model, GPT) or not model.config.attn.causal:
             return None
         for module in model.modules():
@@ -217,22 +224,29 @@ class CachedStep:
         model, cache = self.model, self.cache
         B = idx.shape[0]
         pos = cache.pos
-        if pos + 1 > model.config.block_size:  # GPT._embed's check, then the cache's
+        if pos + 1 > model.config.block_size and not model.config.extrapolate:  # GPT._embed's check, the cache's
             raise ValueError(f"sequence length {pos + 1} exceeds model.block_size={model.config.block_size}.")
         end = cache.end_after(1)
         # (B, C) rows throughout: the products, LayerNorms and GELU see the same rows as on (B, 1, C)
-        x = F.embedding(idx[:, 0], model.wte.weight) + model.wpe.weight[pos]  # (B, C): GPT._embed's sum
+        x = F.embedding(idx[:, 0], model.wte.weight)  # (B, C)
+        if model.wpe is not None:
+            x = x + model.wpe.weight[pos]  # (B, C): GPT._embed's sum
+        # the keys' positions 0 .. pos, read by RoPE and ALiBi (None: not read)
+        positions = torch.arange(end, device=idx.device) if model.config.position in RELATIVE else None  # (pos + 1,)
         C = x.shape[-1]
         for layer in self.layers:
             attn = layer.attn  # the layer's CausalSelfAttention: its config and its computation
             f, w, b = layer.qkv
             qkv = f(F.layer_norm(x, *layer.ln_1), w, b).view(B, 3, attn.n_head, 1, attn.head_dim).transpose(0, 1)
             k = qkv[1]  # (B, H, 1, D), strided as CausalSelfAttention._heads makes it, as is q
-            q, k_seen = attn.prepare(qkv[0], k)  # the options on q and k (qk_norm) before the cache keeps the key
+            # the options on q and k (qk_norm, RoPE at position pos) before the cache keeps the key
+            q, k_seen = attn.prepare(qkv[0], k, None if positions is None else positions[pos:])
             kv = layer.kv  # (2, B, H, max_len, D)
             kv.narrow(3, pos, 1).copy_(qkv[1:] if k_seen is k else torch.stack((k_seen, qkv[2])))  # key, value at once
             keys, values = kv.narrow(3, 0, end).unbind(0)  # (B, H, pos + 1, D) each
-            y, _ = attention(q, keys, values, attn.config, scale=attn.scale_factor)  # (B, H, 1, D): as attn.attend
+            slopes = attn.alibi(q) if attn.slopes is not None else None  # (H,): ALiBi's
+            y, _ = attention(q, keys, values, attn.config, scale=attn.scale_factor, positions=positions,
+                             slopes=slopes)  # (B, H, 1, D): as attn.attend
             f, w, b = layer.proj
             x = x + f(y.reshape(B, C), w, b)  # (B, H, 1, D) -> (B, C): the heads side by side
             (f1, w1, b1), (f2, w2, b2) = layer.fc, layer.mlp_proj

@@ -15,7 +15,9 @@ Hub name (``gpt2``, ``gpt2-medium``, ``gpt2-large``, ``gpt2-xl``, ``owner/name``
 
 The settings GPT-2 does not have (any model.* option away from GPT-2's value, ``hf_config.GPT2_SETTINGS``, and a
 ``model.patch``) are allowed, for fine-tuning experiments: the weights load as they are (parameters GPT-2 lacks, such
-as qk_norm's LayerNorms, start as the model builds them) and a note says the model is no longer GPT-2's computation.
+as qk_norm's LayerNorms, start as the model builds them) and a note says the model is no longer GPT-2's computation. A
+``model.position`` other than learned is refused in one line, before the Hub is asked: GPT-2's weights were trained
+with its learned position table, which the other positions do not have.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from tokenizers import Tokenizer
 
 from tinygpt.data.tokenizer import PRETRAINED, load_pretrained_tokenizer
 from tinygpt.model import hf_gpt2
-from tinygpt.model.hf_config import read_settings
+from tinygpt.model.hf_config import check_init_from, read_settings
 from tinygpt.model.config import patch_names
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime.errors import ConfigError
@@ -78,6 +80,7 @@ def configure(cfg: DictConfig, overrides: list[str]) -> Pretrained | None:
     source = requested(cfg)
     if source is None:
         return None
+    check_init_from(cfg.model, source)  # before the Hub is asked: GPT-2's weights have its learned position table
     pre = locate(source)
     user = set_by_user(overrides)
     check_user_settings(cfg, pre, user)

@@ -4,8 +4,10 @@ floor of it (the activations and the attention weights alone, no vocabulary) is 
 
 The estimate: fp32 weights, their gradients and AdamW's two moments (16 bytes a parameter), plus the activations
 one batch keeps for the backward pass, roughly 34 x C + 5 x H x T values per token and layer (Korthikanti et al.
-2022, counted in fp32 here) and the logits. Rough on purpose: it is there to refuse a model that cannot possibly
-fit (which would otherwise allocate until the kernel kills the process, or another one), not to plan a tight fit.
+2022, counted in fp32 here; 2 x C more with model.position=rope, its rotated q and k) and the logits. The parameters
+follow model.position too: only learned has the position table. Rough on purpose: it is there to refuse a model that
+cannot possibly fit (which would otherwise allocate until the kernel kills the process, or another one), not to plan
+a tight fit.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ def parameters(model: dict, vocab_size: int) -> int:
 
 
 def activation_bytes(model: dict, vocab_size: int, batch_size: int) -> int:
-    """What one batch keeps for the backward pass (fp32): per token and layer 34 C + 5 H T values, and the logits."""
+    """What one batch keeps for the backward pass (fp32): per token and layer 34 C + 5 H T values (2 C more for RoPE's
+    rotated q and k), and the logits."""
     L, C, H, T = model["n_layer"], model["n_embd"], model["n_head"], model["block_size"]
-    return 4 * batch_size * T * (L * (34 * C + 5 * H * T) + 2 * vocab_size)
+    rope = 2 * C if model.get("position") == "rope" else 0
+    return 4 * batch_size * T * (L * (34 * C + rope + 5 * H * T) + 2 * vocab_size)
 
 
 def training_bytes(model: dict, vocab_size: int, batch_size: int) -> tuple[int, int]:

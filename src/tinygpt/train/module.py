@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 
 from tinygpt.model.gpt import GPT, GPTConfig
 from tinygpt.runtime import checkpoint, run_dirs
-from tinygpt.runtime.errors import ConfigError
+from tinygpt.runtime.errors import ConfigError, first_line
 from tinygpt.runtime.old_runs import outdated, refusal
 from tinygpt.train.optim import AdamWCosine, clip_grad_norm_cpu_
 from tinygpt.train.probes.diagnostics import position_losses
@@ -196,7 +196,11 @@ def load_trained(path: str | Path, device: str = "cpu") -> tuple[GPT, Tokenizer 
     file = run_dirs.checkpoint_file(path)
     ckpt = checkpoint.load(file, map_location=device)
     model = build_model(model_settings(ckpt["hyper_parameters"], str(file)))
-    model.load_state_dict(checkpoint.model_weights(ckpt["state_dict"]))
+    try:
+        model.load_state_dict(checkpoint.model_weights(ckpt["state_dict"]))
+    except RuntimeError as err:  # missing or misshapen tensors: one line, as export_hf says it (not a traceback)
+        raise ConfigError(f"{file} holds weights that do not fit its own model settings ({first_line(err)}).") \
+            from None
     tok = Tokenizer.from_str(ckpt["tokenizer"]) if "tokenizer" in ckpt else None
     return model.to(device).eval(), tok, int(ckpt.get("global_step", 0))
 

@@ -23,9 +23,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.data.config import TOKENIZERS, DataConfig
-from tinygpt.data.corpus import HfHub, RandomTokens, TextCorpus, TextFile, hub_reachable_or_cached
+from tinygpt.data.corpus import HfHub, RandomTokens, TextCorpus, hub_reachable_or_cached
 from tinygpt.model.config import GPTConfig
-from tinygpt.model.hf_config import read_settings
+from tinygpt.model.hf_config import check_init_from, read_settings
 from tinygpt.runtime.checks import is_int, is_number, positive_int
 from tinygpt.runtime.errors import (ConfigError, as_config_errors, cause_of, first_line, print_error,
                                    swept_mistake, switch_mistake)
@@ -226,6 +226,7 @@ def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
         check_resume_steps(path, cfg.trainer.get("max_steps"))
     source = requested(cfg)  # None for scratch; an empty one refused
     if source is not None:
+        check_init_from(cfg.model, str(source))  # a model.position GPT-2's weights cannot start, before the Hub
         local = local_model_dir(str(source))
         if local is None:  # a Hub name: where the Hub cannot be used now, the cache must have it
             cached_when_hub_unusable(str(source))
@@ -263,11 +264,12 @@ def check_values(cfg: DictConfig, run_dir: Path | None = None) -> None:
         if requested(cfg) is not None:  # init_from sets both (its set-up names a conflict)
             data.update(tokenizer=TOKENIZERS[0], tokenizer_dir=None)
         settings = DataConfig(**data)
-        if isinstance(corpus, TextFile) and requested(cfg) is None:  # too short for its splits: said before tokenizing
+        # too short for its splits, said before tokenizing: any corpus that can bound its tokens before reading
+        # (most_tokens and named, as TextFile's) is checked, a new one by having them
+        if hasattr(corpus, "most_tokens") and requested(cfg) is None:
             most, need = corpus.most_tokens(), settings.block_size + 2
             if most < 2 * need:
-                named = repr(corpus.path[0]) if len(corpus.path) == 1 else f"{len(corpus.path)} files"
-                raise ConfigError(f"corpus.path={named} holds {most} bytes, too few for a training and a validation "
+                raise ConfigError(f"{corpus.named()} holds {most} bytes, too few for a training and a validation "
                                   f"split of data.block_size + 2 = {need} tokens each (a token is at least one byte); "
                                   "use a larger corpus or a smaller block_size.")
         cache_dir = Path(str(data.get("cache_dir", "data/cache"))).expanduser()

@@ -37,10 +37,12 @@ def subject(factory: Callable[[], object], settings: Settings):
         if given:
             raise VerifyError(f"{given[0]} names a module's interface; a function's padding is in the mask it is "
                               "given, and it has no cache.")
-        declared = [k for k in ("window", "positions") if getattr(settings, k)]
-        if declared:
-            raise VerifyError(f"{declared[0]} is declared for a module; a function is given q and k after their "
-                              "positions, and the formula check names a window it finds (n/a: a sliding window).")
+        if settings.window:
+            raise VerifyError("window is declared for a module; the formula check names a window it finds in a "
+                              "function (n/a: a sliding window).")
+        if settings.positions == "rope":
+            raise VerifyError("positions=rope is declared for a module; a function is given q and k after their "
+                              "rotation (positions=alibi is a function's: it adds the bias itself).")
         f = function_checks.Function(made, settings)
         q = torch.zeros(1, 1, 2, 4, dtype=torch.float64)  # (B, H, T, D)
         f(q, q, q, function_checks.causal(2))  # the call fits, or one sentence

@@ -51,8 +51,9 @@ def parser() -> OneLineParser:
                    help="the module's sliding window: each query sees its last W keys, itself included (Hugging "
                         "Face's sliding_window; flash-attn's window_size=(W - 1, 0)); sees-past asserts it")
     p.add_argument("--positions", choices=POSITIONS,
-                   help="the relative positions the module declares: alibi (nearer keys weigh more: checked) or "
-                        "rope (said why it cannot be checked from outside)")
+                   help="the relative positions declared: a module's alibi or rope (the same token everywhere gives "
+                        "the same output everywhere; with alibi, nearer keys weigh more), or a function's alibi (the "
+                        "formula with ALiBi's bias, the paper's slopes)")
     p.add_argument("--only", action="append", metavar="CHECK", help="run only this check (repeatable)")
     p.add_argument("--strict-16bit", action="store_true", help="a 16-bit finding fails instead of warning")
     p.add_argument("--seed", type=int, default=0)

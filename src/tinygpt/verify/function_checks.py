@@ -5,7 +5,9 @@ Each check compares the function with the formula itself, softmax(q k^T * scale 
 the function's inputs: in float64, or in float32 where the function computes in float32 whatever it is given (a
 softmax in float32), judged against that precision's rounding (16-bit: against float32 on the same rounded inputs).
 Where the function is a known variant of the formula (a sliding window, soft-capped scores) the formula check says
-that it does not apply, and padding compares the function with itself.
+that it does not apply, and padding compares the function with itself. A function declared ``positions=alibi`` adds
+ALiBi's bias itself: the formula is then softmax(q k^T * scale - m_h (i - j) + mask) v with the paper's slopes m_h
+(``alibi_slopes``), query i being the last of the keys', under causal masks only (the paper's bias is for the past).
 """
 
 from __future__ import annotations
@@ -51,15 +53,36 @@ class Function(WorksIn):
     def scale(self, d: int) -> float:
         return self.settings.scale if self.settings.scale is not None else 1.0 / math.sqrt(d)
 
+    @property
+    def slopes(self) -> Tensor | None:
+        """ALiBi's slopes for the H heads the checks use, when the function declares ALiBi; else None."""
+        return alibi_slopes(H) if self.settings.positions == "alibi" else None
 
-def formula(q: Tensor, k: Tensor, v: Tensor, keep: Tensor, scale: float, dim: int = -1, cap: float | None = None
-            ) -> Tensor:
+
+def alibi_slopes(n_head: int) -> Tensor:
+    """Press et al.'s slopes, (H,) float64: 2^(-8h/H), h = 1 .. H, for H a power of 2; otherwise those of the power
+    of 2 below H, then every other one of the next power of 2 (the paper's get_slopes)."""
+    def power_of_2(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    below = 2 ** int(math.log2(n_head))
+    slopes = power_of_2(below) + power_of_2(2 * below)[0::2][: n_head - below]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+def formula(q: Tensor, k: Tensor, v: Tensor, keep: Tensor, scale: float, dim: int = -1, cap: float | None = None,
+            slopes: Tensor | None = None) -> Tensor:
     """softmax(q k^T * scale + mask) v, as written, in float64 (a row with no visible key gives 0); ``cap``: the
-    scores soft-capped first, cap * tanh(scores / cap)."""
+    scores soft-capped first, cap * tanh(scores / cap); ``slopes`` (H,): ALiBi's bias -slopes[h] (i - j) added to
+    head h's scores, query i the (T_k - T_q + i)-th key."""
     q, k, v = q.double(), k.double(), v.double()
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, T_q, T_k)
     if cap is not None:
         scores = cap * torch.tanh(scores / cap)
+    if slopes is not None:
+        t_q, t_k = scores.shape[-2:]
+        distance = torch.arange(t_q)[:, None] + (t_k - t_q) - torch.arange(t_k)[None, :]  # (T_q, T_k): i - j
+        scores = scores - slopes[:, None, None] * distance  # (B, H, T_q, T_k)
     weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=dim)  # (B, H, T_q, T_k)
     return weights.nan_to_num(0.0) @ v  # (B, H, T_q, D)
 
@@ -97,50 +120,58 @@ def check_deterministic(f: Function, gen: torch.Generator) -> Result:
 def check_formula(f: Function, gen: torch.Generator) -> Result:
     """Equal to the formula under the causal mask, a random mask and no mask, at head sizes 8, 16 and 64 and at
     lengths up to 128 (two tiles of 64 keys: a tiled kernel's rescale between blocks); when it is not, which
-    common slip it equals instead, or which variant of the formula it is (then the formula does not apply)."""
+    common slip it equals instead, or which variant of the formula it is (then the formula does not apply). With
+    ALiBi declared: the formula with the paper's bias, under the causal mask and a random causal one."""
     cases, worst, where = [], 0.0, None
+    alibi = f.slopes is not None
     for t, d in CASES:
         q, k, v = qkv(gen, t, d, std=2.0, dtype=f.work)
         rand = torch.rand(B, 1, t, t, generator=gen) < 0.6
         rand[..., torch.arange(t), torch.randint(0, t, (t,), generator=gen)] = True  # every row sees a key
+        if alibi:  # the past alone, each row its own key at least
+            rand = (rand & causal(t)) | torch.eye(t, dtype=torch.bool)
         everything = torch.ones(t, t, dtype=torch.bool)
-        for name, keep in (("causal", causal(t)), ("random", rand), ("all-visible", everything)):
+        masks = (("causal", causal(t)), ("random", rand)) + ((("all-visible", everything),) if not alibi else ())
+        for name, keep in masks:
             out = f(q, k, v, keep)
-            cases.append((q, k, v, keep, out, f.scale(d)))
-            err = relative_change(out, formula(q, k, v, keep, f.scale(d)))
+            cases.append((q, k, v, keep, out, f.scale(d), f.slopes))
+            err = relative_change(out, formula(q, k, v, keep, f.scale(d), slopes=f.slopes))
             if err > worst:
                 worst, where = err, (name, t, d, *cases[-1])
     if worst <= f.tol:
-        return Result("formula", "pass", f"max relative error {worst:.1e} ({f.precision}; causal, random and no "
-                                         "mask; T up to 128, head sizes 8, 16, 64)")
+        masks = "causal and random causal masks, ALiBi's bias" if alibi else "causal, random and no mask"
+        return Result("formula", "pass", f"max relative error {worst:.1e} ({f.precision}; {masks}; T up to 128, head "
+                                         "sizes 8, 16, 64)")
     variant = variant_of(cases, f.tol)
     if variant:
         return Result("formula", "n/a", f"max relative error {worst:.2g} from the plain formula",
                       f"does not apply: the function is not the plain formula but {variant} (equal to it on every "
                       "input tried); the other checks still do, padding against the function itself.")
-    name, t, d, q, k, v, keep, out, scale = where
+    name, t, d, q, k, v, keep, out, scale, slopes = where
+    bias = " - m_h (i - j)" if alibi else ""
     return Result("formula", "fail", f"max relative error {worst:.2g}",
-                  f"differs from softmax(q k^T * {scale:.4g} + mask) v under the {name} mask at T={t}, head size "
-                  f"{d}" + slip(out, q, k, v, keep, scale, d) + ".")
+                  f"differs from softmax(q k^T * {scale:.4g}{bias} + mask) v under the {name} mask at T={t}, head "
+                  f"size {d}" + slip(out, q, k, v, keep, scale, d, slopes) + ".")
 
 
 def variant_of(cases, tol: float) -> str:
     """'the formula with a sliding window of 4 keys' (or soft-capped scores) when one such variant equals the
     function on every case tried; '' when none does."""
     def fits(**variant) -> bool:
-        for q, k, v, keep, out, scale in cases:
+        for q, k, v, keep, out, scale, slopes in cases:
             t = q.shape[-2]
             w = variant.get("w")
             mask = keep & window(t, w, variant["both"]) if w else keep
-            if relative_change(out, formula(q, k, v, mask, scale, cap=variant.get("cap"))) > max(tol, 1e-9):
+            if relative_change(out, formula(q, k, v, mask, scale, cap=variant.get("cap"), slopes=slopes)) > max(
+                    tol, 1e-9):
                 return False
         return True
 
     longest = max(cases, key=lambda c: c[0].shape[-2])
-    q, k, v, keep, out, scale = longest
+    q, k, v, keep, out, scale, slopes = longest
     t = q.shape[-2]
     for w in range(1, t):  # the window from the longest case alone, then confirmed on every case
-        if relative_change(out, formula(q, k, v, keep & window(t, w, True), scale)) <= max(tol, 1e-9):
+        if relative_change(out, formula(q, k, v, keep & window(t, w, True), scale, slopes=slopes)) <= max(tol, 1e-9):
             for both in (False, True):
                 if fits(w=w, both=both):
                     side = f"the keys less than {w} away on either side" if both else f"each query's last {w}"
@@ -153,19 +184,27 @@ def variant_of(cases, tol: float) -> str:
     return ""
 
 
-def slip(out: Tensor, q: Tensor, k: Tensor, v: Tensor, keep: Tensor, scale: float, d: int) -> str:
+def slip(out: Tensor, q: Tensor, k: Tensor, v: Tensor, keep: Tensor, scale: float, d: int,
+         slopes: Tensor | None = None) -> str:
     """', and equals it with <the slip>' when the output is one of the common slips' (empty when none fits)."""
     t = q.shape[-2]
     everything = torch.ones(t, t, dtype=torch.bool)
     others = {
-        "the scale applied twice": formula(q, k, v, keep, scale * scale),  # 1/d_k, when the scale is 1/sqrt(d_k)
-        "no scale": formula(q, k, v, keep, 1.0),
-        "the softmax over the queries (dim -2) instead of the keys": formula(q, k, v, keep, scale, dim=-2),
-        "the mask ignored": formula(q, k, v, everything, scale),
-        "the mask's meaning inverted (True read as hidden)": formula(q, k, v, ~keep, scale),
+        "the scale applied twice": formula(q, k, v, keep, scale * scale, slopes=slopes),  # 1/d_k for 1/sqrt(d_k)
+        "no scale": formula(q, k, v, keep, 1.0, slopes=slopes),
+        "the softmax over the queries (dim -2) instead of the keys": formula(q, k, v, keep, scale, dim=-2,
+                                                                             slopes=slopes),
+        "the mask ignored": formula(q, k, v, everything, scale, slopes=slopes),
+        "the mask's meaning inverted (True read as hidden)": formula(q, k, v, ~keep, scale, slopes=slopes),
     }
-    others.update({f"a fixed scale 1/{n:g}, right only at head size {n * n:g}": formula(q, k, v, keep, 1 / n)
+    others.update({f"a fixed scale 1/{n:g}, right only at head size {n * n:g}": formula(q, k, v, keep, 1 / n,
+                                                                                        slopes=slopes)
                    for n in (2.0, 4.0, 8.0, 16.0) if n * n != d})
+    if slopes is not None:  # ALiBi's own slips: attention-gym#86's sign, the heads' order, the bias never added
+        others.update({"ALiBi's slopes in reversed head order": formula(q, k, v, keep, scale, slopes=slopes.flip(0)),
+                       "ALiBi's slopes of the wrong sign (farther keys favoured)": formula(q, k, v, keep, scale,
+                                                                                           slopes=-slopes),
+                       "no ALiBi bias": formula(q, k, v, keep, scale)})
     for name, other in others.items():
         if relative_change(out, other) <= 1e-5:
             return f"; it equals the formula with {name}"
@@ -266,7 +305,7 @@ def check_padding(f: Function, gen: torch.Generator) -> Result:
     if moved > f.tol * float(out.double().abs().max()):
         return Result("padding", "fail", f"real outputs moved by {moved:.2g}",
                       "changing the padded keys and values moved a real query's output: padded keys are visible.")
-    err = relative_change(out[seen], formula(q, k, v, keep, f.scale(q.shape[-1]))[seen])
+    err = relative_change(out[seen], formula(q, k, v, keep, f.scale(q.shape[-1]), slopes=f.slopes)[seen])
     filled = float(out[~seen].abs().max())  # the rows that see no real key (sequence 0's first 4)
     if err <= f.tol:
         return Result("padding", "pass", f"padded keys invisible; all-masked rows finite (max |out| {filled:.2g}); "

@@ -436,33 +436,45 @@ def window_verdict(m: Module, t: int, w: int, seen: list[int]) -> Result:
     return Result("sees-past", "pass", f"{measured}: its window of {w} keys, itself included, and nothing before")
 
 
-ROPE = ("does not apply: RoPE's weights depend on q and k as well as on their distance and favour no direction that "
-        "holds for every input, so from outside the module there is no profile over distance to assert; a rotation "
-        "cached without its offset is the kv-cache check's finding (--kv-cache), a rotation that lets a later key in "
-        "the causality check's.")
+ROPE = ("RoPE's weights depend on q and k as well as on their distance and favour no direction that holds for every "
+        "input: no profile over distance to assert from outside; a rotation cached without its offset is the kv-cache "
+        "check's finding (--kv-cache), a rotation that lets a later key in the causality check's")
 
 
 def check_distance(m: Module, gen: torch.Generator) -> Result:
-    """Relative positions as the module declares them. ALiBi (``positions="alibi"``): with the same token at every
-    position, the only thing that tells keys apart is their distance, and a small change to key j's token moves the
-    last query's output by its weight on key j times a fixed vector (the scores' own change moves nothing where all
-    values are equal); that weight must fall with distance (ALiBi's bias is -slope * distance, slopes positive), so
-    slopes of the wrong sign or a bias never added fail. RoPE: n/a, with the reason."""
-    if m.settings.positions == "rope":
-        return Result("distance", "n/a", "RoPE: no direction over distance to check", ROPE)
-    if m.settings.vocab:
-        return Result("distance", "n/a", "token ids: no small change to a token",
-                      "does not apply to token ids: a changed token is no small step, so the weights cannot be read "
-                      "from how far the output moves; check the attention module on its own.")
+    """Relative positions as the module declares them (``positions``: alibi or rope). For both, first: with the same
+    token at every position, every output is the same. The values are then all equal, so whatever weights the
+    positions give, each query averages the same vector; a relative scheme tells positions apart only through the
+    weights, so an output that differs by position means something absolute entered (RoPE applied to the values, a
+    position table left on). Then ALiBi (on vectors): a small change to key j's token moves the last query's output
+    by its weight on key j times a fixed vector (the scores' own change moves nothing where all values are equal);
+    that weight must fall with distance (ALiBi's bias is -slope * distance, slopes positive), so slopes of the wrong
+    sign or a bias never added fail. RoPE's weights have no such profile (said in the measured line)."""
     m64 = m.copy()
     t = min(16, m.settings.max_len)
-    x = m64.inputs(gen, 2, 1).expand(2, t, m.width).clone()  # (2, T, C): one token repeated at every position
+    one = m64.inputs(gen, 2, 1)  # (2, 1, C) or token ids (2, 1)
+    x = one.expand(2, t, *one.shape[2:]).clone()  # (2, T, C) or (2, T): one token repeated at every position
+    y = m64(x)  # (2, T, ...)
+    off = (y - y[:, :1]).double().abs().flatten(2).amax(dim=(0, 2)) / y.double().abs().max().clamp_min(1e-300)  # (T,)
+    if float(off.max()) > m.tol:
+        i = int(torch.nonzero(off > m.tol)[0])
+        return Result("distance", "fail", f"position {i} differs from position 0 by {float(off[i]):.2g}",
+                      f"with the same token at every position, the output at position {i} differs from position 0's: "
+                      f"the values are then all equal, so relative positions ({m.settings.positions}) give every "
+                      "position the same output whatever its weights; something absolute enters (RoPE applied to "
+                      "the values? a position table as well?).")
+    same = f"the same token everywhere gives the same output everywhere (relative error {float(off.max()):.1e})"
+    if m.settings.positions == "rope":
+        return Result("distance", "pass", f"{same}; {ROPE}")
+    if m.settings.vocab:
+        return Result("distance", "pass", f"{same}; ALiBi's weights by distance need a small change to a token, "
+                                          "which token ids do not have: check the attention module on its own")
     step = 1e-2 if m.work == torch.float32 else 1e-5  # float32's rounding is 1e-7 of the output
     nudge = torch.randn(2, 1, m.width, generator=gen, dtype=x.dtype) * step
     xs = x.repeat(t, 1, 1)  # (2 * T, T, C): row pair j has position j nudged
     for j in range(t):
         xs[2 * j : 2 * j + 2, j : j + 1] += nudge
-    base, ys = m64(x)[:, -1], m64(xs)[:, -1]
+    base, ys = y[:, -1], m64(xs)[:, -1]
     by_pos = torch.stack([(ys[2 * j : 2 * j + 2] - base).double().norm() for j in range(t)])  # (T,)
     weight = by_pos.flip(0) / by_pos.max()  # (T,): by distance 0..T-1 from the last query, the largest 1
     far = float(weight[-1] / weight[1])
@@ -481,7 +493,7 @@ def check_distance(m: Module, gen: torch.Generator) -> Result:
         return Result("distance", "fail", measured,
                       f"with the same token at every position, the last query's weight rises from distance {rises[0]} "
                       f"to {rises[0] + 1}: ALiBi's bias, -slope * distance, falls with every step of distance.")
-    return Result("distance", "pass", measured + ", falling at every step (ALiBi: nearer keys weigh more)")
+    return Result("distance", "pass", measured + ", falling at every step (ALiBi: nearer keys weigh more); " + same)
 
 
 def check_batch(m: Module, gen: torch.Generator) -> Result:
@@ -500,7 +512,9 @@ def check_batch(m: Module, gen: torch.Generator) -> Result:
 
 def check_padding(m: Module, gen: torch.Generator) -> Result:
     """With the module's padding mask (B, T), True = real token: every output finite (a left-padded query sees no
-    real key), the padded tokens invisible to the real ones, and an all-real mask the same as none."""
+    real key), the padded tokens invisible to the real ones, an all-real mask the same as none, and a left- or
+    right-padded sequence's real outputs those of its real tokens alone (its positions, if it has any, count real
+    tokens: positions that count the pads, or restart inside a row, fail)."""
     m64, key = m.copy(), m.settings.padding
     t = min(12, m.settings.max_len)
     x = m64.inputs(gen, 3, t)
@@ -522,8 +536,18 @@ def check_padding(m: Module, gen: torch.Generator) -> Result:
     plain = relative_change(y[1], m64(x[1:2])[0])
     if plain > m.tol:
         return Result("padding", "fail", f"unpadded sequence moved by {plain:.2g}",
-                      "a sequence whose mask is all real differs from the same sequence without a mask.")
-    return Result("padding", "pass", "padded tokens invisible, all outputs finite, an all-real mask = none")
+                      "a sequence whose mask is all real differs from the same sequence without a mask (given a "
+                      "mask, are its positions counted otherwise, or restarted inside the row?).")
+    left, right = t // 3, t - t // 4
+    for row, real_part, how in ((0, slice(left, t), f"left-padded by {left}"), (2, slice(0, right), "right-padded")):
+        alone = relative_change(y[row, real_part], m64(x[row : row + 1, real_part])[0])
+        if alone > m.tol:
+            return Result("padding", "fail", f"a padded sequence moved by {alone:.2g} from itself alone",
+                          f"sequence {row} ({how}) gives its real tokens other outputs than the same tokens alone: its "
+                          "positions count the pads, or restart inside it (a token's position is the number of real "
+                          "tokens before it in its row).")
+    return Result("padding", "pass", "padded tokens invisible, all outputs finite, an all-real mask = none, a padded "
+                                     "sequence = itself alone")
 
 
 def inverted(m: Module, x: Tensor, x2: Tensor, real: Tensor) -> str:

@@ -10,7 +10,7 @@ from tinygpt.runtime.checks import is_number, one_of, positive_int
 
 LEVELS = ("auto", "function", "module")
 MASKS = ("keep", "hide")
-POSITIONS = ("alibi", "rope")  # relative positions a module may declare (the distance check)
+POSITIONS = ("alibi", "rope")  # relative positions declared: a module's (the distance check), alibi a function's too
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class Settings:
     kv_cache: str | None = None  # the module's method step(x_new, cache) -> (y_new, cache), cache None at first
     strict_16bit: bool = False  # a 16-bit failure fails (by default it is a warning: a finding, not a math bug)
     window: int | None = None  # a sliding window: each query sees its last `window` keys, itself included
-    positions: str | None = None  # alibi | rope: the relative positions the module declares (the distance check)
+    positions: str | None = None  # alibi | rope: relative positions declared (a module's distance check; a function's
+    # formula with ALiBi's bias)
     seed: int = 0
 
     def __post_init__(self):

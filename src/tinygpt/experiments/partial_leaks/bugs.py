@@ -114,7 +114,8 @@ class AttentionBug:
             old: CausalSelfAttention = model.blocks[i].attn
             new = BuggyAttention(
                 old.n_embd, old.n_head, replace(old.config, backend="math"), dropout=old.dropout,
-                bias=old.c_attn.bias is not None, kind=self.kind, window=self.window, fill=self.fill,
+                bias=old.c_attn.bias is not None, position=old.position, rope_base=old.rope_base, kind=self.kind,
+                window=self.window, fill=self.fill,
             ).to(old.c_attn.weight.device, old.c_attn.weight.dtype)
             new.load_state_dict(old.state_dict())
             model.blocks[i].attn = new

@@ -731,6 +731,10 @@ def opened_step(run: Run, open_mass: float) -> int | None:
     attention weights themselves, not the perturbation probe the alarm uses); None if none did."""
     steps, mass = taken(run, "stab/future_mass_max")
     if not len(steps):
+        if not len(taken(run, "train/loss")[0]):  # no series at all: the run logged nothing (debug=fast, logger=none)
+            raise ReportError(f"{run.dir}: kept no history (it ran without a logger, as debug=fast or logger=none "
+                              "does); rerun it with a logger (the default, or logger=csv): this report reads its "
+                              "curves.")
         raise ReportError(f"{run.dir}: no stab/future_mass_max in its history (a run from before design 3); "
                           "prediction 4 reads whether its mask opened from it.")
     last_val = taken(run, "val/loss")[0]
