@@ -466,6 +466,11 @@ class CausalSelfAttention(nn.Module):
         _, weights = self.attend(q, k, v, padding_mask, positions=positions, keep=logits, dropout=False)  # (B, H, T, T)
         return {"weights": weights, "logits": logits[0], "q": q, "k": k}
 
+    def prepares(self) -> bool:
+        """Whether ``prepare`` changes q or k for this layer (a caller may skip it otherwise: decoding's cached step).
+        A new option in ``prepare`` names itself here too (tests/model/test_attention_paths.py fails where not)."""
+        return self.q_norm is not None or self.position == "rope"
+
     def prepare(self, q: Tensor, k: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """The options that act on the queries and keys themselves, before a cache keeps the keys: qk_norm (a
         LayerNorm over D), then RoPE (each rotated at its token's position: ``positions`` (T,) or (B, T), default

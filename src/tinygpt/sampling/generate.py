@@ -186,7 +186,8 @@ class CachedStep:
         from tinygpt.model.gpt import GPT, MLP, Block
 
         expected = {GPT: ("forward", "_embed"), Block: ("forward",), MLP: ("forward",),
-                    CausalSelfAttention: ("forward", "_heads", "prepare", "attend", "alibi", "weights_of")}
+                    CausalSelfAttention: ("forward", "_heads", "prepare", "prepares", "attend", "alibi",
+                                          "weights_of")}
         if not isinstance(model, GPT) or not model.config.attn.causal:
             return None
         for module in model.modules():
@@ -214,8 +215,11 @@ class CachedStep:
         def norm(ln: nn.LayerNorm) -> tuple:
             return ln.normalized_shape, ln.weight, ln.bias, ln.eps
 
+        dtype = model.lm_head.weight.dtype
         layers = [_Layer(cache.kv[i], norm(b.ln_1), linear(b.attn.c_attn), b.attn, linear(b.attn.c_proj),
-                         norm(b.ln_2), linear(b.mlp.c_fc), b.mlp.gelu.approximate, linear(b.mlp.c_proj))
+                         norm(b.ln_2), linear(b.mlp.c_fc), b.mlp.gelu.approximate, linear(b.mlp.c_proj),
+                         (b.attn.n_head, b.attn.head_dim), b.attn.prepares(),
+                         None if b.attn.slopes is None else b.attn.alibi(b.attn.c_attn.weight.to(dtype)))
                   for i, b in enumerate(model.blocks)]
         return cls(model, cache, layers)
 
@@ -237,16 +241,18 @@ class CachedStep:
         for layer in self.layers:
             attn = layer.attn  # the layer's CausalSelfAttention: its config and its computation
             f, w, b = layer.qkv
-            qkv = f(F.layer_norm(x, *layer.ln_1), w, b).view(B, 3, attn.n_head, 1, attn.head_dim).transpose(0, 1)
-            k = qkv[1]  # (B, H, 1, D), strided as CausalSelfAttention._heads makes it, as is q
-            # the options on q and k (qk_norm, RoPE at position pos) before the cache keeps the key
-            q, k_seen = attn.prepare(qkv[0], k, None if positions is None else positions[pos:])
+            H, D = layer.heads
+            qkv = f(F.layer_norm(x, *layer.ln_1), w, b).view(B, 3, H, 1, D).transpose(0, 1)  # (3, B, H, 1, D)
+            q, k = qkv[0], qkv[1]  # (B, H, 1, D), strided as CausalSelfAttention._heads makes them
             kv = layer.kv  # (2, B, H, max_len, D)
-            kv.narrow(3, pos, 1).copy_(qkv[1:] if k_seen is k else torch.stack((k_seen, qkv[2])))  # key, value at once
+            if layer.prepares:  # the options on q and k (qk_norm, RoPE at position pos) before the cache keeps the key
+                q, k_seen = attn.prepare(q, k, None if positions is None else positions[pos:])
+                kv.narrow(3, pos, 1).copy_(qkv[1:] if k_seen is k else torch.stack((k_seen, qkv[2])))
+            else:
+                kv.narrow(3, pos, 1).copy_(qkv[1:])  # this token's key and value at once
             keys, values = kv.narrow(3, 0, end).unbind(0)  # (B, H, pos + 1, D) each
-            slopes = attn.alibi(q) if attn.slopes is not None else None  # (H,): ALiBi's
             y, _ = attention(q, keys, values, attn.config, scale=attn.scale_factor, positions=positions,
-                             slopes=slopes)  # (B, H, 1, D): as attn.attend
+                             slopes=layer.slopes)  # (B, H, 1, D): as attn.attend
             f, w, b = layer.proj
             x = x + f(y.reshape(B, C), w, b)  # (B, H, 1, D) -> (B, C): the heads side by side
             (f1, w1, b1), (f2, w2, b2) = layer.fc, layer.mlp_proj
@@ -270,3 +276,6 @@ class _Layer(NamedTuple):
     fc: tuple
     approximate: str
     mlp_proj: tuple
+    heads: tuple  # (H, D)
+    prepares: bool  # whether attn.prepare changes q or k (qk_norm, RoPE): else skipped, as it would return them
+    slopes: Tensor | None  # ALiBi's (H,), in the model's dtype, made once
