@@ -133,3 +133,13 @@ def patch_names(patch: list) -> str:
         target = str(node.pop("_target_", "?")).rsplit(".", 1)[-1]
         return f"{target}({', '.join(f'{k}={v!r}' for k, v in node.items())})"
     return ", ".join(name(n) for n in patch)
+
+
+def default_of(dotted: str, missing: Any = None) -> Any:
+    """The default of a model setting named from the config's root (``model.position``, ``model.attn.scale_at``),
+    from the dataclass that owns it; ``missing`` for any other key (a resume's check: runtime.resume_record)."""
+    from dataclasses import MISSING, fields
+
+    owner = {"model": GPTConfig, "model.attn": AttnConfig}.get(dotted.rpartition(".")[0])
+    found = next((f for f in fields(owner) if f.name == dotted.rpartition(".")[2]), None) if owner else None
+    return missing if found is None or found.default is MISSING else found.default

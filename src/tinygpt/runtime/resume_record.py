@@ -38,31 +38,22 @@ def run_dir_of(ckpt: Path) -> Path:
     return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
 
 
-def differences(key: str, old: Any, new: Any) -> list[tuple[str, Any, Any]]:
+_NO_DEFAULT = object()  # what no setting equals
+
+
+def differences(key: str, old: Any, new: Any, default_of=None) -> list[tuple[str, Any, Any]]:
     """The leaves where two config values differ, as (dotted key, old, new). A key the old record lacks (a run from
-    before the setting existed) counts only when the new value is not the setting's default (``schema_default``):
-    such a run computed what the default computes."""
+    before the setting existed) counts only when the new value is not the setting's default (``default_of``: dotted
+    key -> its default, from the dataclass that owns it; the caller's, since runtime knows no model): such a run
+    computed what the default computes."""
     if isinstance(old, dict) and isinstance(new, dict):
         return [d for k in sorted(set(old) | set(new))
-                if not (k not in old and new.get(k) == schema_default(f"{key}.{k}"))
-                for d in differences(f"{key}.{k}", old.get(k), new.get(k))]
+                if not (k not in old and default_of is not None
+                        and new.get(k) == default_of(f"{key}.{k}", _NO_DEFAULT))
+                for d in differences(f"{key}.{k}", old.get(k), new.get(k), default_of)]
     if isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)):
         old, new = list(old), list(new)
     return [] if old == new else [(key, old, new)]
-
-
-def schema_default(dotted: str) -> Any:
-    """The default of a model setting, from the dataclass that owns it (model.* GPTConfig, model.attn.* AttnConfig);
-    for any other key, or one its owner lacks, a value no setting equals (so the key counts as changed)."""
-    from dataclasses import MISSING, fields
-
-    from tinygpt.model.config import AttnConfig, GPTConfig
-
-    owner = {"model": GPTConfig, "model.attn": AttnConfig}.get(dotted.rpartition(".")[0])
-    field = next((f for f in fields(owner) if f.name == dotted.rpartition(".")[2]), None) if owner else None
-    if field is None or field.default is MISSING:
-        return object()
-    return field.default
 
 
 def _at(tree: Any, dotted: str) -> Any:
@@ -71,11 +62,12 @@ def _at(tree: Any, dotted: str) -> Any:
     return tree
 
 
-def check_resume_config(path: Path, cfg, skip: tuple[str, ...] = ()) -> None:
+def check_resume_config(path: Path, cfg, skip: tuple[str, ...] = (), default_of=None) -> None:
     """Refuse to resume with a setting of FIXED_RUN_KEYS or optim.FIXED_ON_RESUME other than the run's recorded one
     (its config.yaml; a run without one is not checked here), in one line naming the key and both values. ``cfg``:
     this run's config (a DictConfig, resolved here key by key, or a resolved dict); ``skip``: keys (and the keys
-    under them) not compared, because set-up has yet to set them (init_from's architecture and tokenizer)."""
+    under them) not compared, because set-up has yet to set them (init_from's architecture and tokenizer);
+    ``default_of``: a setting's default, for the keys a run recorded before they existed (``differences``)."""
     from omegaconf import OmegaConf
 
     recorded = run_dir_of(path) / "config.yaml"
@@ -89,7 +81,7 @@ def check_resume_config(path: Path, cfg, skip: tuple[str, ...] = ()) -> None:
         new, old = _select(cfg, ours, dotted), _at(theirs, dotted)
         if dotted.startswith("optim.") and (old is None or new is None):
             continue  # an optimizer without this setting
-        for key, was, now in differences(dotted, old, new):
+        for key, was, now in differences(dotted, old, new, default_of):
             if dotted.startswith("optim."):
                 raise ConfigError(optimizer_changed(path, key, was, now))
             raise ConfigError(

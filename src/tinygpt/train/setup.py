@@ -23,6 +23,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, Pr
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from tinygpt.model.config import default_of
 from tinygpt.model.gpt import Block, GPTConfig
 from tinygpt.runtime.resume_record import check_last_is_latest, check_resume_config, run_dir_of
 from tinygpt.runtime.checks import as_written
@@ -169,7 +170,7 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         ckpt_path, ckpt = resume_point(cfg, out_dir)
         if ckpt is not None:
             checkpoint.check_resume_optim(ckpt, ckpt_path, optim.settings())
-            check_resume_config(ckpt_path, resolved)  # before torch too (train.values); here for a sweep's jobs
+            check_resume_config(ckpt_path, resolved, default_of=default_of)  # before torch too (train.values); here for a sweep's jobs
             note = schedule_note(ckpt, optim)
             if note:
                 console.print(note, soft_wrap=True)

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from tinygpt.data.config import TOKENIZERS, DataConfig
 from tinygpt.data.corpus import HfHub, RandomTokens, TextCorpus, hub_reachable_or_cached
-from tinygpt.model.config import GPTConfig
+from tinygpt.model.config import GPTConfig, default_of
 from tinygpt.model.hf_config import check_init_from, read_settings
 from tinygpt.runtime.checks import is_int, is_number, positive_int
 from tinygpt.runtime.errors import (ConfigError, as_config_errors, cause_of, first_line, print_error,
@@ -219,7 +219,7 @@ def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
             raise ConfigError(named) from None
         from_pretrained = requested(cfg) is not None  # init_from sets the model and the tokenizer at set-up
         skip = ("model", "data.tokenizer", "data.bpe_vocab_size", "data.block_size") if from_pretrained else ()
-        check_resume_config(path, cfg, skip)  # what the resume may not change, against the run's own config.yaml
+        check_resume_config(path, cfg, skip, default_of)  # what the resume may not change, against the run's own config.yaml
         step = checkpoint_step(path)  # read without torch; set-up checks again with the loaded checkpoint
         if step is not None:  # first: a checkpoint behind its record is the truth to tell, not the record's step
             check_last_is_latest(path, step, run_dir)

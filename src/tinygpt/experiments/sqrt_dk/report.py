@@ -16,7 +16,8 @@ import numpy as np
 from tinygpt.experiments import index
 from tinygpt.experiments.index import Headline
 from tinygpt.analysis.records import Reads
-from tinygpt.analysis.stats import LEVEL, METHOD, N_BOOT, Estimate, all_hold, difference_words, in_range
+from tinygpt.analysis.stats import (LEVEL, METHOD, N_BOOT, Estimate, all_hold, difference_words, direction,
+                                    in_range)
 from tinygpt.analysis.sweep import ReportError, Run, predictions, sweep_wall_seconds
 from tinygpt.analysis.figures import markdown_table
 from tinygpt.analysis.templates import DOCS, plural, prose
@@ -985,9 +986,10 @@ def any_spike(runs: list[Run], nats: float) -> bool:
     return any(readings.spikes(r, nats) for r in runs if r.experiment == "sqrt_dk")
 
 
-def smaller_gaps(curves: dict[Arm, Curve]) -> str:
+def smaller_gaps(curves: dict[Arm, Curve], only_none: bool = False) -> str:
     """The best-loss gap, unscaled - scaled, at unit init and each d_k below the largest, by the vertex and cell by
-    cell, with no verdict (C1 reads the largest only)."""
+    cell, with no verdict (C1 reads the largest only); ``only_none``: only where the cell-by-cell interval covers 0
+    (stats.direction: no difference at its level)."""
     out = []
     for d in numbers.D_KS[:-1]:
         cn, cs = curves.get(Arm("unit", d, "none")), curves.get(Arm("unit", d, "sqrt_dk"))
@@ -996,8 +998,10 @@ def smaller_gaps(curves: dict[Arm, Curve]) -> str:
             piled = any(c.open_lo or c.open_hi for c in (cn, cs))  # a vertex at the grid's edge piles on a bound
             vertex = (f"{gap.value:+.3f} (an arm's basin is open at the grid's edge: no interval)" if piled else
                       gap.format(3, signed=True))
-            out.append(f"d_k = {d}: {vertex} nats by the vertex, "
-                       f"{numbers.best_cell([cn, cs]).format(3, signed=True)} cell by cell")
+            cell = numbers.best_cell([cn, cs])
+            if only_none and direction(cell) != 0:
+                continue
+            out.append(f"d_k = {d}: {vertex} nats by the vertex, {cell.format(3, signed=True)} cell by cell")
     return "; ".join(out)
 
 
@@ -1029,9 +1033,9 @@ def absent_words(curves: dict[Arm, Curve], found: list[Verdict], facts: dict) ->
     """The headline's list of where no effect shows: the gaps at the smaller d_k (no verdict), the gap at GPT-2's
     init where it is not established, F1's failure and what F3's new seeds could not tell apart."""
     out = []
-    small = smaller_gaps(curves)
+    small = smaller_gaps(curves, only_none=True)
     if small:
-        out.append(f"at the smaller d_k the best-loss gap is, without a verdict, {small}")
+        out.append(f"at a smaller d_k the best-loss gap is not told from 0 (cell by cell; no verdict): {small}")
     g1 = next((v for v in found if v.key == "G1"), None)
     if g1 is not None:
         e = g1.numbers["GPT-2 gap"]
