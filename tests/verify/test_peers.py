@@ -75,6 +75,23 @@ def test_the_formula_does_not_apply_to_a_variant_and_padding_compares_it_with_it
     assert not [r for r in results.values() if r.verdict == "fail"], results
 
 
+def test_a_function_declared_with_its_window_is_held_to_the_formula_with_it():
+    """--window W on a function: the formula with each query's last W keys is the reference (formula and padding
+    pass); a window of W + 1 keys (transformers#39408's slip) fails the formula check, which names both windows."""
+    results = {r.check: r for r in verify.run(lambda: peers.sliding_window, window=4, **QUICK)}
+    assert results["formula"].verdict == "pass" and "each query's last 4 keys" in results["formula"].measured
+    assert results["padding"].verdict == "pass" and "real rows = the formula" in results["padding"].measured
+    assert not [r for r in results.values() if r.verdict != "pass"], results
+    wider = result(lambda: lambda q, k, v, m: peers.sliding_window(q, k, v, m, w=5), "formula", window=4)
+    assert wider.verdict == "fail", wider
+    assert "with each query's last 4 keys (the declared window" in wider.why, wider.why
+    assert "it is a sliding window (each query's last 5, itself included)" in wider.why, wider.why
+    plain = result(lambda: peers.llama_softmax, "formula", window=4)  # no window at all: fails, names no variant
+    assert plain.verdict == "fail" and "it is" not in plain.why, plain.why
+    undeclared = result(lambda: peers.sliding_window, "formula")  # the n/a sentence points to the option
+    assert undeclared.verdict == "n/a" and "--window W declares it" in undeclared.why, undeclared.why
+
+
 @pytest.mark.parametrize("factory, words", [
     (peers.SquareMaskCache, "raised"),  # meta-llama/llama#899: (T_new, T_new) against T_k keys
     (peers.CausalFlagCache, "(the step of 2 tokens at positions 5-6)"),  # pytorch/executorch#21749

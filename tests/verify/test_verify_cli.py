@@ -96,8 +96,6 @@ def test_a_failure_exits_1_and_json_says_where(user, capsys):
     (["user_attn:make", "--scale", "-1"], "scale=-1.0 must be a positive number"),
     (["user_attn:make", "--window", "0"], "window=0 must be a positive integer"),
     (["user_attn:make", "--positions", "learned"], "argument --positions: invalid choice: 'learned'"),
-    (["user_attn:attention", "--window", "4"], "window is declared for a module; the formula check names a window it "
-                                               "finds in a function"),
     (["user_attn:attention", "--positions", "rope"], "positions=rope is declared for a module; a function is given q "
                                                      "and k after their rotation"),
     (["user_attn:make", "--level", "modul"], "argument --level: invalid choice: 'modul'"),

@@ -37,9 +37,6 @@ def subject(factory: Callable[[], object], settings: Settings):
         if given:
             raise VerifyError(f"{given[0]} names a module's interface; a function's padding is in the mask it is "
                               "given, and it has no cache.")
-        if settings.window:
-            raise VerifyError("window is declared for a module; the formula check names a window it finds in a "
-                              "function (n/a: a sliding window).")
         if settings.positions == "rope":
             raise VerifyError("positions=rope is declared for a module; a function is given q and k after their "
                               "rotation (positions=alibi is a function's: it adds the bias itself).")

@@ -48,8 +48,9 @@ def parser() -> OneLineParser:
                         "more new tokens (the check decodes one at a time, and after a prefill of 5 in steps of 2, "
                         "3 and 16)")
     p.add_argument("--window", type=int, metavar="W",
-                   help="the module's sliding window: each query sees its last W keys, itself included (Hugging "
-                        "Face's sliding_window; flash-attn's window_size=(W - 1, 0)); sees-past asserts it")
+                   help="the sliding window: each query sees its last W keys, itself included (Hugging Face's "
+                        "sliding_window; flash-attn's window_size=(W - 1, 0)); a module's sees-past asserts it, a "
+                        "function's formula check holds it to the formula with that window")
     p.add_argument("--positions", choices=POSITIONS,
                    help="the relative positions declared: a module's alibi or rope (the same token everywhere gives "
                         "the same output everywhere; with alibi, nearer keys weigh more), or a function's alibi (the "

@@ -5,7 +5,9 @@ Each check compares the function with the formula itself, softmax(q k^T * scale 
 the function's inputs: in float64, or in float32 where the function computes in float32 whatever it is given (a
 softmax in float32), judged against that precision's rounding (16-bit: against float32 on the same rounded inputs).
 Where the function is a known variant of the formula (a sliding window, soft-capped scores) the formula check says
-that it does not apply, and padding compares the function with itself. A function declared ``positions=alibi`` adds
+that it does not apply, and padding compares the function with itself; a function declared ``window=W`` is held to
+the formula with that window (each query's last W keys, itself included, under causal masks), so a window of another
+size fails by name. A function declared ``positions=alibi`` adds
 ALiBi's bias itself: the formula is then softmax(q k^T * scale - m_h (i - j) + mask) v with the paper's slopes m_h
 (``alibi_slopes``), query i being the last of the keys', under causal masks only (the paper's bias is for the past).
 """
@@ -52,6 +54,11 @@ class Function(WorksIn):
 
     def scale(self, d: int) -> float:
         return self.settings.scale if self.settings.scale is not None else 1.0 / math.sqrt(d)
+
+    def keep(self, keep: Tensor) -> Tensor:
+        """The mask the formula reads for a function given ``keep``: with the declared window, its last W keys too."""
+        w = self.settings.window
+        return keep & window(keep.shape[-1], w) if w else keep
 
     @property
     def slopes(self) -> Tensor | None:
@@ -121,32 +128,41 @@ def check_formula(f: Function, gen: torch.Generator) -> Result:
     """Equal to the formula under the causal mask, a random mask and no mask, at head sizes 8, 16 and 64 and at
     lengths up to 128 (two tiles of 64 keys: a tiled kernel's rescale between blocks); when it is not, which
     common slip it equals instead, or which variant of the formula it is (then the formula does not apply). With
-    ALiBi declared: the formula with the paper's bias, under the causal mask and a random causal one."""
+    ALiBi declared: the formula with the paper's bias, under the causal mask and a random causal one; with a window
+    declared: the formula with that window, under the same two masks."""
     cases, worst, where = [], 0.0, None
-    alibi = f.slopes is not None
+    alibi, w = f.slopes is not None, f.settings.window
     for t, d in CASES:
         q, k, v = qkv(gen, t, d, std=2.0, dtype=f.work)
         rand = torch.rand(B, 1, t, t, generator=gen) < 0.6
         rand[..., torch.arange(t), torch.randint(0, t, (t,), generator=gen)] = True  # every row sees a key
-        if alibi:  # the past alone, each row its own key at least
+        if alibi or w:  # the past alone, each row its own key at least
             rand = (rand & causal(t)) | torch.eye(t, dtype=torch.bool)
         everything = torch.ones(t, t, dtype=torch.bool)
-        masks = (("causal", causal(t)), ("random", rand)) + ((("all-visible", everything),) if not alibi else ())
+        masks = (("causal", causal(t)), ("random", rand)) + ((("all-visible", everything),) if not (alibi or w)
+                                                             else ())
         for name, keep in masks:
             out = f(q, k, v, keep)
             cases.append((q, k, v, keep, out, f.scale(d), f.slopes))
-            err = relative_change(out, formula(q, k, v, keep, f.scale(d), slopes=f.slopes))
+            err = relative_change(out, formula(q, k, v, f.keep(keep), f.scale(d), slopes=f.slopes))
             if err > worst:
                 worst, where = err, (name, t, d, *cases[-1])
     if worst <= f.tol:
-        masks = "causal and random causal masks, ALiBi's bias" if alibi else "causal, random and no mask"
+        masks = ("causal and random causal masks" + (", ALiBi's bias" if alibi else "")
+                 + (f", each query's last {w} keys" if w else "")) if alibi or w else "causal, random and no mask"
         return Result("formula", "pass", f"max relative error {worst:.1e} ({f.precision}; {masks}; T up to 128, head "
                                          "sizes 8, 16, 64)")
     variant = variant_of(cases, f.tol)
+    if w:  # declared: a window of another size is the finding (transformers#39408: W + 1 keys for W)
+        return Result("formula", "fail", f"max relative error {worst:.2g} from the formula with a window of {w}",
+                      f"differs from softmax(q k^T * scale + mask) v with each query's last {w} keys (the declared "
+                      f"window, itself included)" + (f"; it is {variant}" if variant else "") + ".")
     if variant:
+        size = ("; its size is its author's to check, or --window W declares it and the formula check holds the "
+                "function to it") if variant.startswith("a sliding window") else ""
         return Result("formula", "n/a", f"max relative error {worst:.2g} from the plain formula",
                       f"does not apply: the function is not the plain formula but {variant} (equal to it on every "
-                      "input tried); the other checks still do, padding against the function itself.")
+                      f"input tried{size}); the other checks still do, padding against the function itself.")
     name, t, d, q, k, v, keep, out, scale, slopes = where
     bias = " - m_h (i - j)" if alibi else ""
     return Result("formula", "fail", f"max relative error {worst:.2g}",
@@ -175,8 +191,7 @@ def variant_of(cases, tol: float) -> str:
             for both in (False, True):
                 if fits(w=w, both=both):
                     side = f"the keys less than {w} away on either side" if both else f"each query's last {w}"
-                    return (f"a sliding window ({side}, itself included; the window's size is its author's to "
-                            "check)")
+                    return f"a sliding window ({side}, itself included)"
             break
     for cap in CAPS:
         if fits(cap=cap, both=False):
@@ -305,7 +320,7 @@ def check_padding(f: Function, gen: torch.Generator) -> Result:
     if moved > f.tol * float(out.double().abs().max()):
         return Result("padding", "fail", f"real outputs moved by {moved:.2g}",
                       "changing the padded keys and values moved a real query's output: padded keys are visible.")
-    err = relative_change(out[seen], formula(q, k, v, keep, f.scale(q.shape[-1]), slopes=f.slopes)[seen])
+    err = relative_change(out[seen], formula(q, k, v, f.keep(keep), f.scale(q.shape[-1]), slopes=f.slopes)[seen])
     filled = float(out[~seen].abs().max())  # the rows that see no real key (sequence 0's first 4)
     if err <= f.tol:
         return Result("padding", "pass", f"padded keys invisible; all-masked rows finite (max |out| {filled:.2g}); "

@@ -24,7 +24,8 @@ class Settings:
     padding: str | None = None  # the module's keyword for a (B, T) bool padding mask, True = real token
     kv_cache: str | None = None  # the module's method step(x_new, cache) -> (y_new, cache), cache None at first
     strict_16bit: bool = False  # a 16-bit failure fails (by default it is a warning: a finding, not a math bug)
-    window: int | None = None  # a sliding window: each query sees its last `window` keys, itself included
+    window: int | None = None  # a sliding window: each query sees its last `window` keys, itself included (a
+    # module's sees-past asserts it; a function's formula check compares with the formula under that window)
     positions: str | None = None  # alibi | rope: relative positions declared (a module's distance check; a function's
     # formula with ALiBi's bias)
     seed: int = 0
