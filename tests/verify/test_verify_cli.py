@@ -139,6 +139,15 @@ def test_a_file_that_imports_its_sibling_runs_from_another_folder(user, capsys):
     assert cli.main(["pkg/model.py:make", "--only", "batch"]) == 0, capsys.readouterr()
 
 
+def test_a_bad_option_is_refused_before_torch_is_imported():
+    """The time from a typo to its one line: the options are checked before torch (about 1.5 s) is imported."""
+    code = ("import sys; from tinygpt.verify.cli import main; rc = main(['x:y', '--window', '0']); "
+            "print(rc, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["2", "False"], out.stdout + out.stderr
+    assert "window=0 must be a positive integer" in out.stderr, out.stderr
+
+
 def test_the_command_runs_with_torch_alone(user, capsys, monkeypatch):
     """Without rich and PyYAML (a venv holding torch alone): a plain table, and --arg values read as literals."""
     for name in ("rich", "rich.console", "rich.table", "yaml"):

@@ -17,8 +17,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from tinygpt.verify.result import LISTENERS, CheckFailed, Result, VerifyError, computes_in
+from typing import TYPE_CHECKING
+
 from tinygpt.verify.settings import Settings
+
+if TYPE_CHECKING:
+    from tinygpt.verify.result import Result
 
 __all__ = ["CheckFailed", "Result", "Settings", "VerifyError", "check", "names", "run"]
 
@@ -26,6 +30,7 @@ __all__ = ["CheckFailed", "Result", "Settings", "VerifyError", "check", "names",
 def subject(factory: Callable[[], object], settings: Settings):
     """What the checks call: the function or module the factory makes, in the level it is checked at."""
     from tinygpt.verify import function_checks, module_checks
+    from tinygpt.verify.result import VerifyError, computes_in
     from tinygpt.verify.target import level_of, width_of
 
     made = factory()
@@ -73,6 +78,8 @@ def run(factory: Callable[[], object], only: list[str] | None = None, *, progres
     was."""
     import torch
 
+    from tinygpt.verify.result import LISTENERS, Result, VerifyError
+
     s = Settings(**settings)
     with torch.random.fork_rng():
         torch.manual_seed(s.seed)
@@ -106,8 +113,19 @@ def run(factory: Callable[[], object], only: list[str] | None = None, *, progres
 def check(factory: Callable[[], object], name: str | None = None, **settings) -> list[Result]:
     """Run one check (or all of them) and raise CheckFailed, whose message is each failed check's sentence, when any
     fails (a 16-bit warning does not, unless ``strict_16bit=True``). Returns the Results."""
+    from tinygpt.verify.result import CheckFailed
+
     results = run(factory, [name] if name else None, **settings)
     failed = [r for r in results if not r.ok]
     if failed:
         raise CheckFailed("; ".join(f"{r.check}: {r.why} [{r.measured}]" for r in failed))
     return results
+
+
+def __getattr__(name: str):
+    """The result types, imported on first use (they need torch): the command refuses a bad option before torch."""
+    if name in ("CheckFailed", "Result", "VerifyError"):
+        from tinygpt.verify import result
+
+        return getattr(result, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

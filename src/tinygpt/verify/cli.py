@@ -141,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print_error(f"tinygpt-verify: {err}")
         return 2
+    import warnings
+
+    # torch without numpy (a venv holding torch alone) warns at import that it cannot use numpy; nothing here does
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
     from tinygpt.verify import run
     from tinygpt.verify.result import VerifyError
     from tinygpt.verify.target import factory_of, load
