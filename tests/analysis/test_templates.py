@@ -52,7 +52,9 @@ SYMBOLS = re.compile(r"Experiment \d|et al\. \d{4}|1/sqrt\(d_k\)|1/d_k|1/T|x\[t\
                      r"|section \d(?:\.\d)+|footnote \d|AVX512-FP16|[Aa]mendments? \d(?:, \d)*(?: and \d)?"
                      # counting conventions and a ratio's definition, not measurements
                      r"|numbered from 0|0-based|means minus 1"
-                     r"|allow_fp16_reduced_precision_reduction")
+                     r"|allow_fp16_reduced_precision_reduction"
+                     # Experiment 4's symbols: the prefix a causal query averages, the probe's score, the buckets
+                     r"|\(t \+ 1\)(?:\^2)?|t \+ 1|s2\([t0]\)|j, k <= t|R\^2|1 - SSE / SST|T/2|T - 1|\(1 \+ t q\)")
 
 
 # found when this test began to iterate the registry (it had named three experiments): design 3's prose types a few

@@ -283,3 +283,44 @@ def test_partial_leaks_quick_sweep_and_report_on_the_tiny_model(tmp_path, cache_
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "alarm_audit.py"), str(sweep)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and "alarm audit: 3 causal runs, 0 false alarms" in proc.stdout, proc.stdout
+
+
+def test_positions_sweeps_every_position_at_both_contexts_on_new_seeds():
+    """Experiment 4's grid as its design states it: 4 positions x T = 64, 256 x seeds 61-65; the arms set the context
+    and the batch (768 tokens a step at both), the probe callback is on, and the quick version sweeps 2 jobs."""
+    cfg = compose_hydra(["experiment=positions"])
+    params = cfg.hydra.sweeper.params
+    assert (params["arm/positions"], params["model.position"], params["seed"]) == (
+        "t64,t256", "learned,none,rope,alibi", "61,62,63,64,65")
+    for arm, T, batch in (("t64", 64, 12), ("t256", 256, 3)):
+        c = compose_hydra(["experiment=positions", f"arm/positions={arm}"])
+        assert (c.model.block_size, c.data.block_size, c.data.batch_size) == (T, T, batch)
+        assert c.callbacks.positions._target_ == "tinygpt.experiments.positions.probes.PositionProbes"
+        assert c.trainer.max_steps == 1500 and c.model.position == "learned"
+    quick = compose_hydra(["experiment=positions_quick"])
+    assert quick.model.block_size == 16 and quick.hydra.sweeper.params["model.position"] == "none,alibi"
+    assert quick.hydra.sweep.dir.startswith("multirun/positions_quick/")
+
+
+@pytest.mark.slow
+def test_positions_quick_sweep_and_report(tmp_path, cache_dir):
+    """experiment=positions_quick: both jobs run, each writes the probe at init and at the end and the loss on
+    windows of 4T tokens (measures.npz); the report reads them and regenerates from its records."""
+    sweep = tmp_path / "sweep"
+    run_train(["-m", "experiment=positions_quick", f"data.cache_dir={cache_dir}", f"hydra.sweep.dir={sweep}",
+               "logger=csv", "data.val_windows=64"])
+    import numpy as np
+
+    for job in sweep.glob("*/summary.json"):
+        with np.load(job.parent / "measures.npz") as z:
+            assert {"probe_init_sse", "probe_end_sse", "probe_sst", "long_buckets", "long_curve"} <= set(z.files)
+            assert z["probe_end_sse"].shape == (3, 16) and z["long_buckets"].shape == (16, 4)
+            assert z["long_curve"].shape == (64,) and np.isfinite(z["long_curve"]).all()
+    assert len(list(sweep.glob("*/summary.json"))) == 2
+    out = tmp_path / "report"
+    assert report.main(["positions", str(sweep), "--out", str(out)]) == 0
+    text = (out / "README.md").read_text()
+    assert "Why are positional encodings necessary?" in text and "| M3 |" in text and "| P4 |" in text
+    again = tmp_path / "again"
+    assert report.main(["positions", str(out / "runs.json.gz"), "--out", str(again)]) == 0
+    assert (again / "README.md").read_bytes() == (out / "README.md").read_bytes()

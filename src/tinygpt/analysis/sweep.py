@@ -27,6 +27,7 @@ class ReportError(ValueError):
 
 
 EXPERIMENT_CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "experiment"  # a source checkout
+MEASURES = "measures.npz"  # a run's arrays from an experiment's own callback (Run.windows reads them by name)
 
 
 def predictions(runs: Sequence[Run], experiment: str) -> dict:
@@ -96,12 +97,13 @@ class Run:
     def windows(self, key: str = "val_window_position") -> np.ndarray | None:
         """A per-window array of diagnostics.npz: ``val_window_position`` (N_val, T), the teacher-forced loss
         of every validation window at every position; ``honest_window_position`` (n_probe, P), the
-        honest loss of the probe windows; ``probe_index`` (n_probe,). None for a run without the file."""
+        honest loss of the probe windows; ``probe_index`` (n_probe,); or of measures.npz, the arrays an
+        experiment's own callback wrote (MEASURES). None for a run without the file."""
         return None if self._arrays is None else self._arrays.get(key)
 
     @cached_property
     def _arrays(self) -> dict[str, np.ndarray] | None:
-        """diagnostics.npz, read once (the reports ask for its arrays many times)."""
+        """diagnostics.npz and measures.npz, read once (the reports ask for their arrays many times)."""
         path = self.dir / "diagnostics.npz"
         if not path.exists():
             return None
@@ -110,6 +112,9 @@ class Run:
         old = outdated(arrays)
         if old:
             raise ReportError(refusal(path, old, self.dir))
+        if (self.dir / MEASURES).exists():
+            with np.load(self.dir / MEASURES) as z:
+                arrays.update({k: z[k].astype(np.float64) for k in z.files if k not in arrays})
         return arrays
 
     def started(self) -> float | None:

@@ -1,0 +1,298 @@
+"""Experiment 4's report (docs/experiments/positions/DESIGN.md): why are positional encodings necessary, and when is
+the causal mask enough? Every number comes from the runs' kept records (``KEEP``) or the init draws beside them
+(init_draws.json), every verdict word from tinygpt.experiments.positions.numbers (stats.in_range), every sentence
+from report.md's blocks.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from tinygpt.analysis.figures import finish_axes, markdown_table, save
+from tinygpt.analysis.records import Reads
+from tinygpt.analysis.stats import LEVEL
+from tinygpt.analysis.sweep import ReportError, Run, predictions, sweep_wall_seconds
+from tinygpt.analysis.templates import DOCS, plural, prose
+from tinygpt.experiments.index import Headline
+from tinygpt.experiments.positions import init_draws, measures, numbers
+from tinygpt.experiments.positions.numbers import LABELS, Verdict
+
+ROOT = Path(__file__).resolve().parents[4]
+NAME = "positions"
+KEEP = Reads(summary=("status", "val_loss", "vocab_size", "steps", "train_seconds", "n_params"), history=("val/loss",),
+             arrays=("probe_init_sse", "probe_end_sse", "probe_sst", "long_buckets", "long_curve"))
+INPUTS = (init_draws.FILE,)  # committed beside the report, read by it, not written by it
+INIT_DRAWS = DOCS / NAME / init_draws.FILE
+STATEMENTS = {  # each prediction as DESIGN.md states it
+    "M1": "random tokens, causal, no positions: the variance falls as the average of t + 1 independent values "
+          "predicts",
+    "M2": "Shakespeare, causal, no positions: the same, with the corpus's own token coincidences",
+    "M3": "no mask, no positions: the variance does not depend on t",
+    "P1": "the trained causal model without positions knows where it is",
+    "P2": "... but less well than with the learned table",
+    "P3": "before training, the mask alone already puts position in the hidden states",
+    "P4": "no mask, no positions: nothing to read",
+    "C1": "no positions costs nothing beyond the band",
+    "C2": "RoPE: the same",
+    "C3": "ALiBi: the same",
+    "L1": "ALiBi extrapolates: its loss past T stays within the band of its in-range loss",
+    "L2": "RoPE does not: its loss past T rises by more than the threshold",
+    "L3": "without positions the loss past T rises too",
+}
+CRITERIA = {
+    "M1": lambda p: f"interval inside +-{p['m_band']:g}",
+    "M2": lambda p: f"interval inside +-{p['m_band']:g}",
+    "M3": lambda p: f"interval inside +-{p['m3_band']:g}",
+    "P1": lambda p: "interval above 0",
+    "P2": lambda p: "interval below 0",
+    "P3": lambda p: "interval above 0",
+    "P4": lambda p: f"every layer's interval below {p['p4_max']:g}",
+    "C1": lambda p: f"interval inside +-{p['c_band']:g}",
+    "C2": lambda p: f"interval inside +-{p['c_band']:g}",
+    "C3": lambda p: f"interval inside +-{p['c_band']:g}",
+    "L1": lambda p: f"interval below {p['l_band']:+g}",
+    "L2": lambda p: f"interval above {p['l_rope']:+g}",
+    "L3": lambda p: f"interval above {p['l_band']:+g}",
+}
+CHECKS = ("M1", "M2", "M3", "P4")  # checks of the init's arithmetic or exact by equivariance (DESIGN.md)
+
+
+def design_commit() -> str:
+    """The commit that added DESIGN.md (before the runs), from git where the checkout has it."""
+    try:
+        out = subprocess.run(["git", "log", "--format=%h", "--diff-filter=A", "--",
+                              f"docs/experiments/{NAME}/DESIGN.md"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=10, check=False).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    return f"commit {out[-1]}" if out else "its first commit"
+
+
+def base(key: str) -> str:
+    return key.split()[0]
+
+
+def predictions_table(found: list[Verdict], pred: dict) -> str:
+    rows = [[v.key, STATEMENTS[base(v.key)] + (" (a check)" if base(v.key) in CHECKS else ""),
+             f"{v.what}: {v.estimate.format(3, signed=True)}", CRITERIA[base(v.key)](pred), f"**{v.verdict}**"]
+            for v in found]
+    return markdown_table(["", "prediction", "measure", "holds when", "verdict"], rows)
+
+
+def words_of(found: list[Verdict], key: str) -> list[Verdict]:
+    return [v for v in found if base(v.key) == key]
+
+
+def said(found: list[Verdict], key: str) -> str:
+    """'M3 holds' / 'C1 holds at T=64, undecided at T=256'."""
+    vs = words_of(found, key)
+    if not vs:
+        return f"{key} not tested"
+    if len({v.verdict for v in vs}) == 1:
+        return f"{key} {vs[0].verdict}" + (" at every context" if len(vs) > 1 else "")
+    return f"{key} " + ", ".join(f"{v.verdict} at {v.key.split()[1]}" for v in vs)
+
+
+def all_hold(found: list[Verdict], *keys: str) -> bool:
+    vs = [v for k in keys for v in words_of(found, k)]
+    return bool(vs) and all(v.verdict == "holds" for v in vs)
+
+
+def answer(found: list[Verdict]) -> dict[str, str]:
+    """The answer block's sentences, each from verdicts."""
+    if all_hold(found, "M3", "P4"):
+        necessary = ("Without the causal mask there is nothing to read position from: a model with neither mask nor "
+                     "positions gives every position the same output variance and a probe reads no position at any "
+                     f"layer ({said(found, 'M3')}, {said(found, 'P4')}; exact by equivariance, checks of the "
+                     "arithmetic): positions are necessary exactly where nothing else breaks the symmetry.")
+    else:
+        necessary = (f"The equivariance checks did not come out as the argument says ({said(found, 'M3')}, "
+                     f"{said(found, 'P4')}): no answer is drawn from them.")
+    mask = [said(found, k) for k in ("M1", "M2", "P3", "P1", "P2")]
+    has = all_hold(found, "P1")
+    enough = (("With the mask, a model without positions knows where it is after training" if has else
+               "Whether a trained model without positions knows where it is was not shown") + f" ({', '.join(mask)})")
+    c1, l3 = said(found, "C1"), said(found, "L3")
+    if all_hold(found, "C1"):
+        enough += f"; within the trained context it costs no more than the band against the learned table ({c1})"
+    else:
+        enough += f"; its cost against the learned table within the band: {c1}"
+    enough += f"; past the trained context: {l3}."
+    relative = "; ".join(said(found, k) for k in ("C2", "C3", "L1", "L2")) + "."
+    return {"necessary": necessary, "enough": enough, "relative": relative}
+
+
+def init_table(draws: dict) -> str:
+    """The M table (each set's slopes, measured and predicted) with its rows per causal setting."""
+    rows = []
+    for arm, label in (("causal", "causal"), ("no_mask", "no mask")):
+        for name in init_draws.SETS:
+            got = draws[arm][name]
+            measured = numbers.t_interval(numbers.slopes(got["power"]))
+            predicted = numbers.t_interval(numbers.slopes(got["predicted"]))
+            r2 = np.asarray(got["r2"], dtype=np.float64)
+            rows.append([label, name, measured.format(3, signed=True),
+                         predicted.format(3, signed=True) if arm == "causal" else "0 (equivariance)",
+                         numbers.t_interval(r2[:, -1]).format(3, signed=True)])
+    return markdown_table(["model", "windows", "slope of s2(t)", "predicted slope (from r(t))",
+                           "probe R^2, last block, at init"], rows)
+
+
+def fig_init(draws: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for i, name in enumerate(init_draws.SETS):
+        for arm, style in (("causal", "-"), ("no_mask", "--")):
+            p = np.asarray(draws[arm][name]["power"]).mean(0)
+            t = np.arange(1, len(p) + 1)
+            ax.plot(t, p / p[0], style, color=f"C{i}", label=f"{name}, {arm.replace('_', ' ')}")
+        r = np.asarray(draws["causal"][name]["predicted"]).mean(0)
+        ax.plot(np.arange(1, len(r) + 1), r / r[0], ":", color="k", lw=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    finish_axes(ax, "t + 1 (keys a causal query sees)", "s2(t) / s2(0)",
+                "attention output's mean square at init (dotted: predicted)")
+    return save(fig, path)
+
+
+def probe_table(groups: dict, pred: dict) -> str:
+    rows = []
+    for T, arms in groups.items():
+        seeds = numbers.common_seeds(arms)
+        for when in ("init", "end"):
+            for p, layers in numbers.probe_layers(arms, seeds, when).items():
+                rows.append([f"{T}", when, LABELS[p]] + [f"{x:+.3f}" for x in layers])
+    depth = max(len(r) for r in rows) - 3 if rows else 0
+    return markdown_table(["T", "when", "position", "embedding"] + [f"block {i}" for i in range(1, depth)], rows)
+
+
+def cost_table(groups: dict) -> str:
+    rows = []
+    for T, arms in groups.items():
+        seeds = numbers.common_seeds(arms)
+        loss = numbers.loss_estimates(arms, seeds)
+        for p, est in loss.items():
+            diff = (loss[p] - loss["learned"]).format(3, signed=True) if p != "learned" and "learned" in loss else "-"
+            rows.append([f"{T}", LABELS[p], est.format(3), diff])
+    return markdown_table(["T", "position", "validation loss (nats)", "minus learned (nats)"], rows)
+
+
+def lengths_table(groups: dict) -> str:
+    rows = []
+    for T, arms in groups.items():
+        seeds = numbers.common_seeds(arms)
+        rise = numbers.rises(arms, seeds, T)
+        for p, est in rise.items():
+            b = np.stack([arms[p][s].windows("long_buckets") for s in seeds]).mean((0, 1))  # (4,)
+            rows.append([f"{T}", LABELS[p]] + [f"{x:.3f}" for x in b] + [est.format(3, signed=True)])
+    return markdown_table(["T", "position", "[0, T/2)", "[T/2, T)", "[T, 2T)", "[2T, 4T)", "rise (nats)"], rows)
+
+
+def fig_lengths(groups: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 3.6), squeeze=False)
+    for ax, (T, arms) in zip(axes[0], groups.items(), strict=True):
+        seeds = numbers.common_seeds(arms)
+        for i, p in enumerate(numbers.POSITIONS):
+            if p not in arms or p == "learned":
+                continue
+            curve = np.stack([arms[p][s].windows("long_curve") for s in seeds]).mean(0)
+            ax.plot(np.arange(len(curve)), curve, color=f"C{i}", lw=1, label=LABELS[p])
+        ax.axvline(T, color="k", ls=":", lw=1)
+        finish_axes(ax, "position", "loss (nats)", f"trained at T = {T}")
+    return save(fig, path)
+
+
+def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
+    pred = predictions(runs, NAME)
+    missing = [k for k in ("m_band", "m3_band", "p4_max", "c_band", "l_band", "l_rope") if k not in pred]
+    if missing:
+        raise ReportError(f"these runs carry no {missing[0]} prediction; rerun the sweep at this version.")
+    draws = init_draws.load(INIT_DRAWS)
+    if draws is None:
+        raise ReportError(f"no {INIT_DRAWS} to read the mechanism at init from; write it first: python -m "
+                          "tinygpt.experiments.positions.init_draws")
+    groups = numbers.grouped(runs)
+    found = numbers.init_verdicts(draws, pred) + numbers.run_verdicts(runs, pred)
+    cfg = runs[0].config
+    seeds = sorted({r.seed for r in runs})
+    fig_init(draws, out / "init_variance.png")
+    fig_lengths(groups, out / "loss_past_context.png")
+    probe = cfg["callbacks"]["positions"]
+    contexts = list(groups)
+    batches = {T: int(next(iter(next(iter(a.values())).values())).config["data"]["batch_size"])
+               for T, a in groups.items()}
+    val = {T: len(next(iter(next(iter(a.values())).values())).window_means()) for T, a in groups.items()}
+    lines = [
+        prose(NAME, "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
+              n_draws=draws["draws"], design=design_commit()), "",
+        prose(NAME, "answer", **answer(found)), "",
+        "## Predictions", "", predictions_table(found, pred), "",
+        prose(NAME, "setup", n_layer=cfg["model"]["n_layer"], n_head=cfg["model"]["n_head"],
+              n_embd=cfg["model"]["n_embd"], steps=cfg["trainer"]["max_steps"], lr=float(cfg["optim"]["lr"]),
+              warmup=cfg["optim"]["warmup_steps"], min_lr=float(cfg["optim"]["min_lr"]),
+              positions=", ".join(LABELS[p] for p in numbers.POSITIONS if any(p in a for a in groups.values())),
+              contexts=" and ".join(map(str, contexts)),
+              tokens=" and ".join(sorted({f"{T * batches[T]}" for T in contexts})),
+              batches=" and ".join(str(batches[T]) for T in contexts), seeds=", ".join(map(str, seeds)),
+              wall=f"{sweep_wall_seconds(runs) / 60:.1f}"), "",
+        prose(NAME, "measures", val_windows=", ".join(f"{val[T]} at T = {T}" for T in contexts),
+              long_windows=probe["long_windows"], factor=probe["factor"], probe_fit=(probe["windows"] + 1) // 2,
+              probe_held=probe["windows"] // 2, ridge=measures.RIDGE, level=f"{LEVEL:.0%}"), "",
+        prose(NAME, "mechanism", T=draws["block_size"], n_draws=draws["draws"], windows=draws["windows"],
+              q=1 / draws["vocab_size"]), "",
+        "![init variance](init_variance.png)", "", init_table(draws), "",
+        prose(NAME, "probe"), "", probe_table(groups, pred), "",
+        prose(NAME, "cost", band=f"{pred['c_band']:g}", perplexity=f"{math.exp(pred['c_band']) - 1:.0%}"), "",
+        cost_table(groups), "",
+        prose(NAME, "lengths", factor=probe["factor"]), "", "![loss past the context](loss_past_context.png)", "",
+        lengths_table(groups), "",
+        prose(NAME, "threats", steps=cfg["trainer"]["max_steps"], params=params(runs[0]), n_seeds=len(seeds),
+              dof=len(seeds) - 1, lr=float(cfg["optim"]["lr"]), seed_sd=seed_spread(groups),
+              smoke=f"init seeds {init_draws.SMOKE[0]} and {init_draws.SMOKE[1]}"), "",
+        prose(NAME, "literature"), "",
+    ]
+    path = out / "README.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    headline(found).write(out)
+    return path
+
+
+def seed_spread(groups: dict) -> str:
+    """The learned table's final validation loss: its sd over the seeds at each context ('0.0061 at T = 64, ...')."""
+    out = []
+    for T, arms in groups.items():
+        losses = [r.window_means().mean() for r in arms.get("learned", {}).values()]
+        if len(losses) > 1:
+            out.append(f"{float(np.std(losses, ddof=1)):.4f} at T = {T}")
+    return ", ".join(out) or "not measured (one seed)"
+
+
+def params(run: Run) -> str:
+    """The model's parameter count (summary.json's n_params), e.g. '0.8M'."""
+    return f"{int(run.summary['n_params']) / 1e6:.1f}M"
+
+
+def headline(found: list[Verdict]) -> Headline:
+    """The front page's entry: the answer to "why are positional encodings necessary?" from the verdicts."""
+    a = answer(found)
+    short = a["necessary"].split(":")[0] + "."
+    return Headline(NAME, "Why positions are necessary, and when the mask is enough",
+                    "Why are positional encodings necessary, and when is the causal mask enough?",
+                    f"{a['necessary']} {a['enough']}", "loss_past_context.png",
+                    [(f"{v.key}: {STATEMENTS[base(v.key)]}", v.verdict) for v in found],
+                    status="Designed before its runs, on seeds no earlier run used (61-65); M1-M3 and P4 are checks "
+                           "of the arithmetic; P3 was informed by a 2-draw smoke test of the init-draw script.",
+                    short=short)
