@@ -250,6 +250,7 @@ def test_a_last_checkpoint_behind_its_runs_record_is_not_resumed_over_it(tmp_pat
     assert not [w for w in seen if "dirpath has changed" in str(w.message)]  # said plainly instead
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_a_resumed_run_logs_to_the_same_wandb_run(tmp_path, corpus_file, cache_dir, own_signal_handlers,
                                                    monkeypatch):
     """One training run, one W&B run: the session that resumes in place continues the first session's W&B run (its

@@ -13,6 +13,7 @@ def verdicts_of(text: str) -> dict[str, str]:
     return dict(re.findall(r"^\| (\w\d) \|.*\| \*\*(\w+)\*\* \|$", text, re.M))
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_the_report_reads_the_premise_and_its_consequences_back(tmp_path):
     """Unit init saturates without the factor and costs 0.3 nats at d_k = 256, GPT-2's init 0.05; the init-and-step
     control equals the scaled arm; the basins have one shape (C4 undecided), no run spikes (C5 undecided); in
