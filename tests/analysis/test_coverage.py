@@ -55,6 +55,7 @@ def covered(case: str, S: int, rng) -> bool:
     return est.lo <= truth <= est.hi
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 @pytest.mark.parametrize("S", [3, 5])
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_95_percent_interval_covers_the_truth_95_percent_of_the_time(case, S):

@@ -19,6 +19,7 @@ def quick_decode(tmp_path_factory):
     return out, json.loads(out.read_text())
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_the_bound_and_the_levers_are_measured_at_one_thread_and_all(quick_decode):
     _, r = quick_decode
     assert set(r["decode"]) == {"small (10.7M, context 256)", "baby (0.8M, context 64)"}
@@ -49,6 +50,7 @@ def test_the_bound_and_the_levers_are_measured_at_one_thread_and_all(quick_decod
     assert small["weight_bytes"] == 4 * 10_745_088  # every parameter once, the tied embedding once
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_the_report_renders_the_decode_sections_from_a_partial_run(quick_decode, tmp_path):
     path, r = quick_decode
     full = ROOT / "docs" / "records" / "benchmark" / "2026-11-30d.json"  # a committed full run for the other sections

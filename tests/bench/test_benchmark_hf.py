@@ -18,6 +18,7 @@ pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2 or not shutil.which("t
                                 reason="the side by side needs 2 cores and taskset")
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_the_transformers_side_by_side_runs_and_agrees(tmp_path):
     out = tmp_path / "hf.json"
     assert cli.main(["--quick", "--hf-only", "--hf-pairs", "1", "--out", str(out)]) == 0

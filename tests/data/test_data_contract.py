@@ -351,6 +351,7 @@ def test_local_files_read_as_datasets_text_loader_reads_them(tmp_path):
         "ROMEO:\nBut soft,\nwhat light\n\nJULIET:\nAy me.\n\n  spaced  ")
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_a_warm_cache_is_used_without_importing_datasets(corpus_file, tmp_path):
     import subprocess
     import sys

@@ -141,6 +141,7 @@ def test_the_report_script_is_a_thin_cli_over_the_package(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("error: report: no summary.json under")
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_sqrt_dk_sweep_arms_and_grid():
     """Design 2 (docs/experiments/sqrt_dk/DESIGN.md): init x d_k x scale at one head, the two reparametrisation
     controls, three rates a decade from 1e-4 to 1e-2, seeds 11-13; float16 at five placements."""

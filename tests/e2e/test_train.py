@@ -204,6 +204,7 @@ def test_sweep_gives_separate_runs_in_one_group(tmp_path, corpus_file, cache_dir
     assert "| text_file:tiny.txt | 16 | causal (masked) |" in text and (tmp_path / "report" / "curves.png").exists()
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_default_corpus_csv_logger_and_no_logger(tmp_path, cache_dir):
     common = [*TINY, "trainer.max_steps=4", "trainer.val_check_interval=2", f"data.cache_dir={cache_dir}"]
     out = tmp_path / "csv"

@@ -34,6 +34,7 @@ def located(data: bytes, out) -> bytes:
         b'src="plotly.min.js"', b'src="../../plotly.min.js"')
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 @pytest.mark.parametrize("name", keeping())
 def test_the_committed_report_regenerates_byte_identically_from_its_records(name, tmp_path):
     committed = DOCS / name

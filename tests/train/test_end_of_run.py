@@ -159,6 +159,7 @@ def test_a_signal_at_the_end_leaves_a_summary_and_the_resume_finishes_the_run(
     assert (out / "diagnostics.npz").exists()
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_a_run_resumed_mid_training_reports_what_the_whole_run_counted(tmp_path, corpus_file, cache_dir,
                                                                          own_signal_handlers):
     """The stability monitor's counts (the largest gradient norm, loss spikes) and the step clock's time and tokens
@@ -250,6 +251,7 @@ def test_a_last_checkpoint_behind_its_runs_record_is_not_resumed_over_it(tmp_pat
     assert not [w for w in seen if "dirpath has changed" in str(w.message)]  # said plainly instead
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_a_resumed_run_logs_to_the_same_wandb_run(tmp_path, corpus_file, cache_dir, own_signal_handlers,
                                                    monkeypatch):
     """One training run, one W&B run: the session that resumes in place continues the first session's W&B run (its
@@ -271,6 +273,7 @@ def test_a_resumed_run_logs_to_the_same_wandb_run(tmp_path, corpus_file, cache_d
     assert other["wandb"]["id"] != first
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_a_resume_that_changes_what_the_checkpoint_restores_is_refused_and_decay_follows_max_steps(
         tmp_path, corpus_file, cache_dir, own_signal_handlers):
     """optim.lr on a resume would be recorded but never trained with (the optimizer's base rate comes back from the
@@ -303,6 +306,7 @@ def test_a_resume_that_changes_what_the_checkpoint_restores_is_refused_and_decay
     assert summary["steps"] == 6 and summary["config"]["optim"]["decay_steps"] == 6
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_a_resumed_run_keeps_the_history_logged_before_its_checkpoint(tmp_path, corpus_file, cache_dir, recwarn):
     """Lightning's CSV logger deletes an existing metrics.csv when it starts: a run resumed from step 6 to 10 must
     still hold the training loss of steps 0-5 (the reports read onsets from it), once each, and the leak alarm's

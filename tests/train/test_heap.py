@@ -35,6 +35,7 @@ def arenas(mode: str) -> int:
     return sum(line.startswith("Arena ") for line in proc.stderr.splitlines())
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_threads_share_the_main_heap_once_heap_trim_is_built():
     assert arenas("default") >= 2  # glibc's default: a thread that allocates gets a heap of its own
     assert arenas("one") == 1

@@ -204,6 +204,7 @@ def _validated(tmp_path, precision="32-true", **data):
     return module, dm
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_the_last_validations_window_losses_are_the_end_of_runs_to_the_bit(tmp_path):
     """The end of a run takes every window's loss from a validation at its last step instead of scoring the windows
     again: the same (N, T) float64 values, bit for bit, as diagnostics.window_losses computes on the model, three
@@ -219,6 +220,7 @@ def test_the_last_validations_window_losses_are_the_end_of_runs_to_the_bit(tmp_p
     assert module.window_losses_of_validation_at(module.trainer.global_step + 1) is None  # not at this step
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_the_window_losses_are_scored_again_where_the_validation_ran_otherwise(tmp_path):
     """In another precision than full (bfloat16 autocast here) the validation's logits are not the end's:
     nothing is taken from it."""

@@ -271,6 +271,7 @@ def test_the_report_reads_every_arm_from_its_config(tmp_path):
     assert [pl.arm_of(r) for r in load_runs([tmp_path])] == list(BUGS)
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_the_synthetic_sweeps_known_answers(report):
     """Steps in the report are steps taken: the history's 0-based index + 1 (a drop at index 300 is step 301)."""
     # every structural leak collapses with a worse honest loss: prediction 1 holds
@@ -320,6 +321,7 @@ def test_a_fill_leak_before_the_predicted_probe_is_explained_with_its_numbers(tm
     assert "at steps 90, 80, 90 per seed, against the predicted 90, 90, 90: at the predicted probe in 2 of 3" in text
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_a_replacing_fill_that_never_opens_is_said_so_and_the_alarm_that_stays_quiet_holds(tmp_path):
     rng = np.random.default_rng(0)
     job = 0

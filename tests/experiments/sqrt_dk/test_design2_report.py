@@ -3,6 +3,8 @@ verdict word the report prints is the one the construction implies."""
 
 import re
 
+import pytest
+
 from tests.experiments.sqrt_dk.design2_synthetic_sweep import World, make_fp16_sweep, make_sweep
 from tinygpt.experiments import report
 
@@ -11,6 +13,7 @@ def verdicts_of(text: str) -> dict[str, str]:
     return dict(re.findall(r"^\| (\w\d) \|.*\| \*\*(\w+)\*\* \|$", text, re.M))
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_the_report_reads_the_premise_and_its_consequences_back(tmp_path):
     """Unit init saturates without the factor and costs 0.3 nats at d_k = 256, GPT-2's init 0.05; the init-and-step
     control equals the scaled arm; the basins have one shape (C4 undecided), no run spikes (C5 undecided); in
@@ -40,6 +43,7 @@ def test_the_report_reads_the_premise_and_its_consequences_back(tmp_path):
     assert (tmp_path / "out" / "loss_vs_lr.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_where_the_premise_and_the_cost_are_absent_the_verdicts_say_so(tmp_path):
     """No saturation (M1 fails: the unscaled trace rises with d_k), the scaled arm worse by 0.3 (C1 fails, C2 fails),
     no float16 overflow (F1 and F2 undecided: nothing for the placement to remove, no run to rerun)."""
@@ -53,6 +57,7 @@ def test_where_the_premise_and_the_cost_are_absent_the_verdicts_say_so(tmp_path)
     assert found["G1"] == "undecided"  # the same cost under both inits: their difference covers 0
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_a_float32_sweep_alone_says_which_predictions_it_cannot_test(tmp_path):
     make_sweep(tmp_path / "sweep")
     assert report.main(["sqrt_dk", str(tmp_path / "sweep"), "--out", str(tmp_path / "out")]) == 0
@@ -62,6 +67,7 @@ def test_a_float32_sweep_alone_says_which_predictions_it_cannot_test(tmp_path):
     assert re.search(r"^\| F2 \|.*its arms did not run \| not tested \|$", text, re.M)
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_float16_runs_that_diverged_without_reruns_print_the_commands_to_run(tmp_path):
     make_sweep(tmp_path / "sweep")
     make_fp16_sweep(tmp_path / "sweep", reruns=False)
@@ -73,6 +79,7 @@ def test_float16_runs_that_diverged_without_reruns_print_the_commands_to_run(tmp
                             for arm in ("fp16_none_math", "fp16_sqrt_scores") for s in (11, 12, 13)]
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_an_arm_whose_best_rate_is_the_lowest_gets_the_stage_two_rates_below_it(tmp_path):
     """Every arm best below 1e-4 (the lowest rate): stage 2 asks each of the 14 arms for 4.642e-5 and 2.154e-5 with
     its seeds."""
@@ -99,6 +106,7 @@ def test_an_arm_whose_best_rate_is_the_lowest_gets_the_stage_two_rates_below_it(
     assert "(stage 2 added 2.15e-05, 4.64e-05 for unit init, d_k = 256, unscaled, whose best rate" in text
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_an_overflow_between_probes_leaves_f1_undecided_and_the_every_step_replay_sees_it(tmp_path):
     """As in the real float16 sweep: the scores of the scale-after-product runs turn inf at step 101, between two of
     the sweep's probes (every 20 steps), and the loss NaN at 110. F1 stays undecided (no probe saw an inf score) and
@@ -172,6 +180,7 @@ def draws_file(path, n=30):
     return path
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_f1_per_run_stability_from_design_3_and_the_draws_from_kept_records(tmp_path, monkeypatch):
     """Amendment 4's replay: seeds 11-13 (seen: the float16 sweep ran them) go non-finite at batch 110, the first
     whose formed product passes 65,504 (F1 holds for each); seeds 14-16 (new, no sweep run) go non-finite there with
@@ -243,6 +252,7 @@ def test_f1_per_run_stability_from_design_3_and_the_draws_from_kept_records(tmp_
                      text)
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_f3_reads_the_products_sign_where_a_negative_product_past_the_limit_failed_f1(tmp_path, monkeypatch):
     """Amendment 5: each overflowing replay's largest |q.k| passes 65,504 five batches before its loss goes non-finite,
     from a negative product (-70,000: -inf in float16, weight 0, nothing ends); its largest signed q.k passes it at

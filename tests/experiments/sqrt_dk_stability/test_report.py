@@ -43,6 +43,7 @@ def test_the_report_regenerates_byte_identically_from_its_records(predicted, tmp
     assert not (again / "runs.json.gz").exists()  # written from a records file, it keeps no second copy
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_the_records_hold_what_the_report_reads_and_are_the_same_bytes_each_time(predicted, tmp_path):
     root, out = predicted
     data = json.loads(gzip.decompress((out / "runs.json.gz").read_bytes()))
@@ -55,6 +56,7 @@ def test_the_records_hold_what_the_report_reads_and_are_the_same_bytes_each_time
     assert (tmp_path / "second" / "runs.json.gz").read_bytes() == (out / "runs.json.gz").read_bytes()
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_where_nothing_moves_the_edge_stability_is_not_shown(tmp_path):
     make_sweep(tmp_path / "s", {"sqrt": -1.6, "mid": -1.6, "none": -1.6, "qknorm": -1.6}, spread=0.2,
                rates=RATES[3:10])

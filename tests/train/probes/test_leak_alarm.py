@@ -131,6 +131,7 @@ def test_bad_settings_are_one_sentence():
         LeakAlarm(z=0)
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_train_py_with_a_bug_and_action_stop_ends_leaky_with_exit_0(tmp_path, corpus_args):
     out = tmp_path / "run"
     proc = run_train([*TINY, *corpus_args, BUG, "callbacks.leak_alarm.action=stop", "logger=csv",
