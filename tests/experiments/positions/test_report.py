@@ -47,6 +47,7 @@ def test_where_every_prediction_is_true_every_verdict_holds(predicted):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({png})" in text
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_where_every_prediction_is_false_every_verdict_fails(tmp_path, monkeypatch):
     world = World(loss={"learned": 0.0, "none": 0.1, "rope": -0.1, "alibi": 0.1},
                   rise={"none": -0.1, "rope": 0.0, "alibi": 0.2},
@@ -59,6 +60,7 @@ def test_where_every_prediction_is_false_every_verdict_fails(tmp_path, monkeypat
     assert "did not come out as the argument says" in (out / "README.md").read_text()
 
 
+@pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
 def test_a_difference_at_the_bands_edge_is_undecided(tmp_path, monkeypatch):
     world = World(loss={"learned": 0.0, "none": 0.02, "rope": 0.0, "alibi": 0.0})
     _, out = written(tmp_path, monkeypatch, world, "edge")

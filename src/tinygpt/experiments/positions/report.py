@@ -76,9 +76,17 @@ def base(key: str) -> str:
     return key.split()[0]
 
 
+def shown(est) -> str:
+    """An estimate with its interval: 3 decimals, or 2 significant digits in scientific notation where the whole
+    interval is within 5e-4 of 0 (three decimals would print it as +0.000 [+0.000, +0.000])."""
+    if max(abs(est.value), abs(est.lo), abs(est.hi)) < 5e-4:
+        return f"{est.value:+.1e} [{est.lo:+.1e}, {est.hi:+.1e}]"
+    return est.format(3, signed=True)
+
+
 def predictions_table(found: list[Verdict], pred: dict) -> str:
     rows = [[v.key, STATEMENTS[base(v.key)] + (" (a check)" if base(v.key) in CHECKS else ""),
-             f"{v.what}: {v.estimate.format(3, signed=True)}", CRITERIA[base(v.key)](pred), f"**{v.verdict}**"]
+             f"{v.what}: {shown(v.estimate)}", CRITERIA[base(v.key)](pred), f"**{v.verdict}**"]
             for v in found]
     return markdown_table(["", "prediction", "measure", "holds when", "verdict"], rows)
 
@@ -135,7 +143,7 @@ def init_table(draws: dict) -> str:
             measured = numbers.t_interval(numbers.slopes(got["power"]))
             predicted = numbers.t_interval(numbers.slopes(got["predicted"]))
             r2 = np.asarray(got["r2"], dtype=np.float64)
-            rows.append([label, name, measured.format(3, signed=True),
+            rows.append([label, name, shown(measured),
                          predicted.format(3, signed=True) if arm == "causal" else "0 (equivariance)",
                          numbers.t_interval(r2[:, -1]).format(3, signed=True)])
     return markdown_table(["model", "windows", "slope of s2(t)", "predicted slope (from r(t))",
