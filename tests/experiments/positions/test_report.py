@@ -42,7 +42,8 @@ def test_where_every_prediction_is_true_every_verdict_holds(predicted):
     assert {k: w for k, w in v.items() if w != "holds"} == {}
     text = (out / "README.md").read_text()
     assert "Without the causal mask there is nothing to read position from" in text
-    assert "With the mask, a model without positions knows where it is after training" in text
+    assert "With the mask, a model without positions learns where it is" in text
+    assert "Within the trained context it costs nothing beyond the band" in text
     for png in ("init_variance.png", "loss_past_context.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({png})" in text
 
@@ -57,7 +58,8 @@ def test_where_every_prediction_is_false_every_verdict_fails(tmp_path, monkeypat
     _, out = written(tmp_path, monkeypatch, world, "false")
     v = verdicts(out)
     assert {k: w for k, w in v.items() if w != "fails"} == {}, v
-    assert "did not come out as the argument says" in (out / "README.md").read_text()
+    text = (out / "README.md").read_text()
+    assert "did not come out as the argument says" in text and "here the mask alone does not match the table" in text
 
 
 @pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)
