@@ -117,6 +117,21 @@ def at(found: list[Verdict], key: str, digits: int = 3, unit: str = "") -> str:
                         for v in vs if len(v.key.split()) > 1) or "not measured"
 
 
+def versus(found: list[Verdict], key: str) -> str:
+    """A loss difference from learned's at each context, in words: 'lower than the learned table's by 0.139
+    [0.129, 0.148] nats at T = 64', 'higher ... by', or 'within ... of it' where the interval holds 0."""
+    out = []
+    for v in words_of(found, key):
+        e, where = v.estimate, v.key.split()[1].replace("=", " = ")
+        if e.hi < 0:
+            out.append(f"lower than the learned table's by {-e.value:.3f} [{-e.hi:.3f}, {-e.lo:.3f}] nats at {where}")
+        elif e.lo > 0:
+            out.append(f"higher than the learned table's by {e.value:.3f} [{e.lo:.3f}, {e.hi:.3f}] nats at {where}")
+        else:
+            out.append(f"{e.format(3, signed=True)} nats from the learned table's at {where} (no difference shown)")
+    return " and ".join(out) or "not measured"
+
+
 def answer(found: list[Verdict]) -> dict[str, str]:
     """The answer block's sentences, each from verdicts and the estimates they judge."""
     if all_hold(found, "M3", "P4"):
@@ -129,8 +144,9 @@ def answer(found: list[Verdict]) -> dict[str, str]:
                      f"{said(found, 'P4')}): no answer is drawn from them.")
     if all_hold(found, "P1"):
         enough = (f"With the mask, a model without positions learns where it is: a linear probe reads its position "
-                  f"from the last block with R^2 {at(found, 'P1', 2)} ({said(found, 'P1')}), less than with the "
-                  f"learned table by {at(found, 'P2', 2)} ({said(found, 'P2')}), and already some before training "
+                  f"from the last block with R^2 {at(found, 'P1', 2)} ({said(found, 'P1')}), less well than with the "
+                  f"learned table (the difference in R^2, {at(found, 'P2', 2)}; {said(found, 'P2')}), and already "
+                  "some before training "
                   f"({at(found, 'P3', 2)}; {said(found, 'P3')}; the variance at init falls with position as the "
                   f"argument says: {said(found, 'M1')}, {said(found, 'M2')}).")
     else:
@@ -141,16 +157,15 @@ def answer(found: list[Verdict]) -> dict[str, str]:
         enough += (f" Within the trained context it costs nothing beyond the band against the learned table "
                    f"({at(found, 'C1', unit=' nats')}; {c1}).")
     elif costs and all(v.estimate.lo > 0 for v in costs):
-        enough += (f" But within the trained context leaving positions out costs validation loss against the learned "
-                   f"table, {at(found, 'C1', unit=' nats')} ({c1} against the design's band): here the mask alone does "
-                   "not match the table.")
+        enough += (f" But within the trained context leaving positions out costs validation loss: it is "
+                   f"{versus(found, 'C1')} ({c1} against the design's band): here the mask alone does not match the "
+                   "table.")
     else:
-        enough += f" Its validation loss against the learned table: {at(found, 'C1', unit=' nats')} ({c1})."
+        enough += f" Its validation loss is {versus(found, 'C1')} ({c1})."
     enough += f" Past the trained context its loss rises by {at(found, 'L3', unit=' nats')} ({said(found, 'L3')})."
-    relative = (f"RoPE's validation loss against the learned table {at(found, 'C2', unit=' nats')} "
-                f"({said(found, 'C2')}), its rise past T {at(found, 'L2', unit=' nats')} ({said(found, 'L2')}); "
-                f"ALiBi's {at(found, 'C3', unit=' nats')} ({said(found, 'C3')}), its rise "
-                f"{at(found, 'L1', unit=' nats')} ({said(found, 'L1')}).")
+    relative = (f"RoPE's validation loss is {versus(found, 'C2')} ({said(found, 'C2')}), and past T it rises by "
+                f"{at(found, 'L2', unit=' nats')} ({said(found, 'L2')}); ALiBi's is {versus(found, 'C3')} "
+                f"({said(found, 'C3')}), and past T it rises by {at(found, 'L1', unit=' nats')} ({said(found, 'L1')}).")
     return {"necessary": necessary, "enough": enough, "relative": relative}
 
 
