@@ -331,7 +331,9 @@ def params(run: Run) -> str:
 def headline(found: list[Verdict]) -> Headline:
     """The front page's entry: the answer to "why are positional encodings necessary?" from the verdicts."""
     a = answer(found)
-    short = a["necessary"].split(":")[0] + "."
+    short = (a["necessary"].split(":")[0] + f" ({said(found, 'M3')}, {said(found, 'P4')}). With it, a model without "
+             f"positions learns where it is ({said(found, 'P1')}); its validation loss is {versus(found, 'C1')} "
+             f"({said(found, 'C1')}); RoPE's is {versus(found, 'C2')}, ALiBi's {versus(found, 'C3')}.")
     return Headline(NAME, "Why positions are necessary, and when the mask is enough",
                     "Why are positional encodings necessary, and when is the causal mask enough?",
                     f"{a['necessary']} {a['enough']}", "loss_past_context.png",
