@@ -41,8 +41,8 @@ def test_where_every_prediction_is_true_every_verdict_holds(predicted):
     assert sorted(v) == sorted(EVERY)
     assert {k: w for k, w in v.items() if w != "holds"} == {}
     text = (out / "README.md").read_text()
-    assert "Without the causal mask there is nothing to read position from" in text
-    assert "With the mask, a model without positions learns where it is" in text
+    assert "Without the causal mask, position cannot be recovered at all" in text
+    assert "With the mask, position becomes linearly decodable from a model without positions" in text
     assert "Within the trained context it costs nothing beyond the band" in text
     for png in ("init_variance.png", "loss_past_context.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({png})" in text
@@ -59,7 +59,7 @@ def test_where_every_prediction_is_false_every_verdict_fails(tmp_path, monkeypat
     v = verdicts(out)
     assert {k: w for k, w in v.items() if w != "fails"} == {}, v
     text = (out / "README.md").read_text()
-    assert "did not come out as the argument says" in text and "here the mask alone does not match the table" in text
+    assert "did not come out as the argument says" in text and "so here explicit positions are necessary too" in text
 
 
 @pytest.mark.slow  # several seconds: the slow tier (make test-all, CI)

@@ -84,10 +84,10 @@ def loss_estimates(arms: dict[str, dict[int, Run]], seeds: list[int]) -> dict[st
 # ----------------------------------------------------------------------------- L: past the trained context
 
 
-def rises(arms: dict[str, dict[int, Run]], seeds: list[int], T: int) -> dict[str, Estimate]:
+def rises(arms: dict[str, dict[int, Run]], seeds: list[int], T: int, reference: str = "half") -> dict[str, Estimate]:
     """Each non-learned position's rise past T: per long window, the mean loss over [T, 4T) minus that over
-    [T/2, T) (long_buckets: [0, T/2), [T/2, T), [T, 2T), [2T, 4T)), averaged over windows and seeds; one bootstrap
-    call, arms paired by seed and window."""
+    [T/2, T) (``reference`` "half", the design's; "all": over [0, T), post hoc) (long_buckets: [0, T/2), [T/2, T),
+    [T, 2T), [2T, 4T)), averaged over windows and seeds; one bootstrap call, arms paired by seed and window."""
     samples = {}
     for p, by_seed in arms.items():
         if p == "learned":
@@ -100,7 +100,7 @@ def rises(arms: dict[str, dict[int, Run]], seeds: list[int], T: int) -> dict[str
                                   "callbacks.positions.")
             factor = int(by_seed[s].config["callbacks"]["positions"]["factor"])
             beyond = (b[:, 2] * T + b[:, 3] * (factor - 2) * T) / ((factor - 1) * T)  # (N,): [T, factor T)
-            rows.append(beyond - b[:, 1])
+            rows.append(beyond - (b[:, 1] if reference == "half" else (b[:, 0] + b[:, 1]) / 2))
         samples[p] = Sample(np.stack(rows), "long", "seeds", tuple(seeds))
     return stats.bootstrap(samples) if samples else {}
 
@@ -152,14 +152,14 @@ def init_verdicts(draws: dict, pred: dict) -> list[Verdict]:
     m.append(Verdict("M3", "slope of s2(t), no mask", est, stats.in_range(est, -pred["m3_band"], pred["m3_band"])))
     r2 = np.asarray(draws["no_mask"]["shakespeare"]["r2"], dtype=np.float64)  # (draws, L + 1)
     layers = [t_interval(r2[:, i]) for i in range(r2.shape[1])]
-    worst = max(layers, key=lambda e: e.hi)
+    worst = max(layers[1:] or layers, key=lambda e: e.hi)  # shown: the blocks' (the embedding holds no position)
     if all(e.hi < pred["p4_max"] for e in layers):
         word = "holds"
     elif any(e.lo > pred["p4_max"] for e in layers):
         word = "fails"
     else:
         word = "undecided"
-    m.append(Verdict("P4", "R^2, no mask, no positions (the layer whose interval reaches highest)", worst, word))
+    m.append(Verdict("P4", "R^2, no mask, no positions (the block whose interval reaches highest)", worst, word))
     return m
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from tinygpt.analysis.figures import finish_axes, markdown_table, save
 from tinygpt.analysis.records import Reads
+from tinygpt.analysis import stats
 from tinygpt.analysis.stats import LEVEL
 from tinygpt.analysis.sweep import ReportError, Run, predictions, sweep_wall_seconds
 from tinygpt.analysis.templates import DOCS, plural, prose
@@ -135,31 +136,34 @@ def versus(found: list[Verdict], key: str) -> str:
 def answer(found: list[Verdict]) -> dict[str, str]:
     """The answer block's sentences, each from verdicts and the estimates they judge."""
     if all_hold(found, "M3", "P4"):
-        necessary = ("Without the causal mask there is nothing to read position from: a model with neither mask nor "
+        necessary = ("Without the causal mask, position cannot be recovered at all: a model with neither mask nor "
                      "positions gives every position the same output variance and a probe reads no position at any "
                      f"layer ({said(found, 'M3')}, {said(found, 'P4')}; exact by equivariance, checks of the "
-                     "arithmetic): positions are necessary exactly where nothing else breaks the symmetry.")
+                     "arithmetic at init, no trained bidirectional model). There, positions are necessary.")
     else:
         necessary = (f"The equivariance checks did not come out as the argument says ({said(found, 'M3')}, "
                      f"{said(found, 'P4')}): no answer is drawn from them.")
+    costs = words_of(found, "C1")
+    if costs and all(v.estimate.lo > 0 for v in costs):
+        necessary += (" With the mask position is recoverable, but leaving it out still costs: the validation loss "
+                      f"without positions is {versus(found, 'C1')} ({said(found, 'C1')}), so here explicit positions "
+                      "are necessary too.")
     if all_hold(found, "P1"):
-        enough = (f"With the mask, a model without positions learns where it is: a linear probe reads its position "
-                  f"from the last block with R^2 {at(found, 'P1', 2)} ({said(found, 'P1')}), less well than with the "
-                  f"learned table (the difference in R^2, {at(found, 'P2', 2)}; {said(found, 'P2')}), and already "
-                  "some before training "
-                  f"({at(found, 'P3', 2)}; {said(found, 'P3')}; the variance at init falls with position as the "
-                  f"argument says: {said(found, 'M1')}, {said(found, 'M2')}).")
+        enough = (f"With the mask, position becomes linearly decodable from a model without positions: a probe on "
+                  f"its last block reaches R^2 {at(found, 'P1', 2)} ({said(found, 'P1')}), less than with the learned "
+                  f"table (the difference, {at(found, 'P2', 2)}; {said(found, 'P2')}), and some of it before any "
+                  f"training ({at(found, 'P3', 2)}; {said(found, 'P3')}). Decodable is not used: the probe does not "
+                  "say the model relies on it.")
     else:
-        enough = (f"Whether a trained model without positions knows where it is was not shown ({said(found, 'P1')}; "
-                  f"{said(found, 'P3')}).")
-    c1, costs = said(found, "C1"), words_of(found, "C1")
+        enough = (f"Whether position is decodable from a trained model without positions was not shown "
+                  f"({said(found, 'P1')}; {said(found, 'P3')}).")
+    c1 = said(found, "C1")
     if all_hold(found, "C1"):
         enough += (f" Within the trained context it costs nothing beyond the band against the learned table "
                    f"({at(found, 'C1', unit=' nats')}; {c1}).")
     elif costs and all(v.estimate.lo > 0 for v in costs):
-        enough += (f" But within the trained context leaving positions out costs validation loss: it is "
-                   f"{versus(found, 'C1')} ({c1} against the design's band): here the mask alone does not match the "
-                   "table.")
+        enough += (f" But within the trained context it does not match the table at this scale and budget ({c1} "
+                   "against the design's band, above).")
     else:
         enough += f" Its validation loss is {versus(found, 'C1')} ({c1})."
     enough += f" Past the trained context its loss rises by {at(found, 'L3', unit=' nats')} ({said(found, 'L3')})."
@@ -167,6 +171,54 @@ def answer(found: list[Verdict]) -> dict[str, str]:
                 f"{at(found, 'L2', unit=' nats')} ({said(found, 'L2')}); ALiBi's is {versus(found, 'C3')} "
                 f"({said(found, 'C3')}), and past T it rises by {at(found, 'L1', unit=' nats')} ({said(found, 'L1')}).")
     return {"necessary": necessary, "enough": enough, "relative": relative}
+
+
+def probe_words(groups: dict, draws: dict) -> dict[str, str]:
+    """The probe block's computed sentences: the none model's typical error in positions at the end, RoPE's and
+    ALiBi's last-block R^2, and how the init draws' variance slopes and probes line up."""
+    rmse, mean, ends, inits = [], [], [], []
+    for T, arms in groups.items():
+        seeds = numbers.common_seeds(arms)
+        var_t = (T * T - 1) / 12  # the positions 0 .. T - 1's variance about their mean
+        end, init = numbers.probe_layers(arms, seeds, "end"), numbers.probe_layers(arms, seeds, "init")
+        if "none" in end:
+            rmse.append(f"{math.sqrt(max(0.0, 1 - end['none'][-1]) * var_t):.1f} positions at T = {T}")
+            mean.append(f"{math.sqrt(var_t):.1f} at T = {T}")
+        rel = [p for p in ("rope", "alibi") if p in end]
+        ends.append(", ".join(f"{LABELS[p]} {end[p][-1]:+.3f}" for p in rel) + f" at T = {T}")
+        inits.append(", ".join(f"{LABELS[p]} {init[p][-1]:+.3f}" for p in rel) + f" at T = {T}")
+    slope = {n: float(numbers.slopes(draws["causal"][n]["power"]).mean()) for n in init_draws.SETS}
+    r2 = {n: float(np.asarray(draws["causal"][n]["r2"])[:, -1].mean()) for n in init_draws.SETS}
+    steeper = min(slope, key=slope.get)
+    other = max(slope, key=slope.get)
+    agrees = r2[steeper] > r2[other]
+    m_vs_p = (f"on {steeper} windows the variance falls more steeply (slope {slope[steeper]:+.3f} against "
+              f"{slope[other]:+.3f} on {other} ones) and the probe at init reads {'more' if agrees else 'less'} "
+              f"(R^2 {r2[steeper]:+.3f} against {r2[other]:+.3f})")
+    return {"rmse": " and ".join(rmse) or "-", "rmse_mean": " and ".join(mean) or "-",
+            "relative_end": "; ".join(e for e in ends if e), "relative_init": "; ".join(inits), "m_vs_p": m_vs_p}
+
+
+def lengths_words(groups: dict) -> dict[str, str]:
+    """The L block's computed sentences: each rise's spread by level, and the post-hoc rise against [0, T)."""
+    spread, alls = [], []
+    for T, arms in groups.items():
+        seeds = numbers.common_seeds(arms)
+        for p, est in numbers.rises(arms, seeds, T).items():
+            sds = stats.level_sds(est)
+            spread.append(f"{LABELS[p]} at T = {T}, {sds.get('windows', 0):.3f} and {sds.get('seeds', 0):.3f}")
+        for p, est in numbers.rises(arms, seeds, T, reference="all").items():
+            alls.append(f"{LABELS[p]} {est.format(3, signed=True)} at T = {T}")
+    return {"level_sds": "; ".join(spread) or "-", "rise_all": "; ".join(alls) or "-"}
+
+
+def m3_note(draws: dict) -> str:
+    parts = []
+    for name in init_draws.SETS:
+        est = numbers.t_interval(numbers.slopes(draws["no_mask"][name]["power"]))
+        parts.append(f"on {name} windows its slope is {shown(est)}, an interval that "
+                     f"{'excludes' if est.excludes(0) else 'includes'} 0")
+    return "; ".join(parts) + ", far inside the band either way"
 
 
 def init_table(draws: dict) -> str:
@@ -297,14 +349,16 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         prose(NAME, "mechanism", T=draws["block_size"], n_draws=draws["draws"], windows=draws["windows"],
               q=1 / draws["vocab_size"]), "",
         "![init variance](init_variance.png)", "", init_table(draws), "",
-        prose(NAME, "probe"), "", probe_table(groups, pred), "",
+        prose(NAME, "probe", **probe_words(groups, draws)), "", probe_table(groups, pred), "",
         prose(NAME, "cost", band=f"{pred['c_band']:g}", perplexity=f"{math.exp(pred['c_band']) - 1:.0%}"), "",
         cost_table(groups), "",
-        prose(NAME, "lengths", factor=probe["factor"]), "", "![loss past the context](loss_past_context.png)", "",
+        prose(NAME, "lengths", factor=probe["factor"], long_windows=probe["long_windows"],
+              val_windows_short=", ".join(f"{val[T]:,} at T = {T}" for T in contexts), **lengths_words(groups)), "",
+        "![loss past the context](loss_past_context.png)", "",
         lengths_table(groups), "",
         prose(NAME, "threats", steps=cfg["trainer"]["max_steps"], params=params(runs[0]), n_seeds=len(seeds),
               dof=len(seeds) - 1, lr=float(cfg["optim"]["lr"]), seed_sd=seed_spread(groups),
-              smoke=f"init seeds {init_draws.SMOKE[0]} and {init_draws.SMOKE[1]}"), "",
+              smoke=f"init seeds {init_draws.SMOKE[0]} and {init_draws.SMOKE[1]}", m3_note=m3_note(draws)), "",
         prose(NAME, "literature"), "",
     ]
     path = out / "README.md"
@@ -332,8 +386,9 @@ def headline(found: list[Verdict]) -> Headline:
     """The front page's entry: the answer to "why are positional encodings necessary?" from the verdicts."""
     a = answer(found)
     short = (a["necessary"].split(":")[0] + f" ({said(found, 'M3')}, {said(found, 'P4')}). With it, a model without "
-             f"positions learns where it is ({said(found, 'P1')}); its validation loss is {versus(found, 'C1')} "
-             f"({said(found, 'C1')}); RoPE's is {versus(found, 'C2')}, ALiBi's {versus(found, 'C3')}.")
+             f"positions holds position a linear probe can read ({said(found, 'P1')}); its validation loss is "
+             f"{versus(found, 'C1')} ({said(found, 'C1')}); RoPE's is {versus(found, 'C2')}, ALiBi's "
+             f"{versus(found, 'C3')}.")
     return Headline(NAME, "Why positions are necessary, and when the mask is enough",
                     "Why are positional encodings necessary, and when is the causal mask enough?",
                     f"{a['necessary']} {a['enough']}", "loss_past_context.png",
