@@ -233,6 +233,7 @@ def test_our_gpt_with_each_position_fails_no_check_cache_and_padding_included(po
                                                                                           "alone")
 
 
+@pytest.mark.slow  # 11 whole batteries, about 30 s: the slow tier (make test-all, CI)
 @pytest.mark.parametrize("factory, settings, check, words", [
     (lambda: our.Decoding("rope", attn=our.RopeOffsetForgotten), {**DECODING, "positions": "rope"}, "kv-cache",
      "decoding with the cache (a prefill of 1, then one token at a time) differs from the whole sequence from "
