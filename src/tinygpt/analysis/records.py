@@ -167,6 +167,15 @@ def save(path: Path, runs: list[Run], reads: Reads, sweeps: list[str], excluded:
     return path
 
 
+def read_input(path: Path, layout: int) -> dict | None:
+    """A JSON input a report reads beside its records (an experiment's init_draws.json): its content, or None where
+    the file is absent or of another layout."""
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data if data.get("format") == layout else None
+
+
 def is_records(path: Path) -> bool:
     return path.is_file() and path.name.endswith(".json.gz")
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.experiments.positions.synthetic_sweep import SEEDS, World, make_draws, make_sweep
+from tests.experiments.regenerated import assert_regenerates
 from tinygpt.experiments import report
 from tinygpt.experiments.positions import init_draws
 from tinygpt.experiments.positions import report as positions_report
@@ -71,13 +72,8 @@ def test_a_difference_at_the_bands_edge_is_undecided(tmp_path, monkeypatch):
 
 
 def test_the_report_regenerates_byte_identically_from_its_records(predicted, tmp_path):
-    _, out = predicted
-    kept = out / "runs.json.gz"
-    assert kept.is_file() and kept.stat().st_size < 300_000
-    again = tmp_path / "again"
-    report.write("positions", [kept], again)
-    for name in ("README.md", "headline.json", "init_variance.png", "loss_past_context.png"):
-        assert (again / name).read_bytes() == (out / name).read_bytes(), name
+    assert_regenerates("positions", predicted[1], tmp_path / "again",
+                       ("README.md", "headline.json", "init_variance.png", "loss_past_context.png"), 300_000)
 
 
 def test_without_init_draws_the_report_says_how_to_make_them(tmp_path, monkeypatch):

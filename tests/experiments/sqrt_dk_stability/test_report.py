@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.experiments.regenerated import assert_regenerates
 from tests.experiments.sqrt_dk_stability.synthetic_sweep import RATES, SEEDS, make_sweep
 from tinygpt.analysis.sweep import ReportError
 from tinygpt.experiments import report
@@ -34,12 +35,8 @@ def test_where_the_prediction_is_true_every_verdict_holds(predicted):
 
 def test_the_report_regenerates_byte_identically_from_its_records(predicted, tmp_path):
     _, out = predicted
-    kept = out / "runs.json.gz"
-    assert kept.is_file() and kept.stat().st_size < 200_000
     again = tmp_path / "again"
-    report.write("sqrt_dk_stability", [kept], again)
-    for name in ("README.md", "headline.json", "edges.png"):
-        assert (again / name).read_bytes() == (out / name).read_bytes(), name
+    assert_regenerates("sqrt_dk_stability", out, again, ("README.md", "headline.json", "edges.png"), 200_000)
     assert not (again / "runs.json.gz").exists()  # written from a records file, it keeps no second copy
 
 

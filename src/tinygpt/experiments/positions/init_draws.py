@@ -113,10 +113,9 @@ def save(result: dict, path: Path) -> Path:
 
 def load(path: Path) -> dict | None:
     """The saved draws (None where the file is absent or of another format)."""
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return data if data.get("format") == FORMAT else None
+    from tinygpt.analysis.records import read_input
+
+    return read_input(path, FORMAT)
 
 
 def main(argv: list[str] | None = None) -> int:

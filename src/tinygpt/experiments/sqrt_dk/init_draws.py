@@ -85,10 +85,9 @@ def save(result: dict, path: Path) -> Path:
 
 def load(path: Path) -> dict | None:
     """The saved draws (None where the file is absent or of another format)."""
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return data if data.get("format") == FORMAT else None
+    from tinygpt.analysis.records import read_input
+
+    return read_input(path, FORMAT)
 
 
 def mean_interval(values, level: float = 0.95) -> tuple[float, float, float]:
