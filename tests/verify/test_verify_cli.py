@@ -89,7 +89,8 @@ def test_a_failure_exits_1_and_json_says_where(user, capsys):
      "multiplied (2x7 and 32x96) (is its input width 7? give --width)."),
     (["user_attn:make", "--padding", "mask"], "MyAttention.forward has no keyword mask (it takes x)"),
     (["user_attn:make", "--kv-cache", "step"], "MyAttention has no method step"),
-    (["user_attn:make", "--only", "formula"], "no check 'formula' at the module level; its checks are: deterministic, causality, "),
+    (["user_attn:make", "--only", "formula"], "no check 'formula' at the module level; its checks are: deterministic, "
+                                              "causality, "),
     (["user_attn:not_attention"], "the function called as f(q, k, v, mask) with q, k, v (1, 1, 2, 4) and mask (2, 2) "
                                   "raised TypeError: "),
     (["user_attn:math"], "math is a Python module, not an attention"),

@@ -9,10 +9,10 @@ Read top to bottom:
 3. ``attention_from_scores``: weights = masked_softmax(scores), out = weights @ V.
 4. ``scaled_scores``: Q K^T * scale, the scale where ``scale_at`` puts it.
 5. ``attention``: THE computation. Every path calls it (the module's forward, ``dissect``, the probes, decoding's
-   cached step, experiment 3's bugged mask): it takes q, k, v, the layer's ``AttnConfig``, the mask and the keys'
-   positions, applies every option (ALiBi's bias among them), and ``route`` chooses, in one place, the explicit
-   formula or torch's fused kernel (and says why when it falls back to the formula). ``scaled_dot_product_attention``
-   is its functional form.
+   cached step, a ``model.patch`` that swaps the masked softmax): it takes q, k, v, the layer's ``AttnConfig``, the
+   mask and the keys' positions, applies every option (ALiBi's bias among them), and ``route`` chooses, in one place,
+   the explicit formula or torch's fused kernel (and says why when it falls back to the formula).
+   ``scaled_dot_product_attention`` is its functional form.
 6. ``CausalSelfAttention``: multi-head self-attention around it: the projections, ``prepare`` (the options that act
    on q and k before a cache keeps the keys: qk_norm, then RoPE), ``attend`` (``attention`` with this layer's
    settings). Its ``position`` (model.position, tinygpt.model.positions) is the GPT's, handed to every layer.
@@ -260,7 +260,7 @@ def attention(
     the formula and, as an additive float mask, in the fused kernel.
     dropout_p: on the weights (pass 0 when not training: the fused kernel applies it even in eval).
     need_weights or ``keep`` (a list the scores before the mask are appended to): the formula, whatever the backend.
-    weights_of: (scores, mask) -> weights in place of ``masked_softmax`` (a deliberate bug, experiment 3): the formula.
+    weights_of: (scores, mask) -> weights in place of ``masked_softmax`` (a subclass's deliberate bug): the formula.
     """
     if scale is None:
         scale = scale_factor(config.scale, q.shape[-1])
@@ -374,7 +374,7 @@ class CausalSelfAttention(nn.Module):
     them); without them they are 0 .. T_k - 1, counted from the first cached token.
     """
 
-    weights_of = None  # (scores, mask) -> weights in place of masked_softmax: a subclass's deliberate bug (experiment 3)
+    weights_of = None  # (scores, mask) -> weights in place of masked_softmax: a subclass's deliberate bug (model.patch)
 
     def __init__(self, n_embd: int, n_head: int, attn: AttnConfig | None = None, *, dropout: float = 0.0,
                  bias: bool = True, position: str = "learned", rope_base: float = 10000.0):
