@@ -6,6 +6,7 @@ blocks' own figures are the literature's, cited."""
 from __future__ import annotations
 
 import re
+import subprocess
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -14,6 +15,20 @@ DOCS = Path(__file__).resolve().parents[3] / "docs" / "experiments"  # the commi
 # their prose links to), in a source checkout
 
 BLOCK = re.compile(r"^<!-- block: (\w+) -->\n", re.M)
+
+
+def design_commit(design: Path, *how: str) -> str:
+    """'commit abc1234': the commit that added ``design`` (a DESIGN.md, committed before its runs), or the first that
+    git log finds with the options ``how`` (e.g. ``-S<its title>`` for a design rewritten in place); 'its first
+    commit' where the checkout has no git."""
+    root = DOCS.parents[1]
+    try:
+        out = subprocess.run(["git", "log", "--format=%h", *(how or ("--diff-filter=A",)), "--",
+                              str(design.relative_to(root))], cwd=root, capture_output=True, text=True, timeout=10,
+                             check=False).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    return f"commit {out[-1]}" if out else "its first commit"
 
 
 @cache

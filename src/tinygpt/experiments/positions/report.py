@@ -7,7 +7,6 @@ from report.md's blocks.
 from __future__ import annotations
 
 import math
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +16,11 @@ from tinygpt.analysis.records import Reads
 from tinygpt.analysis import stats
 from tinygpt.analysis.stats import LEVEL
 from tinygpt.analysis.sweep import ReportError, Run, predictions, sweep_wall_seconds
-from tinygpt.analysis.templates import DOCS, plural, prose
+from tinygpt.analysis.templates import DOCS, design_commit, plural, prose
 from tinygpt.experiments.index import Headline
 from tinygpt.experiments.positions import init_draws, measures, numbers
 from tinygpt.experiments.positions.numbers import LABELS, Verdict
 
-ROOT = Path(__file__).resolve().parents[4]
 NAME = "positions"
 KEEP = Reads(summary=("status", "val_loss", "vocab_size", "steps", "train_seconds", "n_params"), history=("val/loss",),
              arrays=("probe_init_sse", "probe_end_sse", "probe_sst", "long_buckets", "long_curve"))
@@ -62,15 +60,6 @@ CRITERIA = {
 CHECKS = ("M1", "M2", "M3", "P4")  # checks of the init's arithmetic or exact by equivariance (DESIGN.md)
 
 
-def design_commit() -> str:
-    """The commit that added DESIGN.md (before the runs), from git where the checkout has it."""
-    try:
-        out = subprocess.run(["git", "log", "--format=%h", "--diff-filter=A", "--",
-                              f"docs/experiments/{NAME}/DESIGN.md"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=10, check=False).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        out = []
-    return f"commit {out[-1]}" if out else "its first commit"
 
 
 def base(key: str) -> str:
@@ -378,7 +367,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     val = {T: len(next(iter(next(iter(a.values())).values())).window_means()) for T, a in groups.items()}
     lines = [
         prose(NAME, "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
-              n_draws=draws["draws"], design=design_commit()), "",
+              n_draws=draws["draws"], design=design_commit(DOCS / NAME / "DESIGN.md")), "",
         prose(NAME, "answer", **answer(found)), "",
         "## Predictions", "", predictions_table(found, pred), "",
         prose(NAME, "setup", n_layer=cfg["model"]["n_layer"], n_head=cfg["model"]["n_head"],

@@ -8,7 +8,6 @@ from tinygpt.experiments.sqrt_dk.verdicts, every sentence from report.md's block
 from __future__ import annotations
 
 import math
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -20,12 +19,11 @@ from tinygpt.analysis.stats import (LEVEL, METHOD, N_BOOT, Estimate, all_hold, d
                                     in_range)
 from tinygpt.analysis.sweep import ReportError, Run, predictions, sweep_wall_seconds
 from tinygpt.analysis.figures import markdown_table
-from tinygpt.analysis.templates import DOCS, plural, prose
+from tinygpt.analysis.templates import DOCS, design_commit, plural, prose
 from tinygpt.experiments.sqrt_dk import init_draws, numbers, readings, verdicts
 from tinygpt.experiments.sqrt_dk.numbers import Curve, Verdict
 from tinygpt.experiments.sqrt_dk.readings import Arm
 
-ROOT = Path(__file__).resolve().parents[4]
 LAYERS = [f"stab/{name}/" for name in ("jacobian_trace", "softmax_gain", "grad_wq", "grad_wk", "raw_qk", "scaled_qk",
                                        "scores_inf", "entropy")]  # the stability probe's per-layer series it reads
 KEEP = Reads(summary=("status", "diverged", "divergence", "val_loss", "vocab_size", "steps", "diagnostics",
@@ -66,15 +64,6 @@ def statement(key: str, pred: dict | None = None, steps: int | None = None) -> s
     return STATEMENTS[key].format(lr=lr, steps=steps if steps is not None else "the budget's")
 
 
-def design_commit() -> str:
-    """The commit that added design 2's DESIGN.md (before the runs), from git where the checkout has it."""
-    try:
-        out = subprocess.run(["git", "log", "--format=%h", "-S# Experiment 2, design 2", "--",
-                              "docs/experiments/sqrt_dk/DESIGN.md"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=10, check=False).stdout.split()  # the commit that wrote design 2's title
-    except (OSError, subprocess.SubprocessError):
-        out = []
-    return f"commit {out[-1]}" if out else "its first commit"
 
 
 def rate(x: float) -> str:
@@ -1088,7 +1077,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     stage2_arms = [a for a, c in curves.items() if set(c.lrs) - set(lrs)]
     lines = [
         prose("sqrt_dk", "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
-              design=design_commit()), "",
+              design=design_commit(DOCS / "sqrt_dk" / "DESIGN.md", "-S# Experiment 2, design 2")), "",
         prose("sqrt_dk", "setup", n_layer=cfg["model"]["n_layer"], block=cfg["model"]["block_size"],
               batch=cfg["data"]["batch_size"], steps=cfg["trainer"]["max_steps"], warmup=cfg["optim"]["warmup_steps"],
               min_lr=f"{cfg['optim']['min_lr']:g}", clip=cfg["trainer"]["gradient_clip_val"],

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +16,11 @@ from tinygpt.analysis.figures import finish_axes, markdown_table, save
 from tinygpt.analysis.records import Reads
 from tinygpt.analysis.stats import LEVEL, Estimate
 from tinygpt.analysis.sweep import ReportError, Run, predictions, sweep_wall_seconds
-from tinygpt.analysis.templates import plural, prose
+from tinygpt.analysis.templates import DOCS, design_commit, plural, prose
 from tinygpt.experiments.index import Headline
 from tinygpt.experiments.sqrt_dk_stability import edge, numbers
 from tinygpt.experiments.sqrt_dk_stability.numbers import LABELS, Arm, Verdict
 
-ROOT = Path(__file__).resolve().parents[4]
 NAME = "sqrt_dk_stability"
 KEEP = Reads(summary=("status", "diverged", "divergence", "val_loss", "vocab_size", "steps", "diagnostics",
                       "train_seconds"),
@@ -41,15 +39,6 @@ CRITERIA = {
 }
 
 
-def design_commit() -> str:
-    """The commit that added design 3's DESIGN.md (before the runs), from git where the checkout has it."""
-    try:
-        out = subprocess.run(["git", "log", "--format=%h", "--diff-filter=A", "--",
-                              "docs/experiments/sqrt_dk_stability/DESIGN.md"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=10, check=False).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        out = []
-    return f"commit {out[-1]}" if out else "its first commit"
 
 
 def rate(x: float) -> str:
@@ -293,7 +282,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     sens, initial = sensitivity_table(found)
     lines = [
         prose(NAME, "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
-              design=design_commit()), "",
+              design=design_commit(DOCS / NAME / "DESIGN.md")), "",
         prose(NAME, "setup", dk=numbers.d_k(runs[0]), n_layer=cfg["model"]["n_layer"],
               block=cfg["model"]["block_size"], batch=cfg["data"]["batch_size"], steps=cfg["trainer"]["max_steps"],
               warmup=cfg["optim"]["warmup_steps"], min_lr=f"{cfg['optim']['min_lr']:g}",
