@@ -167,33 +167,58 @@ def init_verdicts(draws: dict, pred: dict) -> list[Verdict]:
 # ----------------------------------------------------------------------------- all verdicts
 
 
-def run_verdicts(runs: list[Run], pred: dict) -> list[Verdict]:
-    """C1-C3, L1-L3 and P1-P3 at each context the runs trained at."""
+@dataclass(frozen=True)
+class Context:
+    """One trained context's runs and every estimate the report reads of them, each computed once."""
+
+    T: int
+    arms: dict[str, dict[int, Run]]  # position -> seed -> run
+    seeds: list[int]  # the seeds every arm ran
+    loss: dict[str, Estimate]  # position -> final validation loss (one bootstrap call: differences stay paired)
+    rise: dict[str, Estimate]  # position -> rise past T against [T/2, T) (the design's)
+    rise_all: dict[str, Estimate]  # ... against all in-range positions (post hoc)
+    r2: dict[str, dict[str, Estimate]]  # "init" | "end" -> position -> the last block's held-out R^2
+    layers: dict[str, dict[str, list[float]]]  # "init" | "end" -> position -> R^2 at every layer, pooled
+    buckets: dict[str, np.ndarray]  # position -> (4,) long-window bucket losses, mean over seeds and windows
+
+
+def contexts(runs: list[Run]) -> list[Context]:
+    """Each context the runs trained at, contexts ascending, with its estimates."""
     out = []
     for T, arms in grouped(runs).items():
         seeds = common_seeds(arms)
-        if len(seeds) < 2:
+        out.append(Context(
+            T, arms, seeds, loss_estimates(arms, seeds), rises(arms, seeds, T), rises(arms, seeds, T, "all"),
+            {w: probe_r2(arms, seeds, w) for w in ("init", "end")},
+            {w: probe_layers(arms, seeds, w) for w in ("init", "end")},
+            {p: np.stack([by_seed[s].windows("long_buckets") for s in seeds]).mean((0, 1))  # (4,)
+             for p, by_seed in arms.items() if p != "learned"}))
+    return out
+
+
+def run_verdicts(ctxs: list[Context], pred: dict) -> list[Verdict]:
+    """C1-C3, L1-L3 and P1-P3 at each context trained with at least two seeds."""
+    out = []
+    for c in ctxs:
+        if len(c.seeds) < 2:
             continue
-        tag = f" T={T}"
-        if "learned" in arms:
-            loss = loss_estimates(arms, seeds)
+        tag = f" T={c.T}"
+        if "learned" in c.loss:
             for key, p in (("C1", "none"), ("C2", "rope"), ("C3", "alibi")):
-                if p in loss:
-                    d = loss[p] - loss["learned"]
+                if p in c.loss:
+                    d = c.loss[p] - c.loss["learned"]
                     out.append(Verdict(key + tag, f"val loss, {LABELS[p]} - learned (nats)", d,
                                        stats.in_range(d, -pred["c_band"], pred["c_band"])))
-        rise = rises(arms, seeds, T)
         for key, p, lo, hi in (("L1", "alibi", -INF, pred["l_band"]), ("L2", "rope", pred["l_rope"], INF),
                                ("L3", "none", pred["l_band"], INF)):
-            if p in rise:
-                out.append(Verdict(key + tag, f"rise past T, {LABELS[p]} (nats)", rise[p],
-                                   stats.in_range(rise[p], lo, hi)))
-        if "none" in arms:
-            end = probe_r2(arms, seeds, "end")
+            if p in c.rise:
+                out.append(Verdict(key + tag, f"rise past T, {LABELS[p]} (nats)", c.rise[p],
+                                   stats.in_range(c.rise[p], lo, hi)))
+        if "none" in c.arms:
+            end, init = c.r2["end"], c.r2["init"]
             out.append(Verdict("P1" + tag, "R^2, none, end", end["none"], stats.in_range(end["none"], 0.0, INF)))
-            if "learned" in arms:
+            if "learned" in c.arms:
                 d = end["none"] - end["learned"]
                 out.append(Verdict("P2" + tag, "R^2, none - learned, end", d, stats.in_range(d, -INF, 0.0)))
-            init = probe_r2(arms, seeds, "init")
             out.append(Verdict("P3" + tag, "R^2, none, init", init["none"], stats.in_range(init["none"], 0.0, INF)))
     return out

@@ -163,14 +163,14 @@ def answer(found: list[Verdict]) -> dict[str, str]:
     return {"necessary": necessary, "enough": enough, "relative": relative}
 
 
-def probe_words(groups: dict, draws: dict) -> dict[str, str]:
+def probe_words(ctxs: list[numbers.Context], draws: dict) -> dict[str, str]:
     """The probe block's computed sentences: the none model's typical error in positions at the end, RoPE's and
     ALiBi's last-block R^2, and how the init draws' variance slopes and probes line up."""
     rmse, mean, ends, inits = [], [], [], []
-    for T, arms in groups.items():
-        seeds = numbers.common_seeds(arms)
+    for c in ctxs:
+        T = c.T
         var_t = (T * T - 1) / 12  # the positions 0 .. T - 1's variance about their mean
-        end, init = numbers.probe_layers(arms, seeds, "end"), numbers.probe_layers(arms, seeds, "init")
+        end, init = c.layers["end"], c.layers["init"]
         if "none" in end:
             rmse.append(f"{math.sqrt(max(0.0, 1 - end['none'][-1]) * var_t):.1f} positions at T = {T}")
             mean.append(f"{math.sqrt(var_t):.1f} at T = {T}")
@@ -189,24 +189,23 @@ def probe_words(groups: dict, draws: dict) -> dict[str, str]:
             "relative_end": "; ".join(e for e in ends if e), "relative_init": "; ".join(inits), "m_vs_p": m_vs_p}
 
 
-def context_words(groups: dict) -> dict[str, str]:
+def context_words(ctxs: list[numbers.Context]) -> dict[str, str]:
     """Computed sentences on how each position's loss moves between the contexts (the learned table's handicap at the
     longer one), none's in-range loss within the window, the learned table's probe at the embedding, and the final
     loss against the summary's (every validation window) where the end of run scored fewer."""
     losses, none_rope, within, embed, gaps, fell = {}, [], [], [], [], []
-    for T, arms in groups.items():
-        seeds = numbers.common_seeds(arms)
-        est = numbers.loss_estimates(arms, seeds)
+    for c in ctxs:
+        T, est = c.T, c.loss
         losses[T] = {p: e.value for p, e in est.items()}
         if {"none", "rope"} <= set(est):
             none_rope.append(f"{(est['none'] - est['rope']).format(3, signed=True)} at T = {T}")
-        if "none" in arms:
-            b = np.stack([arms["none"][s].windows("long_buckets") for s in seeds]).mean((0, 1))  # (4,)
+        if "none" in c.buckets:
+            b = c.buckets["none"]
             within.append(f"[0, T/2) {b[0]:.3f} and [T/2, T) {b[1]:.3f} at T = {T}")
         for when in ("init", "end"):
-            if "learned" in arms:
-                embed.append(f"{numbers.probe_layers(arms, seeds, when)['learned'][0]:+.3f} at T = {T}, {when}")
-        for by_seed in arms.values():
+            if "learned" in c.arms:
+                embed.append(f"{c.layers[when]['learned'][0]:+.3f} at T = {T}, {when}")
+        for by_seed in c.arms.values():
             for r in by_seed.values():
                 gaps.append(abs(float(r.summary["val_loss"]) - float(r.window_means().mean())))
                 history = r.history.get("val/loss")
@@ -233,16 +232,15 @@ def context_words(groups: dict) -> dict[str, str]:
                                  f"differ by up to {max(gaps):.3f} nats") if gaps else "-"}
 
 
-def lengths_words(groups: dict) -> dict[str, str]:
+def lengths_words(ctxs: list[numbers.Context]) -> dict[str, str]:
     """The L block's computed sentences: each rise's spread by level, and the post-hoc rise against [0, T)."""
     spread, alls = [], []
-    for T, arms in groups.items():
-        seeds = numbers.common_seeds(arms)
-        for p, est in numbers.rises(arms, seeds, T).items():
+    for c in ctxs:
+        for p, est in c.rise.items():
             sds = stats.level_sds(est)
-            spread.append(f"{LABELS[p]} at T = {T}, {sds.get('windows', 0):.3f} and {sds.get('seeds', 0):.3f}")
-        for p, est in numbers.rises(arms, seeds, T, reference="all").items():
-            alls.append(f"{LABELS[p]} {est.format(3, signed=True)} at T = {T}")
+            spread.append(f"{LABELS[p]} at T = {c.T}, {sds.get('windows', 0):.3f} and {sds.get('seeds', 0):.3f}")
+        for p, est in c.rise_all.items():
+            alls.append(f"{LABELS[p]} {est.format(3, signed=True)} at T = {c.T}")
     return {"level_sds": "; ".join(spread) or "-", "rise_all": "; ".join(alls) or "-"}
 
 
@@ -292,52 +290,47 @@ def fig_init(draws: dict, path: Path) -> Path:
     return save(fig, path)
 
 
-def probe_table(groups: dict, pred: dict) -> str:
+def probe_table(ctxs: list[numbers.Context]) -> str:
     rows = []
-    for T, arms in groups.items():
-        seeds = numbers.common_seeds(arms)
+    for c in ctxs:
         for when in ("init", "end"):
-            for p, layers in numbers.probe_layers(arms, seeds, when).items():
-                rows.append([f"{T}", when, LABELS[p]] + [f"{x:+.3f}" for x in layers])
+            for p, layers in c.layers[when].items():
+                rows.append([f"{c.T}", when, LABELS[p]] + [f"{x:+.3f}" for x in layers])
     depth = max(len(r) for r in rows) - 3 if rows else 0
     return markdown_table(["T", "when", "position", "embedding"] + [f"block {i}" for i in range(1, depth)], rows)
 
 
-def cost_table(groups: dict) -> str:
+def cost_table(ctxs: list[numbers.Context]) -> str:
     rows = []
-    for T, arms in groups.items():
-        seeds = numbers.common_seeds(arms)
-        loss = numbers.loss_estimates(arms, seeds)
+    for c in ctxs:
+        loss = c.loss
         for p, est in loss.items():
             diff = (loss[p] - loss["learned"]).format(3, signed=True) if p != "learned" and "learned" in loss else "-"
-            rows.append([f"{T}", LABELS[p], est.format(3), diff])
+            rows.append([f"{c.T}", LABELS[p], est.format(3), diff])
     return markdown_table(["T", "position", "validation loss (nats)", "minus learned (nats)"], rows)
 
 
-def lengths_table(groups: dict) -> str:
+def lengths_table(ctxs: list[numbers.Context]) -> str:
     rows = []
-    for T, arms in groups.items():
-        seeds = numbers.common_seeds(arms)
-        rise = numbers.rises(arms, seeds, T)
-        for p, est in rise.items():
-            b = np.stack([arms[p][s].windows("long_buckets") for s in seeds]).mean((0, 1))  # (4,)
-            rows.append([f"{T}", LABELS[p]] + [f"{x:.3f}" for x in b] + [est.format(3, signed=True)])
+    for c in ctxs:
+        for p, est in c.rise.items():
+            rows.append([f"{c.T}", LABELS[p]] + [f"{x:.3f}" for x in c.buckets[p]] + [est.format(3, signed=True)])
     return markdown_table(["T", "position", "[0, T/2)", "[T/2, T)", "[T, 2T)", "[2T, 4T)", "rise (nats)"], rows)
 
 
-def fig_lengths(groups: dict, path: Path) -> Path:
+def fig_lengths(ctxs: list[numbers.Context], path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 3.6), squeeze=False)
-    for ax, (T, arms) in zip(axes[0], groups.items(), strict=True):
-        seeds = numbers.common_seeds(arms)
+    fig, axes = plt.subplots(1, len(ctxs), figsize=(5 * len(ctxs), 3.6), squeeze=False)
+    for ax, c in zip(axes[0], ctxs, strict=True):
+        T = c.T
         for i, p in enumerate(numbers.POSITIONS):
-            if p not in arms or p == "learned":
+            if p not in c.arms or p == "learned":
                 continue
-            curve = np.stack([arms[p][s].windows("long_curve") for s in seeds]).mean(0)
+            curve = np.stack([c.arms[p][s].windows("long_curve") for s in c.seeds]).mean(0)
             ax.plot(np.arange(len(curve)), curve, color=f"C{i}", lw=1, label=LABELS[p])
         ax.axvline(T, color="k", ls=":", lw=1)
         finish_axes(ax, "position", "loss (nats)", f"trained at T = {T}")
@@ -353,18 +346,18 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     if draws is None:
         raise ReportError(f"no {INIT_DRAWS} to read the mechanism at init from; write it first: python -m "
                           "tinygpt.experiments.positions.init_draws")
-    groups = numbers.grouped(runs)
-    found = numbers.init_verdicts(draws, pred) + numbers.run_verdicts(runs, pred)
+    ctxs = numbers.contexts(runs)
+    found = numbers.init_verdicts(draws, pred) + numbers.run_verdicts(ctxs, pred)
     cfg = runs[0].config
     seeds = sorted({r.seed for r in runs})
-    context = context_words(groups)
+    context = context_words(ctxs)
     fig_init(draws, out / "init_variance.png")
-    fig_lengths(groups, out / "loss_past_context.png")
+    fig_lengths(ctxs, out / "loss_past_context.png")
     probe = cfg["callbacks"]["positions"]
-    contexts = list(groups)
-    batches = {T: int(next(iter(next(iter(a.values())).values())).config["data"]["batch_size"])
-               for T, a in groups.items()}
-    val = {T: len(next(iter(next(iter(a.values())).values())).window_means()) for T, a in groups.items()}
+    contexts = [c.T for c in ctxs]
+    first = {c.T: next(iter(next(iter(c.arms.values())).values())) for c in ctxs}  # a run of each context
+    batches = {T: int(r.config["data"]["batch_size"]) for T, r in first.items()}
+    val = {T: len(r.window_means()) for T, r in first.items()}
     lines = [
         prose(NAME, "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
               n_draws=draws["draws"], design=design_commit(DOCS / NAME / "DESIGN.md")), "",
@@ -373,7 +366,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         prose(NAME, "setup", n_layer=cfg["model"]["n_layer"], n_head=cfg["model"]["n_head"],
               n_embd=cfg["model"]["n_embd"], steps=cfg["trainer"]["max_steps"], lr=float(cfg["optim"]["lr"]),
               warmup=cfg["optim"]["warmup_steps"], min_lr=float(cfg["optim"]["min_lr"]),
-              positions=", ".join(LABELS[p] for p in numbers.POSITIONS if any(p in a for a in groups.values())),
+              positions=", ".join(LABELS[p] for p in numbers.POSITIONS if any(p in c.arms for c in ctxs)),
               contexts=" and ".join(map(str, contexts)),
               tokens=" and ".join(sorted({f"{T * batches[T]}" for T in contexts})),
               batches=" and ".join(str(batches[T]) for T in contexts), seeds=", ".join(map(str, seeds)),
@@ -385,16 +378,16 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         prose(NAME, "mechanism", T=draws["block_size"], n_draws=draws["draws"], windows=draws["windows"],
               q=1 / draws["vocab_size"]), "",
         "![init variance](init_variance.png)", "", init_table(draws), "",
-        prose(NAME, "probe", learned_embedding=context["learned_embedding"], **probe_words(groups, draws)), "",
-        probe_table(groups, pred), "",
+        prose(NAME, "probe", learned_embedding=context["learned_embedding"], **probe_words(ctxs, draws)), "",
+        probe_table(ctxs), "",
         prose(NAME, "cost", band=f"{pred['c_band']:g}", perplexity=f"{math.exp(pred['c_band']) - 1:.0%}"), "",
-        cost_table(groups), "",
+        cost_table(ctxs), "",
         prose(NAME, "lengths", factor=probe["factor"], long_windows=probe["long_windows"],
-              val_windows_short=", ".join(f"{val[T]:,} at T = {T}" for T in contexts), **lengths_words(groups)), "",
+              val_windows_short=", ".join(f"{val[T]:,} at T = {T}" for T in contexts), **lengths_words(ctxs)), "",
         "![loss past the context](loss_past_context.png)", "",
-        lengths_table(groups), "",
+        lengths_table(ctxs), "",
         prose(NAME, "threats", steps=cfg["trainer"]["max_steps"], params=params(runs[0]), n_seeds=len(seeds),
-              dof=len(seeds) - 1, lr=float(cfg["optim"]["lr"]), seed_sd=seed_spread(groups),
+              dof=len(seeds) - 1, lr=float(cfg["optim"]["lr"]), seed_sd=seed_spread(ctxs),
               smoke=f"init seeds {init_draws.SMOKE[0]} and {init_draws.SMOKE[1]}", m3_note=m3_note(draws),
               baseline=context["baseline"], none_within=context["none_within"]), "",
         prose(NAME, "literature"), "",
@@ -405,13 +398,13 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     return path
 
 
-def seed_spread(groups: dict) -> str:
+def seed_spread(ctxs: list[numbers.Context]) -> str:
     """The learned table's final validation loss: its sd over the seeds at each context ('0.0061 at T = 64, ...')."""
     out = []
-    for T, arms in groups.items():
-        losses = [r.window_means().mean() for r in arms.get("learned", {}).values()]
+    for c in ctxs:
+        losses = [r.window_means().mean() for r in c.arms.get("learned", {}).values()]
         if len(losses) > 1:
-            out.append(f"{float(np.std(losses, ddof=1)):.4f} at T = {T}")
+            out.append(f"{float(np.std(losses, ddof=1)):.4f} at T = {c.T}")
     return ", ".join(out) or "not measured (one seed)"
 
 
