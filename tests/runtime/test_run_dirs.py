@@ -228,6 +228,42 @@ def test_two_runs_started_a_moment_apart_into_one_dir_the_second_is_refused(tmp_
     assert summary["status"] == "completed" and summary["steps"] == 20 and summary["config"]["seed"] != 7
 
 
+@pytest.mark.slow
+def test_a_dir_a_live_run_holds_is_refused_as_in_use_whatever_it_has_written(tmp_path, corpus_file, cache_dir):
+    """A run that has already written its .hydra/ files (the usual case: the second run takes seconds to start) was
+    refused as 'already holds a run ... resume it with ckpt_path=last', advice that would resume a run still going.
+    A live holder is named first, for a plain run, a resume and a sweep, and the dir is left as it was."""
+    import subprocess
+    import sys
+
+    run, sweep = tmp_path / "run", tmp_path / "sweep"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- seed=1\n")
+    (sweep / "0" / ".hydra").mkdir(parents=True)
+    (sweep / "0" / ".hydra" / "overrides.yaml").write_text("- seed=1\n")
+    hold = ("import fcntl, os, sys, time\n"
+            "locks = [open(d + '/.lock', 'a+') for d in sys.argv[1:]]\n"
+            "for f in locks:\n"
+            "    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); f.write(f'pid {os.getpid()} on here\\n'); f.flush()\n"
+            "print('held', flush=True); time.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(run), str(sweep)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = {p: p.read_bytes() for d in (run, sweep) for p in d.rglob("*") if p.is_file()}
+        for argv in (tiny(run, corpus_file, cache_dir), tiny(run, corpus_file, cache_dir, "ckpt_path=last")):
+            r = run_train(argv, check=False)
+            assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+            assert f"hydra.run.dir={str(run)!r} is in use by another run (pid {holder.pid} on here)" in r.stderr
+        r = run_train(["-m", *tiny(run, corpus_file, cache_dir, "seed=1,2")[:-1], f"hydra.sweep.dir={sweep}"],
+                      check=False)
+        assert r.returncode == 2 and f"hydra.sweep.dir={str(sweep)!r} is in use by another run (pid {holder.pid}" \
+            in r.stderr, r.stderr
+        assert {p: p.read_bytes() for d in (run, sweep) for p in d.rglob("*") if p.is_file()} == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_piped_the_sweep_table_and_the_done_line_are_never_wrapped(tmp_path, capsys, monkeypatch):
     """At 80 columns into a pipe, each job is one line holding its whole overrides and its whole run dir, and the
     done line keeps its path on the line that says done: (grep done: must find it)."""
