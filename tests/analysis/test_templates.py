@@ -54,17 +54,12 @@ SYMBOLS = re.compile(r"Experiment \d|et al\. \d{4}|1/sqrt\(d_k\)|1/d_k|1/T|x\[t\
                      r"|numbered from 0|0-based|means minus 1"
                      r"|allow_fp16_reduced_precision_reduction"
                      # Experiment 4's symbols: the prefix a causal query averages, the probe's score, the buckets
-                     r"|\(t \+ 1\)(?:\^2)?|t \+ 1|s2\([t0]\)|j, k <= t|R\^2|1 - SSE / SST|T/2|T - 1|\(1 \+ t q\)")
+                     r"|\(t \+ 1\)(?:\^2)?|t \+ 1|s2\([t0]\)|j, k <= t|R\^2|1 - SSE / SST|T/2|T - 1|\(1 \+ t q\)"
+                     # design 3's: the argument's factor, its predictions Q1 and S1-S3, the rounding's variance, S seeds
+                     r"|d_k\^\(1/4\)|\b[QS]\d\b|designs \d and \d|\(step\^2 / 12\)|S - 1|\b1 uniform, 0 one-hot|width 0")
 
 
-# found when this test began to iterate the registry (it had named three experiments): design 3's prose types a few
-# numbers (the simulation's flips at 0.93-1.00, p < 0.0625, design 2's seeds 11-13) beside names the rule lacks (Q1,
-# S1-S3, d_k^(1/4)); strict, so fixing them turns this red until the mark goes
-TYPED = {"sqrt_dk_stability": "its prose types numbers (0.93-1.00, p < 0.0625, seeds 11-13): not yet placeholders"}
-
-
-@pytest.mark.parametrize("experiment", [pytest.param(e, marks=pytest.mark.xfail(reason=TYPED[e], strict=True))
-                                        if e in TYPED else e for e in experiments()])
+@pytest.mark.parametrize("experiment", experiments())
 def test_the_report_prose_has_no_typed_numbers(experiment):
     """Every number a report states comes from the runs or the config through a placeholder; the literature
     block, which cites published figures, is the only exception."""

@@ -17,6 +17,8 @@ from tinygpt.model.attention import CausalSelfAttention, check_padding_mask
 from tinygpt.model.config import ACTIVATIONS, GPTConfig
 from tinygpt.model.positions import RELATIVE
 
+INIT_STD = 0.02  # GPT-2's: every Linear and Embedding weight ~ N(0, INIT_STD^2)
+
 
 class MLP(nn.Module):
     def __init__(self, cfg: GPTConfig):
@@ -62,7 +64,7 @@ class GPT(nn.Module):
         # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+                nn.init.normal_(p, mean=0.0, std=INIT_STD / math.sqrt(2 * cfg.n_layer))
         if cfg.attn.qk_init == "unit":  # Vaswani's premise: LN(x) has unit-variance components, so
             for block in self.blocks:  # W ~ N(0, 1/C) gives q and k components of variance 1 at init
                 nn.init.normal_(block.attn.c_attn.weight[: 2 * cfg.n_embd], std=1.0 / math.sqrt(cfg.n_embd))
@@ -70,11 +72,11 @@ class GPT(nn.Module):
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
 
     def num_params(self, non_embedding: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())  # tied weights are counted once

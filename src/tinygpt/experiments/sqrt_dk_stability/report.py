@@ -20,8 +20,10 @@ from tinygpt.analysis.templates import DOCS, design_commit, plural, prose
 from tinygpt.experiments.index import Headline
 from tinygpt.experiments.sqrt_dk_stability import edge, numbers
 from tinygpt.experiments.sqrt_dk_stability.numbers import LABELS, Arm, Verdict
+from tinygpt.model.gpt import INIT_STD
 
 NAME = "sqrt_dk_stability"
+SMALL_DK = 16  # design 2's smallest width (configs/arm/sqrt_dk/*_dk16_*), where the threats weigh the shift
 KEEP = Reads(summary=("status", "diverged", "divergence", "val_loss", "vocab_size", "steps", "diagnostics",
                       "train_seconds"),
              history=("train/loss", "val/loss", "stab/max_logit", "stab/jacobian_trace"))
@@ -283,7 +285,7 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     lines = [
         prose(NAME, "intro", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
               design=design_commit(DOCS / NAME / "DESIGN.md")), "",
-        prose(NAME, "setup", dk=numbers.d_k(runs[0]), n_layer=cfg["model"]["n_layer"],
+        prose(NAME, "setup", dk=numbers.d_k(runs[0]), init_std=INIT_STD, n_layer=cfg["model"]["n_layer"],
               block=cfg["model"]["block_size"], batch=cfg["data"]["batch_size"], steps=cfg["trainer"]["max_steps"],
               warmup=cfg["optim"]["warmup_steps"], min_lr=f"{cfg['optim']['min_lr']:g}",
               clip=cfg["trainer"]["gradient_clip_val"], arms=", ".join(LABELS[n] for n in found),
@@ -308,7 +310,9 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
         prose(NAME, "mechanism", n_layer=cfg["model"]["n_layer"], windows=cfg["callbacks"]["stability"]["windows"]),
         "", mechanism_table(found), "",
         prose(NAME, "threats", steps=cfg["trainer"]["max_steps"], dk=numbers.d_k(runs[0]),
-              n_layer=cfg["model"]["n_layer"], step=f"{step:.3f}", n_seeds=len(seeds), dof=len(seeds) - 1), "",
+              n_layer=cfg["model"]["n_layer"], step=f"{step:.3f}", n_seeds=len(seeds), dof=len(seeds) - 1,
+              small_dk=SMALL_DK, small_shift=f"{math.log10(SMALL_DK ** 0.25):.2f}",
+              min_p=2 / 2 ** len(seeds)), "",  # a sign test's smallest two-sided p: every seed on one side
         prose(NAME, "literature"), "",
     ]
     path = out / "README.md"
