@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.installed
 ARGS    ?=
 JOBS    ?= 2
 
-.PHONY: setup train test test-all deps-check sample mutate gpu-check clean
+.PHONY: setup train test test-all lint deps-check sample mutate gpu-check clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,10 @@ test: setup
 
 test-all: setup
 	WANDB_MODE=offline $(BIN)/python -m pytest -q $(ARGS)
+
+# ruff's rules in pyproject.toml ([tool.ruff]); make test runs the same check (tests/test_layout.py)
+lint: setup
+	$(BIN)/python -m ruff check src tests scripts train.py
 
 # mutation testing of attention, model, generate, diagnostics and data against the fast tests (not in CI;
 # it resumes where it stopped). One thread per job: mutmut forks workers, and a forked OpenMP pool deadlocks

@@ -56,7 +56,8 @@ SYMBOLS = re.compile(r"Experiment \d|et al\. \d{4}|1/sqrt\(d_k\)|1/d_k|1/T|x\[t\
                      # Experiment 4's symbols: the prefix a causal query averages, the probe's score, the buckets
                      r"|\(t \+ 1\)(?:\^2)?|t \+ 1|s2\([t0]\)|j, k <= t|R\^2|1 - SSE / SST|T/2|T - 1|\(1 \+ t q\)"
                      # design 3's: the argument's factor, its predictions Q1 and S1-S3, the rounding's variance, S seeds
-                     r"|d_k\^\(1/4\)|\b[QS]\d\b|designs \d and \d|\(step\^2 / 12\)|S - 1|\b1 uniform, 0 one-hot|width 0")
+                     r"|d_k\^\(1/4\)|\b[QS]\d\b|designs \d and \d|\(step\^2 / 12\)|S - 1|\b1 uniform, 0 one-hot"
+                     r"|width 0")
 
 
 @pytest.mark.parametrize("experiment", experiments())

@@ -108,8 +108,8 @@ def test_the_refusals_section_names_the_untimed_cases_and_why_some_refusals_wait
             "data.tokenizer=bpe data.bpe_vocab_size=1`") in text and "`python train.py ckpt_path=notes.zip`, " in text
     assert ("`python train.py ckpt_path=last hydra.run.dir=killed`, `python train.py ckpt_path=last "
             "hydra.run.dir=early`, ") in text
-    assert "`python scripts/sample.py --ckpt notes.zip`, `HF_HUB_OFFLINE=1 python scripts/sample.py --init_from gpt2`, " \
-        in text
+    assert ("`python scripts/sample.py --ckpt notes.zip`, `HF_HUB_OFFLINE=1 python scripts/sample.py --init_from "
+            "gpt2`, ") in text
     assert "`python scripts/attention.py --ckpt text.ckpt --text hello --out notes.txt`." in text
     assert "| refusal | why it needs torch |" in text and len(AFTER_TORCH) >= 3
     assert all(f"| {what} | {why} |" in text for what, why in AFTER_TORCH)

@@ -180,7 +180,8 @@ def test_sqrt_dk_sweep_arms_and_grid():
     assert probe.trainer.precision == "16-mixed" and probe.callbacks.stability.every_n_steps == 1
     assert probe.hydra.sweeper.params["arm/sqrt_dk"] == "fp16_sqrt_scores,fp16_sqrt_qk,fp16_none_math"
     params = probe.hydra.sweeper.params
-    assert float(params["optim.lr"]) == 2.154e-2 and params["seed"] == ",".join(map(str, range(11, 23)))  # amendments 4, 5: 14-22 new
+    # amendments 4, 5: 14-22 new
+    assert float(params["optim.lr"]) == 2.154e-2 and params["seed"] == ",".join(map(str, range(11, 23)))
 
 
 @pytest.mark.slow

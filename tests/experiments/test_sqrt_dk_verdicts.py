@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from tinygpt.analysis.stats import Sample, bootstrap, combine, trend
-from tinygpt.experiments.sqrt_dk.verdicts import (FP16_MAX, Fp16Run, batch_overflow, equivalent, float32_reruns, gradient_at_init, loss_spikes,
-                                                  matches, placement, saturation, side)
+from tinygpt.experiments.sqrt_dk.verdicts import (FP16_MAX, Fp16Run, batch_overflow, equivalent, float32_reruns,
+                                                  gradient_at_init, loss_spikes, matches, placement, saturation, side)
 
 D_K = (16, 64, 256)
 SEEDS = 5

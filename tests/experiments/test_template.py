@@ -57,9 +57,10 @@ def test_its_files_are_those_readmes_checklist_names_and_no_others():
     of the template but its own README.md lies under one of them."""
     text = (ROOT / "README.md").read_text()
     checklist = text[text.index("**Add an experiment**"):text.index("## Experiments")]
-    named = {p.replace("<name>", NAME).rstrip("/") for p in re.findall(r"`((?:src|configs|docs|tests)/[^`]*<name>[^`]*)`",
-                                                                         checklist)}
-    assert named and all((TEMPLATE / p).exists() for p in named), sorted(p for p in named if not (TEMPLATE / p).exists())
+    named = {p.replace("<name>", NAME).rstrip("/")
+             for p in re.findall(r"`((?:src|configs|docs|tests)/[^`]*<name>[^`]*)`", checklist)}
+    assert named and all((TEMPLATE / p).exists() for p in named), \
+        sorted(p for p in named if not (TEMPLATE / p).exists())
     files = {p.relative_to(TEMPLATE).as_posix() for p in TEMPLATE.rglob("*") if p.is_file()
              and "__pycache__" not in p.parts} - {"README.md"}
     assert files and all(any(f == p or f.startswith(p + "/") for p in named) for f in files), files

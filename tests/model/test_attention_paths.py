@@ -122,8 +122,8 @@ def test_every_option_reaches_every_path(name, value):
             continue
         m = build(attn)
         reference = formula(m, IDX)
-        default = None if name in HOW_NOT_WHAT else formula(twin(m, replace(attn, **{name: getattr(AttnConfig(), name)})),
-                                                             IDX)
+        default = (None if name in HOW_NOT_WHAT
+                   else formula(twin(m, replace(attn, **{name: getattr(AttnConfig(), name)})), IDX))
         for path in PATHS:
             where = f"model.attn.{name}={value!r} on backend={backend}, path {path}"
             if path.startswith("cached") and not attn.causal:  # a leaky model's cache is invalid: decoding must not
@@ -132,7 +132,7 @@ def test_every_option_reaches_every_path(name, value):
             got, want = run_path(path, m, IDX), expected_of(path, *reference)
             assert len(got) == len(want), where
             for g, w in zip(got, want, strict=True):
-                torch.testing.assert_close(g, w, rtol=0, atol=1e-9, msg=lambda m: f"{where}: {m}")
+                torch.testing.assert_close(g, w, rtol=0, atol=1e-9, msg=lambda m, where=where: f"{where}: {m}")
             if default is not None:
                 gap = max((g - w).abs().max().item() for g, w in zip(got, expected_of(path, *default), strict=True))
                 assert gap > 1e-6, (f"{where}: the formula computes the same without it on this model, so the check "
@@ -163,7 +163,7 @@ def test_every_position_reaches_every_path(position, attn):
             got, want = run_path(path, m, IDX), expected_of(path, *reference)
             assert len(got) == len(want), where
             for g, w in zip(got, want, strict=True):
-                torch.testing.assert_close(g, w, rtol=0, atol=1e-9, msg=lambda m: f"{where}: {m}")
+                torch.testing.assert_close(g, w, rtol=0, atol=1e-9, msg=lambda m, where=where: f"{where}: {m}")
             gap = max((g - w).abs().max().item() for g, w in zip(got, expected_of(path, *default), strict=True))
             assert gap > 1e-6, f"{where}: the formula computes the same without it"
 

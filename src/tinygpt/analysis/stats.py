@@ -268,7 +268,8 @@ def in_range(est: Estimate, lo: float, hi: float) -> str:
 def post_hoc(verdict: str) -> str:
     """A verdict against a band set after numbers of the kind it judges were known (a tolerance, not a blind
     prediction): 'within tolerance (post hoc)', 'outside tolerance (post hoc)' or 'undecided (post hoc)'."""
-    return {"holds": "within tolerance", "fails": "outside tolerance", "undecided": "undecided"}[verdict] + " (post hoc)"
+    return ({"holds": "within tolerance", "fails": "outside tolerance", "undecided": "undecided"}[verdict]
+            + " (post hoc)")
 
 
 def verb(verdict: str) -> str:

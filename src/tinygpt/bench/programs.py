@@ -269,8 +269,9 @@ FLOORS = {"python -c 'import hydra'": "import hydra", "python -c 'import torch'"
 
 def refusal_files(scratch: Path) -> None:
     """The files REFUSALS and SCRIPT_REFUSALS name: a corpus too short for any split, a zip that is not a checkpoint,
-    run dirs killed before their first checkpoint, a stranger's dir, a user's files, and small checkpoints (a token-id model, a character model, one
-    trained without the causal mask, one with experiment 3's off_by_one patch) whose settings refuse them."""
+    run dirs killed before their first checkpoint, a stranger's dir, a user's files, and small checkpoints (a token-id
+    model, a character model, one trained without the causal mask, one with experiment 3's off_by_one patch) whose
+    settings refuse them."""
     import torch
 
     from tinygpt.data.tokenizer import train_tokenizer

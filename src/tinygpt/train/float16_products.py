@@ -42,4 +42,5 @@ def wanted(trainer) -> bool:
     from lightning.pytorch.plugins import MixedPrecision
 
     plugin = trainer.precision_plugin
-    return DISPATCH_MODE is not None and isinstance(plugin, MixedPrecision) and plugin.device == "cpu" and plugin.precision == "16-mixed"
+    return (DISPATCH_MODE is not None and isinstance(plugin, MixedPrecision) and plugin.device == "cpu"
+            and plugin.precision == "16-mixed")

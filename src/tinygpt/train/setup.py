@@ -170,7 +170,8 @@ def setup(cfg: DictConfig, out_dir: Path, group: str | None = None, name: str | 
         ckpt_path, ckpt = resume_point(cfg, out_dir)
         if ckpt is not None:
             checkpoint.check_resume_optim(ckpt, ckpt_path, optim.settings())
-            check_resume_config(ckpt_path, resolved, default_of=default_of)  # before torch too (train.values); here for a sweep's jobs
+            # before torch too (train.values); here for a sweep's jobs
+            check_resume_config(ckpt_path, resolved, default_of=default_of)
             note = schedule_note(ckpt, optim)
             if note:
                 console.print(note, soft_wrap=True)

@@ -219,7 +219,8 @@ def check_paths(cfg: DictConfig, run_dir: Path | None) -> None:
             raise ConfigError(named) from None
         from_pretrained = requested(cfg) is not None  # init_from sets the model and the tokenizer at set-up
         skip = ("model", "data.tokenizer", "data.bpe_vocab_size", "data.block_size") if from_pretrained else ()
-        check_resume_config(path, cfg, skip, default_of)  # what the resume may not change, against the run's own config.yaml
+        # what the resume may not change, against the run's own config.yaml
+        check_resume_config(path, cfg, skip, default_of)
         step = checkpoint_step(path)  # read without torch; set-up checks again with the loaded checkpoint
         if step is not None:  # first: a checkpoint behind its record is the truth to tell, not the record's step
             check_last_is_latest(path, step, run_dir)

@@ -251,7 +251,8 @@ def test_the_synthetic_sweeps_findings(sweep):
     assert (fill.threshold, fill.tol, fill.probe, fill.ctrl_leak, fill.early) == (1e4 - 16, 1e-4, 10, 0.0, [])
     assert pl.mismatch_words(fill) == ""  # no seed opened early
     late_seed = pl.FillSeed(**{**fill.seeds[0].__dict__, "observed": 130, "verdict": "fails", "mass_first": 90})
-    early = pl.Fill(**{**fill.__dict__, "early": [(33, 0.0, 1.01), (34, 0.5, 1.2)], "seeds": [fill.seeds[0], late_seed]})
+    early = pl.Fill(**{**fill.__dict__, "early": [(33, 0.0, 1.01), (34, 0.5, 1.2)],
+                       "seeds": [fill.seeds[0], late_seed]})
     assert pl.mismatch_words(early) == (
         ": the failures are disagreements between the two readings of 'open'; in 1 seed the leak probe, on perturbed "
         "inputs, read the mask open while the attention weights on the same unperturbed windows put nothing past it; "

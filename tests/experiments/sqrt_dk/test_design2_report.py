@@ -130,8 +130,8 @@ def test_an_overflow_between_probes_leaves_f1_undecided_and_the_every_step_repla
                      r"diverged; on q and k: 0 of 6 runs with an inf score at a probe, 0 diverged \| "
                      r"\*\*undecided\*\* \|$", text, re.M)
     assert re.search(r"^\| F2 \|.*\| float16 runs diverged: 6; their float32 reruns: 6 completed, 0 diverged, 0 "
-                     r"not run; those completed end at validation losses [^|]* a bigram model's [^|]* \| \*\*holds\*\* \|$",
-                     text, re.M)
+                     r"not run; those completed end at validation losses [^|]* a bigram model's [^|]* \| "
+                     r"\*\*holds\*\* \|$", text, re.M)
     row = next(line for line in text.splitlines() if line.startswith("| 1/sqrt(d_k) after the product | 0.0215 |"))
     assert row == ("| 1/sqrt(d_k) after the product | 0.0215 | 3 | 0 | 3 (steps 110, 110, 110) | 0 | 0 | 0 | 10,800 "
                    "| 654 | - |")  # none completed: no final loss
@@ -144,10 +144,10 @@ def test_an_overflow_between_probes_leaves_f1_undecided_and_the_every_step_repla
         in replays
     assert "| 1/sqrt(d_k) on q and k before the product | 0.0215 | 11 | 300 | 300 | - | 0 | none | 101 | - |" in replays
     assert ("The replay repeats its sweep run in 9 of the 9 that have one (the same training loss at every step and "
-            "the same last step). Of the 6 replayed runs that went non-finite, 6 had an inf score at any of their probes (the last "
-            "probe of each is the last step before the non-finite one); in the others no probe saw where the "
-            "non-finite value arose (a training batch the probe does not see, another float16 product, the backward "
-            "pass or the gradient scaler). Of the 3 with the scale on q and k, 3 completed; "
+            "the same last step). Of the 6 replayed runs that went non-finite, 6 had an inf score at any of their "
+            "probes (the last probe of each is the last step before the non-finite one); in the others no probe saw "
+            "where the non-finite value arose (a training batch the probe does not see, another float16 product, the "
+            "backward pass or the gradient scaler). Of the 3 with the scale on q and k, 3 completed; "
             "in 3 a probe saw the raw q.k (a "
             "product this placement never forms) overflow to inf, and in 0 an inf score.") in text
     assert "| fp16 |" not in text and "| 1/sqrt(d_k) after the product | 0.0215 | 11 | non-finite loss at step 110 | " \
@@ -157,7 +157,8 @@ def test_an_overflow_between_probes_leaves_f1_undecided_and_the_every_step_repla
     first[head.index("train/loss")] = "3.5"
     metrics.write_text("\n".join([lines[0], ",".join(first), *lines[2:]]) + "\n")
     assert report.main(["sqrt_dk", str(tmp_path / "sweep"), "--out", str(tmp_path / "out")]) == 0
-    assert "The replay repeats its sweep run in 8 of the 9 that have one" in (tmp_path / "out" / "README.md").read_text()
+    assert ("The replay repeats its sweep run in 8 of the 9 that have one"
+            in (tmp_path / "out" / "README.md").read_text())
 
 
 def draws_file(path, n=30):
@@ -213,12 +214,13 @@ def test_f1_per_run_stability_from_design_3_and_the_draws_from_kept_records(tmp_
     assert "only a positive overflow can end a run" in text  # F1's measure is the largest absolute product
     rows = [line for line in text.splitlines() if re.match(r"\| [^|]+ \| 1[1-6] \| (seen|new) \|", line)]
     assert len(rows) == 18
-    assert "| 1/sqrt(d_k) after the product | 11 | seen | largest absolute q.k before the scale | batch 110 | 110 | 70,000 | **holds** | - |" \
-        in rows
-    assert ("| 1/sqrt(d_k) after the product | 14 | new | largest absolute q.k before the scale | none: no batch's product passes it | 110 | "
-            "44,000 | **fails** | non-finite with every formed product up to then below 65,504 |") in rows
-    assert ("| 1/sqrt(d_k) on q and k before the product | 14 | new | largest absolute q.k after the scale | none: no batch's product "
-            "passes it | - (completed) | - | **holds** | - |") in rows
+    assert ("| 1/sqrt(d_k) after the product | 11 | seen | largest absolute q.k before the scale | batch 110 | 110 | "
+            "70,000 | **holds** | - |") in rows
+    assert ("| 1/sqrt(d_k) after the product | 14 | new | largest absolute q.k before the scale | none: no batch's "
+            "product passes it | 110 | 44,000 | **fails** | non-finite with every formed product up to then below "
+            "65,504 |") in rows
+    assert ("| 1/sqrt(d_k) on q and k before the product | 14 | new | largest absolute q.k after the scale | none: "
+            "no batch's product passes it | - (completed) | - | **holds** | - |") in rows
     assert "in each of the 12 runs that went non-finite" in text  # the probe's last batch is the guard's step
     assert "| 1/sqrt(d_k) after the product | 0.0215 | 14 | no sweep run | 111 | 110 | no sweep run |" in text
     assert re.search(r"^\| F1 \|.*\| per run \(amendment 4\): 12 of 18 runs hold; seen seeds holds, new seeds fails; "
@@ -237,11 +239,12 @@ def test_f1_per_run_stability_from_design_3_and_the_draws_from_kept_records(tmp_
     assert "F2 | float16: every float16 run that diverged runs to its end without diverging" in text
     assert re.search(r"^\| C1 \|.*best loss \(vertex\), unscaled - scaled \+0\.\d+ \[.*best cell, unscaled - scaled "
                      r"\(cell by cell\) \+0\.\d+ \[", text, re.M)
-    assert re.search(r"^\| R1 \|.*best cell, control - scaled \(cell by cell\) [+-]0\.\d+ \[.*per seed [+-]0\.\d+ \(seed "
-                     r"11\)", text, re.M)
+    assert re.search(r"^\| R1 \|.*best cell, control - scaled \(cell by cell\) [+-]0\.\d+ \[.*per seed [+-]0\.\d+ "
+                     r"\(seed 11\)", text, re.M)
     assert "the gap itself at GPT-2's init is" in text
     assert "largest raw q.k at init (the largest over the layers)" in text
-    assert r"gradient at W_Q, W_K at init (sqrt of the sum over layers of \|\|dL/dW_Q\|\|^2 + \|\|dL/dW_K\|\|^2)" in text
+    assert (r"gradient at W_Q, W_K at init (sqrt of the sum over layers of \|\|dL/dW_Q\|\|^2 + "
+            r"\|\|dL/dW_K\|\|^2)") in text
     assert "No cell has seeds whose final losses have an sd above 0.05 nats." in text
     row = next(line for line in text.splitlines() if line.startswith("| unit init, d_k = 256, 1/sqrt(d_k) | 2."))
     assert "(open)" not in row.split(" | ")[4] and " [" not in row.split(" | ")[3]  # per-seed optimum, no interval

@@ -793,8 +793,8 @@ def power_text(slope: Estimate, band: tuple[float, float], windows: int) -> str:
     sds = level_sds(slope)
     w, sd_seeds = sds.get("windows", 0.0), sds.get("seeds", 0.0)
     half = min(abs(band[0]), abs(band[1]))
-    text = (f"Its spread comes from the windows and the seeds (sd {w:.3f} from the {windows:,} validation windows per T, "
-            f"{sd_seeds:.3f} from the seeds)")
+    text = (f"Its spread comes from the windows and the seeds (sd {w:.3f} from the {windows:,} validation windows "
+            f"per T, {sd_seeds:.3f} from the seeds)")
     if w <= 0:
         return text + "."
     z = float(scipy_stats.norm.ppf(1 - (1 - LEVEL) / 2))
@@ -848,7 +848,8 @@ CONTEXT_TOL = 0.05  # nats: a position whose loss is within this of the second h
 def effective_context(position_means: np.ndarray) -> int:
     """How many positions a causal model's loss keeps falling over: the first position (1-based count of tokens
     seen) whose loss, averaged over windows and seeds, is within CONTEXT_TOL of its median over the window's second
-    half (the whole window if none is). A model whose loss stops falling after p tokens uses about p tokens of context."""
+    half (the whole window if none is). A model whose loss stops falling after p tokens uses about p tokens of
+    context."""
     v = np.asarray(position_means, dtype=np.float64)
     late = float(np.median(v[len(v) // 2:]))
     near = np.flatnonzero(np.abs(v - late) <= CONTEXT_TOL)

@@ -112,9 +112,12 @@ def mechanism_table(curves: dict[Arm, Curve], est: dict, pred: dict | None = Non
                      cell("raw_qk")])
     lr = rate(pred["mechanism_lr"]) if pred and "mechanism_lr" in pred else "the design's rate"
     return markdown_table(["arm", "Jacobian trace at init (mean of the layers)",
-                           f"Jacobian trace through training at lr {lr} (mean of the layers and of the probes after "
-                           "init)", f"gradient at W_Q, W_K at init ({readings.GRADIENT_LABEL.replace('|', chr(92) + '|')})",
-                           "softmax gain at init (mean of the layers)", "attention entropy at init (mean of the layers)",
+                           f"Jacobian trace through training at lr {lr} (mean of the layers and of the probes "
+                           "after init)",
+                           "gradient at W_Q, W_K at init "
+                           f"({readings.GRADIENT_LABEL.replace('|', chr(92) + '|')})",
+                           "softmax gain at init (mean of the layers)",
+                           "attention entropy at init (mean of the layers)",
                            "largest raw q.k at init (the largest over the layers)"], rows)
 
 
@@ -171,7 +174,8 @@ def draws_gain(data: dict | None, d_k: int) -> str:
     arms = {(a["d_k"], a["scale"]): a for a in (data or {}).get("arms", {}).values() if a["init"] == "unit"}
     if (d_k, "none") not in arms or (d_k, "sqrt_dk") not in arms:
         return ""
-    v, lo, hi = init_draws.paired_difference(arms[(d_k, "none")]["softmax_gain"], arms[(d_k, "sqrt_dk")]["softmax_gain"])
+    v, lo, hi = init_draws.paired_difference(arms[(d_k, "none")]["softmax_gain"],
+                                             arms[(d_k, "sqrt_dk")]["softmax_gain"])
     e = Estimate(v, lo, hi)
     lower = sum(a < b for a, b in zip(arms[(d_k, "none")]["softmax_gain"], arms[(d_k, "sqrt_dk")]["softmax_gain"],
                                       strict=True))
@@ -196,7 +200,8 @@ def described_reading(curves: dict[Arm, Curve], est: dict, draws: dict | None = 
                       steps_none=steps_words(curves[none]), steps_sqrt=steps_words(curves[sqrt])), ""]
     return [prose("sqrt_dk", "described", dk=top, gain_none=est[("softmax_gain", none)].format(3),
                   gain_sqrt=est[("softmax_gain", sqrt)].format(3), gain_diff=gain.format(3, signed=True),
-                  gain_word=difference_word(gain), draws_gain=draws_gain(draws, top), ent_none=est[("entropy", none)].format(3),
+                  gain_word=difference_word(gain), draws_gain=draws_gain(draws, top),
+                  ent_none=est[("entropy", none)].format(3),
                   ent_sqrt=est[("entropy", sqrt)].format(3), ent_diff=ent.format(3, signed=True),
                   ent_word=difference_word(ent)), "", *fast]
 
@@ -242,7 +247,9 @@ def curves_table(curves: dict[Arm, Curve], est: dict, spike_nats: float) -> str:
                      seed_values(sc.upper, lambda v: f"{v:.2f}", sc.open_hi) if sc else "-",
                      half.format(3) if half is not None else "-", steps_words(c),
                      f"{k} ({with_one} of {n_runs} runs with one)", diverged_text(c)])
-    return markdown_table(["arm", "best loss (vertex)", "best cell (its rate; the interval at that rate, not over the choice of cell)", "optimum lr* (vertex), per seed",
+    return markdown_table(["arm", "best loss (vertex)",
+                           "best cell (its rate; the interval at that rate, not over the choice of cell)",
+                           "optimum lr* (vertex), per seed",
                            "lower half-width (decades), per seed", "upper half-width (decades), per seed",
                            "half-budget loss", "steps to the bigram loss at the best rate",
                            "loss spikes over all rates", "runs diverged"], rows)
@@ -564,7 +571,8 @@ def f1_words(rows: list[numbers.BatchF1]) -> dict[str, str]:
     def over(items):
         return all_hold([b.result.verdict for b in items]) if items else "not tested (no run)"
     seen, new = [b for b in rows if b.seen], [b for b in rows if not b.seen]
-    qk = [b for b in rows if b.arm.placement == "qk" and b.result.verdict == "holds" and b.result.first_possible is None]
+    qk = [b for b in rows if b.arm.placement == "qk" and b.result.verdict == "holds"
+          and b.result.first_possible is None]
     peak = max((b.peak for b in qk), default=math.nan)
     qk_note = (f"{len(qk)} of the runs that hold have the scale on q and k, whose formed product stayed at or below "
                f"{peak:,.0f}, {peak / verdicts.FP16_MAX:.0%} of the limit: they could hardly have failed. "
@@ -890,9 +898,10 @@ def answer(found: dict[str, str], spiked: bool = True, fp16: dict | None = None,
                                        "one does not (M1, a check of the init's arithmetic), and through training "
                                        "the unscaled one stays the more saturated (M3)", "not as predicted"),
         "gradient": say(["M2"], "no: at init the gradient reaching W_Q and W_K is larger without the factor (M2, a "
-                                "check of the init's arithmetic; under Adam an update's size does not follow the gradient's norm, an "
-                                "argument this report does not test, and gradient clipping acts on the raw gradient); "
-                                "what falls with d_k is the softmax Jacobian's trace (M1)", "not as predicted"),
+                                "check of the init's arithmetic; under Adam an update's size does not follow the "
+                                "gradient's norm, an argument this report does not test, and gradient clipping acts "
+                                "on the raw gradient); what falls with d_k is the softmax Jacobian's trace (M1)",
+                                "not as predicted"),
         "consequence": consequence,
         "stability": stability_answer(found, spikes, spiked, edges, c4, gpt2_edges),
         "gpt2": say(["G1"], "the cost of dropping the factor is smaller than under the premise's init",
@@ -1000,8 +1009,8 @@ def r1_cell_words(found: list[Verdict], band: float) -> str:
     e = r1.numbers.get("best cell, control - scaled (cell by cell)") if r1 is not None else None
     if not isinstance(e, Estimate):
         return ""
-    return (f"R1 read cell by cell (post hoc, not the registered estimator): the control's best loss minus the scaled arm's "
-            f"is {e.format(3, signed=True)} nats: inside the registered band of {band:g} nats "
+    return (f"R1 read cell by cell (post hoc, not the registered estimator): the control's best loss minus the scaled "
+            f"arm's is {e.format(3, signed=True)} nats: inside the registered band of {band:g} nats "
             f"{ {'holds': 'wholly', 'fails': 'not at all', 'undecided': 'only in part'}[in_range(e, -band, band)]}; "
             "the vertex's interval, widened for few seeds, is what leaves R1 undecided")
 
@@ -1160,6 +1169,6 @@ def headline(found: list, pred: dict | None = None, steps: int | None = None,
                     "Does 1/sqrt(d_k) keep attention's softmax out of saturation, and does that make training better?",
                     answer, "loss_vs_lr.png",
                     [(f"{k}: {statement(k, pred, steps)}", words[k]) for k in STATEMENTS if k in words],
-                    status="M1 and M2 are checks of the init's arithmetic; C1 and C2 were informed by a pilot; F1's and "
-                           "F3's verdicts over seen seeds are reported apart from those over new ones, and F3 was "
+                    status="M1 and M2 are checks of the init's arithmetic; C1 and C2 were informed by a pilot; F1's "
+                           "and F3's verdicts over seen seeds are reported apart from those over new ones, and F3 was "
                            "written after F1's results were seen")

@@ -210,7 +210,8 @@ def reading(found: dict[str, Arm], runs: list[Run], pred: dict, words: dict[str,
         out["ratio"] = f"{10 ** -s1.value:.1f}x [{10 ** -s1.hi:.1f}x, {10 ** -s1.lo:.1f}x]"
         predicted = float(pred["shift_none"])
         out["size"] = size_words(s1, predicted)
-        best = {n: float(np.nanmin(np.where(np.isfinite(a.losses), a.losses, np.nan).mean(0))) for n, a in found.items()}
+        best = {n: float(np.nanmin(np.where(np.isfinite(a.losses), a.losses, np.nan).mean(0)))
+                for n, a in found.items()}
         out["best"] = ", ".join(f"{LABELS[n]} {v:.2f}" for n, v in best.items())
         bigram = baseline(runs, "bigram_loss")
         beat = [r for row in found["none"].runs for r in row if not numbers.above_bigram(r)]
@@ -243,11 +244,11 @@ def answer(words: dict[str, Verdict], found: dict[str, Arm]) -> dict[str, str]:
     if s1 is None:
         stability = "not tested (the scaled or the unscaled arm did not run)"
     elif s1.verdict == "holds":
-        stability = (f"on the design's measure, yes (S1 holds): without the factor, training fails to get below the "
-                     f"failed-to-train line at a rate {-s1.estimate.value:.2f} decades lower (edge(unscaled) - "
-                     f"edge(1/sqrt(d_k)) = {s1.estimate.format(2, signed=True)} decades). That line is halfway from the "
-                     "unigram to the bigram loss: \"trained\" here means \"left the unigram plateau within the budget\", "
-                     "not \"trained well\" (below)")
+        stability = (f"on the design's measure, yes (S1 holds): without the factor, training fails to get below "
+                     f"the failed-to-train line at a rate {-s1.estimate.value:.2f} decades lower "
+                     f"(edge(unscaled) - edge(1/sqrt(d_k)) = {s1.estimate.format(2, signed=True)} decades). That line "
+                     "is halfway from the unigram to the bigram loss: \"trained\" here means \"left the unigram "
+                     "plateau within the budget\", not \"trained well\" (below)")
     elif s1.verdict == "fails":
         stability = f"no (S1 fails): without the factor training works up to higher rates ({s1.estimate.format(2)})"
     else:
@@ -258,8 +259,9 @@ def answer(words: dict[str, Verdict], found: dict[str, Arm]) -> dict[str, str]:
     if q1 is None:
         control = "not tested (the qk-layernorm arm did not run)"
     elif q1.verdict == "holds":
-        control = (f"on the design's line, yes (Q1 holds: "
-                   f"{one_sided({n: found[n].edges for n in ('qknorm', 'sqrt')}, {'qknorm': 1, 'sqrt': -1}, lambda v: f'{v:+.2f} decades')}"
+        shift = one_sided({n: found[n].edges for n in ("qknorm", "sqrt")}, {"qknorm": 1, "sqrt": -1},
+                          lambda v: f"{v:+.2f} decades")
+        control = (f"on the design's line, yes (Q1 holds: {shift}"
                    "); this says the measure responds to a remedy for logit growth, not that logit growth is "
                    "what stops training (below)")
     else:
@@ -343,6 +345,6 @@ def headline(found: list[Verdict], pred: dict, q1_bound: str = "") -> Headline:
                     "Does 1/sqrt(d_k) help stability: up to what learning rate does training still work with it and "
                     "without it?", answer + ".", "edges.png",
                     [(f"{k}: {STATEMENTS[k]}", words[k].verdict) for k in STATEMENTS if k in words],
-                    status="Design 3, committed before its runs, on seeds no earlier run used. S1's direction was known "
-                           "from design 2's grid (a replication on new seeds); S2's and S3's sizes come from the "
-                           "argument, and Q1 was not informed by any run.")
+                    status="Design 3, committed before its runs, on seeds no earlier run used. S1's direction was "
+                           "known from design 2's grid (a replication on new seeds); S2's and S3's sizes come from "
+                           "the argument, and Q1 was not informed by any run.")
