@@ -112,30 +112,29 @@ def writable_dir(key: str, path: Path) -> None:
         _fail(f"{key}={str(path)!r} cannot be written ({reason}); give a writable directory.")
 
 
-def holder_of(path: Path) -> str | None:
-    """Who holds ``path`` now ("pid N on host"), or None where no other process does: a probe of <path>/.lock that
-    takes nothing and creates nothing, so a refused run leaves the dir as it found it."""
+def refuse_if_held(key: str, path: Path) -> None:
+    """One line and exit 2 where another process holds ``path`` now (naming it: "pid N on host"): a probe of
+    <path>/.lock that takes nothing and creates nothing, so a refused run leaves the dir as it found it. Asked
+    before what a dir holds is judged, so a run still going is never taken for one to resume."""
     import fcntl
 
-    path = path.absolute()
-    if path in _CLAIMED or not (path / LOCK_FILE).is_file():
-        return None
+    if path.absolute() in _CLAIMED or not (path / LOCK_FILE).is_file():
+        return
     try:
         lock = open(path / LOCK_FILE)  # noqa: SIM115 (closed below; flock needs no write access)
     except OSError:
-        return None
+        return
     with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            return lock.read().strip() or "a running process"
+            in_use(key, path, lock.read().strip())
         fcntl.flock(lock, fcntl.LOCK_UN)
-    return None
 
 
 def in_use(key: str, path: Path, holder: str) -> None:
-    _fail(f"{key}={str(path)!r} is in use by another run ({holder}); wait for it to end, or choose another dir (the "
-          "default is unique).")
+    _fail(f"{key}={str(path)!r} is in use by another run ({holder or 'a running process'}); wait for it to end, or "
+          "choose another dir (the default is unique).")
 
 
 def claim(key: str, path: Path) -> None:
@@ -156,7 +155,7 @@ def claim(key: str, path: Path) -> None:
         lock.seek(0)
         holder = lock.read().strip()
         lock.close()
-        in_use(key, path, holder or "a running process")
+        in_use(key, path, holder)
     lock.seek(0)
     lock.truncate()
     lock.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
@@ -296,9 +295,7 @@ class RunDirGuard(Callback):
         run_dir = Path(str(config.hydra.run.dir))
         note_new_run_dir(run_dir)
         writable_dir("hydra.run.dir", run_dir)
-        holder = holder_of(run_dir)  # a run still going says so before what it has written is judged
-        if holder:
-            in_use("hydra.run.dir", run_dir, holder)
+        refuse_if_held("hydra.run.dir", run_dir)
         ckpt = config.get("ckpt_path")
         if holds_run(run_dir) and resumes_into(run_dir, ckpt):  # a resume of a run that left no checkpoint (killed
             try:  # before its first one) refused here, before Hydra writes its .hydra/ files over that run's
@@ -331,9 +328,7 @@ class RunDirGuard(Callback):
                   "run on a SLURM login node, or drop hydra/launcher=slurm to run the sweep here.")
         sweep_dir = Path(str(config.hydra.sweep.dir))
         writable_dir("hydra.sweep.dir", sweep_dir)
-        holder = holder_of(sweep_dir)
-        if holder:
-            in_use("hydra.sweep.dir", sweep_dir, holder)
+        refuse_if_held("hydra.sweep.dir", sweep_dir)
         if sweep_dir.is_dir() and any(holds_run(p) for p in sweep_dir.iterdir() if p.is_dir()):
             if str(config.get("ckpt_path")) == "last":  # continuing this sweep in place
                 changed = changed_sweep(sweep_dir, config)
