@@ -30,8 +30,8 @@ def test_the_probe_reads_a_position_written_in_a_feature_and_nothing_from_noise(
     noise = torch.randn(1, N, T, C, generator=gen, dtype=torch.float64)
     written = noise.clone()
     written[..., 0] = torch.arange(T, dtype=torch.float64)  # feature 0 is the position
-    index = torch.arange(N)
-    fit, held = index[index % 2 == 0], index[index % 2 == 1]
+    fit, held = measures.fit_and_held(N)
+    assert fit.tolist() == list(range(0, N, 2)) and held.tolist() == list(range(1, N, 2))
     for states, lo, hi in ((written, 0.999, 1.0), (noise, -0.02, 0.01)):
         sse, sst = measures.probe_errors(states, fit, held)
         assert sse.shape == (1, len(held)) and sst.shape == (len(held),)
@@ -72,8 +72,7 @@ def test_without_mask_and_positions_the_probe_reads_nothing_at_any_layer():
     """Equivariance: a window's hidden state at t depends on its token and the window's bag of tokens alone."""
     m = tiny(causal=False, T=16)
     x = torch.randint(0, 11, (64, 16), generator=torch.Generator().manual_seed(3))
-    index = torch.arange(64)
-    sse, sst = measures.probe_errors(measures.hidden_states(m, x), index[index % 2 == 0], index[index % 2 == 1])
+    sse, sst = measures.probe_errors(measures.hidden_states(m, x), *measures.fit_and_held(64))
     assert (1 - sse.sum(1) / sst.sum() < 0.02).all()
 
 

@@ -71,9 +71,7 @@ def draws(model: dict, vocab_size: int, streams: dict[str, np.ndarray], n: int =
                 xt = torch.as_tensor(x, dtype=torch.long)
                 got["power"].append(measures.attention_output_power(m, xt).mean(0).tolist())
                 got["predicted"].append(predicted_power(x).tolist())
-                index = torch.arange(windows)
-                sse, sst = measures.probe_errors(measures.hidden_states(m, xt), index[index % 2 == 0],
-                                                 index[index % 2 == 1])
+                sse, sst = measures.probe_errors(measures.hidden_states(m, xt), *measures.fit_and_held(windows))
                 got["r2"].append((1 - sse.sum(1) / sst.sum()).tolist())
     return out
 

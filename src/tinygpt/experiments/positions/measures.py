@@ -2,7 +2,8 @@
 
 - ``hidden_states``: the residual stream after the embedding and after each block, at every position;
 - ``probe_errors``: a ridge regression from a hidden state to the position t, fitted on some windows and scored on
-  the others: each held-out window's squared error and its total sum of squares (R^2 = 1 - sum SSE / sum SST);
+  the others (``fit_and_held``: the even-numbered and the odd-numbered ones): each held-out window's squared error
+  and its total sum of squares (R^2 = 1 - sum SSE / sum SST);
 - ``attention_output_power``: the mean square of the first layer's attention output at each position (the heads'
   outputs concatenated, before the output projection): the variance the causal mask makes shrink with position;
 - ``long_window_losses``: the teacher-forced loss at every position of windows longer than the trained context.
@@ -31,6 +32,12 @@ def hidden_states(model: GPT, x: Tensor) -> Tensor:
         for h in hooks:
             h.remove()
     return torch.stack(found).double().cpu()  # (L + 1, N, T, C)
+
+
+def fit_and_held(n: int) -> tuple[Tensor, Tensor]:
+    """The probe's split of ``n`` windows: fitted on the even-numbered ones, scored on the odd-numbered ones."""
+    index = torch.arange(n)  # (n,)
+    return index[index % 2 == 0], index[index % 2 == 1]
 
 
 def probe_errors(states: Tensor, fit: Tensor, held: Tensor, ridge: float = RIDGE) -> tuple[Tensor, Tensor]:

@@ -61,9 +61,8 @@ class PositionProbes(ModelInspector):
         arrays = dict(np.load(path)) if path.exists() else {}
         dm = trainer.datamodule
         x, _ = dm.spread_windows(self.settings.windows)  # (N, T)
-        index = torch.arange(len(x))
-        fit, held = index[index % 2 == 0], index[index % 2 == 1]
-        sse, sst = measures.probe_errors(measures.hidden_states(model, x.to(module.device)), fit, held)
+        states = measures.hidden_states(model, x.to(module.device))  # (L + 1, N, T, C)
+        sse, sst = measures.probe_errors(states, *measures.fit_and_held(len(x)))
         arrays[f"probe_{self.when}_sse"], arrays["probe_sst"] = sse.numpy(), sst.numpy()
         if self.when == "end" and model.config.position != "learned":
             T = model.config.block_size
