@@ -17,6 +17,7 @@ NAME = "tanh_gelu"
 KEEP = Reads(summary=("val_loss",), history=())  # and each validation window's loss (Reads.window_means)
 ARMS = {"gelu": "exact GELU", "gelu_tanh": "tanh approximation"}  # model.activation -> the arm's label
 QUESTION = "Does GPT-2's tanh approximation of the GELU change the validation loss?"
+FIGURE = "difference.png"  # drawn beside README.md, linked from it and from the headline
 
 
 def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
@@ -29,15 +30,16 @@ def write_report(runs: list[Run], out: Path, sweeps: list[Path]) -> Path:
     est = bootstrap({a: Sample(per_window(arms[a], "mean"), seeds="runs", seed_ids=seed_ids(arms[a])) for a in ARMS})
     gap = est["gelu_tanh"] - est["gelu"]
     verdict = in_range(gap, -band, band)
-    figure(gap, band, out / "difference.png")
+    figure(gap, band, out / FIGURE)
     text = prose(NAME, "report", n_runs=plural(len(runs), "run"), sweeps=", ".join(f"`{s}`" for s in sweeps),
                  seeds=", ".join(map(str, seed_ids(arms["gelu"]))), steps=runs[0].config["trainer"]["max_steps"],
                  gap=gap.format(signed=True), level=f"{LEVEL:.0%}", band=f"{band:g}", verdict=verb(verdict),
-                 exact=est["gelu"].format(), tanh=est["gelu_tanh"].format(), method=METHOD)
+                 exact=est["gelu"].format(), tanh=est["gelu_tanh"].format(), method=METHOD,
+                 figure=f"![the difference against the band]({FIGURE})")
     path = out / "README.md"
     path.write_text(text + "\n", encoding="utf-8")
     answer = f"The tanh arm's validation loss minus the exact arm's is {gap.format(signed=True)} nats."
-    Headline(NAME, "The tanh GELU", QUESTION, answer, "difference.png",
+    Headline(NAME, "The tanh GELU", QUESTION, answer, FIGURE,
              [(f"the difference lies within +-{band:g} nats", verdict)]).write(out)
     return path
 
