@@ -33,7 +33,7 @@ test-all: setup
 
 # ruff's rules in pyproject.toml ([tool.ruff]); make test runs the same check (tests/test_layout.py)
 lint: setup
-	$(BIN)/python -m ruff check src tests scripts train.py
+	$(BIN)/python -m ruff check src tests scripts templates train.py
 
 # mutation testing of attention, model, generate, diagnostics and data against the fast tests (not in CI;
 # it resumes where it stopped). One thread per job: mutmut forks workers, and a forked OpenMP pool deadlocks
