@@ -157,11 +157,7 @@ def stop_workers() -> None:
             pass
 
 
-class RunInterrupted(BaseException):
-    """A signal that stops the run (raised by its handler wherever the run is). A BaseException, as KeyboardInterrupt
-    is: a library's ``except Exception`` must not turn it into its own error (OmegaConf wraps an error met while it
-    resolves a config; a Ctrl-C landing there had ended a starting DDP run with a traceback and exit 1)."""
-
+class RunInterrupted(Exception):
     def __init__(self, signum: int):
         self.signum = signum
         self.during = "training"  # or the end-of-run phase it stopped (tinygpt.train.end_of_run.finish_run)
